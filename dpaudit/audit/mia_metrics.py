@@ -1,0 +1,88 @@
+"""Membership-inference metrics from scores (higher = more likely member). Pure NumPy/SciPy/sklearn.
+
+TPR at a target FPR uses the last ROC point whose FPR does not exceed the target (no interpolation),
+so it never overstates the attack. The AUC interval is a percentile bootstrap over members and
+non-members resampled separately (stratified), with a fixed seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from sklearn.metrics import roc_auc_score, roc_curve
+
+
+@dataclass(frozen=True)
+class MiaMetrics:
+    n_members: int
+    n_nonmembers: int
+    auc: float
+    auc_ci: tuple[float, float]
+    auc_ci_level: float
+    tpr_at_0_1_fpr: float
+    tpr_at_1_fpr: float
+    balanced_accuracy: float
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["auc_ci"] = list(self.auc_ci)
+        return d
+
+
+def split_scores(scores, membership) -> tuple[np.ndarray, np.ndarray]:
+    scores = np.asarray(scores, dtype=float)
+    mem = np.asarray(membership)
+    mem = mem > 0 if mem.dtype != bool else mem
+    return scores[mem], scores[~mem]
+
+
+def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, target_fpr: float) -> float:
+    fpr, tpr, _ = roc_curve(labels, scores)
+    ok = fpr <= target_fpr + 1e-12
+    return float(tpr[ok].max()) if ok.any() else 0.0
+
+
+def compute(scores, membership, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> MiaMetrics:
+    """AUC (with bootstrap interval), TPR at 0.1% and 1% FPR, best balanced accuracy."""
+    ins, outs = split_scores(scores, membership)
+    if ins.size == 0 or outs.size == 0:
+        raise ValueError("membership metrics need at least one member and one non-member")
+    labels = np.r_[np.ones(ins.size), np.zeros(outs.size)]
+    allscores = np.r_[ins, outs]
+    auc = float(roc_auc_score(labels, allscores))
+    rng = np.random.default_rng(seed)
+    boots = np.empty(n_boot)
+    for b in range(n_boot):
+        bi = rng.choice(ins, ins.size)
+        bo = rng.choice(outs, outs.size)
+        boots[b] = _auc_fast(bi, bo)
+    lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
+    fpr, tpr, _ = roc_curve(labels, allscores)
+    bal = float(np.max(1 - (fpr + (1 - tpr)) / 2))
+    return MiaMetrics(n_members=int(ins.size), n_nonmembers=int(outs.size), auc=auc,
+                      auc_ci=(float(lo), float(hi)), auc_ci_level=level,
+                      tpr_at_0_1_fpr=tpr_at_fpr(labels, allscores, 0.001),
+                      tpr_at_1_fpr=tpr_at_fpr(labels, allscores, 0.01), balanced_accuracy=bal)
+
+
+def roc_points(scores, membership) -> tuple[np.ndarray, np.ndarray]:
+    ins, outs = split_scores(scores, membership)
+    labels = np.r_[np.ones(ins.size), np.zeros(outs.size)]
+    fpr, tpr, _ = roc_curve(labels, np.r_[ins, outs])
+    return fpr, tpr
+
+
+def _auc_fast(ins: np.ndarray, outs: np.ndarray) -> float:
+    """Mann-Whitney AUC with ties counted as 1/2 (equals sklearn's roc_auc_score)."""
+    allv = np.r_[ins, outs]
+    order = allv.argsort(kind="mergesort")
+    ranks = np.empty(allv.size)
+    sorted_v = allv[order]
+    # average ranks for ties
+    _, inv, counts = np.unique(sorted_v, return_inverse=True, return_counts=True)
+    cum = np.cumsum(counts)
+    avg = cum - (counts - 1) / 2.0
+    ranks[order] = avg[inv]
+    r_in = ranks[: ins.size].sum()
+    return float((r_in - ins.size * (ins.size + 1) / 2) / (ins.size * outs.size))

