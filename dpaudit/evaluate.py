@@ -1,0 +1,200 @@
+"""``dpaudit evaluate``: attack one checkpoint, re-account its claim, measure its task, judge it.
+
+The flow is a data structure first, then one call: :func:`evaluate` returns the report dict (the
+``report.json`` contract, :mod:`dpaudit.report`) and writes nothing; :func:`dpaudit.report.write`
+renders it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dpaudit import accounting, checkpoint
+from dpaudit.audit import exposure as exposure_stats
+from dpaudit.audit import mia_metrics, one_run
+from dpaudit.errors import DpauditError
+
+SCHEMA_VERSION = 1
+ACCOUNTING_TOLERANCE = 0.02  # relative slack for numerical differences between accountants
+ATTACKS = ("loss", "exposure")
+
+
+def reaccount(card) -> dict:
+    """Re-derive the card's epsilon with every accountant; the claim must be certified by one."""
+    if not card.is_private:
+        return {"results": [], "reaccounted_epsilon": None, "certified_epsilon": None,
+                "tolerance": ACCOUNTING_TOLERANCE, "findings": []}
+    res = accounting.compute_all(card.events, card.claim.delta)
+    findings = []
+    for ev in card.events:
+        if ev.sampler != "poisson":
+            findings.append(f"batches were drawn by '{ev.sampler}' but the accountants assume Poisson sampling; "
+                            "the re-accounted epsilon does not cover this mechanism")
+    return {
+        "results": [r.to_dict() for r in res],
+        "reaccounted_epsilon": accounting.conservative(res).epsilon,  # the largest: never under-report
+        "certified_epsilon": min(r.epsilon for r in res),  # the tightest sound upper bound
+        "tolerance": ACCOUNTING_TOLERANCE,
+        "findings": findings,
+    }
+
+
+def _group_delta(card, reps: int) -> float:
+    """delta for a group of `reps` copies of a record under the claim (group privacy lemma)."""
+    if not card.is_private:
+        return 0.0
+    eps = card.claim.epsilon_value
+    return float(min(0.999, reps * math.exp((reps - 1) * eps) * card.claim.delta))
+
+
+def evaluate(ckpt_dir: Path, attacks=ATTACKS, n_references: int = 2000, confidence: float = 0.95,
+             batch_size: int = 64, command: str | None = None, progress: bool = True) -> dict:
+    unknown = [a for a in attacks if a not in ATTACKS]
+    if unknown:
+        raise DpauditError(f"unknown attack {unknown[0]!r}; choose from {', '.join(ATTACKS)}")
+    if not attacks:
+        raise DpauditError("no attacks selected; pass --attacks loss,exposure")
+    t0 = time.time()
+    ck = checkpoint.load(ckpt_dir)
+    card, man = ck.card, ck.manifest
+    acct = reaccount(card)
+    model, tok = ck.load_model()
+    t_load = time.time() - t0
+
+    # ---- task metrics -------------------------------------------------------------------------
+    metrics: dict = {}
+    task = ck.run.get("task")
+    if task and task.get("name") == "sentiment":
+        from dpaudit.tasks import sentiment
+
+        data = sentiment.load(task["source"], task.get("n_train"), task.get("n_test"), task["seed"])
+        if ck.run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
+            raise DpauditError(f"the task data no longer matches the checkpoint's fingerprint "
+                               f"{ck.run['data']['fingerprint']}; restore the data the model was trained on")
+        max_len = ck.run.get("model", {}).get("max_len", 64)
+        metrics = {"accuracy": sentiment.accuracy(model, tok, data.test, batch_size, max_len),
+                   "n_test": len(data.test), "task": "sentiment", "source": data.source}
+    t_metrics = time.time() - t0 - t_load
+
+    # ---- canary scores --------------------------------------------------------------------------
+    signs = man.signs()
+    reps = max([c.repetitions for c in man.canaries] + [1])
+    texts = [c.text for c in man.canaries]
+    scores: dict[str, np.ndarray] = {}
+    expo: dict = {}
+    from dpaudit.attacks import exposure as exposure_attack
+    from dpaudit.attacks import loss as loss_attack
+
+    if "loss" in attacks:
+        scores["loss"] = loss_attack.scores(model, tok, texts, batch_size)
+    if "exposure" in attacks:
+        p = man.plan
+        refs = man.reference_secrets(n_references)
+        px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
+                                                  batch_size)
+        px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, batch_size)
+        rank_exp = exposure_stats.rank_exposure(px_can, px_ref)
+        extra_exp = exposure_stats.extrapolated_exposure(px_can, px_ref, p.space_size)
+        scores["exposure"] = -px_can
+        ins = signs > 0
+        expo = {
+            "n_references": len(refs),
+            "space_size": p.space_size,
+            "max_rank_exposure": float(np.log2(len(refs) + 1)),
+            "max_exposure": float(np.log2(p.space_size)),
+            "mean_inserted": float(rank_exp[ins].mean()) if ins.any() else None,
+            "mean_held_out": float(rank_exp[~ins].mean()) if (~ins).any() else None,
+            "mean_inserted_extrapolated": float(extra_exp[ins].mean()) if ins.any() else None,
+            "rank1_inserted": int(np.sum(rank_exp[ins] >= np.log2(len(refs) + 1) - 1e-9)),
+            "canaries": [
+                {"id": c.id, "inserted": c.inserted, "repetitions": c.repetitions, "secret": c.secret,
+                 "log_perplexity_bits": float(px_can[i]), "exposure": float(rank_exp[i]),
+                 "exposure_extrapolated": float(extra_exp[i])}
+                for i, c in enumerate(man.canaries)
+            ],
+            "reference_log_perplexity_bits": [float(x) for x in px_ref],
+        }
+    t_attacks = time.time() - t0 - t_load - t_metrics
+
+    # ---- statistics -----------------------------------------------------------------------------
+    k_pos, k_neg = man.plan.guesses
+    n_tests = len(scores)
+    conf_each = 1 - (1 - confidence) / n_tests  # Bonferroni over the attacks audited
+    attack_rows: dict = {}
+    empirical = []
+    deltas = [("claimed", _group_delta(card, reps))] if card.is_private else []
+    deltas.append(("zero", 0.0))
+    for name, sc in scores.items():
+        m = mia_metrics.compute(sc, signs, seed=0)
+        attack_rows[name] = {**m.to_dict(), "roc": [list(map(float, a)) for a in mia_metrics.roc_points(sc, signs)],
+                             "scores": [float(x) for x in sc]}
+        for label, d in deltas:
+            r = one_run.audit(sc, signs, k_pos, k_neg, delta=d, confidence=conf_each, group_size=reps)
+            empirical.append({"method": "one_run", "attack": name, "delta_kind": label, **r.to_dict(),
+                              "bonferroni_tests": n_tests, "family_confidence": confidence,
+                              "kind": "lower bound"})
+    primary = [e for e in empirical if e["delta_kind"] == ("claimed" if card.is_private else "zero")]
+    best = max(primary, key=lambda e: e["epsilon_lb"]) if primary else None
+
+    verdict = judge(card, acct, best)
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "evaluation",
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "checkpoint": {"path": str(Path(ckpt_dir)), "hash": ck.hash(), "variant": ck.run.get("variant")},
+        "claim": {"epsilon": card.claim.epsilon, "delta": card.claim.delta, "unit": card.claim.unit,
+                  "neighbouring": card.claim.neighbouring, "accountant": card.claim.accountant,
+                  "method": card.method, "trainable": card.trainable, "private": card.is_private},
+        "mechanism": card.to_dict()["mechanism"],
+        "accounting": acct,
+        "empirical": empirical,
+        "empirical_best": best,
+        "attacks": attack_rows,
+        "exposure": expo,
+        "metrics": metrics,
+        "canary_plan": {"m": man.plan.m, "inserted": int(np.sum(signs > 0)), "repetitions": reps,
+                        "k_pos": k_pos, "k_neg": k_neg, "space_size": man.plan.space_size},
+        "verdict": verdict,
+        "reproducibility": {
+            "command": command,
+            "config": ck.run.get("config"),
+            "seeds": ck.run.get("seeds"),
+            "data": ck.run.get("data"),
+            "train_result": ck.run.get("train_result"),
+            "checkpoint_hash": ck.hash(),
+            "versions": checkpoint.versions(),
+            "machine": checkpoint.machine(),
+        },
+        "timings": {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks, "total_s": time.time() - t0},
+    }
+    return report
+
+
+def judge(card, acct: dict, best: dict | None) -> dict:
+    """consistent | violated | accounting-mismatch | no-claim, with the reason in words."""
+    lb = best["epsilon_lb"] if best else 0.0
+    ceiling = best["ceiling"] if best else 0.0
+    conf = best["family_confidence"] if best else None
+    if not card.is_private:
+        return {"status": "no-claim",
+                "reason": f"non-private model (no epsilon claimed); the audit proves epsilon >= {lb:.2f} "
+                          f"at {conf:.0%} confidence (ceiling {ceiling:.2f})"}
+    eps = card.claim.epsilon_value
+    if lb > eps:
+        return {"status": "violated",
+                "reason": f"empirical lower bound {lb:.2f} exceeds the claimed epsilon {eps:.2f} "
+                          f"at {conf:.0%} confidence"}
+    cert = acct["certified_epsilon"]
+    if cert is not None and eps < cert * (1 - acct["tolerance"]):
+        return {"status": "accounting-mismatch",
+                "reason": f"claimed epsilon {eps:.3f} is below every accountant's value (smallest {cert:.3f})"}
+    if acct["findings"]:
+        return {"status": "accounting-mismatch", "reason": acct["findings"][0]}
+    return {"status": "consistent",
+            "reason": f"accountants re-derive epsilon <= {acct['reaccounted_epsilon']:.2f} (claim {eps:.2f}) and the "
+                      f"empirical lower bound {lb:.2f} does not exceed the claim; this audit cannot detect "
+                      f"violations above its ceiling {ceiling:.2f}"}

@@ -1,0 +1,33 @@
+"""``dpaudit run``: one config -> task data and canaries (shared) -> each variant trained -> evaluated ->
+one comparison report. Output layout::
+
+    OUT/REPORT.md, OUT/report.json           the comparison
+    OUT/<variant>/checkpoint/                 the checkpoint dir of DESIGN.md
+    OUT/<variant>/report/                     that variant's REPORT.md, report.json and plots
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dpaudit import canaries, config, report
+from dpaudit.evaluate import evaluate
+from dpaudit.tasks import sentiment
+from dpaudit.trainers import dp_adam
+
+
+def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False) -> dict:
+    cfg = config.load(cfg_path)  # fails before any work on bad input
+    data = sentiment.load(cfg.task.source, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    manifest = canaries.generate(cfg.canaries)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    reports = {}
+    for v in cfg.variants:
+        ck = dp_adam.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress)
+        r = evaluate(ck, n_references=cfg.evaluate.n_references, confidence=cfg.evaluate.confidence,
+                     batch_size=cfg.evaluate.batch_size, command=command, progress=progress)
+        report.write(r, out / v.name / "report", redact=redact)
+        reports[v.name] = r
+    report.write_comparison(reports, out, command, cfg.to_dict(), redact=redact)
+    return reports

@@ -1,0 +1,241 @@
+"""Render reports: ``report.json`` (the CI contract), ``REPORT.md`` and PNG plots beside it.
+
+report.json stability rules: ``schema_version`` is bumped on any incompatible change; keys are never
+removed or re-purposed; new keys are optional. Epsilon values that are infinite are written as the
+string ``"inf"``; ``null`` means "not applicable" (e.g. no claim).
+
+Writing is atomic per file set: everything goes to a temporary folder first, so a failure leaves no
+partial report behind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from dpaudit.checkpoint import jsonable
+
+LIMITATIONS = [
+    "Black-box attacks on the final model give loose lower bounds: a bound far below the claim is evidence "
+    "of privacy, not proof of it.",
+    "The one-run audit can never certify more than its ceiling, fixed by the number of canaries and guesses.",
+    "Canaries inserted several times are audited through group privacy: the bound is divided by the "
+    "repetitions, which makes it looser.",
+    "Re-accounting checks the mechanism written on the privacy card; it cannot see a trainer that does "
+    "something other than what its card says (white-box canaries can).",
+]
+
+
+def fmt_eps(x) -> str:
+    if x is None:
+        return "∞ (no claim)"
+    if isinstance(x, str):
+        return x
+    return f"{x:.2f}"
+
+
+def _plots(report: dict, out: Path, prefix: str = "") -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    attacks = report.get("attacks", {})
+    if attacks:
+        fig, ax = plt.subplots(figsize=(4.5, 4))
+        for name, a in attacks.items():
+            fpr, tpr = np.array(a["roc"][0]), np.array(a["roc"][1])
+            ax.plot(np.clip(fpr, 1e-3, 1), np.clip(tpr, 1e-3, 1), label=f"{name} (AUC {a['auc']:.2f})")
+        ax.plot([1e-3, 1], [1e-3, 1], "k:", lw=0.8, label="chance")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        ax.set_title("ROC of canary membership (log axes)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        f = f"{prefix}roc.png"
+        fig.savefig(out / f, dpi=110)
+        plt.close(fig)
+        files.append(f)
+
+        fig, axes = plt.subplots(1, len(attacks), figsize=(4.2 * len(attacks), 3.4), squeeze=False)
+        signs = np.array([1 if c["inserted"] else -1 for c in report["exposure"].get("canaries", [])]) \
+            if report.get("exposure") else None
+        for ax, (name, a) in zip(axes[0], attacks.items()):
+            sc = np.array(a["scores"])
+            s = signs if signs is not None and signs.size == sc.size else None
+            if s is None:
+                continue
+            bins = np.histogram_bin_edges(sc, bins=20)
+            ax.hist(sc[s > 0], bins=bins, alpha=0.6, label="inserted")
+            ax.hist(sc[s < 0], bins=bins, alpha=0.6, label="held out")
+            ax.set_title(f"{name} score")
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        f = f"{prefix}scores.png"
+        fig.savefig(out / f, dpi=110)
+        plt.close(fig)
+        files.append(f)
+    ex = report.get("exposure")
+    if ex:
+        can = ex["canaries"]
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+        for ins, col, lab in ((True, "C3", "inserted"), (False, "C0", "held out")):
+            idx = [i for i, c in enumerate(can) if c["inserted"] == ins]
+            ax.scatter(idx, [can[i]["exposure"] for i in idx], s=12, c=col, label=lab)
+        ax.axhline(ex["max_rank_exposure"], color="k", ls="--", lw=0.8, label="max (rank 1)")
+        ax.axhline(1.0, color="gray", ls=":", lw=0.8, label="chance (~1)")
+        ax.set_xlabel("canary")
+        ax.set_ylabel("exposure (bits)")
+        ax.set_title("Exposure per canary")
+        ax.legend(fontsize=7, loc="center right")
+        fig.tight_layout()
+        f = f"{prefix}exposure.png"
+        fig.savefig(out / f, dpi=110)
+        plt.close(fig)
+        files.append(f)
+    return files
+
+
+def privacy_rows(r: dict) -> list[str]:
+    c = r["claim"]
+    rows = [f"| claimed ε | {fmt_eps(c['epsilon'])} | δ = {c['delta']:.3g}, unit = {c['unit']}, "
+            f"{c['neighbouring']}, accountant = {c['accountant']} |"]
+    for a in r["accounting"]["results"]:
+        rows.append(f"| re-accounted ε ({a['accountant']}) | {a['epsilon']:.2f} | δ = {a['delta']:.3g} |")
+    for e in r["empirical"]:
+        rows.append(f"| empirical ε lower bound (one-run, {e['attack']}, δ {e['delta_kind']}) | "
+                    f"{e['epsilon_lb']:.2f} | {e['family_confidence']:.0%} confidence (Bonferroni over "
+                    f"{e['bonferroni_tests']}), ceiling {e['ceiling']:.2f}, {e['v']}/{e['r']} guesses correct "
+                    f"of m = {e['m']}, δ = {e['delta']:.3g}, group size {e['group_size']} |")
+    return rows
+
+
+def attack_rows(r: dict) -> list[str]:
+    rows = ["| attack | AUC | AUC 95% interval | TPR @ 0.1% FPR | TPR @ 1% FPR | one-run ε lb |",
+            "|---|---|---|---|---|---|"]
+    for name, a in r["attacks"].items():
+        lb = [e["epsilon_lb"] for e in r["empirical"] if e["attack"] == name
+              and e["delta_kind"] == ("claimed" if r["claim"]["private"] else "zero")]
+        rows.append(f"| {name} | {a['auc']:.3f} | [{a['auc_ci'][0]:.3f}, {a['auc_ci'][1]:.3f}] | "
+                    f"{a['tpr_at_0_1_fpr']:.3f} | {a['tpr_at_1_fpr']:.3f} | {lb[0]:.2f} |")
+    return rows
+
+
+def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
+    v = r["verdict"]
+    L = [f"# dpaudit report: {r['checkpoint'].get('variant') or r['checkpoint']['path']}", "",
+         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", "## Privacy", "",
+         "| quantity | ε | details |", "|---|---|---|", *privacy_rows(r), ""]
+    for f in r["accounting"].get("findings", []):
+        L.append(f"- Finding: {f}")
+    L += ["", "## Task metrics", ""]
+    if r["metrics"]:
+        L.append(f"- accuracy on {r['metrics']['n_test']} test examples ({r['metrics']['source']}): "
+                 f"**{r['metrics']['accuracy']:.3f}**")
+    else:
+        L.append("- no task recorded in run.json; task metrics skipped")
+    L += ["", "## Attacks", "", *attack_rows(r), ""]
+    if r["exposure"]:
+        ex = r["exposure"]
+        L.append(f"Exposure: mean {ex['mean_inserted']:.2f} bits for inserted canaries vs "
+                 f"{ex['mean_held_out']:.2f} held out; {ex['rank1_inserted']} inserted canaries rank first among "
+                 f"{ex['n_references']} reference secrets (max {ex['max_rank_exposure']:.2f} bits by ranks, "
+                 f"log2|R| = {ex['max_exposure']:.2f}); skew-normal extrapolation gives "
+                 f"{ex['mean_inserted_extrapolated']:.2f} bits on average for inserted canaries (an estimate).")
+        L.append("")
+    for p in plots:
+        L.append(f"![{p}]({p})")
+    L += ["", "## Canaries", "", "| id | inserted | repetitions | secret | exposure | extrapolated |", "|---|---|---|---|---|---|"]
+    for c in r["exposure"].get("canaries", []) if r["exposure"] else []:
+        sec = "▇" * len(c["secret"]) if redact else c["secret"]
+        L.append(f"| {c['id']} | {'yes' if c['inserted'] else 'no'} | {c['repetitions']} | {sec} | "
+                 f"{c['exposure']:.2f} | {c['exposure_extrapolated']:.2f} |")
+    rep = r["reproducibility"]
+    L += ["", "## Reproducibility", "", "```", f"command: {rep.get('command')}",
+          f"checkpoint hash: {rep.get('checkpoint_hash')}", f"seeds: {json.dumps(rep.get('seeds'))}",
+          f"data: {json.dumps(rep.get('data'))}", f"versions: {json.dumps(rep.get('versions'))}",
+          f"machine: {json.dumps(rep.get('machine'))}", "```", "", "Config:", "", "```json",
+          json.dumps(rep.get("config"), indent=1), "```", "", "## Limitations", ""]
+    L += [f"- {x}" for x in LIMITATIONS]
+    return "\n".join(L) + "\n"
+
+
+def _redact_json(r: dict) -> dict:
+    r = json.loads(json.dumps(r))
+    for c in (r.get("exposure") or {}).get("canaries", []):
+        c["secret"] = "REDACTED"
+    return r
+
+
+def write(report: dict, out: Path, redact: bool = False) -> Path:
+    """Write report.json, REPORT.md and plots into ``out`` (replaced atomically)."""
+    out = Path(out)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    body = _redact_json(report) if redact else report
+    (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
+    plots = _plots(report, tmp)
+    (tmp / "REPORT.md").write_text(render_markdown(report, plots, redact))
+    _replace(tmp, out)
+    return out
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    if out.exists():
+        # keep other things the user put there (e.g. checkpoints of a run); replace only our files
+        for f in tmp.iterdir():
+            dest = out / f.name
+            if dest.is_dir():
+                shutil.rmtree(dest)
+            f.replace(dest)
+        tmp.rmdir()
+    else:
+        tmp.rename(out)
+
+
+def write_comparison(reports: dict[str, dict], out: Path, command: str, config: dict, redact: bool = False) -> Path:
+    """One report comparing the variants of a run (each keeps its own folder and report)."""
+    out = Path(out)
+    tmp = out / ".comparison.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    body = {"schema_version": 1, "kind": "comparison", "command": command, "config": config,
+            "variants": {k: (_redact_json(v) if redact else v) for k, v in reports.items()}}
+    (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
+    L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
+         "| variant | verdict | claimed ε | re-accounted ε (max over accountants) | empirical ε lower bound "
+         "(confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | mean exposure inserted / held out (bits) | "
+         "task accuracy |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in reports.items():
+        b = r["empirical_best"]
+        ex = r["exposure"] or {}
+        la = r["attacks"].get("loss")
+        ea = r["attacks"].get("exposure")
+        L.append(
+            f"| [{name}]({name}/report/REPORT.md) | `{r['verdict']['status']}` | {fmt_eps(r['claim']['epsilon'])} | "
+            f"{fmt_eps(r['accounting']['reaccounted_epsilon']) if r['claim']['private'] else '—'} | "
+            f"{b['epsilon_lb']:.2f} ({b['family_confidence']:.0%}, ceiling {b['ceiling']:.2f}) | "
+            + (f"{la['auc']:.3f} [{la['auc_ci'][0]:.2f}, {la['auc_ci'][1]:.2f}] | " if la else "— | ")
+            + (f"{ea['auc']:.3f} | " if ea else "— | ")
+            + (f"{ex['mean_inserted']:.2f} / {ex['mean_held_out']:.2f} | " if ex else "— | ")
+            + (f"{r['metrics']['accuracy']:.3f} |" if r["metrics"] else "— |"))
+    L += ["", "Verdicts:", ""]
+    L += [f"- **{name}**: `{r['verdict']['status']}` — {r['verdict']['reason']}." for name, r in reports.items()]
+    first = next(iter(reports.values()))
+    cp = first["canary_plan"]
+    L += ["", f"Canaries: m = {cp['m']} ({cp['inserted']} inserted, each {cp['repetitions']}×), secrets from a "
+          f"space of {cp['space_size']:,}; one-run guesses fixed before training: k+ = {cp['k_pos']}, "
+          f"k- = {cp['k_neg']}.", "", "## Limitations", ""]
+    L += [f"- {x}" for x in LIMITATIONS]
+    (tmp / "REPORT.md").write_text("\n".join(L) + "\n")
+    for f in tmp.iterdir():
+        f.replace(out / f.name)
+    tmp.rmdir()
+    return out

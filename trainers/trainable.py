@@ -1,0 +1,22 @@
+"""The trainable-parameter axis: all parameters, or LoRA adapters (peft)."""
+
+from __future__ import annotations
+
+import copy
+
+from peft import LoraConfig, get_peft_model
+
+LORA_TARGETS = {"gpt2": (["c_attn"], True), "llama": (["q_proj", "v_proj"], False)}
+
+
+def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16):
+    """Returns (model to train, frozen copy of the base or None)."""
+    if trainable == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model, None
+    base = copy.deepcopy(model)
+    targets, fan_in_fan_out = LORA_TARGETS[model.config.model_type]
+    cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, target_modules=targets, fan_in_fan_out=fan_in_fan_out,
+                     lora_dropout=0.0, bias="none")
+    return get_peft_model(model, cfg), base
