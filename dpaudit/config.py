@@ -110,7 +110,7 @@ def _build(cls, d: dict, section: str):
         raise DpauditError(f"config section [{section}]: {e}") from None
 
 
-ENGINE_KEYS = {f.name for f in dataclasses.fields(EngineConfig)}
+ENGINE_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"progress"}
 TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerConfig)} - {"engine"}
 
 
@@ -129,6 +129,7 @@ def parse(d: dict) -> RunConfig:
     if unknown:
         raise DpauditError(f"unknown config section [{unknown[0]}]; valid: {', '.join(sorted(sections))}")
     base = d.get("train", {})
+    _trainer(base, "train")  # validate the shared section on its own, so errors name it
     variants_raw = d.get("variants") or [{"name": "model"}]
     variants = []
     for i, v in enumerate(variants_raw):

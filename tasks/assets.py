@@ -104,7 +104,7 @@ class AssetStatus:
 
 def check_all(convert: bool = False) -> list[AssetStatus]:
     out = []
-    for name, a in ASSETS.items():
+    for name in ASSETS:
         try:
             p = locate(name)
             detail = str(p)

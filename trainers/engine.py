@@ -145,32 +145,46 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         losses = _loop(model, opt, loader, steps, cfg, criterion=None)
         return model, TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0)
 
-    from opacus import PrivacyEngine
-
     delta = cfg.delta if cfg.delta is not None else 1.0 / (2 * n)
     steps = max(1, int(math.ceil(cfg.epochs / q)))
     sigma = accounting.calibrate_sigma(cfg.target_epsilon, delta, q, steps, accountant=cfg.accountant)
     loader = DataLoader(data, batch_size=batch, shuffle=True, generator=gen)
-    engine = PrivacyEngine(accountant=cfg.accountant if cfg.accountant in ("rdp", "prv") else "prv",
-                           secure_mode=False)
+    gsm, dp_opt, dp_crit, dp_loader = make_private(model, opt, loader, cfg, sigma)
+    losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit)
+    event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
+    eps = accounting.compute([event], delta, cfg.accountant).epsilon
+    if hasattr(gsm, "remove_hooks"):  # leave a plain module behind for save_pretrained
+        gsm.remove_hooks()
+    plain = gsm._module
+    return plain, TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0)
+
+
+def make_private(model, opt, loader, cfg: EngineConfig, sigma: float):
+    """Opacus wrapping: Poisson sampling at B/N, per-sample clipping at C, Gaussian noise sigma*C,
+    sum divided by the expected batch size. Returns (module, optimizer, criterion or None, loader)."""
+    from opacus import PrivacyEngine
+
+    engine = PrivacyEngine(accountant="prv", secure_mode=False)  # our accounting is separate (dpaudit.accounting)
     noise_gen = torch.Generator().manual_seed(cfg.seed + 1)
     crit = nn.CrossEntropyLoss(ignore_index=-100, reduction="mean")
     out = engine.make_private(module=model, optimizer=opt, data_loader=loader, noise_multiplier=sigma,
                               max_grad_norm=cfg.clipping_norm, poisson_sampling=True, loss_reduction="mean",
                               grad_sample_mode=cfg.grad_sample_mode, criterion=crit, noise_generator=noise_gen)
     if cfg.grad_sample_mode == "ghost":
-        gsm, dp_opt, dp_crit, dp_loader = out
-    else:
-        gsm, dp_opt, dp_loader = out
-        dp_crit = None
-    losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit)
-    event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
-    eps = accounting.compute([event], delta, cfg.accountant).epsilon
-    plain = gsm._module
-    for attr in ("_forward_counter",):  # remove Opacus state that save_pretrained would trip on
-        plain.__dict__.pop(attr, None)
-    gsm.remove_hooks() if hasattr(gsm, "remove_hooks") else None
-    return plain, TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0)
+        return out
+    gsm, dp_opt, dp_loader = out
+    return gsm, dp_opt, None, dp_loader
+
+
+def step_loss(model, ids, mask, tgt, criterion=None):
+    """The loss whose backward gives each record's gradient of its mean token NLL (hooks or ghost)."""
+    width = int(mask.sum(1).max())  # trim the batch's common padding (same loss, less work)
+    ids, mask, tgt = (t[:, :width].contiguous() for t in (ids, mask, tgt))  # ghost needs contiguous
+    logits = _forward(model, ids, mask)
+    if criterion is not None:  # ghost clipping: Opacus' per-sequence wrapper computes the same loss
+        return criterion(logits[:, :-1].reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
+                         shape=(ids.size(0), ids.size(1) - 1))
+    return per_sample_loss(logits, tgt).mean()
 
 
 def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion) -> list[float]:
@@ -186,12 +200,7 @@ def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion) -> list[
                 _noise_only_step(model, opt)
                 losses.append(float("nan"))
             else:
-                logits = _forward(model, ids, mask)
-                if criterion is not None:  # ghost clipping: Opacus' per-sequence wrapper, same loss
-                    loss = criterion(logits[:, :-1].reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
-                                     shape=(ids.size(0), ids.size(1) - 1))
-                else:
-                    loss = per_sample_loss(logits, tgt).mean()
+                loss = step_loss(model, ids, mask, tgt, criterion)
                 loss.backward()
                 opt.step()
                 losses.append(float(loss.detach()))

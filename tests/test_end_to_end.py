@@ -1,0 +1,125 @@
+"""End to end on a tiny config: train non-private and DP, audit, and check that the report's numbers
+come from the run (recomputed here from the saved scores, card and checkpoint)."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from dpaudit import accounting
+from dpaudit.audit import one_run
+from dpaudit.card import load_card
+from dpaudit.cli import main
+
+CONFIG = """
+[task]
+n_train = 200
+n_test = 80
+[model]
+name = "tiny-gpt2"
+vocab_size = 512
+n_embd = 64
+n_layer = 2
+n_head = 2
+max_len = 40
+[canaries]
+m = 60
+repetitions = 4
+[train]
+epochs = 6
+batch_size = 32
+lr = 5e-3
+[evaluate]
+n_references = 200
+[[variants]]
+name = "non-private"
+target_epsilon = inf
+[[variants]]
+name = "dp"
+target_epsilon = 0.5
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("e2e")
+    (d / "cfg.toml").write_text(CONFIG)
+    assert main(["run", str(d / "cfg.toml"), "--out", str(d / "out"), "--quiet"]) == 0
+    return d / "out"
+
+
+def _report(run_dir, variant):
+    return json.loads((run_dir / variant / "report" / "report.json").read_text())
+
+
+def test_layout(run_dir):
+    for v in ("non-private", "dp"):
+        ck = run_dir / v / "checkpoint"
+        for f in ("model/model.safetensors", "privacy_card.json", "canaries.json", "run.json"):
+            assert (ck / f).exists(), f
+        for f in ("REPORT.md", "report.json", "roc.png", "scores.png", "exposure.png"):
+            assert (run_dir / v / "report" / f).exists(), f
+    assert (run_dir / "REPORT.md").exists() and (run_dir / "report.json").exists()
+    assert not list(run_dir.rglob("*.partial"))
+
+
+def test_numbers_come_from_the_run(run_dir):
+    for v in ("non-private", "dp"):
+        r = _report(run_dir, v)
+        man = json.loads((run_dir / v / "checkpoint" / "canaries.json").read_text())
+        signs = np.array([c["sign"] for c in man["canaries"]])
+        for a in r["attacks"].values():
+            assert a["auc"] == pytest.approx(roc_auc_score(signs > 0, a["scores"]))
+        for e in r["empirical"]:
+            lb = one_run.epsilon_lower_bound(e["m"], e["r"], e["v"], e["delta"], e["confidence"]) / e["group_size"]
+            assert e["epsilon_lb"] == pytest.approx(lb)
+            assert e["k_pos"] == man["audit_plan"]["k_pos"] and e["k_neg"] == man["audit_plan"]["k_neg"]
+        card = load_card(run_dir / v / "checkpoint" / "privacy_card.json")
+        assert r["claim"]["epsilon"] == card.claim.epsilon
+        if card.is_private:
+            again = accounting.compute(card.events, card.claim.delta, card.claim.accountant).epsilon
+            assert card.claim.epsilon == pytest.approx(again)
+            assert card.claim.epsilon <= 0.5 + 1e-9
+            assert {x["accountant"] for x in r["accounting"]["results"]} == {"rdp", "prv", "pld", "dpa_rdp"}
+            assert r["verdict"]["status"] == "consistent"
+        else:
+            assert r["verdict"]["status"] == "no-claim"
+
+
+def test_nonprivate_leaks_more_than_dp(run_dir):
+    nonp, dp = _report(run_dir, "non-private"), _report(run_dir, "dp")
+    assert nonp["attacks"]["loss"]["auc"] > 0.9
+    assert nonp["empirical_best"]["epsilon_lb"] > 0
+    assert dp["empirical_best"]["epsilon_lb"] <= 0.5
+    assert nonp["exposure"]["mean_inserted"] > dp["exposure"]["mean_inserted"] + 1.0
+
+
+def test_evaluate_is_deterministic_and_redacts(run_dir, tmp_path, capsys):
+    out = tmp_path / "again"
+    assert main(["evaluate", str(run_dir / "non-private" / "checkpoint"), "--out", str(out), "--redact"]) == 0
+    a = _report(run_dir, "non-private")
+    b = json.loads((out / "report.json").read_text())
+    for k in ("attacks", "empirical", "accounting", "metrics", "verdict"):
+        assert json.dumps(a[k], sort_keys=True) == json.dumps(b[k], sort_keys=True), k
+    assert all(c["secret"] == "REDACTED" for c in b["exposure"]["canaries"])
+    secrets = [c["secret"] for c in a["exposure"]["canaries"]]
+    md = (out / "REPORT.md").read_text()
+    assert not any(s in md for s in secrets)
+
+
+def test_evaluate_bad_card_exit_2(run_dir, tmp_path, capsys):
+    ck = tmp_path / "ck"
+    shutil.copytree(run_dir / "dp" / "checkpoint", ck)
+    card = json.loads((ck / "privacy_card.json").read_text())
+    del card["mechanism"]["events"][0]["noise_multiplier"]
+    (ck / "privacy_card.json").write_text(json.dumps(card))
+    out = tmp_path / "r"
+    assert main(["evaluate", str(ck), "--out", str(out)]) == 2
+    assert "noise_multiplier" in capsys.readouterr().err and not out.exists()
+    (ck / "canaries.json").unlink()
+    card["mechanism"]["events"][0]["noise_multiplier"] = 1.0
+    (ck / "privacy_card.json").write_text(json.dumps(card))
+    assert main(["evaluate", str(ck), "--out", str(out)]) == 2
+    assert "canary manifest not found" in capsys.readouterr().err and not out.exists()

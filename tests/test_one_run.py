@@ -1,0 +1,83 @@
+"""One-run audit (Steinke et al. 2023): reference values, validity on a mechanism of known epsilon,
+power without noise."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dpaudit.audit import one_run
+
+
+@pytest.mark.parametrize("r,v,expected", [(1000, 1000, 5.81), (200, 200, 4.19), (1000, 900, 2.02),
+                                          (100, 100, 3.49), (20, 20, 1.82), (500, 375, 0.93)])
+def test_reference_values(r, v, expected):
+    assert one_run.epsilon_lower_bound(m=r, r=r, v=v, delta=0.0) == pytest.approx(expected, abs=0.006)
+
+
+def test_delta_term_lowers_the_bound():
+    assert one_run.epsilon_lower_bound(1000, 1000, 1000, 0.0) == pytest.approx(5.809, abs=0.002)
+    assert one_run.epsilon_lower_bound(1000, 1000, 1000, 1e-5) == pytest.approx(5.782, abs=0.002)
+
+
+def test_chance_level_gives_zero_and_monotone():
+    assert one_run.epsilon_lower_bound(1000, 1000, 500) == 0.0
+    vals = [one_run.epsilon_lower_bound(1000, 1000, v) for v in (600, 700, 800, 900, 1000)]
+    assert all(a < b for a, b in zip(vals, vals[1:]))
+
+
+def test_bad_counts():
+    with pytest.raises(ValueError, match="cannot exceed"):
+        one_run.epsilon_lower_bound(10, 5, 6)
+    with pytest.raises(ValueError, match="cannot exceed"):
+        one_run.epsilon_lower_bound(10, 11, 5)
+
+
+def test_guesses_use_scores_only():
+    g = one_run.guess_from_scores([0.1, 0.9, 0.5, 0.2, 0.8], k_pos=2, k_neg=1)
+    assert list(g) == [-1, 1, 0, 0, 1]
+
+
+def _rr_audit(eps, m, rng):
+    """Randomised response on S_i: the tightest pure eps-DP mechanism for one-run guessing."""
+    s = rng.choice([-1, 1], size=m)
+    p = math.exp(eps) / (1 + math.exp(eps))
+    flip = rng.random(m) > p
+    scores = np.where(flip, -s, s) + rng.normal(0, 1e-3, size=m)  # tiny jitter only breaks ties
+    return one_run.audit(scores, s, k_pos=m // 2, k_neg=m // 2, delta=0.0, confidence=0.95)
+
+
+def test_validity_on_known_epsilon():
+    """Over 1000 audits of an eps=2 mechanism, the 95% bound exceeds eps at most ~5% of the time."""
+    rng = np.random.default_rng(0)
+    eps = 2.0
+    exceed = sum(_rr_audit(eps, 200, rng).epsilon_lb > eps for _ in range(1000))
+    assert exceed <= 50 + 2 * math.sqrt(1000 * 0.05 * 0.95), exceed  # 5%, plus two binomial sd of slack
+
+
+def test_no_noise_reaches_ceiling():
+    rng = np.random.default_rng(1)
+    m = 1000
+    s = rng.choice([-1, 1], size=m)
+    res = one_run.audit(s + rng.normal(0, 0.01, m), s, k_pos=m // 2, k_neg=m // 2)
+    # with k+ = k- = m/2 fixed in advance, only the excess members/non-members can be wrong
+    assert res.r - res.v == abs(int((s > 0).sum()) - m // 2)
+    assert res.epsilon_lb > 0.7 * res.ceiling
+    exact = one_run.audit(s + rng.normal(0, 0.01, m), s, k_pos=int((s > 0).sum()) // 2, k_neg=int((s < 0).sum()) // 2)
+    assert exact.v == exact.r and exact.epsilon_lb == pytest.approx(exact.ceiling)
+
+
+def test_strong_noise_invents_nothing():
+    rng = np.random.default_rng(2)
+    m = 1000
+    s = rng.choice([-1, 1], size=m)
+    lbs = [one_run.audit(rng.normal(0.01 * s, 1.0), s, 250, 250).epsilon_lb for _ in range(50)]
+    assert np.mean(np.array(lbs) > 0.05) <= 0.1
+
+
+def test_group_size_divides_bound():
+    rng = np.random.default_rng(3)
+    s = rng.choice([-1, 1], size=400)
+    a = one_run.audit(s.astype(float), s, 100, 100, group_size=1)
+    b = one_run.audit(s.astype(float), s, 100, 100, group_size=4)
+    assert b.epsilon_lb == pytest.approx(a.epsilon_lb / 4)

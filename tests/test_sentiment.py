@@ -1,0 +1,58 @@
+"""The sentiment task: the bundled Rotten Tomatoes split and local SST-2-style files."""
+
+import json
+
+import pytest
+
+from dpaudit.errors import DpauditError
+from dpaudit.tasks import sentiment
+
+
+def test_rotten_tomatoes_split_is_fixed():
+    a = sentiment.load(seed=0)
+    b = sentiment.load(seed=0)
+    assert len(a.train) == 11527 and len(a.test) == 1281
+    assert a.fingerprint() == b.fingerprint()
+    assert sentiment.load(seed=1).fingerprint() != a.fingerprint()
+    assert {e["label"] for e in a.train} == {0, 1}
+
+
+def test_local_jsonl_csv_and_disk(tmp_path):
+    rows = [{"sentence": f"s{i}", "label": i % 2} for i in range(20)]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    d = sentiment.load(str(tmp_path / "d.jsonl"), test_fraction=0.25)
+    assert len(d.train) == 15 and len(d.test) == 5
+    folder = tmp_path / "sst2"
+    folder.mkdir()
+    (folder / "train.csv").write_text("sentence,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(8)))
+    (folder / "validation.csv").write_text("sentence,label\nv,1\n")
+    d = sentiment.load(str(folder))
+    assert len(d.train) == 8 and d.test == [{"sentence": "v", "label": 1}]
+    import datasets
+
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:12]),
+                               "validation": datasets.Dataset.from_list(rows[12:])})
+    dd.save_to_disk(str(tmp_path / "hf"))
+    d = sentiment.load(str(tmp_path / "hf"))
+    assert len(d.train) == 12 and len(d.test) == 8
+
+
+def test_empty_and_bad_data(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(DpauditError, match="empty"):
+        sentiment.load(str(tmp_path / "empty.jsonl"))
+    (tmp_path / "bad.jsonl").write_text('{"text": "x"}\n')
+    with pytest.raises(DpauditError, match="label"):
+        sentiment.load(str(tmp_path / "bad.jsonl"))
+    with pytest.raises(DpauditError, match="does not exist"):
+        sentiment.load(str(tmp_path / "nope.csv"))
+
+
+def test_encoding_objectives(tiny_model_factory):
+    _, tok = tiny_model_factory()
+    ex = {"sentence": "a lovely film", "label": 1}
+    lm = sentiment.encode_example(ex, tok, "lm", 32)
+    lw = sentiment.encode_example(ex, tok, "label_words", 32)
+    assert lm["input_ids"][:-1] == lw["input_ids"]
+    assert sum(t != -100 for t in lw["targets"]) == 1
+    assert lw["targets"][-1] == sentiment.label_token_ids(tok)[1]
