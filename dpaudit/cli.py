@@ -167,6 +167,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     warnings.filterwarnings("ignore", module="opacus")
     warnings.filterwarnings("ignore", message=".*Optimal order.*")
+    warnings.filterwarnings("ignore", message=".*Full backward hook.*")
     try:
         cli.main(args=argv, standalone_mode=False)
     except DpauditError as e:

@@ -7,13 +7,13 @@ renders it.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
 import numpy as np
 
 from dpaudit import accounting, checkpoint
+from dpaudit.accounting import group
 from dpaudit.audit import exposure as exposure_stats
 from dpaudit.audit import mia_metrics, one_run
 from dpaudit.errors import DpauditError
@@ -47,8 +47,7 @@ def _group_delta(card, reps: int) -> float:
     """delta for a group of `reps` copies of a record under the claim (group privacy lemma)."""
     if not card.is_private:
         return 0.0
-    eps = card.claim.epsilon_value
-    return float(min(0.999, reps * math.exp((reps - 1) * eps) * card.claim.delta))
+    return float(min(0.999, group.lemma(card.claim.epsilon_value, card.claim.delta, reps)[1]))
 
 
 def evaluate(ckpt_dir: Path, attacks=ATTACKS, n_references: int = 2000, confidence: float = 0.95,

@@ -87,3 +87,66 @@ def test_bad_delta_and_accountant():
         accounting.compute(ev, 1e-5, "moments")
     with pytest.raises(DpauditError, match="target epsilon"):
         accounting.calibrate_sigma(0.0, 1e-5, 0.01, 10)
+
+
+def test_group_lemma_by_hand():
+    from dpaudit.accounting import group
+
+    # Chua et al. setting, delta = 1e-5: user eps 1 with k = 2 -> record (0.5, 1e-5 / (1 + e^0.5))
+    e, d = group.record_level_target(1.0, 1e-5, 2)
+    assert e == 0.5 and d == pytest.approx(1e-5 / (1 + 2.718281828 ** 0.5))
+    assert d == pytest.approx(3.78e-6, rel=2e-3)
+    assert group.record_level_target(8.0, 1e-5, 5)[1] == pytest.approx(1.33e-8, rel=5e-3)
+    k_eps, k_delta = group.lemma(e, d, 2)
+    assert k_eps == pytest.approx(1.0) and k_delta == pytest.approx(1e-5)
+    with pytest.raises(DpauditError, match="group size"):
+        group.lemma(1.0, 1e-5, 0)
+
+
+def test_group_mixture_accounting():
+    from dpaudit.accounting import group
+
+    ev = [SubsampledGaussian(0.01, 1.0, 1000)]
+    # k = 1 is plain PLD
+    assert group.subsampled_gaussian_group_epsilon(ev, 1e-5, 1) == pytest.approx(eps("pld", 1.0, 0.01, 1000, 1e-5), rel=1e-6)
+    # a group of 3 costs more than one record and at most what the lemma gives from the record-level PLD
+    g3 = group.subsampled_gaussian_group_epsilon(ev, 1e-5, 3)
+    rec_delta = 1e-5 / sum(2.718281828 ** (i * 1.9) for i in range(3))
+    lemma_eps = group.lemma(eps("pld", 1.0, 0.01, 1000, rec_delta), rec_delta, 3)[0]
+    assert eps("pld", 1.0, 0.01, 1000, 1e-5) < g3 < lemma_eps
+
+
+def _card(claim_eps, sampler="poisson", sigma=1.0):
+    from dpaudit.card import Claim, PrivacyCard
+
+    return PrivacyCard(claim=Claim(epsilon=claim_eps, delta=1e-5),
+                       events=[SubsampledGaussian(0.01, sigma, 1000, sampler)])
+
+
+def test_claim_check_flags_too_small_claim():
+    from dpaudit.evaluate import judge, reaccount
+
+    honest = _card(1.84)  # PLD 1.83, PRV ~1.84, RDP 2.10: certified by PLD/PRV
+    acct = reaccount(honest)
+    assert acct["reaccounted_epsilon"] == pytest.approx(2.10, abs=0.01)  # largest is reported
+    assert judge(honest, acct, None)["status"] == "consistent"
+    low = _card(1.5)
+    v = judge(low, reaccount(low), None)
+    assert v["status"] == "accounting-mismatch" and "below every accountant" in v["reason"]
+
+
+def test_shuffled_batches_accounted_as_poisson_is_a_finding():
+    from dpaudit.evaluate import judge, reaccount
+
+    c = _card(2.2, sampler="shuffle")
+    acct = reaccount(c)
+    assert acct["findings"] and "shuffle" in acct["findings"][0]
+    assert judge(c, acct, None)["status"] == "accounting-mismatch"
+
+
+def test_empirical_bound_above_claim_is_a_violation():
+    from dpaudit.evaluate import judge, reaccount
+
+    c = _card(2.2)
+    best = {"epsilon_lb": 3.0, "ceiling": 5.8, "family_confidence": 0.95}
+    assert judge(c, reaccount(c), best)["status"] == "violated"
