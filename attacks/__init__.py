@@ -1,1 +1,11 @@
-"""Membership attacks: one module per family, each returning one float per sample (higher = member)."""
+"""Membership attacks: one module per family, each scoring one float per sample (higher = member).
+
+Black-box attacks derive their scores from one shared forward pass (:mod:`.scoring`); adding an
+attack is one module with ``from_features`` and one line in ``BLACK_BOX``. Exposure
+(:mod:`.exposure`) scores candidate secrets instead of records.
+"""
+
+from dpaudit.attacks import loss, min_k, min_k_plus, reference, zlib
+
+BLACK_BOX = {m.NAME: m for m in (loss, zlib, min_k, min_k_plus, reference)}
+ALL = (*BLACK_BOX, "exposure")

@@ -1,26 +1,74 @@
-"""Secret-sharer log-perplexities: -log2 P(secret and what follows | shared prefix), summed in bits.
+"""Secret-sharer log-perplexities: -log2 P(secret and what follows | shared prefix), summed, in bits.
 
-The rank/exposure statistics live in :mod:`dpaudit.audit.exposure` (pure NumPy); this module scores.
-As a membership score, ``scores`` returns -log-perplexity (higher = member).
+The canary prefix is the same for every candidate secret, so it is run through the model once and
+its key/value cache is reused for every batch of candidates: only the secret and suffix tokens are
+computed per candidate. That is what makes exact enumeration of a 10^6 randomness space feasible.
+Rank/exposure statistics live in :mod:`dpaudit.audit.exposure` (pure NumPy); this module scores.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import math
+from collections import defaultdict
 
 import numpy as np
+import torch
 
-from dpaudit.attacks.scoring import token_logprobs
+from dpaudit.attacks.scoring import encode
 
 NAME = "exposure"
 
 
-def log_perplexities(model, tokenizer, prefix: str, secrets: list[str], suffix: str,
-                     batch_size: int = 64) -> np.ndarray:
+@torch.inference_mode()
+def log_perplexities(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 256,
+                     progress=None) -> np.ndarray:
+    """Bits of -log2 P(secret + suffix + EOS | BOS + prefix) for each candidate secret."""
+    model.eval()
     texts = [f"{prefix}{s}{suffix}" for s in secrets]
-    lps = token_logprobs(model, tokenizer, texts, score_from_char=[len(prefix)] * len(texts), batch_size=batch_size)
-    return np.array([-float(lp.sum()) / math.log(2) for lp in lps])
+    out = np.empty(len(texts))
+    # tokenise in chunks; group candidates by their unscored (shared) token prefix, normally one group
+    groups: dict[tuple, list[tuple[int, list[int]]]] = defaultdict(list)
+    for start in range(0, len(texts), 4096):
+        seqs, masks = encode(tokenizer, texts[start:start + 4096], [len(prefix)] * min(4096, len(texts) - start), None)
+        for j, (s, m) in enumerate(zip(seqs, masks)):
+            first = m.index(True)
+            groups[tuple(s[:first])].append((start + j, s[first:]))
+    for shared, members in groups.items():
+        P = len(shared)
+        pre = model(input_ids=torch.tensor([shared]), attention_mask=torch.ones((1, P), dtype=torch.long), use_cache=True)
+        cache0 = pre.past_key_values
+        first_logp = torch.log_softmax(pre.logits[0, -1].float(), -1)
+        for start in range(0, len(members), batch_size):
+            chunk = members[start:start + batch_size]
+            S = max(len(r) for _, r in chunk)
+            ids = torch.full((len(chunk), S), tokenizer.pad_token_id, dtype=torch.long)
+            valid = torch.zeros((len(chunk), S), dtype=torch.bool)
+            for j, (_, r) in enumerate(chunk):
+                ids[j, : len(r)] = torch.tensor(r)
+                valid[j, : len(r)] = True
+            total = first_logp[ids[:, 0]].double()
+            if S > 1:
+                cache = copy.deepcopy(cache0)
+                cache.batch_repeat_interleave(len(chunk))
+                att = torch.cat([torch.ones((len(chunk), P), dtype=torch.long), valid.long()], 1)
+                pos = torch.arange(P, P + S).unsqueeze(0).repeat(len(chunk), 1)
+                logits = model(input_ids=ids, past_key_values=cache, attention_mask=att, position_ids=pos).logits
+                lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+                total = total + (lp * valid[:, 1:]).sum(1).double()
+            for j, (i, _) in enumerate(chunk):
+                out[i] = -float(total[j]) / math.log(2)
+            if progress is not None:
+                progress(len(chunk))
+    return out
 
 
-def scores(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 64) -> np.ndarray:
+def scores(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 256) -> np.ndarray:
+    """Membership score of each canary: -log-perplexity (higher = member)."""
     return -log_perplexities(model, tokenizer, prefix, secrets, suffix, batch_size)
+
+
+def enumerate_space(alphabet: str, length: int):
+    """Every secret of the randomness space, in a fixed order."""
+    return ("".join(t) for t in itertools.product(alphabet, repeat=length))

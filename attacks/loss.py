@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpaudit.attacks.scoring import token_logprobs
-
 NAME = "loss"
+NEEDS_MOMENTS = False
 
 
-def scores(model, tokenizer, texts: list[str], batch_size: int = 64, max_len: int | None = None) -> np.ndarray:
-    lps = token_logprobs(model, tokenizer, texts, batch_size=batch_size, max_len=max_len)
-    return np.array([float(lp.mean()) for lp in lps])
+def from_features(feats, texts=None, **_) -> np.ndarray:
+    return np.array([float(f.logp.mean()) for f in feats])

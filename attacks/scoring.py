@@ -1,47 +1,81 @@
-"""Batched token log-probabilities under a causal LM (torch only; shared by the attacks)."""
+"""Batched token features under a causal LM, shared by every black-box attack (torch only).
+
+One forward pass per batch gives, for each scored token t of each text: log p(x_t | x_<t) and, when
+asked (Min-K%++), the mean and standard deviation of log p(z | x_<t) over the vocabulary z ~ p.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 
-@torch.inference_mode()
-def token_logprobs(model, tokenizer, texts: list[str], score_from_char: list[int] | None = None,
-                   batch_size: int = 64, max_len: int | None = None) -> list[torch.Tensor]:
-    """Natural-log probabilities of each scored token of each text (BOS prepended, EOS appended).
+@dataclass
+class TokenFeatures:
+    logp: torch.Tensor  # (n_scored,) natural log-probabilities of the actual tokens
+    mu: torch.Tensor | None = None  # (n_scored,) E_z[log p(z)]
+    sigma: torch.Tensor | None = None  # (n_scored,) sd_z[log p(z)]
 
-    With ``score_from_char[i] = c``, only tokens whose character span ends after c are scored (the
-    secret and what follows a shared prefix); otherwise every token after BOS, EOS included.
-    """
-    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+def _bos(tokenizer) -> int:
+    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+
+def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_len: int | None):
+    """Token ids (BOS + text + EOS) and which positions are scored, per text."""
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    seqs, masks = [], []
+    for j, (ids, offs) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
+        full = [_bos(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
+        if score_from_char is None:
+            scored = [False] + [True] * (len(ids) + 1)
+        else:
+            c = score_from_char[j]
+            scored = [False] + [e > c for (_, e) in offs] + [True]
+        if max_len is not None:
+            full, scored = full[:max_len], scored[:max_len]
+        seqs.append(full)
+        masks.append(scored)
+    return seqs, masks
+
+
+@torch.inference_mode()
+def token_features(model, tokenizer, texts: list[str], score_from_char: list[int] | None = None,
+                   batch_size: int = 64, max_len: int | None = None, moments: bool = False) -> list[TokenFeatures]:
+    """Features of each text's scored tokens (all tokens after BOS, EOS included, unless
+    ``score_from_char[i] = c`` restricts them to tokens whose span ends after character c)."""
     model.eval()
-    out: list[torch.Tensor] = []
-    for start in range(0, len(texts), batch_size):
-        chunk = texts[start:start + batch_size]
-        enc = tokenizer(chunk, add_special_tokens=False, return_offsets_mapping=True)
-        seqs, masks = [], []
-        for j, (ids, offs) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
-            full = [bos] + list(ids) + [tokenizer.eos_token_id]
-            if score_from_char is None:
-                scored = [False] + [True] * (len(ids) + 1)
-            else:
-                c = score_from_char[start + j]
-                scored = [False] + [e > c for (_, e) in offs] + [True]
-            if max_len is not None:
-                full, scored = full[:max_len], scored[:max_len]
-            seqs.append(full)
-            masks.append(scored)
+    out: list[TokenFeatures] = []
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths batch together
+    results: dict[int, TokenFeatures] = {}
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        seqs, masks = encode(tokenizer, [texts[i] for i in idx],
+                             None if score_from_char is None else [score_from_char[i] for i in idx], max_len)
         L = max(len(s) for s in seqs)
-        ids_t = torch.full((len(seqs), L), tokenizer.pad_token_id, dtype=torch.long)
+        ids = torch.full((len(seqs), L), tokenizer.pad_token_id, dtype=torch.long)
         att = torch.zeros((len(seqs), L), dtype=torch.long)
         for j, s in enumerate(seqs):
-            ids_t[j, : len(s)] = torch.tensor(s)
+            ids[j, : len(s)] = torch.tensor(s)
             att[j, : len(s)] = 1
         pos = torch.arange(L).unsqueeze(0).repeat(len(seqs), 1)
-        logits = model(input_ids=ids_t, attention_mask=att, position_ids=pos).logits.float()
-        logp = torch.log_softmax(logits[:, :-1], dim=-1)
-        tgt_lp = logp.gather(-1, ids_t[:, 1:].unsqueeze(-1)).squeeze(-1)
+        logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, :-1].float()
+        logp_all = torch.log_softmax(logits, dim=-1)
+        tgt = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        if moments:
+            p = logp_all.exp()
+            mu = (p * logp_all).sum(-1)
+            sd = ((p * logp_all.square()).sum(-1) - mu.square()).clamp_min(1e-12).sqrt()
         for j, m in enumerate(masks):
             sel = torch.tensor(m[1:], dtype=torch.bool)
-            out.append(tgt_lp[j, : len(m) - 1][sel].clone())
+            n = len(m) - 1
+            results[idx[j]] = TokenFeatures(tgt[j, :n][sel].clone(),
+                                            mu[j, :n][sel].clone() if moments else None,
+                                            sd[j, :n][sel].clone() if moments else None)
+    out = [results[i] for i in range(len(texts))]
     return out
+
+
+def token_logprobs(model, tokenizer, texts, score_from_char=None, batch_size: int = 64, max_len=None):
+    return [f.logp for f in token_features(model, tokenizer, texts, score_from_char, batch_size, max_len)]

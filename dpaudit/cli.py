@@ -62,22 +62,34 @@ def run(config_path, out, redact, quiet):
 @cli.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder for REPORT.md, report.json, plots.")
-@click.option("--attacks", default="loss,exposure", show_default=True,
-              help="Comma-separated attacks to run on the canaries.")
+@click.option("--attacks", default="loss,zlib,min_k,min_k_plus,reference,exposure", show_default=True,
+              help="Comma-separated attacks to run on the canaries (each scores every canary; higher = member).")
+@click.option("--rule", type=click.Choice(["bonferroni", "held_out"]), default="bonferroni", show_default=True,
+              help="How the one-run audit's choices stay valid: Bonferroni over attacks with the manifest's "
+                   "guess counts, or attack and guesses chosen on a held-out half of the canaries.")
 @click.option("--references", "n_references", default=2000, show_default=True, type=int,
               help="Reference secrets sampled from the randomness space for exposure ranks.")
+@click.option("--enumerate-limit", default=0, show_default=True, type=int,
+              help="Rank exposure over the WHOLE randomness space when it has at most this many secrets "
+                   "(e.g. 1000000; slow on a CPU), instead of over sampled references.")
+@click.option("--reference-model", type=click.Path(path_type=Path),
+              help="HF model folder for the reference attack (default: the checkpoint's base model).")
 @click.option("--confidence", default=0.95, show_default=True, type=float,
               help="Confidence of the empirical lower bounds (family-wise over attacks).")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
-def evaluate(checkpoint, out, attacks, n_references, confidence, redact):
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, redact, quiet):
     """Audit CHECKPOINT (model/, privacy_card.json, canaries.json): attacks, bounds, claim check, metrics."""
     from dpaudit import report
     from dpaudit.evaluate import evaluate as run_eval
 
     if not 0.5 <= confidence < 1:
         raise DpauditError(f"--confidence must be in [0.5, 1), got {confidence}")
+    if n_references < 10:
+        raise DpauditError(f"--references must be at least 10, got {n_references}")
     r = run_eval(checkpoint, attacks=[a.strip() for a in attacks.split(",") if a.strip()],
-                 n_references=n_references, confidence=confidence, command=_command_line())
+                 n_references=n_references, confidence=confidence, command=_command_line(), rule=rule,
+                 reference=reference_model, enumerate_limit=enumerate_limit, progress=not quiet)
     report.write(r, out, redact=redact)
     click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")

@@ -70,12 +70,22 @@ class EvalConfig:
     n_references: int = 2000
     confidence: float = 0.95
     batch_size: int = 64
+    attacks: tuple = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")
+    rule: str = "bonferroni"  # or held_out (dpaudit.audit.selection)
+    enumerate_limit: int = 0  # rank exposure over the whole space when it is at most this large
 
     def __post_init__(self):
         if not isinstance(self.n_references, int) or self.n_references < 10:
             raise DpauditError(f"evaluate.n_references must be an integer >= 10, got {self.n_references!r}")
         if not 0.5 <= self.confidence < 1:
             raise DpauditError(f"evaluate.confidence must be in [0.5, 1), got {self.confidence}")
+        from dpaudit.attacks import ALL
+
+        bad = [a for a in self.attacks if a not in ALL]
+        if bad or not self.attacks:
+            raise DpauditError(f"evaluate.attacks: unknown attack {bad[0] if bad else None!r}; choose from {', '.join(ALL)}")
+        if self.rule not in ("bonferroni", "held_out"):
+            raise DpauditError(f"evaluate.rule must be 'bonferroni' or 'held_out', got {self.rule!r}")
 
 
 @dataclass(frozen=True)

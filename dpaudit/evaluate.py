@@ -11,16 +11,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from dpaudit import accounting, checkpoint
 from dpaudit.accounting import group
 from dpaudit.audit import exposure as exposure_stats
-from dpaudit.audit import mia_metrics, one_run
+from dpaudit.audit import mia_metrics, selection
 from dpaudit.errors import DpauditError
 
 SCHEMA_VERSION = 1
 ACCOUNTING_TOLERANCE = 0.02  # relative slack for numerical differences between accountants
-ATTACKS = ("loss", "exposure")
+DEFAULT_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")
 
 
 def reaccount(card) -> dict:
@@ -50,13 +51,38 @@ def _group_delta(card, reps: int) -> float:
     return float(min(0.999, group.lemma(card.claim.epsilon_value, card.claim.delta, reps)[1]))
 
 
-def evaluate(ckpt_dir: Path, attacks=ATTACKS, n_references: int = 2000, confidence: float = 0.95,
-             batch_size: int = 64, command: str | None = None, progress: bool = True) -> dict:
-    unknown = [a for a in attacks if a not in ATTACKS]
+def _reference_model(ck, reference: str | Path | None):
+    """The reference model for calibration: an explicit path, else the checkpoint's base model."""
+    from dpaudit.tasks import models
+
+    if reference is not None:
+        return models.load_dir(Path(reference))[0]
+    if (ck.path / "base_model").exists():
+        return models.load_dir(ck.path / "base_model")[0]
+    spec = ck.run.get("model")
+    if spec:
+        return models.build(models.ModelSpec(**spec))[0].eval()
+    return None
+
+
+def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, confidence: float = 0.95,
+             batch_size: int = 64, command: str | None = None, progress: bool = True, rule: str = "bonferroni",
+             reference: str | Path | None = None, enumerate_limit: int = 0) -> dict:
+    """Audit one checkpoint. ``rule`` says how the one-run audit's choices are made (see
+    :mod:`dpaudit.audit.selection`); exposure ranks over the whole space when it has at most
+    ``enumerate_limit`` secrets, else over ``n_references`` sampled ones."""
+    from dpaudit.attacks import ALL, BLACK_BOX
+    from dpaudit.attacks import exposure as exposure_attack
+    from dpaudit.attacks.scoring import token_features
+
+    attacks = list(dict.fromkeys(attacks))
+    unknown = [a for a in attacks if a not in ALL]
     if unknown:
-        raise DpauditError(f"unknown attack {unknown[0]!r}; choose from {', '.join(ATTACKS)}")
+        raise DpauditError(f"unknown attack {unknown[0]!r}; choose from {', '.join(ALL)}")
     if not attacks:
-        raise DpauditError("no attacks selected; pass --attacks loss,exposure")
+        raise DpauditError("no attacks selected; pass e.g. --attacks loss,exposure")
+    if rule not in selection.RULES:
+        raise DpauditError(f"unknown threshold rule {rule!r}; choose from {', '.join(selection.RULES)}")
     t0 = time.time()
     ck = checkpoint.load(ckpt_dir)
     card, man = ck.card, ck.manifest
@@ -84,24 +110,44 @@ def evaluate(ckpt_dir: Path, attacks=ATTACKS, n_references: int = 2000, confiden
     reps = max([c.repetitions for c in man.canaries] + [1])
     texts = [c.text for c in man.canaries]
     scores: dict[str, np.ndarray] = {}
+    notes: list[str] = []
+    black = [a for a in attacks if a in BLACK_BOX]
+    if black:
+        moments = any(BLACK_BOX[a].NEEDS_MOMENTS for a in black)
+        feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments)
+        ref_feats = None
+        if "reference" in black:
+            ref_model = _reference_model(ck, reference)
+            if ref_model is None:
+                notes.append("reference attack skipped: no base model known; pass --reference-model")
+                black.remove("reference")
+            else:
+                ref_feats = token_features(ref_model, tok, texts, batch_size=batch_size)
+        for a in black:
+            scores[a] = BLACK_BOX[a].from_features(feats, texts, reference_feats=ref_feats)
     expo: dict = {}
-    from dpaudit.attacks import exposure as exposure_attack
-    from dpaudit.attacks import loss as loss_attack
-
-    if "loss" in attacks:
-        scores["loss"] = loss_attack.scores(model, tok, texts, batch_size)
     if "exposure" in attacks:
         p = man.plan
-        refs = man.reference_secrets(n_references)
+        enumerate_all = 0 < p.space_size <= enumerate_limit
+        if enumerate_all:
+            taken = {c.secret for c in man.canaries}
+            refs = [s for s in exposure_attack.enumerate_space(p.alphabet, p.length) if s not in taken]
+        else:
+            refs = man.reference_secrets(n_references)
+        bar = tqdm(total=len(refs) + len(texts), desc="exposure", disable=not progress, leave=False)
         px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
-                                                  batch_size)
-        px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, batch_size)
+                                                  4 * batch_size, progress=bar.update)
+        px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, 4 * batch_size,
+                                                  progress=bar.update)
+        bar.close()
         rank_exp = exposure_stats.rank_exposure(px_can, px_ref)
         extra_exp = exposure_stats.extrapolated_exposure(px_can, px_ref, p.space_size)
         scores["exposure"] = -px_can
         ins = signs > 0
+        threshold = float(np.log2(len(refs) + 1) - 1)  # rank <= 2, fixed in advance
         expo = {
             "n_references": len(refs),
+            "enumerated": enumerate_all,
             "space_size": p.space_size,
             "max_rank_exposure": float(np.log2(len(refs) + 1)),
             "max_exposure": float(np.log2(p.space_size)),
@@ -109,20 +155,29 @@ def evaluate(ckpt_dir: Path, attacks=ATTACKS, n_references: int = 2000, confiden
             "mean_held_out": float(rank_exp[~ins].mean()) if (~ins).any() else None,
             "mean_inserted_extrapolated": float(extra_exp[ins].mean()) if ins.any() else None,
             "rank1_inserted": int(np.sum(rank_exp[ins] >= np.log2(len(refs) + 1) - 1e-9)),
+            "epsilon_lb": {
+                "threshold_bits": threshold,
+                "value": exposure_stats.epsilon_from_exposures(
+                    rank_exp[ins], threshold, _group_delta(card, reps), confidence, group_size=reps),
+                "confidence": confidence, "delta": _group_delta(card, reps), "group_size": reps,
+                "ceiling": exposure_stats.epsilon_from_exposures(
+                    np.full(int(ins.sum()), threshold), threshold, _group_delta(card, reps), confidence,
+                    group_size=reps),
+                "rule": "P_in[exposure >= x] <= e^eps 2^-x + delta, Clopper-Pearson over inserted canaries; "
+                        "x fixed at rank <= 2 before scoring",
+            },
             "canaries": [
                 {"id": c.id, "inserted": c.inserted, "repetitions": c.repetitions, "secret": c.secret,
                  "log_perplexity_bits": float(px_can[i]), "exposure": float(rank_exp[i]),
                  "exposure_extrapolated": float(extra_exp[i])}
                 for i, c in enumerate(man.canaries)
             ],
-            "reference_log_perplexity_bits": [float(x) for x in px_ref],
+            "reference_log_perplexity_bits": [float(x) for x in px_ref[:5000]],
         }
     t_attacks = time.time() - t0 - t_load - t_metrics
 
     # ---- statistics -----------------------------------------------------------------------------
     k_pos, k_neg = man.plan.guesses
-    n_tests = len(scores)
-    conf_each = 1 - (1 - confidence) / n_tests  # Bonferroni over the attacks audited
     attack_rows: dict = {}
     empirical = []
     deltas = [("claimed", _group_delta(card, reps))] if card.is_private else []
@@ -131,11 +186,13 @@ def evaluate(ckpt_dir: Path, attacks=ATTACKS, n_references: int = 2000, confiden
         m = mia_metrics.compute(sc, signs, seed=0)
         attack_rows[name] = {**m.to_dict(), "roc": [list(map(float, a)) for a in mia_metrics.roc_points(sc, signs)],
                              "scores": [float(x) for x in sc]}
-        for label, d in deltas:
-            r = one_run.audit(sc, signs, k_pos, k_neg, delta=d, confidence=conf_each, group_size=reps)
-            empirical.append({"method": "one_run", "attack": name, "delta_kind": label, **r.to_dict(),
-                              "bonferroni_tests": n_tests, "family_confidence": confidence,
-                              "kind": "lower bound"})
+    for label, d in deltas:
+        if rule == "bonferroni":
+            for name, r in selection.bonferroni(scores, signs, k_pos, k_neg, d, confidence, reps).items():
+                empirical.append(_row(name, label, r, confidence, len(scores)))
+        else:
+            name, r = selection.held_out(scores, signs, d, confidence, seed=man.plan.seed, group_size=reps)
+            empirical.append(_row(name, label, r, confidence, 1))
     primary = [e for e in empirical if e["delta_kind"] == ("claimed" if card.is_private else "zero")]
     best = max(primary, key=lambda e: e["epsilon_lb"]) if primary else None
 
@@ -152,6 +209,8 @@ def evaluate(ckpt_dir: Path, attacks=ATTACKS, n_references: int = 2000, confiden
         "accounting": acct,
         "empirical": empirical,
         "empirical_best": best,
+        "threshold_rule": rule,
+        "notes": notes,
         "attacks": attack_rows,
         "exposure": expo,
         "metrics": metrics,
@@ -171,6 +230,11 @@ def evaluate(ckpt_dir: Path, attacks=ATTACKS, n_references: int = 2000, confiden
         "timings": {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks, "total_s": time.time() - t0},
     }
     return report
+
+
+def _row(attack: str, delta_kind: str, r, confidence: float, n_tests: int) -> dict:
+    return {"method": "one_run", "attack": attack, "delta_kind": delta_kind, **r.to_dict(),
+            "bonferroni_tests": n_tests, "family_confidence": confidence, "kind": "lower bound"}
 
 
 def judge(card, acct: dict, best: dict | None) -> dict:

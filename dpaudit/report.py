@@ -113,6 +113,11 @@ def privacy_rows(r: dict) -> list[str]:
                     f"{e['epsilon_lb']:.2f} | {e['family_confidence']:.0%} confidence (Bonferroni over "
                     f"{e['bonferroni_tests']}), ceiling {e['ceiling']:.2f}, {e['v']}/{e['r']} guesses correct "
                     f"of m = {e['m']}, δ = {e['delta']:.3g}, group size {e['group_size']} |")
+    ex = (r.get("exposure") or {}).get("epsilon_lb")
+    if ex:
+        rows.append(f"| empirical ε lower bound (exposure ≥ {ex['threshold_bits']:.2f} bits) | {ex['value']:.2f} | "
+                    f"{ex['confidence']:.0%} confidence, ceiling {ex['ceiling']:.2f}, δ = {ex['delta']:.3g}, "
+                    f"group size {ex['group_size']} |")
     return rows
 
 
