@@ -6,6 +6,7 @@
       privacy_card.json   the claim + the mechanism (dpaudit.card)
       canaries.json       the canary manifest (dpaudit.canaries)
       run.json            resolved config, seeds, data hash, package versions (optional for others' models)
+      gradient_canaries.json  white-box canary plan and scores (optional; trainers/gradient_canaries.py)
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def jsonable(x):
 
 
 def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, run: dict,
-          base_model=None) -> Path:
+          base_model=None, extra_files: dict | None = None) -> Path:
     """Write a checkpoint atomically (to a temporary folder, renamed at the end)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
@@ -120,6 +121,8 @@ def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, r
     card.save(tmp / "privacy_card.json")
     manifest.save(tmp / "canaries.json")
     (tmp / "run.json").write_text(json.dumps(jsonable(run), indent=2, default=str) + "\n")
+    for name, body in (extra_files or {}).items():
+        (tmp / name).write_text(json.dumps(jsonable(body)) + "\n")
     if path.exists():
         import shutil
 

@@ -8,6 +8,7 @@ renders it.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from tqdm.auto import tqdm
 from dpaudit import accounting, checkpoint
 from dpaudit.accounting import group
 from dpaudit.audit import exposure as exposure_stats
-from dpaudit.audit import mia_metrics, selection
+from dpaudit.audit import mia_metrics, one_run, selection
 from dpaudit.errors import DpauditError
 
 SCHEMA_VERSION = 1
@@ -186,13 +187,30 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
         m = mia_metrics.compute(sc, signs, seed=0)
         attack_rows[name] = {**m.to_dict(), "roc": [list(map(float, a)) for a in mia_metrics.roc_points(sc, signs)],
                              "scores": [float(x) for x in sc]}
+    wb = _whitebox(ck.path)
+    n_family = (len(scores) if rule == "bonferroni" else 1) + (1 if wb else 0)
     for label, d in deltas:
         if rule == "bonferroni":
-            for name, r in selection.bonferroni(scores, signs, k_pos, k_neg, d, confidence, reps).items():
-                empirical.append(_row(name, label, r, confidence, len(scores)))
+            for name, r in selection.bonferroni(scores, signs, k_pos, k_neg, d, confidence, reps,
+                                                n_tests=n_family).items():
+                empirical.append(_row(name, label, r, confidence, n_family))
         else:
-            name, r = selection.held_out(scores, signs, d, confidence, seed=man.plan.seed, group_size=reps)
-            empirical.append(_row(name, label, r, confidence, 1))
+            conf = 1 - (1 - confidence) / n_family
+            name, r = selection.held_out(scores, signs, d, conf, seed=man.plan.seed, group_size=reps)
+            empirical.append(_row(name, label, r, confidence, n_family))
+        if wb:
+            m_wb = len(wb["signs"])
+            d_wb = card.claim.delta if label == "claimed" else 0.0  # one record per gradient canary
+            r = one_run.audit(wb["scores"], wb["signs"], m_wb // 4, m_wb // 4, delta=d_wb,
+                              confidence=1 - (1 - confidence) / n_family)
+            r = replace(r, threshold_rule="white-box gradient canaries; guesses m/4 + m/4 fixed in advance")
+            empirical.append(_row("whitebox_gradient", label, r, confidence, n_family))
+    if wb:
+        attack_rows["whitebox_gradient"] = {
+            **mia_metrics.compute(wb["scores"], wb["signs"], seed=0).to_dict(),
+            "roc": [list(map(float, a)) for a in mia_metrics.roc_points(wb["scores"], wb["signs"])],
+            "scores": [float(x) for x in wb["scores"]], "kind": wb["kind"], "m": len(wb["signs"]),
+            "signs": [int(x) for x in wb["signs"]]}
     primary = [e for e in empirical if e["delta_kind"] == ("claimed" if card.is_private else "zero")]
     best = max(primary, key=lambda e: e["epsilon_lb"]) if primary else None
 
@@ -230,6 +248,22 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
         "timings": {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks, "total_s": time.time() - t0},
     }
     return report
+
+
+def _whitebox(path: Path) -> dict | None:
+    f = Path(path) / "gradient_canaries.json"
+    if not f.exists():
+        return None
+    from dpaudit.card import read_json
+
+    d = read_json(f, "gradient canary record", "")
+    try:
+        d["signs"], d["scores"] = np.asarray(d["signs"], dtype=int), np.asarray(d["scores"], dtype=float)
+    except (KeyError, ValueError, TypeError):
+        raise DpauditError(f"{f}: needs 'signs' (+1/-1) and 'scores' lists of equal length") from None
+    if d["signs"].size != d["scores"].size or d["signs"].size < 2:
+        raise DpauditError(f"{f}: 'signs' and 'scores' must have the same length >= 2")
+    return d
 
 
 def _row(attack: str, delta_kind: str, r, confidence: float, n_tests: int) -> dict:

@@ -68,7 +68,8 @@ def _plots(report: dict, out: Path, prefix: str = "") -> list[str]:
             if report.get("exposure") else None
         for ax, (name, a) in zip(axes[0], attacks.items()):
             sc = np.array(a["scores"])
-            s = signs if signs is not None and signs.size == sc.size else None
+            s = np.array(a["signs"]) if "signs" in a else signs
+            s = s if s is not None and s.size == sc.size else None
             if s is None:
                 continue
             bins = np.histogram_bin_edges(sc, bins=20)

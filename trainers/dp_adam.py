@@ -56,4 +56,6 @@ def fit(cfg, variant, data: sentiment.SentimentData, manifest: Manifest, out: Pa
         "versions": checkpoint.versions(),
         "machine": checkpoint.machine(),
     }
-    return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None)
+    extra = {"gradient_canaries.json": res.gradient_canaries} if res.gradient_canaries else {}
+    return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None,
+                            extra_files=extra)

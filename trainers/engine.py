@@ -46,6 +46,8 @@ class EngineConfig:
     accountant: str = "prv"
     grad_sample_mode: str = "hooks"
     seed: int = 0
+    gradient_canaries: int = 0  # white-box canaries (trainers/gradient_canaries.py); 0 = none
+    gradient_canary_kind: str = "dirac"
     progress: bool = True
 
     def __post_init__(self):
@@ -67,6 +69,8 @@ class EngineConfig:
                                f"{', '.join(accounting.ACCOUNTANTS)}")
         if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
             raise DpauditError(f"train.grad_sample_mode must be one of {GRAD_SAMPLE_MODES}")
+        if not isinstance(self.gradient_canaries, int) or self.gradient_canaries < 0 or self.gradient_canaries == 1:
+            raise DpauditError(f"train.gradient_canaries must be 0 or an integer >= 2, got {self.gradient_canaries!r}")
 
     @property
     def private(self) -> bool:
@@ -85,10 +89,12 @@ class TrainResult:
     events: list = field(default_factory=list)
     losses: list = field(default_factory=list)
     seconds: float = 0.0
+    gradient_canaries: dict | None = None
 
     def summary(self) -> dict:
         d = asdict(self)
         d["events"] = [e.to_dict() for e in self.events]
+        d.pop("gradient_canaries", None)
         d["final_loss"] = float(sum(self.losses[-20:]) / max(1, len(self.losses[-20:]))) if self.losses else None
         del d["losses"]
         return d
@@ -142,21 +148,35 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     if not cfg.private:
         loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, generator=gen)
         steps = max(1, int(round(cfg.epochs * n / batch)))
+        canaries = _gradient_canaries(cfg, opt, params, q, batch, private=False)
         losses = _loop(model, opt, loader, steps, cfg, criterion=None)
-        return model, TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0)
+        return model, TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0,
+                                  canaries.to_dict() if canaries else None)
 
     delta = cfg.delta if cfg.delta is not None else 1.0 / (2 * n)
     steps = max(1, int(math.ceil(cfg.epochs / q)))
     sigma = accounting.calibrate_sigma(cfg.target_epsilon, delta, q, steps, accountant=cfg.accountant)
     loader = DataLoader(data, batch_size=batch, shuffle=True, generator=gen)
     gsm, dp_opt, dp_crit, dp_loader = make_private(model, opt, loader, cfg, sigma)
+    canaries = _gradient_canaries(cfg, dp_opt, params, q, batch, private=True)
     losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
     if hasattr(gsm, "remove_hooks"):  # leave a plain module behind for save_pretrained
         gsm.remove_hooks()
     plain = gsm._module
-    return plain, TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0)
+    return plain, TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0,
+                              canaries.to_dict() if canaries else None)
+
+
+def _gradient_canaries(cfg: EngineConfig, opt, params, q: float, batch: int, private: bool):
+    if not cfg.gradient_canaries:
+        return None
+    from dpaudit.trainers.gradient_canaries import GradientCanaries
+
+    gc = GradientCanaries.plan(cfg.gradient_canaries, cfg.gradient_canary_kind, cfg.seed, params, cfg.clipping_norm, q)
+    gc.attach(opt, params, batch, cfg.seed, private=private)
+    return gc
 
 
 def make_private(model, opt, loader, cfg: EngineConfig, sigma: float):

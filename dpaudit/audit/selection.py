@@ -21,13 +21,13 @@ GRID = (0.05, 0.1, 0.2, 0.3, 0.5)  # fractions of the canaries guessed on each s
 
 
 def bonferroni(scores: dict[str, np.ndarray], signs, k_pos: int, k_neg: int, delta: float, confidence: float,
-               group_size: int = 1) -> dict[str, one_run.OneRunResult]:
-    n = len(scores)
+               group_size: int = 1, n_tests: int | None = None) -> dict[str, one_run.OneRunResult]:
+    n = n_tests or len(scores)
     conf = 1 - (1 - confidence) / n
     out = {}
     for name, sc in scores.items():
         r = one_run.audit(sc, signs, k_pos, k_neg, delta=delta, confidence=conf, group_size=group_size)
-        out[name] = _with_rule(r, f"bonferroni over {n} attacks; guesses fixed in the manifest")
+        out[name] = _with_rule(r, f"bonferroni over {n} tests; guesses fixed in the manifest")
     return out
 
 

@@ -1,0 +1,72 @@
+"""White-box gradient canaries: a mechanism with the noise its card claims passes; one whose noise is
+smaller than claimed is caught (violated); no noise leaks to the ceiling."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dpaudit import checkpoint, report
+from dpaudit.canaries import CanaryPlan, generate
+from dpaudit.card import Claim, PrivacyCard
+from dpaudit.evaluate import evaluate
+from dpaudit.tasks import sentiment
+from dpaudit.trainers import engine
+
+
+def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_path, name):
+    model, tok = tiny_model_factory()
+    data = sentiment.load(n_train=120, n_test=20)
+    recs = [sentiment.encode_example(e, tok, "lm", 32) for e in data.train]
+    cfg = engine.EngineConfig(target_epsilon=target_epsilon, delta=1e-5, epochs=4, batch_size=12, lr=1e-3,
+                              gradient_canaries=1000, progress=False)
+    orig = engine.make_private
+    engine.make_private = lambda m, o, ld, c, s: orig(m, o, ld, c, s * sigma_scale)  # noqa: E731
+    try:
+        model, res = engine.train(model, recs, cfg, tok.pad_token_id, 32)
+    finally:
+        engine.make_private = orig
+    man = generate(CanaryPlan(m=20, repetitions=1))
+    card = PrivacyCard(claim=Claim(epsilon=res.epsilon if res.private else None, delta=1e-5 if res.private else 0.0),
+                       events=res.events, clipping_norm=1.0, expected_batch_size=12, dataset_size=len(recs))
+    ck = checkpoint.write(tmp_path / name, model, tok, card, man, {}, extra_files={"gradient_canaries.json":
+                                                                                    res.gradient_canaries})
+    return ck, res
+
+
+def test_whitebox_catches_too_little_noise(tiny_model_factory, tmp_path):
+    ck, res = _train(tiny_model_factory, sigma_scale=0.05, target_epsilon=1.0, tmp_path=tmp_path, name="broken")
+    r = evaluate(ck, attacks=["loss"], progress=False)
+    wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
+    assert wb["epsilon_lb"] > 1.0
+    assert r["verdict"]["status"] == "violated"
+    report.write(r, tmp_path / "rep")
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["verdict"]["status"] == "violated"
+
+
+def test_whitebox_honest_noise_passes(tiny_model_factory, tmp_path):
+    ck, _ = _train(tiny_model_factory, sigma_scale=1.0, target_epsilon=1.0, tmp_path=tmp_path, name="honest")
+    r = evaluate(ck, attacks=["loss"], progress=False)
+    wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
+    assert wb["epsilon_lb"] <= 1.0
+    assert r["verdict"]["status"] == "consistent"
+
+
+def test_whitebox_no_noise_reaches_ceiling(tiny_model_factory, tmp_path):
+    ck, res = _train(tiny_model_factory, sigma_scale=1.0, target_epsilon=float("inf"), tmp_path=tmp_path, name="np")
+    gc = res.gradient_canaries
+    signs, scores = np.array(gc["signs"]), np.array(gc["scores"])
+    # inserted canaries score about (times sampled) > 0; held-out ones about 0 (only real-data gradients)
+    assert np.all(np.array(gc["times_sampled"])[signs < 0] == 0)
+    r = evaluate(ck, attacks=["loss"], progress=False)
+    wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient"][0]
+    assert wb["epsilon_lb"] > 0.7 * wb["ceiling"]  # a few inserted canaries are never sampled
+    assert r["attacks"]["whitebox_gradient"]["auc"] > 0.95
+    assert scores[signs > 0].mean() > scores[signs < 0].mean() + 1
+
+
+def test_bad_gradient_canary_config():
+    from dpaudit.errors import DpauditError
+
+    with pytest.raises(DpauditError, match="gradient_canaries"):
+        engine.EngineConfig(gradient_canaries=1)
