@@ -8,7 +8,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 
-.PHONY: demo test test-fast lint bench clean-venv
+.PHONY: demo test test-fast lint bench ci-audit clean-venv
 
 $(BIN)/.installed: requirements.txt requirements-assets.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ test: $(BIN)/.installed lint
 
 test-fast: $(BIN)/.installed
 	$(BIN)/pytest -q -m "not slow"
+
+# The project's own privacy gate: a tiny audit whose DP model must satisfy the default policy.
+ci-audit: $(BIN)/.installed
+	$(BIN)/dpaudit run configs/tiny.toml --out out/ci-audit --quiet
+	$(BIN)/dpaudit check out/ci-audit/dp-eps1/report/report.json --policy configs/policy.toml
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_scoring.py

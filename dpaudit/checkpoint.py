@@ -68,10 +68,11 @@ class Checkpoint:
         return models.load_dir(mdir)
 
     def hash(self) -> str:
-        """sha256 over the checkpoint's weight and JSON files (names and bytes), first 16 hex digits."""
+        """sha256 over the checkpoint's weights, tokenizer, card and manifest (names and bytes), first 16 hex
+        digits. run.json and gradient_canaries.json are left out: they hold timings and audit scores."""
         h = hashlib.sha256()
         for f in sorted(self.path.rglob("*")):
-            if f.is_file() and f.suffix in (".safetensors", ".json"):
+            if f.is_file() and f.suffix in (".safetensors", ".json") and f.name not in ("run.json", "gradient_canaries.json"):
                 h.update(str(f.relative_to(self.path)).encode())
                 h.update(f.read_bytes())
         return h.hexdigest()[:16]

@@ -23,8 +23,9 @@ def _command_line() -> str:
 def cli():
     """dpaudit: does a DP fine-tuned model keep the privacy promise written on it?
 
-    Train reference DP models (`run`), audit any checkpoint (`evaluate`), re-derive epsilon
-    (`account`), compute audit bounds (`audit`), and check which offline assets are present (`assets`).
+    Train reference DP models (`run`), audit any checkpoint (`evaluate`), gate CI on a report
+    (`check`), diff two reports (`compare`), re-derive epsilon (`account`), compute audit bounds
+    (`audit`), and check which offline assets are present (`assets`).
     """
 
 
@@ -141,6 +142,39 @@ def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants,
         click.echo(f"ε at δ = {delta}:")
         for n, e in res.items():
             click.echo(f"  {n:8s} ε = {e:.4f}")
+
+
+@cli.command()
+@click.argument("report_json", type=click.Path(path_type=Path))
+@click.option("--policy", type=click.Path(path_type=Path),
+              help="Policy TOML with a [rules] table (default rules if omitted; see configs/policy.toml).")
+def check(report_json, policy):
+    """CI gate: exit 0 when REPORT_JSON satisfies every policy rule, 1 when one fails, 2 on bad input."""
+    from dpaudit import policy as pol
+
+    p = pol.load_policy(policy)
+    r = pol.load_report(report_json)
+    fails = pol.check_any(r, p)
+    for f in fails:
+        click.echo(f"FAIL {f}")
+    if fails:
+        raise SystemExit(1)
+    click.echo(f"ok: {report_json} satisfies the policy")
+
+
+@cli.command()
+@click.argument("old_json", type=click.Path(path_type=Path))
+@click.argument("new_json", type=click.Path(path_type=Path))
+@click.option("--fail-on-regression", is_flag=True, help="Exit 1 when anything regressed.")
+def compare(old_json, new_json, fail_on_regression):
+    """Markdown diff of two report.json files (evaluation or comparison), flagging what regressed."""
+    from dpaudit.compare import compare as diff
+    from dpaudit.policy import load_report
+
+    md, n = diff(load_report(old_json), load_report(new_json))
+    click.echo(md, nl=False)
+    if fail_on_regression and n:
+        raise SystemExit(1)
 
 
 @cli.group()

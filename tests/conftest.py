@@ -24,3 +24,45 @@ def tiny_model_factory():
         return build(ModelSpec(**TINY, init_seed=seed))
 
     return make
+
+
+CONFIG = """
+[task]
+n_train = 200
+n_test = 80
+[model]
+name = "tiny-gpt2"
+vocab_size = 512
+n_embd = 64
+n_layer = 2
+n_head = 2
+max_len = 40
+[canaries]
+m = 60
+repetitions = 4
+[train]
+gradient_canaries = 200
+epochs = 6
+batch_size = 32
+lr = 5e-3
+[evaluate]
+n_references = 200
+[[variants]]
+name = "non-private"
+target_epsilon = inf
+[[variants]]
+name = "dp"
+target_epsilon = 0.5
+"""
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("e2e")
+    (d / "cfg.toml").write_text(CONFIG)
+    from dpaudit.cli import main
+
+    assert main(["run", str(d / "cfg.toml"), "--out", str(d / "out"), "--quiet"]) == 0
+    return d / "out"
+
+

@@ -13,42 +13,6 @@ from dpaudit.audit import one_run
 from dpaudit.card import load_card
 from dpaudit.cli import main
 
-CONFIG = """
-[task]
-n_train = 200
-n_test = 80
-[model]
-name = "tiny-gpt2"
-vocab_size = 512
-n_embd = 64
-n_layer = 2
-n_head = 2
-max_len = 40
-[canaries]
-m = 60
-repetitions = 4
-[train]
-epochs = 6
-batch_size = 32
-lr = 5e-3
-[evaluate]
-n_references = 200
-[[variants]]
-name = "non-private"
-target_epsilon = inf
-[[variants]]
-name = "dp"
-target_epsilon = 0.5
-"""
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("e2e")
-    (d / "cfg.toml").write_text(CONFIG)
-    assert main(["run", str(d / "cfg.toml"), "--out", str(d / "out"), "--quiet"]) == 0
-    return d / "out"
-
 
 def _report(run_dir, variant):
     return json.loads((run_dir / variant / "report" / "report.json").read_text())

@@ -1,0 +1,81 @@
+"""``dpaudit compare OLD NEW``: a markdown diff of two reports, with what regressed flagged.
+
+Regressions: a larger empirical lower bound, a larger attack AUC or mean exposure of inserted canaries,
+a larger claimed or re-accounted epsilon, a lower accuracy, or a worse verdict.
+"""
+
+from __future__ import annotations
+
+VERDICT_RANK = {"consistent": 0, "no-claim": 1, "inconclusive": 1, "accounting-mismatch": 2, "violated": 3}
+
+
+def _metrics(r: dict) -> dict[str, tuple[float | None, int]]:
+    """name -> (value, direction): +1 when larger is worse, -1 when smaller is worse."""
+    out: dict[str, tuple[float | None, int]] = {}
+    e = r["claim"]["epsilon"]
+    out["claimed ε"] = (float("inf") if e is None else e, +1)
+    out["re-accounted ε (largest)"] = (r["accounting"].get("reaccounted_epsilon"), +1)
+    best = r.get("empirical_best")
+    out["empirical ε lower bound"] = (best["epsilon_lb"] if best else None, +1)
+    for name, a in r.get("attacks", {}).items():
+        out[f"AUC {name}"] = (a["auc"], +1)
+        out[f"TPR@1%FPR {name}"] = (a["tpr_at_1_fpr"], +1)
+    ex = r.get("exposure") or {}
+    out["mean exposure, inserted (bits)"] = (ex.get("mean_inserted"), +1)
+    out["accuracy"] = ((r.get("metrics") or {}).get("accuracy"), -1)
+    return out
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "—"
+    if x == float("inf"):
+        return "∞"
+    return f"{x:.3f}"
+
+
+def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
+    a, b = _metrics(old), _metrics(new)
+    lines = [f"### {title}", "", "| quantity | old | new | change | |", "|---|---|---|---|---|"]
+    regressions = 0
+    for k in list(dict.fromkeys([*a, *b])):
+        va, da = a.get(k, (None, 0))
+        vb, db = b.get(k, (None, 0))
+        flag = ""
+        if va is not None and vb is not None and va != float("inf") and vb != float("inf"):
+            diff = vb - va
+            worse = diff * (da or db) > 1e-9
+            flag = "**regressed**" if worse else ""
+            regressions += bool(worse)
+            change = f"{diff:+.3f}"
+        else:
+            change = "" if va == vb else "changed"
+        lines.append(f"| {k} | {_fmt(va)} | {_fmt(vb)} | {change} | {flag} |")
+    vo, vn = old["verdict"]["status"], new["verdict"]["status"]
+    worse = VERDICT_RANK.get(vn, 1) > VERDICT_RANK.get(vo, 1)
+    regressions += worse
+    lines.append(f"| verdict | `{vo}` | `{vn}` | | {'**regressed**' if worse else ''} |")
+    return lines + [""], regressions
+
+
+def compare(old: dict, new: dict) -> tuple[str, int]:
+    """(markdown, number of regressions)."""
+    if old["kind"] == "comparison" and new["kind"] == "comparison":
+        pairs = [(k, old["variants"][k], new["variants"][k]) for k in old["variants"] if k in new["variants"]]
+        missing = sorted(set(old["variants"]) ^ set(new["variants"]))
+    elif old["kind"] == "evaluation" and new["kind"] == "evaluation":
+        pairs, missing = [(new["checkpoint"].get("variant") or "model", old, new)], []
+    else:
+        from dpaudit.errors import DpauditError
+
+        raise DpauditError("compare needs two reports of the same kind (evaluation or comparison)")
+    out = ["# dpaudit compare", ""]
+    total = 0
+    for name, o, n in pairs:
+        lines, reg = compare_one(o, n, name)
+        out += lines
+        total += reg
+    if missing:
+        out.append(f"Variants in only one report: {', '.join(missing)}")
+    out.insert(2, f"**{total} regression(s).**\n")
+    return "\n".join(out) + "\n", total

@@ -1,0 +1,134 @@
+"""report.json schema, determinism, the markdown's plots, `dpaudit check` rules and `dpaudit compare`."""
+
+import copy
+import json
+import re
+from importlib import resources
+
+import jsonschema
+import pytest
+
+from dpaudit import policy
+from dpaudit.cli import main
+from dpaudit.compare import compare
+
+
+def _load(p):
+    return json.loads(p.read_text())
+
+
+@pytest.fixture(scope="module")
+def schema():
+    return json.loads(resources.files("dpaudit").joinpath("schemas/report.schema.json").read_text())
+
+
+def test_reports_validate_against_schema(run_dir, schema):
+    jsonschema.validate(_load(run_dir / "report.json"), schema)
+    for v in ("non-private", "dp"):
+        jsonschema.validate(_load(run_dir / v / "report" / "report.json"), schema)
+    broken = _load(run_dir / "dp" / "report" / "report.json")
+    del broken["verdict"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_markdown_sections_and_plots_exist(run_dir):
+    for v in ("non-private", "dp"):
+        folder = run_dir / v / "report"
+        md = (folder / "REPORT.md").read_text()
+        order = ["**Verdict:", "## Privacy", "## Task metrics", "## Attacks", "## Canaries", "## Reproducibility",
+                 "## Limitations"]
+        pos = [md.index(s) for s in order]
+        assert pos == sorted(pos)
+        images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+        assert images and all((folder / i).is_file() and (folder / i).stat().st_size > 1000 for i in images)
+        assert "ceiling" in md and "confidence" in md
+
+
+def _strip(r):
+    r = copy.deepcopy(r)
+    for path in (("generated_at",), ("timings",), ("checkpoint", "path"), ("reproducibility", "command"),
+                 ("reproducibility", "train_result", "seconds")):
+        d = r
+        for k in path[:-1]:
+            d = d.get(k) or {}
+        d.pop(path[-1], None)
+    return r
+
+
+def test_same_config_same_report(run_dir, tmp_path):
+    cfg = run_dir.parent / "cfg.toml"
+    assert main(["run", str(cfg), "--out", str(tmp_path / "again"), "--quiet"]) == 0
+    for v in ("non-private", "dp"):
+        a = _strip(_load(run_dir / v / "report" / "report.json"))
+        b = _strip(_load(tmp_path / "again" / v / "report" / "report.json"))
+        diff = [k for k in a if json.dumps(a[k], sort_keys=True) != json.dumps(b.get(k), sort_keys=True)]
+        assert not diff, (v, diff)
+
+
+def _policy(tmp_path, text, name="policy.toml"):
+    p = tmp_path / name
+    p.write_text("[rules]\n" + text)
+    return str(p)
+
+
+def test_check_passes_dp_and_fails_nonprivate(run_dir, tmp_path, capsys):
+    dp = str(run_dir / "dp" / "report" / "report.json")
+    assert main(["check", dp, "--policy", "configs/policy.toml"]) == 0
+    nonp = str(run_dir / "non-private" / "report" / "report.json")
+    assert main(["check", nonp, "--policy", "configs/policy.toml"]) == 1
+    out = capsys.readouterr().out
+    assert "no privacy claim" in out and all(line.startswith(("FAIL", "ok")) for line in out.strip().splitlines())
+
+
+@pytest.mark.parametrize("rule,mutate,needle", [
+    ("no_empirical_above_claim = true", lambda r: r["empirical"][0].update(epsilon_lb=9.0, delta_kind="claimed"),
+     "exceeds the claimed"),
+    ("accounting_tolerance = 0.02", lambda r: r["accounting"].update(certified_epsilon=0.9), "re-accounted"),
+    ("max_claimed_epsilon = 0.1", lambda r: None, "budget"),
+    ("min_accuracy = 0.99", lambda r: None, "below the floor"),
+    ("max_exposure = 0.5", lambda r: None, "exposure"),
+    ("allowed_verdicts = ['consistent']", lambda r: r["verdict"].update(status="violated"), "not allowed"),
+])
+def test_each_rule_fails_when_it_should(run_dir, tmp_path, capsys, rule, mutate, needle):
+    base = _load(run_dir / "dp" / "report" / "report.json")
+    pol = _policy(tmp_path, "require_claim = true\n" + rule + "\n")
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(base))
+    p = policy.load_policy(tmp_path / "policy.toml")
+    relaxed = policy.Policy(no_empirical_above_claim=False, accounting_tolerance=None, allowed_verdicts=())
+    assert policy.check(base, relaxed) == []
+    r = copy.deepcopy(base)
+    mutate(r)
+    f.write_text(json.dumps(r))
+    assert any(needle in x for x in policy.check(r, p))
+    assert main(["check", str(f), "--policy", pol]) == 1
+    assert needle in capsys.readouterr().out
+
+
+def test_check_bad_input(run_dir, tmp_path, capsys):
+    good = run_dir / "dp" / "report" / "report.json"
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{oops")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**_load(good), "schema_version": 2}))
+    cases = [([str(bad_json)], "not valid JSON"), ([str(other)], "schema_version"),
+             ([str(tmp_path / "missing.json")], "not found"),
+             ([str(good), "--policy", _policy(tmp_path, "max_epsilon = 3\n", "p1.toml")], "unknown policy key 'rules.max_epsilon'"),
+             ([str(good), "--policy", _policy(tmp_path, "min_accuracy = 'high'\n", "p2.toml")], "min_accuracy")]
+    for args, needle in cases:
+        assert main(["check", *args]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_flags_regressions(run_dir, capsys):
+    dp = _load(run_dir / "dp" / "report" / "report.json")
+    nonp = _load(run_dir / "non-private" / "report" / "report.json")
+    md, n = compare(dp, nonp)  # going from the DP model to the non-private one is a privacy regression
+    assert n >= 2 and "**regressed**" in md and "empirical ε lower bound" in md
+    md, n = compare(dp, dp)
+    assert n == 0
+    a, b = str(run_dir / "dp" / "report" / "report.json"), str(run_dir / "non-private" / "report" / "report.json")
+    assert main(["compare", a, b, "--fail-on-regression"]) == 1
+    assert main(["compare", a, a, "--fail-on-regression"]) == 0
