@@ -205,6 +205,35 @@ def one_run_cmd(m, r, v, delta, confidence, as_json):
         click.echo(f"ε ≥ {lb:.3f} at {confidence:.0%} confidence (ceiling for {r} guesses: {cap:.3f})")
 
 
+@audit.command("many-run")
+@click.option("--tp", required=True, type=int, help="Runs WITH the canary that the test called member.")
+@click.option("--fn", required=True, type=int, help="Runs WITH the canary that the test called non-member.")
+@click.option("--fp", required=True, type=int, help="Runs WITHOUT the canary that the test called member.")
+@click.option("--tn", required=True, type=int, help="Runs WITHOUT the canary that the test called non-member.")
+@click.option("--delta", default=0.0, show_default=True, type=float, help="δ of the hypothesis tested.")
+@click.option("--confidence", default=0.95, show_default=True, type=float, help="Joint confidence of both rates.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def many_run_cmd(tp, fn, fp, tn, delta, confidence, as_json):
+    """Clopper-Pearson ε lower bound from many training runs (Jagielski et al. 2020), plus the Gaussian-DP
+    estimate (Nasr et al. 2023), which assumes a GDP-shaped mechanism and is labelled as an estimate.
+    The test's threshold must have been fixed on other runs than these."""
+    from dpaudit.audit import many_run
+
+    try:
+        lb = many_run.clopper_pearson_epsilon(tp, fn, fp, tn, delta, confidence)
+        mu = many_run.gdp_mu_lower(tp, fn, fp, tn, confidence)
+    except ValueError as e:
+        raise DpauditError(str(e)) from None
+    gdp_eps = many_run.gdp_epsilon(mu, delta) if delta > 0 else None
+    if as_json:
+        click.echo(json.dumps({"epsilon_lb": lb, "gdp_mu_lb": mu, "gdp_epsilon_estimate": gdp_eps,
+                               "confidence": confidence, "delta": delta}))
+    else:
+        click.echo(f"ε ≥ {lb:.3f} at {confidence:.0%} confidence (Clopper-Pearson lower bound)")
+        est = f", ε ≈ {gdp_eps:.3f} at δ = {delta}" if gdp_eps is not None else ""
+        click.echo(f"estimate, assuming Gaussian DP: μ ≥ {mu:.3f}{est} (not a bound)")
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
