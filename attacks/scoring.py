@@ -46,13 +46,12 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
     """Features of each text's scored tokens (all tokens after BOS, EOS included, unless
     ``score_from_char[i] = c`` restricts them to tokens whose span ends after character c)."""
     model.eval()
-    out: list[TokenFeatures] = []
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths batch together
+    all_seqs, all_masks = encode(tokenizer, texts, score_from_char, max_len)  # one batched tokenizer call
+    order = sorted(range(len(texts)), key=lambda i: len(all_seqs[i]))  # equal lengths batch together: less padding
     results: dict[int, TokenFeatures] = {}
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        seqs, masks = encode(tokenizer, [texts[i] for i in idx],
-                             None if score_from_char is None else [score_from_char[i] for i in idx], max_len)
+        seqs, masks = [all_seqs[i] for i in idx], [all_masks[i] for i in idx]
         L = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), L), tokenizer.pad_token_id, dtype=torch.long)
         att = torch.zeros((len(seqs), L), dtype=torch.long)
@@ -61,20 +60,20 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
             att[j, : len(s)] = 1
         pos = torch.arange(L).unsqueeze(0).repeat(len(seqs), 1)
         logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, :-1].float()
-        logp_all = torch.log_softmax(logits, dim=-1)
-        tgt = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        if moments:
-            p = logp_all.exp()
-            mu = (p * logp_all).sum(-1)
-            sd = ((p * logp_all.square()).sum(-1) - mu.square()).clamp_min(1e-12).sqrt()
+        lse = torch.logsumexp(logits, dim=-1)  # no full log-softmax tensor: log p = logit - lse
+        tgt = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse
+        if moments:  # log p(z) = logit(z) - lse, so its mean is E_p[logit] - lse and its sd is sd_p[logit]
+            p = torch.softmax(logits, dim=-1)
+            m1 = (p * logits).sum(-1)
+            mu = m1 - lse
+            sd = ((p * logits.square()).sum(-1) - m1.square()).clamp_min(1e-12).sqrt()
         for j, m in enumerate(masks):
             sel = torch.tensor(m[1:], dtype=torch.bool)
             n = len(m) - 1
             results[idx[j]] = TokenFeatures(tgt[j, :n][sel].clone(),
                                             mu[j, :n][sel].clone() if moments else None,
                                             sd[j, :n][sel].clone() if moments else None)
-    out = [results[i] for i in range(len(texts))]
-    return out
+    return [results[i] for i in range(len(texts))]
 
 
 def token_logprobs(model, tokenizer, texts, score_from_char=None, batch_size: int = 64, max_len=None):

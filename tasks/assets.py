@@ -86,9 +86,19 @@ def smollm2_dir() -> Path:
         raise DpauditError("converting SmolLM2 needs the gguf package: `pip install gguf`")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    import shutil
+
+    import torch
+
+    gg = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    cfg = gg.config  # the GGUF weights come dequantised to fp32; drop the quantisation marker to save them
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.load_state_dict(gg.state_dict())
     tmp = out.with_suffix(".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     tmp.rename(out)
