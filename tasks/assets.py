@@ -84,11 +84,10 @@ def smollm2_dir() -> Path:
     gguf = locate("smollm2-135m")
     if importlib.util.find_spec("gguf") is None:
         raise DpauditError("converting SmolLM2 needs the gguf package: `pip install gguf`")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     import shutil
 
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gg = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
