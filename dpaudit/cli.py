@@ -234,6 +234,28 @@ def many_run_cmd(tp, fn, fp, tn, delta, confidence, as_json):
         click.echo(f"estimate, assuming Gaussian DP: μ ≥ {mu:.3f}{est} (not a bound)")
 
 
+@audit.command("checkpoints")
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--canary", "canary_id", required=True, help="Id of the target canary, in or out of each run.")
+@click.option("--attack", default="loss", show_default=True, help="Black-box attack scoring the target.")
+@click.option("--delta", default=0.0, show_default=True, type=float, help="δ of the hypothesis tested.")
+@click.option("--confidence", default=0.95, show_default=True, type=float, help="Confidence of the bound.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the tuning/audit split.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_json):
+    """Many-run audit over CHECKPOINTS trained with and without one target canary: threshold chosen on
+    half of them, Clopper-Pearson bound on the other half."""
+    from dpaudit import checkpoint_audit
+
+    scores, member, _ = checkpoint_audit.score_checkpoints(list(checkpoints), canary_id, attack)
+    r = checkpoint_audit.audit(scores, member, delta, confidence, seed)
+    if as_json:
+        click.echo(json.dumps(r))
+    else:
+        click.echo(f"ε ≥ {r['epsilon_lb']:.3f} at {confidence:.0%} confidence from {r['n_audit']} audit runs "
+                   f"(TP {r['tp']}, FN {r['fn']}, FP {r['fp']}, TN {r['tn']}; threshold from {r['n_tuning']} other runs)")
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -214,7 +214,7 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
     primary = [e for e in empirical if e["delta_kind"] == ("claimed" if card.is_private else "zero")]
     best = max(primary, key=lambda e: e["epsilon_lb"]) if primary else None
 
-    verdict = judge(card, acct, best)
+    verdict = judge(card, acct, best, max((e["ceiling"] for e in primary), default=0.0))
     report = {
         "schema_version": SCHEMA_VERSION,
         "kind": "evaluation",
@@ -271,10 +271,12 @@ def _row(attack: str, delta_kind: str, r, confidence: float, n_tests: int) -> di
             "bonferroni_tests": n_tests, "family_confidence": confidence, "kind": "lower bound"}
 
 
-def judge(card, acct: dict, best: dict | None) -> dict:
-    """consistent | violated | accounting-mismatch | no-claim, with the reason in words."""
+def judge(card, acct: dict, best: dict | None, ceiling: float | None = None) -> dict:
+    """consistent | violated | accounting-mismatch | inconclusive | no-claim, with the reason in words.
+    ``ceiling`` is the largest bound any of the audit's tests could have given."""
     lb = best["epsilon_lb"] if best else 0.0
-    ceiling = best["ceiling"] if best else 0.0
+    if ceiling is None:
+        ceiling = best["ceiling"] if best else 0.0
     conf = best["family_confidence"] if best else None
     if not card.is_private:
         return {"status": "no-claim",
@@ -291,6 +293,11 @@ def judge(card, acct: dict, best: dict | None) -> dict:
                 "reason": f"claimed epsilon {eps:.3f} is below every accountant's value (smallest {cert:.3f})"}
     if acct["findings"]:
         return {"status": "accounting-mismatch", "reason": acct["findings"][0]}
+    if best is not None and ceiling <= 0.0:
+        return {"status": "inconclusive",
+                "reason": f"accountants re-derive epsilon <= {acct['reaccounted_epsilon']:.2f} (claim {eps:.2f}), but the "
+                          f"empirical audit has no power: with m = {best['m']} canaries at delta = {best['delta']:.3g} even "
+                          "perfect guesses give no bound (use more canaries, fewer repetitions or a smaller delta)"}
     return {"status": "consistent",
             "reason": f"accountants re-derive epsilon <= {acct['reaccounted_epsilon']:.2f} (claim {eps:.2f}) and the "
                       f"empirical lower bound {lb:.2f} does not exceed the claim; this audit cannot detect "

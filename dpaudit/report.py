@@ -217,8 +217,8 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
     (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
     L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
          "| variant | verdict | claimed ε | re-accounted ε (max over accountants) | empirical ε lower bound "
-         "(confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | mean exposure inserted / held out (bits) | "
-         "task accuracy |", "|---|---|---|---|---|---|---|---|---|"]
+         "(best test, confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | white-box canary AUC | mean exposure "
+         "inserted / held out (bits) | task accuracy |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in reports.items():
         b = r["empirical_best"]
         ex = r["exposure"] or {}
@@ -227,9 +227,10 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
         L.append(
             f"| [{name}]({name}/report/REPORT.md) | `{r['verdict']['status']}` | {fmt_eps(r['claim']['epsilon'])} | "
             f"{fmt_eps(r['accounting']['reaccounted_epsilon']) if r['claim']['private'] else '—'} | "
-            f"{b['epsilon_lb']:.2f} ({b['family_confidence']:.0%}, ceiling {b['ceiling']:.2f}) | "
+            f"{b['epsilon_lb']:.2f} ({b['attack']}, {b['family_confidence']:.0%}, ceiling {b['ceiling']:.2f}) | "
             + (f"{la['auc']:.3f} [{la['auc_ci'][0]:.2f}, {la['auc_ci'][1]:.2f}] | " if la else "— | ")
             + (f"{ea['auc']:.3f} | " if ea else "— | ")
+            + (f"{r['attacks']['whitebox_gradient']['auc']:.3f} | " if "whitebox_gradient" in r["attacks"] else "— | ")
             + (f"{ex['mean_inserted']:.2f} / {ex['mean_held_out']:.2f} | " if ex else "— | ")
             + (f"{r['metrics']['accuracy']:.3f} |" if r["metrics"] else "— |"))
     L += ["", "Verdicts:", ""]

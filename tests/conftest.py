@@ -42,6 +42,7 @@ m = 60
 repetitions = 4
 [train]
 gradient_canaries = 200
+delta = 1e-5
 epochs = 6
 batch_size = 32
 lr = 5e-3
