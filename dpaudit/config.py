@@ -27,13 +27,13 @@ from dpaudit.errors import DpauditError
 from dpaudit.tasks.models import ModelSpec
 from dpaudit.trainers.engine import EngineConfig
 
-TASKS = ("sentiment",)
+TASKS = ("sentiment", "table2text")
 
 
 @dataclass(frozen=True)
 class TaskConfig:
     name: str = "sentiment"
-    source: str = "rotten-tomatoes"
+    source: str | None = None  # default: the task's bundled data (rotten-tomatoes, e2e-synthetic)
     n_train: int | None = None
     n_test: int | None = 500
     objective: str = "lm"
@@ -42,6 +42,10 @@ class TaskConfig:
     def __post_init__(self):
         if self.name not in TASKS:
             raise DpauditError(f"task.name {self.name!r} unknown; choose one of {', '.join(TASKS)}")
+        if self.source is None:
+            from dpaudit.tasks.registry import DEFAULT_SOURCE
+
+            object.__setattr__(self, "source", DEFAULT_SOURCE[self.name])
         if self.objective not in ("lm", "label_words"):
             raise DpauditError(f"task.objective must be 'lm' or 'label_words', got {self.objective!r}")
         for k in ("n_train", "n_test"):

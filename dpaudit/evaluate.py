@@ -94,16 +94,16 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
     # ---- task metrics -------------------------------------------------------------------------
     metrics: dict = {}
     task = ck.run.get("task")
-    if task and task.get("name") == "sentiment":
-        from dpaudit.tasks import sentiment
+    if task and task.get("name"):
+        from dpaudit.tasks import registry
 
-        data = sentiment.load(task["source"], task.get("n_train"), task.get("n_test"), task["seed"])
+        mod = registry.get(task["name"])
+        data = mod.load(task["source"], task.get("n_train"), task.get("n_test"), task["seed"])
         if ck.run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
             raise DpauditError(f"the task data no longer matches the checkpoint's fingerprint "
                                f"{ck.run['data']['fingerprint']}; restore the data the model was trained on")
         max_len = ck.run.get("model", {}).get("max_len", 64)
-        metrics = {"accuracy": sentiment.accuracy(model, tok, data.test, batch_size, max_len),
-                   "n_test": len(data.test), "task": "sentiment", "source": data.source}
+        metrics = {**mod.metrics(model, tok, data.test, batch_size, max_len), "source": data.source}
     t_metrics = time.time() - t0 - t_load
 
     # ---- canary scores --------------------------------------------------------------------------

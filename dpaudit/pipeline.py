@@ -12,13 +12,13 @@ from pathlib import Path
 
 from dpaudit import canaries, config, report
 from dpaudit.evaluate import evaluate
-from dpaudit.tasks import sentiment
+from dpaudit.tasks import registry
 from dpaudit.trainers import dp_adam
 
 
 def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False) -> dict:
     cfg = config.load(cfg_path)  # fails before any work on bad input
-    data = sentiment.load(cfg.task.source, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    data = registry.get(cfg.task.name).load(cfg.task.source, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     manifest = canaries.generate(cfg.canaries)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

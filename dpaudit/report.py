@@ -142,8 +142,12 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
         L.append(f"- Finding: {f}")
     L += ["", "## Task metrics", ""]
     if r["metrics"]:
-        L.append(f"- accuracy on {r['metrics']['n_test']} test examples ({r['metrics']['source']}): "
-                 f"**{r['metrics']['accuracy']:.3f}**")
+        m = r["metrics"]
+        L.append(f"- task `{m.get('task')}` on {m['n_test']} test examples ({m['source']}): " + ", ".join(
+            f"{k} **{m[k]:.3f}**" for k in ("accuracy", "bleu", "rougeL") if k in m)
+            + (f"; decoding: {m['decoding']}" if "decoding" in m else ""))
+        for ex in m.get("examples", []):
+            L.append(f"  - `{ex['mr']}` → “{ex['generated']}” (reference: “{ex['reference']}”)")
     else:
         L.append("- no task recorded in run.json; task metrics skipped")
     L += ["", "## Attacks", "", *attack_rows(r), ""]
@@ -206,6 +210,14 @@ def _replace(tmp: Path, out: Path) -> None:
         tmp.rename(out)
 
 
+def _task_metric(m: dict) -> str:
+    if not m:
+        return "—"
+    if "accuracy" in m:
+        return f"accuracy {m['accuracy']:.3f}"
+    return " / ".join(f"{k} {m[k]:.1f}" for k in ("bleu", "rougeL") if k in m) or "—"
+
+
 def write_comparison(reports: dict[str, dict], out: Path, command: str, config: dict, redact: bool = False) -> Path:
     """One report comparing the variants of a run (each keeps its own folder and report)."""
     out = Path(out)
@@ -218,7 +230,7 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
     L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
          "| variant | verdict | claimed ε | re-accounted ε (max over accountants) | empirical ε lower bound "
          "(best test, confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | white-box canary AUC | mean exposure "
-         "inserted / held out (bits) | task accuracy |", "|---|---|---|---|---|---|---|---|---|---|"]
+         "inserted / held out (bits) | task metric |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in reports.items():
         b = r["empirical_best"]
         ex = r["exposure"] or {}
@@ -232,7 +244,7 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
             + (f"{ea['auc']:.3f} | " if ea else "— | ")
             + (f"{r['attacks']['whitebox_gradient']['auc']:.3f} | " if "whitebox_gradient" in r["attacks"] else "— | ")
             + (f"{ex['mean_inserted']:.2f} / {ex['mean_held_out']:.2f} | " if ex else "— | ")
-            + (f"{r['metrics']['accuracy']:.3f} |" if r["metrics"] else "— |"))
+            + (_task_metric(r["metrics"]) + " |"))
     L += ["", "Verdicts:", ""]
     L += [f"- **{name}**: `{r['verdict']['status']}` — {r['verdict']['reason']}." for name, r in reports.items()]
     first = next(iter(reports.values()))

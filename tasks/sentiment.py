@@ -195,3 +195,7 @@ def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_l
         pred = scores.argmax(-1)
         correct += int((pred == torch.tensor([e["label"] for e in chunk])).sum())
     return correct / len(examples)
+
+
+def metrics(model, tokenizer, test: list[dict], batch_size: int = 64, max_len: int = 64) -> dict:
+    return {"accuracy": accuracy(model, tokenizer, test, batch_size, max_len), "n_test": len(test), "task": "sentiment"}

@@ -59,3 +59,24 @@ def test_clipped_update_matches_loop(tiny_model_factory, mode, which):
     assert worst < 1e-6 + 1e-4 * scale, f"max abs error {worst} (scale {scale})"
     # clipping was active: the unclipped mean gradient is much larger than the clipped one
     assert scale < 1.0
+
+
+def _one_logical_step(tiny_model_factory, cap, sigma=0.0):
+    model, tok = tiny_model_factory()
+    data = engine.collate(_records(tok), tok.pad_token_id, 32)
+    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, max_physical_batch_size=cap, progress=False)
+    opt = torch.optim.SGD(list(model.parameters()), lr=0.0)
+    loader = DataLoader(data, batch_size=len(data))  # q = 1: every record in the (Poisson) batch
+    gsm, dp_opt, crit, dp_loader = engine.make_private(model, opt, loader, cfg, sigma=sigma)
+    calls = []
+    orig = dp_opt.add_noise
+    dp_opt.add_noise = lambda: (calls.append(1), orig())[1]
+    engine._loop(gsm, dp_opt, dp_loader, 1, cfg, crit, private=True)
+    return [p.grad.clone() for p in model.parameters()], len(calls)
+
+
+def test_physical_batches_accumulate_to_the_same_update(tiny_model_factory):
+    full, n_full = _one_logical_step(tiny_model_factory, cap=None)
+    split, n_split = _one_logical_step(tiny_model_factory, cap=2)  # 6 records in 3 physical batches
+    assert n_full == n_split == 1  # noise added once per logical batch
+    assert max(float((a - b).abs().max()) for a, b in zip(full, split)) < 1e-7

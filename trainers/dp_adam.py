@@ -11,22 +11,23 @@ from pathlib import Path
 from dpaudit import checkpoint
 from dpaudit.canaries import Manifest
 from dpaudit.card import Claim, PrivacyCard
-from dpaudit.tasks import models, sentiment
+from dpaudit.tasks import models, registry, sentiment
 from dpaudit.trainers import engine, trainable
 
 
-def build_records(data: sentiment.SentimentData, manifest: Manifest, tokenizer, objective: str, max_len: int,
-                  seed: int) -> list[dict]:
+def build_records(data, manifest: Manifest, tokenizer, objective: str, max_len: int, seed: int,
+                  task: str = "sentiment") -> list[dict]:
     """Task records plus the inserted canaries (each repeated), shuffled with the seed."""
     import numpy as np
 
-    recs = [sentiment.encode_example(e, tokenizer, objective, max_len) for e in data.train]
+    mod = registry.get(task)
+    recs = [mod.encode_example(e, tokenizer, objective, max_len) for e in data.train]
     recs += [sentiment.encode_text(t, tokenizer, max_len) for t in manifest.training_texts()]
     order = np.random.default_rng(seed).permutation(len(recs))
     return [recs[i] for i in order]
 
 
-def fit(cfg, variant, data: sentiment.SentimentData, manifest: Manifest, out: Path, progress: bool = True) -> Path:
+def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True) -> Path:
     """Train one variant of a run config and write its checkpoint directory."""
     import dataclasses
 
@@ -34,7 +35,7 @@ def fit(cfg, variant, data: sentiment.SentimentData, manifest: Manifest, out: Pa
     eng = dataclasses.replace(tc.engine, progress=progress)
     model, tok = models.build(cfg.model)
     model, base = trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha)
-    records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed)
+    records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len)
     claim = Claim(epsilon=res.epsilon if res.private else None,
                   delta=res.delta if res.private else 0.0, unit="record", accountant=eng.accountant)

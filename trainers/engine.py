@@ -46,6 +46,7 @@ class EngineConfig:
     accountant: str = "prv"
     grad_sample_mode: str = "hooks"
     seed: int = 0
+    max_physical_batch_size: int | None = None  # split logical batches (memory); noise once per logical batch
     gradient_canaries: int = 0  # white-box canaries (trainers/gradient_canaries.py); 0 = none
     gradient_canary_kind: str = "dirac"
     progress: bool = True
@@ -69,6 +70,9 @@ class EngineConfig:
                                f"{', '.join(accounting.ACCOUNTANTS)}")
         if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
             raise DpauditError(f"train.grad_sample_mode must be one of {GRAD_SAMPLE_MODES}")
+        if self.max_physical_batch_size is not None and (not isinstance(self.max_physical_batch_size, int)
+                                                         or self.max_physical_batch_size < 1):
+            raise DpauditError(f"train.max_physical_batch_size must be an integer >= 1, got {self.max_physical_batch_size!r}")
         if not isinstance(self.gradient_canaries, int) or self.gradient_canaries < 0 or self.gradient_canaries == 1:
             raise DpauditError(f"train.gradient_canaries must be 0 or an integer >= 2, got {self.gradient_canaries!r}")
 
@@ -149,7 +153,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, generator=gen)
         steps = max(1, int(round(cfg.epochs * n / batch)))
         canaries = _gradient_canaries(cfg, opt, params, q, batch, private=False)
-        losses = _loop(model, opt, loader, steps, cfg, criterion=None)
+        losses = _loop(model, opt, loader, steps, cfg, criterion=None, private=False)
         return model, TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0,
                                   canaries.to_dict() if canaries else None)
 
@@ -159,7 +163,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     loader = DataLoader(data, batch_size=batch, shuffle=True, generator=gen)
     gsm, dp_opt, dp_crit, dp_loader = make_private(model, opt, loader, cfg, sigma)
     canaries = _gradient_canaries(cfg, dp_opt, params, q, batch, private=True)
-    losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit)
+    losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit, private=True)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
     if hasattr(gsm, "remove_hooks"):  # leave a plain module behind for save_pretrained
@@ -207,27 +211,54 @@ def step_loss(model, ids, mask, tgt, criterion=None):
     return per_sample_loss(logits, tgt).mean()
 
 
-def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion) -> list[float]:
+def _batches(loader, opt, cfg: EngineConfig, private: bool):
+    """Endless stream of physical batches. With a physical cap, DP batches go through Opacus'
+    BatchMemoryManager, which makes the optimizer accumulate clipped gradients and add the noise once
+    per logical (Poisson) batch; non-private batches are split and accumulated here."""
+    cap = cfg.max_physical_batch_size
+    while True:
+        if private and cap:
+            from opacus.utils.batch_memory_manager import BatchMemoryManager
+
+            with BatchMemoryManager(data_loader=loader, max_physical_batch_size=cap, optimizer=opt) as mem:
+                yield from mem
+        else:
+            yield from loader
+
+
+def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private: bool) -> list[float]:
+    """Run ``steps`` logical steps; returns one loss per physical batch."""
     losses: list[float] = []
-    bar = tqdm(total=steps, desc="DP train" if cfg.private else "train", disable=not cfg.progress, leave=False)
+    bar = tqdm(total=steps, desc="DP train" if private else "train", disable=not cfg.progress, leave=False)
     done = 0
-    while done < steps:
-        for ids, mask, tgt in loader:
-            if done >= steps:
-                break
-            opt.zero_grad(set_to_none=True)
-            if ids.size(0) == 0:  # Poisson may draw an empty batch: the noisy step still happens
-                _noise_only_step(model, opt)
-                losses.append(float("nan"))
-            else:
-                loss = step_loss(model, ids, mask, tgt, criterion)
+    cap = cfg.max_physical_batch_size
+    for ids, mask, tgt in _batches(loader, opt, cfg, private):
+        if done >= steps:
+            break
+        opt.zero_grad(set_to_none=True)
+        if ids.size(0) == 0:  # Poisson may draw an empty batch: the noisy step still happens
+            _noise_only_step(model, opt)
+            losses.append(float("nan"))
+        elif private or not cap or ids.size(0) <= cap:
+            loss = step_loss(model, ids, mask, tgt, criterion)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+        else:  # non-private gradient accumulation: mean over the logical batch, one optimizer step
+            total = 0.0
+            for k in range(0, ids.size(0), cap):
+                part = [t[k:k + cap] for t in (ids, mask, tgt)]
+                loss = step_loss(model, *part, criterion) * part[0].size(0) / ids.size(0)
                 loss.backward()
-                opt.step()
-                losses.append(float(loss.detach()))
-            done += 1
-            bar.update(1)
-            if losses and done % 10 == 0:
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+                total += float(loss.detach())
+            opt.step()
+            losses.append(total)
+        if private and getattr(opt, "_is_last_step_skipped", False):
+            continue  # a physical part of a logical batch: no noise, no step yet
+        done += 1
+        bar.update(1)
+        if losses and done % 10 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
     bar.close()
     return losses
 

@@ -110,7 +110,8 @@ class GradientCanaries:
 
             def step(*args, **kwargs):
                 out = orig_step(*args, **kwargs)
-                score()
+                if not getattr(optimizer, "_is_last_step_skipped", False):  # a real (logical) step
+                    score()
                 return out
         else:
             def step(*args, **kwargs):

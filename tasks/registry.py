@@ -1,0 +1,18 @@
+"""Tasks by name. A task module provides ``load(source, n_train, n_test, seed)`` (an object with
+``train``, ``test``, ``source`` and ``fingerprint()``), ``encode_example(ex, tokenizer, objective,
+max_len)`` and ``metrics(model, tokenizer, test, batch_size, max_len)``; adding a task is one module and
+one line here."""
+
+from __future__ import annotations
+
+from dpaudit.errors import DpauditError
+from dpaudit.tasks import sentiment, table2text
+
+TASKS = {"sentiment": sentiment, "table2text": table2text}
+DEFAULT_SOURCE = {"sentiment": "rotten-tomatoes", "table2text": "e2e-synthetic"}
+
+
+def get(name: str):
+    if name not in TASKS:
+        raise DpauditError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
+    return TASKS[name]

@@ -1,0 +1,205 @@
+"""E2E-style table-to-text (Li et al.'s generation task), generated with a seed since no E2E data ships
+on PyPI; real E2E/DART files load the same way from local JSONL/CSV (columns ``meaning_representation``
+or ``mr``, and ``ref`` or ``human_reference``; rows with the same MR are grouped as references).
+
+Record format (Li et al.'s code): ``BOS {table} EOS {text} EOS`` with the loss on the text only.
+Decoding: beam search, 5 beams (App. K). Metrics over test MRs (references grouped per MR): corpus
+BLEU (sacrebleu, all references) and ROUGE-L F (rouge-score, best reference, averaged).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dpaudit.errors import DpauditError
+
+SLOTS = ("name", "eatType", "food", "priceRange", "customer rating", "area", "familyFriendly", "near")
+_ADJ = ["Blue", "Golden", "Red", "Green", "Old", "Little", "Royal", "Silver", "Wild", "Happy", "Black", "Brave"]
+_NOUN = ["Eagle", "Spice", "Lion", "Rice Boat", "Phoenix", "Mill", "Wrestlers", "Punter", "Cricketers", "Vaults",
+         "Plough", "Dragon"]
+VALUES = {
+    "eatType": ["restaurant", "coffee shop", "pub"],
+    "food": ["French", "Italian", "Chinese", "Indian", "Japanese", "English", "Fast food"],
+    "priceRange": ["cheap", "moderate", "high", "less than £20", "£20-25", "more than £30"],
+    "customer rating": ["low", "average", "high", "1 out of 5", "3 out of 5", "5 out of 5"],
+    "area": ["city centre", "riverside"],
+    "familyFriendly": ["yes", "no"],
+    "near": ["Café Rouge", "Burger King", "The Bakers", "Raja Indian Cuisine", "Express by Holiday Inn",
+             "Crowne Plaza Hotel", "The Portland Arms", "All Bar One", "Ranch", "Clare Hall"],
+}
+N_REFS = 3
+
+
+@dataclass(frozen=True)
+class TableData:
+    train: list[dict]  # {"mr": str, "text": str}, one per (MR, reference)
+    test: list[dict]  # {"mr": str, "refs": [str, ...]}, one per MR
+    source: str
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for ex in self.train:
+            h.update(f"{ex['mr']}\t{ex['text']}\n".encode())
+        for ex in self.test:
+            h.update(f"{ex['mr']}\t{'|'.join(ex['refs'])}\n".encode())
+        return h.hexdigest()[:16]
+
+
+def _mr_string(slots: dict) -> str:
+    return ", ".join(f"{k}[{v}]" for k, v in slots.items())
+
+
+def _realise(slots: dict, rng: np.random.Generator) -> str:
+    """One reference text for an MR: templates, clause order and wording drawn at random."""
+    n, et = slots["name"], slots["eatType"]
+    first = [f"{n} is a {et}", f"There is a {et} called {n}", f"{n} is a {et} place", f"The {et} {n}"]
+    parts = [first[rng.integers(len(first))]]
+    clauses = []
+    if "food" in slots:
+        clauses.append(rng.choice([f"serving {slots['food']} food", f"that serves {slots['food']} food",
+                                   f"offering {slots['food']} cuisine"]))
+    if "priceRange" in slots:
+        clauses.append(rng.choice([f"with a {slots['priceRange']} price range", f"with prices {slots['priceRange']}"])
+                       if "£" in slots["priceRange"] else
+                       rng.choice([f"in the {slots['priceRange']} price range", f"with {slots['priceRange']} prices"]))
+    if "customer rating" in slots:
+        clauses.append(rng.choice([f"rated {slots['customer rating']} by customers",
+                                   f"with a {slots['customer rating']} customer rating"]))
+    if "area" in slots:
+        clauses.append(rng.choice([f"in the {slots['area']}", f"located in the {slots['area']} area"]))
+    if "near" in slots:
+        clauses.append(rng.choice([f"near {slots['near']}", f"close to {slots['near']}"]))
+    order = rng.permutation(len(clauses))
+    text = parts[0] + ("" if not clauses else " " + ", ".join(clauses[i] for i in order))
+    text += "."
+    if "familyFriendly" in slots:
+        kid = slots["familyFriendly"] == "yes"
+        text += " " + str(rng.choice(["It is family friendly.", "Children are welcome."] if kid else
+                                     ["It is not family friendly.", "It is not suitable for children."]))
+    return text
+
+
+def generate(n_mrs: int, seed: int = 0) -> list[tuple[str, list[str]]]:
+    rng = np.random.default_rng([seed, 1701])
+    names = [f"The {a} {b}" for a in _ADJ for b in _NOUN]
+    out: OrderedDict[str, list[str]] = OrderedDict()
+    while len(out) < n_mrs:
+        slots = {"name": names[rng.integers(len(names))], "eatType": str(rng.choice(VALUES["eatType"]))}
+        for k in SLOTS[2:]:
+            if rng.random() < 0.55:
+                slots[k] = str(rng.choice(VALUES[k]))
+        mr = _mr_string(slots)
+        if mr not in out:
+            refs: list[str] = []
+            while len(refs) < N_REFS:
+                r = _realise(slots, rng)
+                if r not in refs or len(refs) > 10:
+                    refs.append(r)
+            out[mr] = refs
+    return list(out.items())
+
+
+def load(source: str = "e2e-synthetic", n_train: int | None = None, n_test: int | None = None, seed: int = 0,
+         test_fraction: float = 0.1) -> TableData:
+    """``n_train``/``n_test`` count meaning representations (each has several references)."""
+    if source == "e2e-synthetic":
+        n_tr = n_train or 1500
+        n_te = n_test or 150
+        groups = generate(n_tr + n_te, seed)
+        train_g, test_g = groups[:n_tr], groups[n_tr:]
+    else:
+        groups = _local(Path(source))
+        rng = np.random.default_rng(seed)
+        idx = rng.permutation(len(groups))
+        k = int(round(test_fraction * len(groups)))
+        test_g = [groups[i] for i in idx[:k]][: n_test or None]
+        train_g = [groups[i] for i in idx[k:]][: n_train or None]
+    train = [{"mr": mr, "text": t} for mr, refs in train_g for t in refs]
+    test = [{"mr": mr, "refs": refs} for mr, refs in test_g]
+    if not train:
+        raise DpauditError(f"the training split of {source} is empty; check the data or task.n_train")
+    if not test:
+        raise DpauditError(f"the test split of {source} is empty; check the data or task.n_test")
+    return TableData(train, test, source)
+
+
+def _local(path: Path) -> list[tuple[str, list[str]]]:
+    if not path.is_file():
+        raise DpauditError(f"table-to-text data {path} not found; give 'e2e-synthetic' or a JSONL/CSV file")
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    elif path.suffix == ".csv":
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    else:
+        raise DpauditError(f"{path}: use .jsonl or .csv with 'mr' and 'ref' columns")
+    groups: OrderedDict[str, list[str]] = OrderedDict()
+    for i, r in enumerate(rows):
+        mr = r.get("mr", r.get("meaning_representation"))
+        ref = r.get("ref", r.get("human_reference"))
+        if not mr or not ref:
+            raise DpauditError(f"{path}: row {i} needs 'mr' (or 'meaning_representation') and 'ref' (or 'human_reference')")
+        groups.setdefault(mr, []).append(ref)
+    return list(groups.items())
+
+
+def _bos(tok) -> int:
+    return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+
+
+def prompt_ids(mr: str, tok, max_len: int | None = None) -> list[int]:
+    """BOS table EOS; a table longer than half the context is cut (the same way in training and decoding)."""
+    body = tok(mr, add_special_tokens=False).input_ids
+    if max_len is not None:
+        body = body[: max(1, max_len // 2 - 2)]
+    return [_bos(tok)] + body + [tok.eos_token_id]
+
+
+def encode_example(ex: dict, tok, objective: str, max_len: int) -> dict:
+    """BOS table EOS text EOS; the loss covers the text and its EOS only (objective is always 'lm' here)."""
+    p = prompt_ids(ex["mr"], tok, max_len)
+    t = tok(" " + ex["text"], add_special_tokens=False).input_ids + [tok.eos_token_id]
+    ids = (p + t)[:max_len]
+    targets = ([-100] * len(p) + t)[:max_len]
+    return {"input_ids": ids, "targets": targets}
+
+
+@torch.inference_mode()
+def generate_texts(model, tok, mrs: list[str], max_new_tokens: int = 48, num_beams: int = 5, max_len: int = 128) -> list[str]:
+    model.eval()
+    out = []
+    for mr in mrs:
+        ids = torch.tensor([prompt_ids(mr, tok, max_len)])
+        budget = max(1, min(max_new_tokens, max_len - ids.size(1)))
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget,
+                             num_beams=num_beams, do_sample=False, eos_token_id=tok.eos_token_id,
+                             pad_token_id=tok.pad_token_id, early_stopping=True)
+        out.append(tok.decode(gen[0, ids.size(1):], skip_special_tokens=True).strip())
+    return out
+
+
+def score(hyps: list[str], refs: list[list[str]]) -> dict:
+    import sacrebleu
+    from rouge_score import rouge_scorer
+
+    n = max(len(r) for r in refs)
+    streams = [[r[i] if i < len(r) else r[0] for r in refs] for i in range(n)]
+    bleu = sacrebleu.corpus_bleu(hyps, streams).score
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    rl = float(np.mean([scorer.score_multi(r, h)["rougeL"].fmeasure for h, r in zip(hyps, refs)]))
+    return {"bleu": float(bleu), "rougeL": 100.0 * rl}
+
+
+def metrics(model, tok, test: list[dict], batch_size: int = 64, max_len: int = 128, num_beams: int = 5) -> dict:
+    hyps = generate_texts(model, tok, [e["mr"] for e in test], num_beams=num_beams, max_len=max_len)
+    return {**score(hyps, [e["refs"] for e in test]), "n_test": len(test), "task": "table2text",
+            "decoding": f"beam search, {num_beams} beams", "examples": [
+                {"mr": e["mr"], "generated": h, "reference": e["refs"][0]} for e, h in list(zip(test, hyps))[:3]]}

@@ -1,0 +1,81 @@
+"""E2E-style table-to-text: seeded generation, local files, loss mask, metrics, and a tiny run end to end."""
+
+import json
+
+import pytest
+
+from dpaudit.errors import DpauditError
+from dpaudit.tasks import table2text
+
+
+def test_generation_is_seeded_and_varied():
+    a, b = table2text.load(n_train=50, n_test=10, seed=0), table2text.load(n_train=50, n_test=10, seed=0)
+    assert a.fingerprint() == b.fingerprint()
+    assert table2text.load(n_train=50, n_test=10, seed=1).fingerprint() != a.fingerprint()
+    assert len(a.train) == 50 * table2text.N_REFS and len(a.test) == 10
+    assert not {e["mr"] for e in a.test} & {e["mr"] for e in a.train}  # test MRs are unseen
+    assert all(e["mr"].startswith("name[") and "eatType[" in e["mr"] for e in a.test)
+    assert len({t["text"] for t in a.train}) > 0.9 * len(a.train)  # enough variety to measure memorisation
+
+
+def test_local_files_group_references(tmp_path):
+    rows = [{"mr": f"name[X{i // 2}], eatType[pub]", "ref": f"X{i // 2} is a pub {i}."} for i in range(40)]
+    (tmp_path / "e2e.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    d = table2text.load(str(tmp_path / "e2e.jsonl"), test_fraction=0.25)
+    assert len(d.test) == 5 and all(len(e["refs"]) == 2 for e in d.test)
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"mr": "x"}))
+    with pytest.raises(DpauditError, match="'ref'"):
+        table2text.load(str(tmp_path / "bad.jsonl"))
+
+
+def test_loss_covers_the_text_only(tiny_model_factory):
+    _, tok = tiny_model_factory()
+    ex = {"mr": "name[The Blue Eagle], eatType[pub]", "text": "The Blue Eagle is a pub."}
+    enc = table2text.encode_example(ex, tok, "lm", 64)
+    n_prompt = len(table2text.prompt_ids(ex["mr"], tok, 64))
+    assert all(t == -100 for t in enc["targets"][:n_prompt])
+    assert enc["targets"][n_prompt:] == enc["input_ids"][n_prompt:]
+    assert enc["input_ids"][-1] == tok.eos_token_id
+
+
+def test_metrics_by_hand():
+    refs = [["the cat sat on the mat .", "a cat sat on a mat ."], ["there is a pub near the river .", "a riverside pub ."]]
+    perfect = table2text.score([r[0] for r in refs], refs)
+    assert perfect["bleu"] == pytest.approx(100.0) and perfect["rougeL"] == pytest.approx(100.0)
+    bad = table2text.score(["completely unrelated words here", "nothing"], refs)
+    assert bad["bleu"] < 5 and bad["rougeL"] < 20
+
+
+def test_tiny_run_end_to_end(tmp_path):
+    from dpaudit.cli import main
+
+    cfg = tmp_path / "t2t.toml"
+    cfg.write_text("""
+[task]
+name = "table2text"
+n_train = 120
+n_test = 8
+[model]
+vocab_size = 512
+n_embd = 32
+n_layer = 2
+n_head = 2
+max_len = 64
+[canaries]
+m = 20
+[train]
+epochs = 2
+batch_size = 32
+lr = 3e-3
+delta = 1e-5
+[evaluate]
+n_references = 50
+attacks = ["loss", "exposure"]
+[[variants]]
+name = "np"
+target_epsilon = inf
+""")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    r = json.loads((tmp_path / "out" / "np" / "report" / "report.json").read_text())
+    assert r["metrics"]["task"] == "table2text" and 0 <= r["metrics"]["bleu"] <= 100
+    assert "beam" in r["metrics"]["decoding"] and len(r["metrics"]["examples"]) == 3
