@@ -55,6 +55,7 @@ class CanaryPlan:
     length: int = 6
     seed: int = 0
     guess_fraction: float = 0.5  # r = guess_fraction * m guesses, split evenly between k_pos and k_neg
+    records_per_user: int = 1  # > 1: m canary USERS, each owning this many canary records (all in or all out)
 
     def __post_init__(self):
         if self.m < 2:
@@ -63,8 +64,10 @@ class CanaryPlan:
             raise DpauditError(f"canaries.repetitions must be >= 1, got {self.repetitions}")
         if len(set(self.alphabet)) < 2 or self.length < 1:
             raise DpauditError("canaries.alphabet needs >= 2 distinct symbols and length >= 1")
-        if len(self.alphabet) ** self.length < 10 * self.m:
+        if len(self.alphabet) ** self.length < 10 * self.m * self.records_per_user:
             raise DpauditError("canary randomness space is too small for m canaries; raise canaries.length")
+        if not isinstance(self.records_per_user, int) or self.records_per_user < 1:
+            raise DpauditError(f"canaries.records_per_user must be an integer >= 1, got {self.records_per_user!r}")
         if not 0 < self.guess_fraction <= 1:
             raise DpauditError(f"canaries.guess_fraction must be in (0, 1], got {self.guess_fraction}")
 
@@ -88,7 +91,29 @@ class Manifest:
         return [c for c in self.canaries if c.inserted]
 
     def signs(self) -> np.ndarray:
+        """S_i per canary record."""
         return np.array([c.sign for c in self.canaries])
+
+    @property
+    def per_user(self) -> bool:
+        return self.plan.records_per_user > 1
+
+    def user_groups(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(user ids, S per user, index of each record's user): the audit unit when canaries are users."""
+        users = list(dict.fromkeys(c.user for c in self.canaries))
+        pos = {u: i for i, u in enumerate(users)}
+        signs = np.zeros(len(users), dtype=int)
+        for c in self.canaries:
+            signs[pos[c.user]] = c.sign
+        return users, signs, np.array([pos[c.user] for c in self.canaries])
+
+    def training_users(self) -> dict[str, list[str]]:
+        """Inserted canary users and their records (each repeated), for user-attributed training."""
+        out: dict[str, list[str]] = {}
+        for c in self.canaries:
+            if c.inserted:
+                out.setdefault(c.user or c.id, []).extend([c.text] * c.repetitions)
+        return out
 
     def training_texts(self) -> list[str]:
         """Inserted canaries, each repeated ``repetitions`` times (the records to add to training)."""
@@ -104,6 +129,7 @@ class Manifest:
             "space": {"alphabet": p.alphabet, "length": p.length, "size": p.space_size},
             "m": p.m,
             "repetitions": p.repetitions,
+            "records_per_user": p.records_per_user,
             "audit_plan": {"k_pos": k_pos, "k_neg": k_neg, "guess_fraction": p.guess_fraction,
                            "rule": "fixed before training: guess member for the k_pos highest scores, "
                                    "non-member for the k_neg lowest, abstain otherwise"},
@@ -138,18 +164,24 @@ def _draw_secret(rng: np.random.Generator, alphabet: str, length: int) -> str:
 
 def generate(plan: CanaryPlan) -> Manifest:
     rng = np.random.default_rng([plan.seed, 0, 7919])
+    n = plan.m * plan.records_per_user
     secrets: list[str] = []
-    while len(secrets) < plan.m:
+    seen: set[str] = set()
+    while len(secrets) < n:
         s = _draw_secret(rng, plan.alphabet, plan.length)
-        if s not in secrets:
+        if s not in seen:
+            seen.add(s)
             secrets.append(s)
-    signs = rng.choice([-1, 1], size=plan.m)
-    width = len(str(plan.m - 1))
-    canaries = [
-        Canary(id=f"c{i:0{width}d}", text=f"{plan.prefix}{s}{plan.suffix}", secret=s, inserted=bool(sg > 0),
-               sign=int(sg), repetitions=plan.repetitions if sg > 0 else 0)
-        for i, (s, sg) in enumerate(zip(secrets, signs))
-    ]
+    signs = rng.choice([-1, 1], size=plan.m)  # one coin per canary (per canary USER when records_per_user > 1)
+    width = len(str(n - 1))
+    uwidth = len(str(plan.m - 1))
+    canaries = []
+    for i, s in enumerate(secrets):
+        u = i // plan.records_per_user
+        sg = int(signs[u])
+        canaries.append(Canary(id=f"c{i:0{width}d}", text=f"{plan.prefix}{s}{plan.suffix}", secret=s,
+                               inserted=sg > 0, sign=sg, repetitions=plan.repetitions if sg > 0 else 0,
+                               user=f"canary-user-{u:0{uwidth}d}" if plan.records_per_user > 1 else None))
     return Manifest(plan, canaries)
 
 
@@ -161,14 +193,16 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
         plan = CanaryPlan(m=d["m"], repetitions=d["repetitions"], prefix=d["template"]["prefix"],
                           suffix=d["template"]["suffix"], alphabet=d["space"]["alphabet"],
                           length=d["space"]["length"], seed=d["seed"],
-                          guess_fraction=d["audit_plan"]["guess_fraction"])
+                          guess_fraction=d["audit_plan"]["guess_fraction"],
+                          records_per_user=d.get("records_per_user", 1))
         canaries = [Canary(**c) for c in d["canaries"]]
     except KeyError as e:
         raise DpauditError(f"{source}: field {e} is missing") from None
     except TypeError as e:
         raise DpauditError(f"{source}: malformed canary entry ({e})") from None
-    if len(canaries) != plan.m:
-        raise DpauditError(f"{source}: lists {len(canaries)} canaries but m = {plan.m}")
+    if len(canaries) != plan.m * plan.records_per_user:
+        raise DpauditError(f"{source}: lists {len(canaries)} canaries but m x records_per_user = "
+                           f"{plan.m * plan.records_per_user}")
     for c in canaries:
         if c.sign not in (-1, 1) or c.inserted != (c.sign > 0):
             raise DpauditError(f"{source}: canary {c.id} has inconsistent 'inserted'/'sign'")

@@ -263,6 +263,9 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     warnings.filterwarnings("ignore", module="opacus")
+    import logging
+
+    logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting RDP: non-converging orders are excluded anyway
     warnings.filterwarnings("ignore", message=".*Optimal order.*")
     warnings.filterwarnings("ignore", message=".*Full backward hook.*")
     try:

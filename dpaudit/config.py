@@ -27,7 +27,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.tasks.models import ModelSpec
 from dpaudit.trainers.engine import EngineConfig
 
-TASKS = ("sentiment", "table2text")
+TASKS = ("sentiment", "table2text", "userlm")
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,20 @@ class TrainerConfig:
     trainable: str = "full"  # full | lora
     lora_r: int = 8
     lora_alpha: int = 16
+    user_cap: int = 8  # user-level methods: at most k records per user
+    selection: str = "random"  # user-level methods: how the k records are chosen (tasks/userlm.py)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
-        if self.method != "dp_adam":
-            raise DpauditError(f"train.method {self.method!r} unknown; available: dp_adam")
+        methods = ("dp_adam", "user_dp_sgd", "group_privacy")
+        if self.method not in methods:
+            raise DpauditError(f"train.method {self.method!r} unknown; available: {', '.join(methods)}")
+        if not isinstance(self.user_cap, int) or self.user_cap < 1:
+            raise DpauditError(f"train.user_cap (k) must be an integer >= 1, got {self.user_cap!r}")
+        from dpaudit.tasks.userlm import SELECTIONS
+
+        if self.selection not in SELECTIONS:
+            raise DpauditError(f"train.selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
         if self.trainable not in ("full", "lora"):
             raise DpauditError(f"train.trainable must be 'full' or 'lora', got {self.trainable!r}")
 
@@ -153,8 +162,14 @@ def parse(d: dict) -> RunConfig:
         variants.append(Variant(str(v["name"]), _trainer({**base, **over}, f"variants[{i}]")))
     if len({v.name for v in variants}) != len(variants):
         raise DpauditError("variant names must be unique")
+    task = _build(TaskConfig, d.get("task", {}), "task")
+    for v in variants:
+        user_method = v.trainer.method in ("user_dp_sgd", "group_privacy")
+        if user_method != (task.name == "userlm"):
+            raise DpauditError(f"variant {v.name!r}: method {v.trainer.method} does not fit task {task.name!r}; "
+                               "user_dp_sgd and group_privacy need task.name = 'userlm', which needs one of them")
     return RunConfig(
-        task=_build(TaskConfig, d.get("task", {}), "task"),
+        task=task,
         model=_build(ModelSpec, d.get("model", {}), "model"),
         canaries=_build(CanaryPlan, d.get("canaries", {}), "canaries"),
         evaluate=_build(EvalConfig, d.get("evaluate", {}), "evaluate"),

@@ -30,8 +30,11 @@ def reaccount(card) -> dict:
     if not card.is_private:
         return {"results": [], "reaccounted_epsilon": None, "certified_epsilon": None,
                 "tolerance": ACCOUNTING_TOLERANCE, "findings": []}
-    res = accounting.compute_all(card.events, card.claim.delta)
     findings = []
+    if card.group_size > 1:
+        res = _group_results(card, findings)
+    else:
+        res = accounting.compute_all(card.events, card.claim.delta)
     for ev in card.events:
         if ev.sampler != "poisson":
             findings.append(f"batches were drawn by '{ev.sampler}' but the accountants assume Poisson sampling; "
@@ -39,10 +42,29 @@ def reaccount(card) -> dict:
     return {
         "results": [r.to_dict() for r in res],
         "reaccounted_epsilon": accounting.conservative(res).epsilon,  # the largest: never under-report
-        "certified_epsilon": min(r.epsilon for r in res),  # the tightest sound upper bound
+        "certified_epsilon": min(r.epsilon for r in res if r.delta <= card.claim.delta * (1 + 1e-9)),
         "tolerance": ACCOUNTING_TOLERANCE,
         "findings": findings,
     }
+
+
+def _group_results(card, findings: list) -> list:
+    """User-level epsilon of a record-level mechanism on data capped at k records per user: every
+    accountant's record-level epsilon through the group lemma, and the exact mixture-of-Gaussians PLD."""
+    k = card.group_size
+    rl = card.extra.get("record_level") if card.extra else None
+    if not rl or "delta" not in rl:
+        raise DpauditError("the card has group_size > 1 but no extra.record_level {epsilon, delta}; add the "
+                           "record-level delta the mechanism was calibrated at")
+    out = []
+    for name in accounting.ACCOUNTANTS:
+        e_r = accounting.compute(card.events, rl["delta"], name).epsilon
+        ue, ud = group.lemma(e_r, rl["delta"], k)
+        out.append(accounting.AccountingResult(f"{name}+group_lemma", ue, ud))  # certifies only if ud <= delta
+    out.append(accounting.AccountingResult("pld_group_mixture",
+                                           group.subsampled_gaussian_group_epsilon(card.events, card.claim.delta, k),
+                                           card.claim.delta))
+    return out
 
 
 def _group_delta(card, reps: int) -> float:
@@ -108,7 +130,11 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
 
     # ---- canary scores --------------------------------------------------------------------------
     signs = man.signs()
-    reps = max([c.repetitions for c in man.canaries] + [1])
+    record_reps = max([c.repetitions for c in man.canaries] + [1])
+    if card.claim.unit == "record":  # a canary user is a group of records for a record-level claim
+        reps = record_reps * man.plan.records_per_user
+    else:  # a user-level claim covers all of one user's records, however many
+        reps = 1
     texts = [c.text for c in man.canaries]
     scores: dict[str, np.ndarray] = {}
     notes: list[str] = []
@@ -178,6 +204,10 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
     t_attacks = time.time() - t0 - t_load - t_metrics
 
     # ---- statistics -----------------------------------------------------------------------------
+    if man.per_user:  # canary users: one score per user (mean over its records), one coin per user
+        _, signs, owner = man.user_groups()
+        counts = np.bincount(owner)
+        scores = {a: np.bincount(owner, weights=sc) / counts for a, sc in scores.items()}
     k_pos, k_neg = man.plan.guesses
     attack_rows: dict = {}
     empirical = []
@@ -232,7 +262,8 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
         "attacks": attack_rows,
         "exposure": expo,
         "metrics": metrics,
-        "canary_plan": {"m": man.plan.m, "inserted": int(np.sum(signs > 0)), "repetitions": reps,
+        "canary_plan": {"m": man.plan.m, "inserted": int(np.sum(signs > 0)), "repetitions": record_reps,
+                        "records_per_user": man.plan.records_per_user, "audit_group_size": reps,
                         "k_pos": k_pos, "k_neg": k_neg, "space_size": man.plan.space_size},
         "verdict": verdict,
         "reproducibility": {

@@ -13,7 +13,7 @@ from pathlib import Path
 from dpaudit import canaries, config, report
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import registry
-from dpaudit.trainers import dp_adam
+from dpaudit.trainers import dp_adam, user_dp
 
 
 def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False) -> dict:
@@ -24,7 +24,8 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
     out.mkdir(parents=True, exist_ok=True)
     reports = {}
     for v in cfg.variants:
-        ck = dp_adam.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress)
+        trainer = user_dp if v.trainer.method in user_dp.METHODS else dp_adam
+        ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress)
         r = evaluate(ck, n_references=cfg.evaluate.n_references, confidence=cfg.evaluate.confidence,
                      batch_size=cfg.evaluate.batch_size, command=command, progress=progress,
                      attacks=list(cfg.evaluate.attacks), rule=cfg.evaluate.rule,

@@ -36,12 +36,17 @@ class ModelSpec:
     n_head: int = 4
     max_len: int = 64
     init_seed: int = 0
+    pretrain_steps: int = 0  # tiny-gpt2 only: non-private LM pre-training on public BBC news, cached
 
     def __post_init__(self):
         if self.name not in MODEL_NAMES:
             raise DpauditError(f"unknown model {self.name!r}; choose one of {', '.join(MODEL_NAMES)}")
         if self.max_len < 8:
             raise DpauditError(f"model.max_len must be >= 8, got {self.max_len}")
+        if not isinstance(self.pretrain_steps, int) or self.pretrain_steps < 0:
+            raise DpauditError(f"model.pretrain_steps must be an integer >= 0, got {self.pretrain_steps!r}")
+        if self.pretrain_steps and self.name != "tiny-gpt2":
+            raise DpauditError("model.pretrain_steps applies to tiny-gpt2 only (smollm2-135m is already pretrained)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,6 +80,8 @@ def build(spec: ModelSpec):
                          n_head=spec.n_head, tie_word_embeddings=False, bos_token_id=tok.eos_token_id,
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id,
                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        if spec.pretrain_steps:
+            return _pretrained_tiny(spec, cfg, tok), tok
         with torch.random.fork_rng():
             torch.manual_seed(spec.init_seed)
             model = GPT2LMHeadModel(cfg)
@@ -85,6 +92,35 @@ def build(spec: ModelSpec):
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return model, tok
+
+
+def _pretrained_tiny(spec: ModelSpec, cfg, tok):
+    """A tiny GPT-2 pre-trained (non-privately) on public BBC news text, cached by its spec: a small
+    stand-in for a public pretrained model, so that fine-tuning (full or LoRA) starts from language."""
+    import hashlib
+    import json
+
+    key = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+    path = assets.cache_dir() / "pretrained" / f"tiny-gpt2-{key}"
+    if (path / "model.safetensors").exists():
+        return GPT2LMHeadModel.from_pretrained(path, dtype=torch.float32)
+    from dpaudit.trainers import engine
+
+    with torch.random.fork_rng():
+        torch.manual_seed(spec.init_seed)
+        model = GPT2LMHeadModel(cfg)
+    ids = tok("\n\n".join(assets.bbc_texts()), add_special_tokens=False).input_ids
+    L = spec.max_len - 1
+    records = [{"input_ids": [tok.eos_token_id] + ids[i:i + L], "targets": [-100] + ids[i:i + L]}
+               for i in range(0, len(ids) - L, L)]
+    batch = 32
+    epochs = spec.pretrain_steps * batch / len(records)
+    model, _ = engine.train(model, records, engine.EngineConfig(epochs=epochs, batch_size=batch, lr=1e-3,
+                                                                seed=spec.init_seed), tok.pad_token_id, spec.max_len)
+    tmp = path.with_name(path.name + ".tmp")
+    model.save_pretrained(tmp)
+    tmp.rename(path)
+    return model
 
 
 def load_dir(path: Path):

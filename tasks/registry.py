@@ -6,10 +6,10 @@ one line here."""
 from __future__ import annotations
 
 from dpaudit.errors import DpauditError
-from dpaudit.tasks import sentiment, table2text
+from dpaudit.tasks import sentiment, table2text, userlm
 
-TASKS = {"sentiment": sentiment, "table2text": table2text}
-DEFAULT_SOURCE = {"sentiment": "rotten-tomatoes", "table2text": "e2e-synthetic"}
+TASKS = {"sentiment": sentiment, "table2text": table2text, "userlm": userlm}
+DEFAULT_SOURCE = {"sentiment": "rotten-tomatoes", "table2text": "e2e-synthetic", "userlm": "chitchat"}
 
 
 def get(name: str):

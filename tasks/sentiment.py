@@ -19,7 +19,6 @@ import bz2
 import csv
 import hashlib
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
+from dpaudit.tasks.files import read_rows
 
 TEMPLATE = "{sentence} It was"
 LABEL_WORDS = (" terrible", " great")
@@ -95,15 +95,7 @@ def _normalise(rows, source: str) -> list[dict]:
 
 
 def _read_rows(p: Path) -> list[dict]:
-    if p.suffix == ".jsonl":
-        try:
-            return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-        except json.JSONDecodeError as e:
-            raise DpauditError(f"{p}: invalid JSON line ({e.msg}); each line must be one object") from None
-    if p.suffix in (".csv", ".tsv"):
-        with p.open(newline="") as f:
-            return list(csv.DictReader(f, delimiter="\t" if p.suffix == ".tsv" else ","))
-    raise DpauditError(f"{p}: unsupported data file; use .jsonl, .csv, .tsv or a save_to_disk folder")
+    return read_rows(p, "sentiment data", "give 'rotten-tomatoes', a file, or a folder with train/validation files")
 
 
 def _local(path: Path, seed: int, test_fraction: float) -> tuple[list[dict], list[dict]]:

@@ -9,9 +9,7 @@ BLEU (sacrebleu, all references) and ROUGE-L F (rouge-score, best reference, ave
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ import numpy as np
 import torch
 
 from dpaudit.errors import DpauditError
+from dpaudit.tasks.files import read_rows
 
 SLOTS = ("name", "eatType", "food", "priceRange", "customer rating", "area", "familyFriendly", "near")
 _ADJ = ["Blue", "Golden", "Red", "Green", "Old", "Little", "Royal", "Silver", "Wild", "Happy", "Black", "Brave"]
@@ -132,15 +131,7 @@ def load(source: str = "e2e-synthetic", n_train: int | None = None, n_test: int 
 
 
 def _local(path: Path) -> list[tuple[str, list[str]]]:
-    if not path.is_file():
-        raise DpauditError(f"table-to-text data {path} not found; give 'e2e-synthetic' or a JSONL/CSV file")
-    if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    elif path.suffix == ".csv":
-        with path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-    else:
-        raise DpauditError(f"{path}: use .jsonl or .csv with 'mr' and 'ref' columns")
+    rows = read_rows(path, "table-to-text data", "give 'e2e-synthetic' or a JSONL/CSV file with 'mr' and 'ref' columns")
     groups: OrderedDict[str, list[str]] = OrderedDict()
     for i, r in enumerate(rows):
         mr = r.get("mr", r.get("meaning_representation"))

@@ -80,3 +80,25 @@ def test_physical_batches_accumulate_to_the_same_update(tiny_model_factory):
     split, n_split = _one_logical_step(tiny_model_factory, cap=2)  # 6 records in 3 physical batches
     assert n_full == n_split == 1  # noise added once per logical batch
     assert max(float((a - b).abs().max()) for a, b in zip(full, split)) < 1e-7
+
+
+def test_ghost_on_tied_embeddings_after_untying(tiny_model_factory):
+    """A tied model (SmolLM2-style) fails under ghost clipping until its LM head is untied."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _, tok = tiny_model_factory()
+    tied = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                      tie_word_embeddings=True))
+    assert tied.lm_head.weight is tied.transformer.wte.weight
+    assert trainable.untie_embeddings(tied)
+    assert tied.lm_head.weight is not tied.transformer.wte.weight
+    assert torch.equal(tied.lm_head.weight, tied.transformer.wte.weight)
+    assert not trainable.untie_embeddings(tied)  # already untied
+    data = engine.collate(_records(tok), tok.pad_token_id, 32)
+    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode="ghost", progress=False)
+    opt = torch.optim.SGD(tied.parameters(), lr=0.0)
+    gsm, dp_opt, crit, _ = engine.make_private(tied, opt, DataLoader(data, batch_size=len(data)), cfg, sigma=0.0)
+    ids, mask, tgt = data.tensors
+    engine.step_loss(gsm, ids, mask, tgt, crit).backward()
+    dp_opt.step()
+    assert all(torch.isfinite(p.grad).all() for p in tied.parameters())

@@ -20,3 +20,19 @@ def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16):
     cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, target_modules=targets, fan_in_fan_out=fan_in_fan_out,
                      lora_dropout=0.0, bias="none")
     return get_peft_model(model, cfg), base
+
+
+def untie_embeddings(model) -> bool:
+    """Give the LM head its own copy of the input embeddings (ghost clipping cannot handle shared
+    parameters; Li et al. untie them too). Returns True when something was untied."""
+    import torch
+
+    out = model.get_output_embeddings()
+    inp = model.get_input_embeddings()
+    if out is None or out.weight is not inp.weight:
+        return False
+    out.weight = torch.nn.Parameter(inp.weight.detach().clone())
+    model.config.tie_word_embeddings = False
+    if hasattr(model, "_tied_weights_keys"):
+        model._tied_weights_keys = []
+    return True

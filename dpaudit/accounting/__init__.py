@@ -81,16 +81,18 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
     def eps(s: float, name: str = accountant) -> float:
         return ACCOUNTANTS[name]([SubsampledGaussian(sample_rate, s, steps, sampler)], delta)
 
-    # Bracket with Opacus RDP (cheap and never below the tight accountants), then refine with the
-    # requested accountant inside [0.6 * sigma_rdp, sigma_rdp]: PRV at tiny sigma needs huge grids.
+    def eps_bracket(s: float) -> float:  # integer-order RDP: closed form, never below the tight accountants
+        return opacus_rdp.epsilon([SubsampledGaussian(sample_rate, s, steps, sampler)], delta,
+                                  orders=opacus_rdp.INTEGER_ORDERS)
+
+    # Bracket with RDP, then refine with the requested accountant inside [0.6 * sigma_rdp, sigma_rdp]:
+    # PRV at tiny sigma needs huge grids.
     lo, hi = 0.1, 1.0
-    while eps(hi, "rdp") > target_epsilon:
+    while eps_bracket(hi) > target_epsilon:
         lo, hi = hi, hi * 2
         if hi > 1e4:
             raise DpauditError(f"no sigma below 1e4 reaches epsilon {target_epsilon}; raise epsilon or delta")
-    hi = _bisect(lambda s: eps(s, "rdp") > target_epsilon, lo, hi, tol)
-    if accountant == "rdp":
-        return hi
+    hi = _bisect(lambda s: eps_bracket(s) > target_epsilon, lo, hi, tol)
     lo = 0.6 * hi
     if eps(lo) <= target_epsilon:
         return lo

@@ -1,0 +1,170 @@
+"""Step time and peak memory of non-private vs Opacus hooks vs ghost clipping, full and LoRA.
+
+    python benchmarks/bench_training.py [--models minilm,smollm2,gpt2-small] [--batch 8] [--seq 64]
+                                        [--steps 3] [--cap-gb 8] [--largest-batch minilm]
+
+Each configuration runs in its own process (so peak RSS is its own), on random token batches of the
+same shape: 1 warm-up step, then the median of ``--steps`` timed steps. Ratios are against the
+non-private run of the same model and trainable set, measured in the same invocation. With
+``--largest-batch``, the batch is doubled until peak RSS passes ``--cap-gb`` for those models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+MODES = ("none", "hooks", "ghost")
+
+
+def build(name: str):
+    import torch
+    from transformers import AutoModelForSequenceClassification, GPT2Config, GPT2LMHeadModel
+
+    from dpaudit.tasks import assets, models
+
+    if name == "minilm":
+        path = assets.locate("minilm-l6").parent
+        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=2, dtype=torch.float32), "cls", 30522
+    if name == "smollm2":
+        m, _ = models.build(models.ModelSpec(name="smollm2-135m"))
+        return m, "lm", m.config.vocab_size
+    if name == "gpt2-small":
+        cfg = GPT2Config(vocab_size=50257, n_positions=256, n_embd=768, n_layer=12, n_head=12, tie_word_embeddings=False)
+        torch.manual_seed(0)
+        return GPT2LMHeadModel(cfg), "lm", 50257
+    raise SystemExit(f"unknown model {name}")
+
+
+def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int) -> dict:
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dpaudit.trainers import engine, trainable
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model, kind, vocab = build(name)
+    if mode == "ghost" and which == "full":
+        trainable.untie_embeddings(model)
+    if which == "lora":
+        if kind == "cls":
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
+                                                     modules_to_save=["classifier"]))
+        else:
+            model, _ = trainable.apply(model, "lora", 8, 16)
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (batch * 4, seq), generator=g)
+    mask = torch.ones_like(ids)
+    labels = torch.randint(0, 2, (batch * 4,), generator=g) if kind == "cls" else ids.clone()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=1e-4)
+    data = TensorDataset(ids, mask, labels)
+    loader = DataLoader(data, batch_size=batch)
+    crit = None
+    if mode != "none":
+        cfg = engine.EngineConfig(target_epsilon=8.0, clipping_norm=0.1, grad_sample_mode=mode, progress=False)
+        if kind == "cls":
+            from opacus import PrivacyEngine
+
+            out = PrivacyEngine().make_private(module=model, optimizer=opt, data_loader=loader, noise_multiplier=1.0,
+                                               max_grad_norm=0.1, poisson_sampling=False, grad_sample_mode=mode,
+                                               criterion=nn.CrossEntropyLoss())
+            model, opt, crit = out[0], out[1], (out[2] if mode == "ghost" else None)
+        else:
+            model, opt, crit, _ = engine.make_private(model, opt, loader, cfg, sigma=1.0)
+
+    def step(b):
+        x, m, y = (t[b * batch:(b + 1) * batch] for t in (ids, mask, labels))
+        opt.zero_grad(set_to_none=True)
+        if kind == "cls":
+            pos = torch.arange(seq).unsqueeze(0).repeat(x.size(0), 1)
+            logits = model(input_ids=x, attention_mask=m, token_type_ids=torch.zeros_like(x), position_ids=pos).logits
+            loss = crit(logits, y) if crit is not None else nn.functional.cross_entropy(logits, y)
+        else:
+            loss = engine.step_loss(model, x, m, y, crit)
+        loss.backward()
+        opt.step()
+
+    step(0)
+    times = []
+    for k in range(steps):
+        t = time.perf_counter()
+        step((k + 1) % 4)
+        times.append(time.perf_counter() - t)
+    return {"model": name, "mode": mode, "trainable": which, "batch": batch, "seq": seq,
+            "step_s": statistics.median(times), "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
+
+
+def run_child(args, name, mode, which, batch) -> dict:
+    cmd = [sys.executable, __file__, "--one", name, mode, which, str(batch), "--seq", str(args.seq), "--steps", str(args.steps)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        err = (p.stderr.strip().splitlines() or ["?"])[-1]
+        return {"model": name, "mode": mode, "trainable": which, "batch": batch, "error": err[:160]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="minilm,smollm2,gpt2-small")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--cap-gb", type=float, default=8.0)
+    ap.add_argument("--largest-batch", default="", help="comma-separated models to search the largest batch for")
+    ap.add_argument("--one", nargs=4, metavar=("MODEL", "MODE", "TRAINABLE", "BATCH"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    if args.one:
+        name, mode, which, batch = args.one
+        print(json.dumps(one(name, mode, which, int(batch), args.seq, args.steps)))
+        return 0
+    rows = []
+    print(f"batch {args.batch}, seq {args.seq}, median of {args.steps} steps, {os.cpu_count()} CPUs")
+    print(f"{'model':11s} {'trainable':9s} {'mode':6s} {'step s':>8s} {'x non-private':>14s} {'peak GB':>8s} {'x non-private':>14s}")
+    for name in args.models.split(","):
+        for which in ("full", "lora"):
+            base = None
+            for mode in MODES:
+                r = run_child(args, name, mode, which, args.batch)
+                rows.append(r)
+                if "error" in r:
+                    print(f"{name:11s} {which:9s} {mode:6s} FAILED: {r['error']}")
+                    continue
+                if mode == "none":
+                    base = r
+                rt = r["step_s"] / base["step_s"] if base else float("nan")
+                rm = r["peak_rss_gb"] / base["peak_rss_gb"] if base else float("nan")
+                r["time_ratio"], r["mem_ratio"] = rt, rm
+                print(f"{name:11s} {which:9s} {mode:6s} {r['step_s']:8.3f} {rt:14.2f} {r['peak_rss_gb']:8.2f} {rm:14.2f}")
+                sys.stdout.flush()
+    for name in [m for m in args.largest_batch.split(",") if m]:
+        for which in ("full", "lora"):
+            for mode in MODES:
+                b, best = args.batch, None
+                while b <= 512:
+                    r = run_child(args, name, mode, which, b)
+                    if "error" in r or r["peak_rss_gb"] > args.cap_gb:
+                        break
+                    best, b = b, b * 2
+                print(f"largest batch under {args.cap_gb} GB: {name} {which} {mode}: {best}")
+                rows.append({"model": name, "trainable": which, "mode": mode, "largest_batch": best, "cap_gb": args.cap_gb})
+    print("JSON " + json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

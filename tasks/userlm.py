@@ -1,0 +1,154 @@
+"""User-attributed language modelling (Chua et al.'s setting): every record has an owner.
+
+Sources: ``chitchat`` (the chitchat-dataset messages, grouped by sender: one record per message),
+or a local Enron-style JSONL/CSV file with a ``text`` column and a user column (``user``, ``user_id``,
+``sender`` or ``author``). Users are split into training users and held-out test users (seeded);
+the metric is perplexity on the test users' records.
+
+Record selection per user with a cap k (Chua et al. §4): ``random``, ``longest``, ``shortest``,
+``high_ppl`` / ``low_ppl`` (highest / lowest perplexity under the base model) and ``random_chunk``
+(k consecutive records from a random start).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dpaudit.errors import DpauditError
+from dpaudit.tasks import assets
+from dpaudit.tasks.files import read_rows
+
+SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_chunk")
+USER_COLUMNS = ("user", "user_id", "sender", "author")
+
+
+@dataclass(frozen=True)
+class UserData:
+    train: list[dict]  # {"text", "user"}
+    test: list[dict]  # {"text", "user"} of held-out users
+    source: str
+
+    def by_user(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in self.train:
+            out.setdefault(r["user"], []).append(r["text"])
+        return out
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for split in (self.train, self.test):
+            for r in split:
+                h.update(f"{r['user']}\t{r['text']}\n".encode())
+        return h.hexdigest()[:16]
+
+
+def _chitchat() -> list[dict]:
+    path = assets.locate("chitchat") / "dataset.json"
+    data = json.loads(path.read_text())
+    rows = []
+    for conv in data.values():
+        for msg in conv["messages"]:
+            text = " ".join(u["text"].strip() for u in msg if u.get("text"))
+            if text and msg:
+                rows.append({"text": text, "user": msg[0]["sender"]})
+    return rows
+
+
+def _local(path: Path) -> list[dict]:
+    rows = read_rows(path, "user data", "give 'chitchat' or a JSONL/CSV file with text and user columns")
+    out = []
+    for i, r in enumerate(rows):
+        user = next((r[c] for c in USER_COLUMNS if r.get(c) not in (None, "")), None)
+        if user is None:
+            raise DpauditError(f"{path}: record {i} has no user id; add a column named one of {', '.join(USER_COLUMNS)}")
+        if not r.get("text"):
+            raise DpauditError(f"{path}: record {i} has no 'text'")
+        out.append({"text": str(r["text"]), "user": str(user)})
+    return out
+
+
+def load(source: str = "chitchat", n_train: int | None = None, n_test: int | None = None, seed: int = 0,
+         test_fraction: float = 0.1) -> UserData:
+    """``n_train`` / ``n_test`` count USERS (all of a user's records stay together)."""
+    rows = _chitchat() if source == "chitchat" else _local(Path(source))
+    users = sorted({r["user"] for r in rows})
+    rng = np.random.default_rng(seed)
+    users = [users[i] for i in rng.permutation(len(users))]
+    k = n_test if n_test is not None else max(1, int(round(test_fraction * len(users))))
+    test_u, train_u = set(users[:k]), users[k:]
+    if n_train is not None:
+        train_u = train_u[:n_train]
+    train_set = set(train_u)
+    train = [r for r in rows if r["user"] in train_set]
+    test = [r for r in rows if r["user"] in test_u]
+    if not train:
+        raise DpauditError(f"no training users in {source}; check the data or task.n_train")
+    if not test:
+        raise DpauditError(f"no test users in {source}; check the data or task.n_test")
+    return UserData(train, test, source)
+
+
+@torch.inference_mode()
+def _ppl(model, tok, texts: list[str], max_len: int) -> np.ndarray:
+    from dpaudit.attacks.scoring import token_features
+
+    feats = token_features(model, tok, texts, max_len=max_len)
+    return np.array([math.exp(-float(f.logp.mean())) for f in feats])
+
+
+def select(by_user: dict[str, list[str]], k: int, strategy: str = "random", seed: int = 0, model=None, tok=None,
+           max_len: int = 64) -> dict[str, list[str]]:
+    """At most k records per user, chosen by ``strategy``."""
+    if not isinstance(k, int) or k < 1:
+        raise DpauditError(f"the per-user cap k must be an integer >= 1, got {k!r}")
+    if strategy not in SELECTIONS:
+        raise DpauditError(f"unknown record selection {strategy!r}; choose one of {', '.join(SELECTIONS)}")
+    if strategy in ("high_ppl", "low_ppl") and model is None:
+        raise DpauditError(f"selection {strategy!r} needs the base model to score perplexity")
+    rng = np.random.default_rng([seed, 17])
+    out = {}
+    for user in sorted(by_user):
+        recs = by_user[user]
+        if not recs:
+            raise DpauditError(f"user {user!r} has zero records; drop the user or fix the data")
+        if len(recs) <= k:
+            out[user] = list(recs)
+            continue
+        if strategy == "random":
+            idx = sorted(rng.choice(len(recs), k, replace=False))
+        elif strategy == "longest":
+            idx = np.argsort([-len(r) for r in recs], kind="stable")[:k]
+        elif strategy == "shortest":
+            idx = np.argsort([len(r) for r in recs], kind="stable")[:k]
+        elif strategy == "random_chunk":
+            s = int(rng.integers(0, len(recs) - k + 1))
+            idx = range(s, s + k)
+        else:
+            ppl = _ppl(model, tok, recs, max_len)
+            idx = np.argsort(-ppl if strategy == "high_ppl" else ppl, kind="stable")[:k]
+        out[user] = [recs[i] for i in idx]
+    return out
+
+
+def encode_example(ex, tok, objective: str, max_len: int) -> dict:
+    from dpaudit.tasks.sentiment import encode_text
+
+    return encode_text(ex["text"] if isinstance(ex, dict) else ex, tok, max_len)
+
+
+def metrics(model, tok, test: list[dict], batch_size: int = 64, max_len: int = 64) -> dict:
+    """Perplexity over the held-out users' tokens (token-weighted)."""
+    from dpaudit.attacks.scoring import token_features
+
+    feats = token_features(model, tok, [r["text"] for r in test], batch_size=batch_size, max_len=max_len)
+    nll = sum(-float(f.logp.sum()) for f in feats)
+    n = sum(int(f.logp.numel()) for f in feats)
+    return {"perplexity": math.exp(nll / n), "n_test": len(test), "n_test_users": len({r["user"] for r in test}),
+            "task": "userlm"}

@@ -1,0 +1,82 @@
+"""User-level DP fine-tuning (Chua et al. 2024), two ways on the shared engine:
+
+* ``user_dp_sgd`` — unit = user: users Poisson-sampled, each user's gradient is the mean over its (at
+  most k) selected records, clipped per user, Gaussian noise (:func:`engine.train_users`).
+* ``group_privacy`` — unit = record on the capped data (each user keeps at most k records), calibrated
+  to the record-level (eps/k, delta') whose group-of-k conversion is the user-level (eps, delta)
+  (:func:`dpaudit.accounting.group.record_level_target`). The card claims the user-level guarantee and
+  records the record-level one.
+
+Canary users (``canaries.records_per_user > 1``) join the training users whole, through the same cap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from dpaudit import checkpoint
+from dpaudit.accounting import group
+from dpaudit.canaries import Manifest
+from dpaudit.card import Claim, PrivacyCard
+from dpaudit.tasks import models, userlm
+from dpaudit.tasks.sentiment import encode_text
+from dpaudit.trainers import engine, trainable
+
+METHODS = ("user_dp_sgd", "group_privacy")
+
+
+def capped_users(data: userlm.UserData, manifest: Manifest, k: int, selection: str, seed: int, model=None, tok=None,
+                 max_len: int = 64) -> dict[str, list[str]]:
+    by_user = data.by_user()
+    by_user.update(manifest.training_users())  # canary users go through the same cap as everyone
+    return userlm.select(by_user, k, selection, seed, model=model, tok=tok, max_len=max_len)
+
+
+def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, progress: bool = True) -> Path:
+    tc = variant.trainer
+    eng = dataclasses.replace(tc.engine, progress=progress)
+    model, tok = models.build(cfg.model)
+    base_for_selection = model if tc.selection in ("high_ppl", "low_ppl") else None
+    capped = capped_users(data, manifest, tc.user_cap, tc.selection, eng.seed, base_for_selection, tok,
+                          cfg.model.max_len)
+    model, base = trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha)
+    records = {u: [encode_text(t, tok, cfg.model.max_len) for t in texts] for u, texts in capped.items()}
+    n_records = sum(len(v) for v in records.values())
+    extra: dict = {"user_cap": tc.user_cap, "selection": tc.selection, "n_users": len(records)}
+    if tc.method == "user_dp_sgd" or not eng.private:
+        model, res = engine.train_users(model, records, eng, tok.pad_token_id, cfg.model.max_len)
+        user_eps, user_delta, events, grp = res.epsilon, res.delta, res.events, 1
+        q_desc = "users"
+    else:
+        user_delta = eng.delta if eng.delta is not None else 1.0 / (2 * len(records))
+        rec_eps, rec_delta = group.record_level_target(eng.target_epsilon, user_delta, tc.user_cap)
+        flat = [r for u in sorted(records) for r in records[u]]
+        import numpy as np
+
+        flat = [flat[i] for i in np.random.default_rng(eng.seed).permutation(len(flat))]
+        model, res = engine.train(model, flat, dataclasses.replace(eng, target_epsilon=rec_eps, delta=rec_delta),
+                                  tok.pad_token_id, cfg.model.max_len)
+        user_eps, user_delta_achieved = group.lemma(res.epsilon, rec_delta, tc.user_cap)
+        user_delta = max(user_delta, user_delta_achieved)
+        events, grp = res.events, tc.user_cap
+        extra["record_level"] = {"epsilon": res.epsilon, "delta": rec_delta}
+        extra["conversion"] = "group privacy lemma (k eps, delta sum_{i<k} e^{i eps})"
+        q_desc = "records"
+    claim = Claim(epsilon=user_eps if eng.private else None, delta=user_delta if eng.private else 0.0, unit="user",
+                  accountant=eng.accountant)
+    card = PrivacyCard(claim=claim, events=events, clipping_norm=eng.clipping_norm if eng.private else None,
+                       expected_batch_size=min(eng.batch_size, res.dataset_size), dataset_size=res.dataset_size,
+                       group_size=grp, method=tc.method if eng.private else "non_private", trainable=tc.trainable,
+                       extra={**extra, "sampled": q_desc, "n_records": n_records})
+    run = {
+        "variant": variant.name, "config": cfg.to_dict(), "task": dataclasses.asdict(cfg.task), "model": cfg.model.to_dict(),
+        "trainer": {"method": tc.method, "trainable": tc.trainable, "user_cap": tc.user_cap, "selection": tc.selection,
+                    **{k: v for k, v in dataclasses.asdict(eng).items() if k != "progress"}},
+        "seeds": {"task_split": cfg.task.seed, "canaries": cfg.canaries.seed, "train": eng.seed,
+                  "model_init": cfg.model.init_seed},
+        "data": {"source": data.source, "fingerprint": data.fingerprint(), "n_users": len(records),
+                 "n_records_after_cap": n_records},
+        "train_result": res.summary(), "versions": checkpoint.versions(), "machine": checkpoint.machine(),
+    }
+    return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None)
