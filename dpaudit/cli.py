@@ -118,7 +118,22 @@ def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants,
         c = load_card(card)
         if not c.is_private:
             raise DpauditError(f"{card} claims no epsilon (non-private); nothing to account")
-        events, delta = c.events, (delta if delta is not None else c.claim.delta)
+        if c.group_size > 1 or delta is None:
+            from dpaudit.evaluate import reaccount
+
+            acct = reaccount(c)
+            res = {r["accountant"]: r["epsilon"] for r in acct["results"]}
+            if as_json:
+                click.echo(json.dumps(res))
+                return
+            click.echo(f"claim: ε = {c.claim.epsilon} at δ = {c.claim.delta} ({c.claim.unit} level)")
+            for r in acct["results"]:
+                click.echo(f"  {r['accountant']:20s} ε = {r['epsilon']:.4f}  (δ = {r['delta']:.3g})")
+            click.echo(f"  certified (smallest sound): {acct['certified_epsilon']:.4f}; largest: {acct['reaccounted_epsilon']:.4f}")
+            for f in acct["findings"]:
+                click.echo(f"  finding: {f}")
+            return
+        events = c.events
     else:
         for flag, val in (("--sigma", sigma if target_epsilon is None else 1.0), ("--sample-rate", sample_rate),
                           ("--steps", steps), ("--delta", delta)):

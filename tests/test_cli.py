@@ -68,3 +68,25 @@ def test_config_errors_exit_2(tmp_path, capsys):
         assert code == 2, err
         assert needle in err and len(err.strip().splitlines()) == 1
         assert not out.exists()
+
+
+def test_account_card(tmp_path, capsys):
+    from dpaudit.accounting import SubsampledGaussian
+    from dpaudit.card import Claim, PrivacyCard
+
+    c = PrivacyCard(claim=Claim(epsilon=2.2, delta=1e-5), events=[SubsampledGaussian(0.01, 1.0, 1000)])
+    c.save(tmp_path / "card.json")
+    assert main(["account", "--card", str(tmp_path / "card.json"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["pld"] == pytest.approx(1.83, abs=0.01) and d["rdp"] == pytest.approx(2.10, abs=0.01)
+    g = PrivacyCard(claim=Claim(epsilon=8.0, delta=1e-5, unit="user"), events=[SubsampledGaussian(0.01, 1.0, 1000)],
+                    group_size=4, extra={"record_level": {"epsilon": 1.9, "delta": 1e-7}})
+    g.save(tmp_path / "group.json")
+    assert main(["account", "--card", str(tmp_path / "group.json"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert "pld_group_mixture" in d and d["pld_group_mixture"] < d["pld+group_lemma"]
+    bad = json.loads((tmp_path / "card.json").read_text())
+    del bad["mechanism"]["events"][0]["steps"]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    assert main(["account", "--card", str(tmp_path / "bad.json")]) == 2
+    assert "steps" in capsys.readouterr().err

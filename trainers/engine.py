@@ -317,6 +317,9 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     """
     from opacus import GradSampleModule
 
+    if cfg.gradient_canaries:
+        raise DpauditError("white-box gradient canaries are not implemented for user-wise DP-SGD yet; set "
+                           "train.gradient_canaries = 0 (canary users audit it black-box)")
     users = sorted(records_by_user)
     if not users:
         raise DpauditError("no users to train on; check the task data")
