@@ -68,9 +68,9 @@ def test_public_pretraining_is_cached_and_helps(monkeypatch, tmp_path):
     monkeypatch.setenv("DPAUDIT_CACHE", str(tmp_path))
     spec = dict(name="tiny-gpt2", vocab_size=512, n_embd=32, n_layer=1, n_head=2, max_len=32)
     fresh, tok = models.build(models.ModelSpec(**spec))
-    pre, _ = models.build(models.ModelSpec(**spec, pretrain_steps=30))
+    pre, _ = models.build(models.ModelSpec(**spec, pretrain_steps=60))
     assert list((tmp_path / "pretrained").iterdir())
-    again, _ = models.build(models.ModelSpec(**spec, pretrain_steps=30))
+    again, _ = models.build(models.ModelSpec(**spec, pretrain_steps=60))
     assert all(torch.equal(a, b) for a, b in zip(pre.state_dict().values(), again.state_dict().values()))
     text = assets.bbc_texts()[-1][:400]
     rec = sentiment.encode_text(text, tok, 32)
@@ -79,6 +79,6 @@ def test_public_pretraining_is_cached_and_helps(monkeypatch, tmp_path):
     with torch.no_grad():
         l_fresh = float(engine.per_sample_loss(engine._forward(fresh, ids, mask), tgt))
         l_pre = float(engine.per_sample_loss(engine._forward(pre, ids, mask), tgt))
-    assert l_pre < l_fresh - 0.5
+    assert l_pre < l_fresh - 0.3
     with pytest.raises(DpauditError, match="pretrain_steps"):
         models.ModelSpec(name="smollm2-135m", pretrain_steps=5)

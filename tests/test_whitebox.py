@@ -19,7 +19,7 @@ def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_pa
     data = sentiment.load(n_train=120, n_test=20)
     recs = [sentiment.encode_example(e, tok, "lm", 32) for e in data.train]
     cfg = engine.EngineConfig(target_epsilon=target_epsilon, delta=1e-5, epochs=4, batch_size=12, lr=1e-3,
-                              gradient_canaries=1000, progress=False)
+                              clipping_norm=1.0, gradient_canaries=1000, progress=False)
     orig = engine.make_private
     engine.make_private = lambda m, o, ld, c, s: orig(m, o, ld, c, s * sigma_scale)  # noqa: E731
     try:
