@@ -192,3 +192,14 @@ def test_nonprivate_user_training_leaks_canary_users(user_run):
     assert nonp["attacks"]["loss"]["auc"] > 0.9
     assert nonp["attacks"]["loss"]["auc"] > dp["attacks"]["loss"]["auc"]
     assert dp["empirical_best"]["epsilon_lb"] <= 2.0
+
+
+def test_nonprivate_user_loop_gives_the_mean_of_user_gradients(tiny_model_factory):
+    gsm, model, ref, data, users = _setup(tiny_model_factory)
+    params = [p for p in model.parameters() if p.requires_grad]
+    G, _ = engine.user_gradients(gsm, params, data, users, chunk=3)
+    expected = [g.mean(0) for g in G]
+    for p in ref.parameters():
+        p.grad = None
+    engine._users_mean_loss_backward(ref, data, users, chunk=4)
+    assert max(float((p.grad - e).abs().max()) for p, e in zip(ref.parameters(), expected)) < 1e-5

@@ -298,6 +298,26 @@ def user_gradients(gsm, params, data: dict, sampled: list[str], chunk: int = 64)
     return user_grads, total / len(sampled)
 
 
+def _users_mean_loss_backward(model, data: dict, sampled: list[str], chunk: int) -> float:
+    """Non-private: backward of the mean over sampled users of each user's mean record loss (the same
+    gradient as averaging the unclipped user gradients), with plain autograd."""
+    if not sampled:
+        return 0.0
+    ids = torch.cat([data[u][0] for u in sampled])
+    mask = torch.cat([data[u][1] for u in sampled])
+    tgt = torch.cat([data[u][2] for u in sampled])
+    weight = torch.cat([torch.full((data[u][0].size(0),), 1.0 / (data[u][0].size(0) * len(sampled))) for u in sampled])
+    total = 0.0
+    for s in range(0, ids.size(0), chunk):
+        sl = slice(s, s + chunk)
+        width = int(mask[sl].sum(1).max())
+        part = [t[sl, :width].contiguous() for t in (ids, mask, tgt)]
+        loss = (per_sample_loss(_forward(model, part[0], part[1]), part[2]) * weight[sl]).sum()
+        loss.backward()
+        total += float(loss.detach())
+    return total
+
+
 def clip_users(user_grads: list[torch.Tensor], C: float) -> list[torch.Tensor]:
     """Clip each user's whole gradient (all parameters together) to norm C and sum over users."""
     sq = sum(G.flatten(1).pow(2).sum(1) for G in user_grads)
@@ -336,7 +356,8 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     sigma = accounting.calibrate_sigma(cfg.target_epsilon, delta, q, steps, accountant=cfg.accountant) if private else 0.0
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum")
+    # per-record gradients only when they are needed (to clip users); the non-private baseline is plain autograd
+    gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum") if private else model
     gsm.train()
     rng = np.random.default_rng([cfg.seed, 5150])
     noise_gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -348,6 +369,12 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     for _ in range(steps):
         sampled = [users[i] for i in np.flatnonzero(rng.random(U) < q)]
         opt.zero_grad(set_to_none=True)
+        if not private:
+            total_loss = _users_mean_loss_backward(gsm, data, sampled, chunk)
+            opt.step()
+            losses.append(total_loss)
+            bar.update(1)
+            continue
         user_grads, total_loss = user_gradients(gsm, params, data, sampled, chunk)
         if private:
             summed = clip_users(user_grads, cfg.clipping_norm)
@@ -365,7 +392,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
         p.grad_sample = None
     if hasattr(gsm, "remove_hooks"):
         gsm.remove_hooks()
-    plain = gsm._module
+    plain = gsm._module if private else gsm
     if not private:
         return plain, TrainResult(False, steps, U, q, None, None, None, [], losses, time.time() - t0)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
