@@ -102,3 +102,28 @@ def test_ghost_on_tied_embeddings_after_untying(tiny_model_factory):
     engine.step_loss(gsm, ids, mask, tgt, crit).backward()
     dp_opt.step()
     assert all(torch.isfinite(p.grad).all() for p in tied.parameters())
+
+
+def test_empty_poisson_batches_still_add_noise(tiny_model_factory):
+    """With q*N small, Poisson sampling draws empty batches; each must still be a noisy step."""
+    import math
+
+    model, tok = tiny_model_factory()
+    recs = [sentiment.encode_text(x, tok, 32) for x in ["a b", "c d", "e f", "g h"]]
+    calls = []
+    orig = engine.make_private
+
+    def spy(*a, **k):
+        out = orig(*a, **k)
+        add = out[1].add_noise
+        out[1].add_noise = lambda: (calls.append(1), add())[1]
+        return out
+
+    engine.make_private = spy
+    try:
+        _, res = engine.train(model, recs, engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=5, batch_size=1,
+                                                               progress=False), tok.pad_token_id, 32)
+    finally:
+        engine.make_private = orig
+    assert any(math.isnan(x) for x in res.losses)  # some batches were empty
+    assert len(calls) == res.steps  # and every step, empty or not, added noise
