@@ -70,3 +70,26 @@ def test_bad_gradient_canary_config():
 
     with pytest.raises(DpauditError, match="gradient_canaries"):
         engine.EngineConfig(gradient_canaries=1)
+
+
+def test_whitebox_canaries_for_user_wise_dp_sgd(tiny_model_factory):
+    """Gradient canaries join user-wise DP-SGD as extra clipped units at the users' sampling rate: with
+    honest noise the audit stays below the claim, with no noise it separates them."""
+    from dpaudit.audit import one_run
+
+    model, tok = tiny_model_factory()
+    texts = [e["sentence"] for e in sentiment.load(n_train=60).train]
+    by_user = {f"u{i}": [sentiment.encode_text(t, tok, 32) for t in texts[i::20]] for i in range(20)}
+    for eps in (1.0, float("inf")):
+        model, tok = tiny_model_factory()
+        cfg = engine.EngineConfig(target_epsilon=eps, delta=1e-5, epochs=4, batch_size=5, clipping_norm=1.0,
+                                  gradient_canaries=500, progress=False)
+        model, res = engine.train_users(model, by_user, cfg, tok.pad_token_id, 32)
+        gc = res.gradient_canaries
+        signs, scores = np.array(gc["signs"]), np.array(gc["scores"])
+        assert np.all(np.array(gc["times_sampled"])[signs < 0] == 0)
+        r = one_run.audit(scores, signs, 125, 125, delta=1e-5 if res.private else 0.0)
+        if res.private:
+            assert r.epsilon_lb <= res.epsilon
+        else:
+            assert r.epsilon_lb > 0.5 * r.ceiling

@@ -337,9 +337,6 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     """
     from opacus import GradSampleModule
 
-    if cfg.gradient_canaries:
-        raise DpauditError("white-box gradient canaries are not implemented for user-wise DP-SGD yet; set "
-                           "train.gradient_canaries = 0 (canary users audit it black-box)")
     users = sorted(records_by_user)
     if not users:
         raise DpauditError("no users to train on; check the task data")
@@ -363,6 +360,13 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     noise_gen = torch.Generator().manual_seed(cfg.seed + 1)
     data = {u: collate(records_by_user[u], pad_id, max_len).tensors for u in users}
     chunk = cfg.max_physical_batch_size or 64
+    canaries = None
+    if cfg.gradient_canaries:  # white-box canaries as extra USERS: one clipped unit each, sampled at the users' q
+        from dpaudit.trainers.gradient_canaries import GradientCanaries
+
+        canaries = GradientCanaries.plan(cfg.gradient_canaries, cfg.gradient_canary_kind, cfg.seed, params,
+                                         cfg.clipping_norm, q)
+        canaries.start(cfg.seed)
     losses: list[float] = []
     t0 = time.time()
     bar = tqdm(total=steps, desc="user DP train" if private else "user train", disable=not cfg.progress, leave=False)
@@ -371,6 +375,9 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
         opt.zero_grad(set_to_none=True)
         if not private:
             total_loss = _users_mean_loss_backward(gsm, data, sampled, chunk)
+            if canaries is not None:
+                canaries.inject(lambda k: params[k].grad, 1.0 / B)
+                canaries.score(lambda k: params[k].grad, B)
             opt.step()
             losses.append(total_loss)
             bar.update(1)
@@ -378,9 +385,13 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
         user_grads, total_loss = user_gradients(gsm, params, data, sampled, chunk)
         if private:
             summed = clip_users(user_grads, cfg.clipping_norm)
+            if canaries is not None:
+                canaries.inject(summed.__getitem__)
             for g, p in zip(summed, params):
                 noise = torch.normal(0.0, sigma * cfg.clipping_norm, size=p.shape, generator=noise_gen)
                 p.grad = (g + noise) / B
+            if canaries is not None:
+                canaries.score(lambda k: params[k].grad, B)
         else:
             for G, p in zip(user_grads, params):
                 p.grad = G.sum(0) / max(1, len(sampled))
@@ -393,8 +404,9 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     if hasattr(gsm, "remove_hooks"):
         gsm.remove_hooks()
     plain = gsm._module if private else gsm
+    gc = canaries.to_dict() if canaries is not None else None
     if not private:
-        return plain, TrainResult(False, steps, U, q, None, None, None, [], losses, time.time() - t0)
+        return plain, TrainResult(False, steps, U, q, None, None, None, [], losses, time.time() - t0, gc)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
-    return plain, TrainResult(True, steps, U, q, sigma, delta, eps, [event], losses, time.time() - t0)
+    return plain, TrainResult(True, steps, U, q, sigma, delta, eps, [event], losses, time.time() - t0, gc)

@@ -72,38 +72,43 @@ class GradientCanaries:
                 out[int(p_index)][2].append(float(v))
         return {k: (np.array(c), torch.tensor(w), torch.tensor(v, dtype=torch.float32)) for k, (c, w, v) in out.items()}
 
+    def start(self, seed: int) -> None:
+        """Fix the per-step sampling stream (independent of the data sampler)."""
+        self._rng = np.random.default_rng([seed, self.seed, 99991])
+        self._inserted = np.flatnonzero(self.signs > 0)
+        self._index = self._by_param()
+        self._mask = np.zeros(self.m, dtype=bool)
+
+    def inject(self, target, scale: float = 1.0) -> None:
+        """Add C * u_i * scale for each inserted canary sampled this step (rate q) to ``target(k)``, the
+        tensor that receives parameter k's summed clipped gradient."""
+        sampled = self._inserted[self._rng.random(self._inserted.size) < self.sample_rate]
+        self.times_sampled[sampled] += 1
+        self._mask[:] = False
+        self._mask[sampled] = True
+        for k, (cids, w, v) in self._index.items():
+            on = torch.from_numpy(self._mask[cids])
+            if on.any():
+                target(k).view(-1).index_add_(0, w[on], v[on] * self.clipping_norm * scale)
+
+    def score(self, grad, expected_batch_size: float) -> None:
+        """Accumulate <update, u_i> * B / C from ``grad(k)``, the noisy update applied to parameter k."""
+        with torch.no_grad():
+            for k, (cids, w, v) in self._index.items():
+                g = (grad(k).reshape(-1)[w] * v).double().numpy()
+                np.add.at(self.scores, cids, g * expected_batch_size / self.clipping_norm)
+
     def attach(self, optimizer, params: list[torch.nn.Parameter], expected_batch_size: float, seed: int,
                private: bool = True) -> None:
-        """Add the sampled inserted canaries' gradients where a record's clipped gradient would go (before the
-        noise of a DP optimizer; into the mean gradient of a non-private one), and score every canary from
-        each update the optimizer applies."""
-        rng = np.random.default_rng([seed, self.seed, 99991])
-        inserted = np.flatnonzero(self.signs > 0)
-        by_param = self._by_param()
-        mask = np.zeros(self.m, dtype=bool)
-
-        def inject(target, scale: float):
-            sampled = inserted[rng.random(inserted.size) < self.sample_rate]
-            self.times_sampled[sampled] += 1
-            mask[:] = False
-            mask[sampled] = True
-            for k, (cids, w, v) in by_param.items():
-                on = torch.from_numpy(mask[cids])
-                if on.any():
-                    target(params[k]).view(-1).index_add_(0, w[on], v[on] * self.clipping_norm * scale)
-
-        def score():
-            with torch.no_grad():
-                for k, (cids, w, v) in by_param.items():
-                    g = (params[k].grad.view(-1)[w] * v).double().numpy()
-                    np.add.at(self.scores, cids, g * expected_batch_size / self.clipping_norm)
-
+        """Wire into an (Opacus) optimizer: canaries join the clipped sum before the noise of a DP optimizer,
+        or the mean gradient of a non-private one; every applied update is scored."""
+        self.start(seed)
         orig_step = optimizer.step
         if private:
             orig_add_noise = optimizer.add_noise
 
             def add_noise():
-                inject(lambda p: p.summed_grad, 1.0)
+                self.inject(lambda k: params[k].summed_grad)
                 orig_add_noise()
 
             optimizer.add_noise = add_noise
@@ -111,12 +116,12 @@ class GradientCanaries:
             def step(*args, **kwargs):
                 out = orig_step(*args, **kwargs)
                 if not getattr(optimizer, "_is_last_step_skipped", False):  # a real (logical) step
-                    score()
+                    self.score(lambda k: params[k].grad, expected_batch_size)
                 return out
         else:
             def step(*args, **kwargs):
-                inject(lambda p: p.grad, 1.0 / expected_batch_size)
-                score()
+                self.inject(lambda k: params[k].grad, 1.0 / expected_batch_size)
+                self.score(lambda k: params[k].grad, expected_batch_size)
                 return orig_step(*args, **kwargs)
 
         optimizer.step = step

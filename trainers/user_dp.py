@@ -79,4 +79,6 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, prog
                  "n_records_after_cap": n_records},
         "train_result": res.summary(), "versions": checkpoint.versions(), "machine": checkpoint.machine(),
     }
-    return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None)
+    extra_files = {"gradient_canaries.json": res.gradient_canaries} if res.gradient_canaries else {}
+    return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None,
+                            extra_files=extra_files)
