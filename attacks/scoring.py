@@ -22,6 +22,18 @@ def _bos(tokenizer) -> int:
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
 
 
+def pad_batch(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, position_ids) for right-padded sequences (attacks stay independent of
+    tasks/, which has the same helper for its metrics)."""
+    L = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    for j, s in enumerate(seqs):
+        ids[j, : len(s)] = torch.tensor(s)
+        mask[j, : len(s)] = 1
+    return ids, mask, torch.arange(L).unsqueeze(0).repeat(len(seqs), 1)
+
+
 def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_len: int | None):
     """Token ids (BOS + text + EOS) and which positions are scored, per text."""
     enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
@@ -52,13 +64,7 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         seqs, masks = [all_seqs[i] for i in idx], [all_masks[i] for i in idx]
-        L = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), L), tokenizer.pad_token_id, dtype=torch.long)
-        att = torch.zeros((len(seqs), L), dtype=torch.long)
-        for j, s in enumerate(seqs):
-            ids[j, : len(s)] = torch.tensor(s)
-            att[j, : len(s)] = 1
-        pos = torch.arange(L).unsqueeze(0).repeat(len(seqs), 1)
+        ids, att, pos = pad_batch(seqs, tokenizer.pad_token_id)
         logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, :-1].float()
         lse = torch.logsumexp(logits, dim=-1)  # no full log-softmax tensor: log p = logit - lse
         tgt = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse

@@ -44,14 +44,7 @@ def main(argv=None) -> int:
         seqs, _ = scoring.encode(tok, texts, None, 64)  # the baseline tokenises too, as any scorer must
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
         for s in range(0, len(order), args.batch):
-            chunk = [seqs[i] for i in order[s:s + args.batch]]
-            L = max(len(x) for x in chunk)
-            ids = torch.full((len(chunk), L), tok.pad_token_id)
-            att = torch.zeros((len(chunk), L), dtype=torch.long)
-            for j, x in enumerate(chunk):
-                ids[j, : len(x)] = torch.tensor(x)
-                att[j, : len(x)] = 1
-            pos = torch.arange(L).unsqueeze(0).repeat(len(chunk), 1)
+            ids, att, pos = scoring.pad_batch([seqs[i] for i in order[s:s + args.batch]], tok.pad_token_id)
             model(input_ids=ids, attention_mask=att, position_ids=pos).logits.float()
 
     def attacks_all():

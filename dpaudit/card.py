@@ -158,6 +158,19 @@ def read_json(path: Path, what: str, fix: str) -> dict:
         raise DpauditError(f"{what} {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
 
 
+def read_toml(path: Path, what: str, fix: str) -> dict:
+    """A TOML file as a dict, or a one-line DpauditError (missing file, invalid TOML)."""
+    import tomllib
+
+    path = Path(path)
+    if not path.is_file():
+        raise DpauditError(f"{what} {path} not found; {fix}")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise DpauditError(f"{what} {path} is not valid TOML: {e}") from None
+
+
 def _need(d: dict, key: str, source: str, typ):
     if key not in d:
         raise DpauditError(f"{source}: field '{key}' is missing")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
-import warnings
 from pathlib import Path
 
 import click
@@ -272,17 +270,9 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
 
 
 def main(argv=None) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    warnings.filterwarnings("ignore", module="opacus")
-    import logging
+    from dpaudit import offline
 
-    logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting RDP: non-converging orders are excluded anyway
-    warnings.filterwarnings("ignore", message=".*Optimal order.*")
-    warnings.filterwarnings("ignore", message=".*Full backward hook.*")
+    offline.setup()
     try:
         cli.main(args=argv, standalone_mode=False)
     except DpauditError as e:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,14 +178,9 @@ def parse(d: dict) -> RunConfig:
 
 
 def load(path: Path) -> RunConfig:
-    path = Path(path)
-    if not path.is_file():
-        raise DpauditError(f"config file {path} not found; see configs/demo.toml for an example")
-    try:
-        d = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise DpauditError(f"config {path} is not valid TOML: {e}") from None
-    return parse(d)
+    from dpaudit.card import read_toml
+
+    return parse(read_toml(path, "config file", "see configs/demo.toml for an example"))
 
 
 def _jsonable(x):

@@ -32,7 +32,7 @@ def reaccount(card) -> dict:
                 "tolerance": ACCOUNTING_TOLERANCE, "findings": []}
     findings = []
     if card.group_size > 1:
-        res = _group_results(card, findings)
+        res = _group_results(card)
     else:
         res = accounting.compute_all(card.events, card.claim.delta)
     for ev in card.events:
@@ -48,7 +48,7 @@ def reaccount(card) -> dict:
     }
 
 
-def _group_results(card, findings: list) -> list:
+def _group_results(card) -> list:
     """User-level epsilon of a record-level mechanism on data capped at k records per user: every
     accountant's record-level epsilon through the group lemma, and the exact mixture-of-Gaussians PLD."""
     k = card.group_size

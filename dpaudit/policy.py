@@ -17,9 +17,7 @@ Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad inpu
 
 from __future__ import annotations
 
-import json
 import math
-import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -56,13 +54,9 @@ class Policy:
 def load_policy(path: Path | None) -> Policy:
     if path is None:
         return Policy()
-    path = Path(path)
-    if not path.is_file():
-        raise DpauditError(f"policy file {path} not found; see configs/policy.toml")
-    try:
-        d = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise DpauditError(f"policy {path} is not valid TOML: {e}") from None
+    from dpaudit.card import read_toml
+
+    d = read_toml(path, "policy file", "see configs/policy.toml")
     extra = sorted(set(d) - {"rules"})
     if extra:
         raise DpauditError(f"unknown policy section [{extra[0]}]; put rules under [rules]")
@@ -77,13 +71,9 @@ def load_policy(path: Path | None) -> Policy:
 
 
 def load_report(path: Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise DpauditError(f"report {path} not found; pass the report.json written by `dpaudit evaluate`")
-    try:
-        r = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DpauditError(f"report {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    from dpaudit.card import read_json
+
+    r = read_json(path, "report", "pass the report.json written by `dpaudit evaluate`")
     if not isinstance(r, dict) or r.get("schema_version") != REPORT_SCHEMA_VERSION:
         got = r.get("schema_version") if isinstance(r, dict) else None
         raise DpauditError(f"report {path} has schema_version {got!r}; this dpaudit reads {REPORT_SCHEMA_VERSION}")

@@ -27,6 +27,7 @@ import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
+from dpaudit.tasks.batching import bos_id, pad_batch
 from dpaudit.tasks.files import read_rows
 
 TEMPLATE = "{sentence} It was"
@@ -136,7 +137,7 @@ def label_token_ids(tokenizer) -> list[int]:
 
 def encode_example(ex: dict, tokenizer, objective: str, max_len: int) -> dict:
     """input_ids and per-position targets (-100 = not scored) for one training example."""
-    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    bos = bos_id(tokenizer)
     prompt = tokenizer(TEMPLATE.format(sentence=ex["sentence"]), add_special_tokens=False).input_ids
     label_ids = label_token_ids(tokenizer)
     room = max_len - 3
@@ -156,7 +157,7 @@ def encode_example(ex: dict, tokenizer, objective: str, max_len: int) -> dict:
 
 def encode_text(text: str, tokenizer, max_len: int) -> dict:
     """A free-text record (a canary) with the LM loss on every token."""
-    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    bos = bos_id(tokenizer)
     ids = ([bos] + tokenizer(text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id])[:max_len]
     targets = list(ids)
     targets[0] = -100
@@ -167,20 +168,14 @@ def encode_text(text: str, tokenizer, max_len: int) -> dict:
 def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_len: int = 64) -> float:
     """Fraction of examples whose correct label word has the larger first-token logit."""
     label_ids = torch.tensor(label_token_ids(tokenizer))
-    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    bos = bos_id(tokenizer)
     model.eval()
     correct = 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
         seqs = [[bos] + tokenizer(TEMPLATE.format(sentence=e["sentence"]), add_special_tokens=False
                                   ).input_ids[-(max_len - 1):] for e in chunk]
-        L = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), L), tokenizer.pad_token_id)
-        mask = torch.zeros((len(seqs), L), dtype=torch.long)
-        for j, s in enumerate(seqs):
-            ids[j, : len(s)] = torch.tensor(s)
-            mask[j, : len(s)] = 1
-        pos = torch.arange(L).unsqueeze(0).repeat(len(seqs), 1)
+        ids, mask, pos = pad_batch(seqs, tokenizer.pad_token_id)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
         last = mask.sum(1) - 1
         scores = logits[torch.arange(len(seqs)), last][:, label_ids]

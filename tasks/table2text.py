@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from dpaudit.errors import DpauditError
+from dpaudit.tasks.batching import bos_id
 from dpaudit.tasks.files import read_rows
 
 SLOTS = ("name", "eatType", "food", "priceRange", "customer rating", "area", "familyFriendly", "near")
@@ -142,16 +143,12 @@ def _local(path: Path) -> list[tuple[str, list[str]]]:
     return list(groups.items())
 
 
-def _bos(tok) -> int:
-    return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-
-
 def prompt_ids(mr: str, tok, max_len: int | None = None) -> list[int]:
     """BOS table EOS; a table longer than half the context is cut (the same way in training and decoding)."""
     body = tok(mr, add_special_tokens=False).input_ids
     if max_len is not None:
         body = body[: max(1, max_len // 2 - 2)]
-    return [_bos(tok)] + body + [tok.eos_token_id]
+    return [bos_id(tok)] + body + [tok.eos_token_id]
 
 
 def encode_example(ex: dict, tok, objective: str, max_len: int) -> dict:

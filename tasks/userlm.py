@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
+from dpaudit.tasks.batching import sequence_nll
 from dpaudit.tasks.files import read_rows
 
 SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_chunk")
@@ -119,12 +119,8 @@ def load(source: str = "chitchat", n_train: int | None = None, n_test: int | Non
     return UserData(train, test, source)
 
 
-@torch.inference_mode()
 def _ppl(model, tok, texts: list[str], max_len: int) -> np.ndarray:
-    from dpaudit.attacks.scoring import token_features
-
-    feats = token_features(model, tok, texts, max_len=max_len)
-    return np.array([math.exp(-float(f.logp.mean())) for f in feats])
+    return np.array([math.exp(nll / max(n, 1)) for nll, n in sequence_nll(model, tok, texts, max_len=max_len)])
 
 
 def select(by_user: dict[str, list[str]], k: int, strategy: str = "random", seed: int = 0, model=None, tok=None,
@@ -169,10 +165,8 @@ def encode_example(ex, tok, objective: str, max_len: int) -> dict:
 
 def metrics(model, tok, test: list[dict], batch_size: int = 64, max_len: int = 64) -> dict:
     """Perplexity over the held-out users' tokens (token-weighted)."""
-    from dpaudit.attacks.scoring import token_features
-
-    feats = token_features(model, tok, [r["text"] for r in test], batch_size=batch_size, max_len=max_len)
-    nll = sum(-float(f.logp.sum()) for f in feats)
-    n = sum(int(f.logp.numel()) for f in feats)
+    per = sequence_nll(model, tok, [r["text"] for r in test], batch_size=batch_size, max_len=max_len)
+    nll = sum(x for x, _ in per)
+    n = sum(k for _, k in per)
     return {"perplexity": math.exp(nll / n), "n_test": len(test), "n_test_users": len({r["user"] for r in test}),
             "task": "userlm"}

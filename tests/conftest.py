@@ -1,12 +1,6 @@
-import os
-import warnings
+from dpaudit import offline
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-warnings.filterwarnings("ignore", module="opacus")
+offline.setup()  # before transformers is imported anywhere
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
