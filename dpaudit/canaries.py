@@ -14,6 +14,11 @@ Manifest (``schema_version`` 1)::
      "canaries": [{"id": "c000", "text": "...", "secret": "123456", "inserted": true, "sign": 1,
                    "repetitions": 4, "user": null}, ...]}
 
+Classifier canaries (``labels`` >= 2): a classifier memorises (text, label) pairs, so each canary also
+gets a label drawn uniformly from ``range(labels)`` (a random, hence mostly "wrong", label for a
+random text: the mislabelled-record canary of classifier audits). The draw uses its own random
+stream, so the texts and coins equal those of the same plan without labels.
+
 Everything is regenerable from (seed, template, space, m, repetitions); ``regenerate`` checks it.
 Stability rules as for the privacy card.
 """
@@ -41,6 +46,7 @@ class Canary:
     sign: int
     repetitions: int
     user: str | None = None
+    label: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class CanaryPlan:
     seed: int = 0
     guess_fraction: float = 0.5  # r = guess_fraction * m guesses, split evenly between k_pos and k_neg
     records_per_user: int = 1  # > 1: m canary USERS, each owning this many canary records (all in or all out)
+    labels: int = 0  # >= 2: classifier canaries, each with a random label in range(labels)
 
     def __post_init__(self):
         if self.m < 2:
@@ -68,6 +75,8 @@ class CanaryPlan:
             raise DpauditError("canary randomness space is too small for m canaries; raise canaries.length")
         if not isinstance(self.records_per_user, int) or self.records_per_user < 1:
             raise DpauditError(f"canaries.records_per_user must be an integer >= 1, got {self.records_per_user!r}")
+        if not isinstance(self.labels, int) or self.labels < 0 or self.labels == 1:
+            raise DpauditError(f"canaries.labels must be 0 (text canaries) or an integer >= 2, got {self.labels!r}")
         if not 0 < self.guess_fraction <= 1:
             raise DpauditError(f"canaries.guess_fraction must be in (0, 1], got {self.guess_fraction}")
 
@@ -115,6 +124,16 @@ class Manifest:
                 out.setdefault(c.user or c.id, []).extend([c.text] * c.repetitions)
         return out
 
+    def labels(self) -> np.ndarray:
+        """Each canary's label (classifier canaries only)."""
+        if not self.plan.labels:
+            raise DpauditError("these canaries carry no labels (canaries.labels = 0); a classifier needs labelled canaries")
+        return np.array([c.label for c in self.canaries])
+
+    def training_labelled(self) -> list[tuple[str, int]]:
+        """Inserted (text, label) canaries, each repeated, for a classifier."""
+        return [(c.text, c.label) for c in self.canaries if c.inserted for _ in range(c.repetitions)]
+
     def training_texts(self) -> list[str]:
         """Inserted canaries, each repeated ``repetitions`` times (the records to add to training)."""
         return [c.text for c in self.canaries if c.inserted for _ in range(c.repetitions)]
@@ -130,6 +149,7 @@ class Manifest:
             "m": p.m,
             "repetitions": p.repetitions,
             "records_per_user": p.records_per_user,
+            "labels": p.labels,
             "audit_plan": {"k_pos": k_pos, "k_neg": k_neg, "guess_fraction": p.guess_fraction,
                            "rule": "fixed before training: guess member for the k_pos highest scores, "
                                    "non-member for the k_neg lowest, abstain otherwise"},
@@ -173,6 +193,8 @@ def generate(plan: CanaryPlan) -> Manifest:
             seen.add(s)
             secrets.append(s)
     signs = rng.choice([-1, 1], size=plan.m)  # one coin per canary (per canary USER when records_per_user > 1)
+    labels = (np.random.default_rng([plan.seed, 2, 7919]).integers(0, plan.labels, size=n) if plan.labels
+              else [None] * n)
     width = len(str(n - 1))
     uwidth = len(str(plan.m - 1))
     canaries = []
@@ -181,7 +203,8 @@ def generate(plan: CanaryPlan) -> Manifest:
         sg = int(signs[u])
         canaries.append(Canary(id=f"c{i:0{width}d}", text=f"{plan.prefix}{s}{plan.suffix}", secret=s,
                                inserted=sg > 0, sign=sg, repetitions=plan.repetitions if sg > 0 else 0,
-                               user=f"canary-user-{u:0{uwidth}d}" if plan.records_per_user > 1 else None))
+                               user=f"canary-user-{u:0{uwidth}d}" if plan.records_per_user > 1 else None,
+                               label=None if labels[i] is None else int(labels[i])))
     return Manifest(plan, canaries)
 
 
@@ -194,7 +217,7 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
                           suffix=d["template"]["suffix"], alphabet=d["space"]["alphabet"],
                           length=d["space"]["length"], seed=d["seed"],
                           guess_fraction=d["audit_plan"]["guess_fraction"],
-                          records_per_user=d.get("records_per_user", 1))
+                          records_per_user=d.get("records_per_user", 1), labels=d.get("labels", 0))
         canaries = [Canary(**c) for c in d["canaries"]]
     except KeyError as e:
         raise DpauditError(f"{source}: field {e} is missing") from None
@@ -206,6 +229,8 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
     for c in canaries:
         if c.sign not in (-1, 1) or c.inserted != (c.sign > 0):
             raise DpauditError(f"{source}: canary {c.id} has inconsistent 'inserted'/'sign'")
+        if plan.labels and not (isinstance(c.label, int) and 0 <= c.label < plan.labels):
+            raise DpauditError(f"{source}: canary {c.id} needs a label in 0..{plan.labels - 1} (labels = {plan.labels})")
     return Manifest(plan, canaries)
 
 

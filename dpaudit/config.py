@@ -45,8 +45,10 @@ class TaskConfig:
             from dpaudit.tasks.registry import DEFAULT_SOURCE
 
             object.__setattr__(self, "source", DEFAULT_SOURCE[self.name])
-        if self.objective not in ("lm", "label_words"):
-            raise DpauditError(f"task.objective must be 'lm' or 'label_words', got {self.objective!r}")
+        if self.objective not in ("lm", "label_words", "classifier"):
+            raise DpauditError(f"task.objective must be 'lm', 'label_words' or 'classifier', got {self.objective!r}")
+        if self.objective == "classifier" and self.name != "sentiment":
+            raise DpauditError("task.objective = 'classifier' applies to task.name = 'sentiment' only")
         for k in ("n_train", "n_test"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):
@@ -167,10 +169,20 @@ def parse(d: dict) -> RunConfig:
         if user_method != (task.name == "userlm"):
             raise DpauditError(f"variant {v.name!r}: method {v.trainer.method} does not fit task {task.name!r}; "
                                "user_dp_sgd and group_privacy need task.name = 'userlm', which needs one of them")
+    model = _build(ModelSpec, d.get("model", {}), "model")
+    plan = _build(CanaryPlan, d.get("canaries", {}), "canaries")
+    if model.is_classifier != (task.objective == "classifier"):
+        raise DpauditError(f"model {model.name!r} does not fit task.objective {task.objective!r}: classifier models "
+                           "(minilm-l6, tiny-bert) need objective = 'classifier', causal LMs need 'lm' or 'label_words'")
+    if model.is_classifier and plan.labels < 2:
+        raise DpauditError("a classifier can only memorise (text, label) pairs: set canaries.labels = 2 "
+                           "(each canary gets a random label)")
+    if not model.is_classifier and plan.labels:
+        raise DpauditError("canaries.labels applies to classifier models only; remove it for a causal LM")
     return RunConfig(
         task=task,
-        model=_build(ModelSpec, d.get("model", {}), "model"),
-        canaries=_build(CanaryPlan, d.get("canaries", {}), "canaries"),
+        model=model,
+        canaries=plan,
         evaluate=_build(EvalConfig, d.get("evaluate", {}), "evaluate"),
         variants=variants,
         raw=_jsonable(d),

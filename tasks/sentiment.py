@@ -10,7 +10,13 @@ first token at the end of the prompt.
 Objectives:
 * ``label_words`` (Li et al.): cross-entropy over the label words' logits at the answer position;
 * ``lm``: causal-LM loss on the whole formatted example. Canaries are memorisable only when the loss
-  covers their text, so canary records always use the LM loss, whatever the objective.
+  covers their text, so canary records always use the LM loss with a causal LM;
+* ``classifier`` (Li et al.'s classifier-head baseline, with an encoder such as MiniLM): the raw
+  sentence through the encoder, cross-entropy of the head's logits. A classifier can only memorise a
+  (text, label) pair, so its canaries carry a random label (``canaries.labels``).
+
+Records are ``{"input_ids", "targets"}``; a classifier's record keeps its label in ``targets[0]`` and
+-100 elsewhere (the shared engine reads it from there).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from dpaudit.tasks.files import read_rows
 
 TEMPLATE = "{sentence} It was"
 LABEL_WORDS = (" terrible", " great")
-OBJECTIVES = ("lm", "label_words")
+OBJECTIVES = ("lm", "label_words", "classifier")
 
 
 @dataclass(frozen=True)
@@ -135,8 +141,16 @@ def label_token_ids(tokenizer) -> list[int]:
     return ids
 
 
+def encode_labelled(text: str, label: int, tokenizer, max_len: int) -> dict:
+    """A classifier record: [CLS] text [SEP], the label in targets[0]."""
+    ids = tokenizer(text, truncation=True, max_length=max_len).input_ids
+    return {"input_ids": ids, "targets": [int(label)] + [-100] * (len(ids) - 1)}
+
+
 def encode_example(ex: dict, tokenizer, objective: str, max_len: int) -> dict:
     """input_ids and per-position targets (-100 = not scored) for one training example."""
+    if objective == "classifier":
+        return encode_labelled(ex["sentence"], ex["label"], tokenizer, max_len)
     bos = bos_id(tokenizer)
     prompt = tokenizer(TEMPLATE.format(sentence=ex["sentence"]), add_special_tokens=False).input_ids
     label_ids = label_token_ids(tokenizer)
@@ -165,8 +179,26 @@ def encode_text(text: str, tokenizer, max_len: int) -> dict:
 
 
 @torch.inference_mode()
+def classifier_logits(model, tokenizer, texts: list[str], batch_size: int = 64, max_len: int = 64) -> torch.Tensor:
+    """(n, labels) logits of a sequence classifier."""
+    model.eval()
+    out = []
+    for i in range(0, len(texts), batch_size):
+        enc = tokenizer(texts[i:i + batch_size], truncation=True, max_length=max_len, padding=True,
+                        return_tensors="pt")
+        out.append(model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.float())
+    return torch.cat(out) if out else torch.zeros((0, 2))
+
+
+@torch.inference_mode()
 def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_len: int = 64) -> float:
-    """Fraction of examples whose correct label word has the larger first-token logit."""
+    """Fraction of examples whose correct label word has the larger first-token logit (causal LM) or
+    whose correct class has the larger logit (classifier)."""
+    from dpaudit.tasks.models import is_classifier
+
+    if is_classifier(model):
+        pred = classifier_logits(model, tokenizer, [e["sentence"] for e in examples], batch_size, max_len).argmax(-1)
+        return float((pred == torch.tensor([e["label"] for e in examples])).float().mean())
     label_ids = torch.tensor(label_token_ids(tokenizer))
     bos = bos_id(tokenizer)
     model.eval()

@@ -4,15 +4,21 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dpaudit.tasks import sentiment
+from dpaudit.tasks import models, sentiment
 from dpaudit.trainers import engine, trainable
 
 SENTS = ["a fine film", "dull and long , with nothing to say about anything at all", "great fun",
          "My account number is 123456.", "the worst", "an astonishing, moving and generous piece of work"]
 
 
-def _records(tok):
+def _records(tok, classifier=False):
+    if classifier:  # (text, label) records of a sequence classifier
+        return [sentiment.encode_labelled(t, i % 2, tok, 32) for i, t in enumerate(SENTS)]
     return [sentiment.encode_text(t, tok, 32) for t in SENTS]
+
+
+def _tiny_bert():
+    return models.build(models.ModelSpec(name="tiny-bert", n_embd=32, n_layer=2, n_head=2, max_len=32))
 
 
 def _reference(model, data, C, B):
@@ -31,14 +37,16 @@ def _reference(model, data, C, B):
     return [t / B for t in total], params
 
 
+@pytest.mark.parametrize("kind", ["causal_lm", "classifier"])
 @pytest.mark.parametrize("mode", ["hooks", "ghost"])
 @pytest.mark.parametrize("which", ["full", "lora"])
-def test_clipped_update_matches_loop(tiny_model_factory, mode, which):
-    model, tok = tiny_model_factory()
+def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
+    factory = _tiny_bert if kind == "classifier" else tiny_model_factory
+    model, tok = factory()
     model, _ = trainable.apply(model, which, lora_r=4, lora_alpha=8)
     C = 0.05  # small enough that every example is clipped
-    data = engine.collate(_records(tok), tok.pad_token_id, 32)
-    ref_model, _ = tiny_model_factory()
+    data = engine.collate(_records(tok, kind == "classifier"), tok.pad_token_id, 32)
+    ref_model, _ = factory()
     ref_model, _ = trainable.apply(ref_model, which, lora_r=4, lora_alpha=8)
     ref_model.load_state_dict(model.state_dict())
     B = len(data)

@@ -22,7 +22,10 @@ def build_records(data, manifest: Manifest, tokenizer, objective: str, max_len: 
 
     mod = registry.get(task)
     recs = [mod.encode_example(e, tokenizer, objective, max_len) for e in data.train]
-    recs += [sentiment.encode_text(t, tokenizer, max_len) for t in manifest.training_texts()]
+    if objective == "classifier":
+        recs += [sentiment.encode_labelled(t, y, tokenizer, max_len) for t, y in manifest.training_labelled()]
+    else:
+        recs += [sentiment.encode_text(t, tokenizer, max_len) for t in manifest.training_texts()]
     order = np.random.default_rng(seed).permutation(len(recs))
     return [recs[i] for i in order]
 

@@ -120,7 +120,10 @@ def collate(records: list[dict], pad_id: int, max_len: int) -> TensorDataset:
 
 
 def per_sample_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token NLL over each sequence's scored positions, shape (B,)."""
+    """Mean next-token NLL over each sequence's scored positions, shape (B,); for a classifier
+    (logits (B, labels)) the cross-entropy of the label kept in ``targets[:, 0]``."""
+    if logits.dim() == 2:
+        return nn.functional.cross_entropy(logits.float(), targets[:, 0], reduction="none")
     lg = logits[:, :-1].float()
     tg = targets[:, 1:]
     nll = nn.functional.cross_entropy(lg.reshape(-1, lg.size(-1)), tg.reshape(-1), ignore_index=-100,
@@ -206,6 +209,8 @@ def step_loss(model, ids, mask, tgt, criterion=None):
     width = int(mask.sum(1).max())  # trim the batch's common padding (same loss, less work)
     ids, mask, tgt = (t[:, :width].contiguous() for t in (ids, mask, tgt))  # ghost needs contiguous
     logits = _forward(model, ids, mask)
+    if criterion is not None and logits.dim() == 2:  # ghost clipping, classifier: one label per record
+        return criterion(logits, tgt[:, 0])
     if criterion is not None:  # ghost clipping: Opacus' per-sequence wrapper computes the same loss
         return criterion(logits[:, :-1].reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
                          shape=(ids.size(0), ids.size(1) - 1))

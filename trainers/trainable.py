@@ -6,7 +6,7 @@ import copy
 
 from peft import LoraConfig, get_peft_model
 
-LORA_TARGETS = {"gpt2": (["c_attn"], True), "llama": (["q_proj", "v_proj"], False)}
+LORA_TARGETS = {"gpt2": (["c_attn"], True), "llama": (["q_proj", "v_proj"], False), "bert": (["query", "value"], False)}
 
 
 def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16):
@@ -17,8 +17,11 @@ def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16):
         return model, None
     base = copy.deepcopy(model)
     targets, fan_in_fan_out = LORA_TARGETS[model.config.model_type]
+    from dpaudit.tasks.models import is_classifier
+
+    head = ["classifier"] if is_classifier(model) else None  # a new head is trained with the adapters
     cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, target_modules=targets, fan_in_fan_out=fan_in_fan_out,
-                     lora_dropout=0.0, bias="none")
+                     lora_dropout=0.0, bias="none", modules_to_save=head)
     return get_peft_model(model, cfg), base
 
 

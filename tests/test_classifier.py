@@ -1,0 +1,183 @@
+"""Li et al.'s classifier-head baseline: an encoder with a classification head, labelled canaries,
+label-based attacks, and the whole pipeline on a tiny BERT."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit import canaries, config
+from dpaudit.attacks import classifier as clf_attack
+from dpaudit.errors import DpauditError
+from dpaudit.tasks import models, sentiment
+
+CONFIG = """
+[task]
+n_train = 300
+n_test = 100
+objective = "classifier"
+[model]
+name = "tiny-bert"
+n_embd = 32
+n_layer = 2
+n_head = 2
+max_len = 48
+[canaries]
+m = 40
+repetitions = 4
+labels = 2
+[train]
+epochs = 4
+batch_size = 32
+lr = 3e-3
+clipping_norm = 1.0
+delta = 1e-5
+gradient_canaries = 500
+[evaluate]
+n_references = 200
+attacks = ["loss", "reference", "zlib"]
+[[variants]]
+name = "non-private"
+target_epsilon = inf
+epochs = 10
+[[variants]]
+name = "dp"
+target_epsilon = 1.0
+[[variants]]
+name = "lora-dp"
+target_epsilon = 1.0
+trainable = "lora"
+lr = 1e-2
+"""
+
+
+def _tiny_bert():
+    return models.build(models.ModelSpec(name="tiny-bert", n_embd=32, n_layer=2, n_head=2, max_len=48))
+
+
+def test_labelled_canaries_keep_texts_and_coins_and_round_trip(tmp_path):
+    plain = canaries.generate(canaries.CanaryPlan(m=50, seed=3))
+    lab = canaries.generate(canaries.CanaryPlan(m=50, seed=3, labels=2))
+    assert [c.text for c in plain.canaries] == [c.text for c in lab.canaries]
+    assert (plain.signs() == lab.signs()).all()
+    y = lab.labels()
+    assert set(y) == {0, 1} and 10 < y.sum() < 40  # uniform random labels
+    lab.save(tmp_path / "c.json")
+    back = canaries.load_manifest(tmp_path / "c.json")
+    assert back.canaries == lab.canaries and canaries.regenerate(back)
+    assert all(t == c.text and lbl == c.label for (t, lbl), c in zip(back.training_labelled(), back.inserted))
+    with pytest.raises(DpauditError, match="no labels"):
+        plain.labels()
+
+
+def test_tampered_label_is_rejected(tmp_path):
+    d = canaries.generate(canaries.CanaryPlan(m=10, labels=2)).to_dict()
+    d["canaries"][0]["label"] = 5
+    with pytest.raises(DpauditError, match="label in 0..1"):
+        canaries.manifest_from_dict(d)
+    with pytest.raises(DpauditError, match="canaries.labels"):
+        canaries.CanaryPlan(labels=1)
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda s: s.replace("labels = 2\n", ""), "set canaries.labels = 2"),
+    (lambda s: s.replace('name = "tiny-bert"', 'name = "tiny-gpt2"'), "does not fit task.objective"),
+    (lambda s: s.replace('objective = "classifier"', 'objective = "lm"'), "does not fit task.objective"),
+])
+def test_config_rejects_mismatched_model_objective_and_canaries(edit, msg):
+    import tomllib
+
+    with pytest.raises(DpauditError, match=msg):
+        config.parse(tomllib.loads(edit(CONFIG)))
+
+
+def test_label_log_probs_match_a_manual_softmax():
+    model, tok = _tiny_bert()
+    texts = ["a fine film", "My account number is 123456.", "dull"]
+    labels = [1, 0, 1]
+    got = clf_attack.label_log_probs(model.eval(), tok, texts, labels, batch_size=2)
+    for t, y, g in zip(texts, labels, got):
+        with torch.no_grad():
+            logits = model(**tok([t], return_tensors="pt")).logits[0]
+        assert g == pytest.approx(float(torch.log_softmax(logits, -1)[y]), abs=1e-5)
+    s = clf_attack.scores(got, got - 1.0, ["loss", "reference"])
+    assert np.allclose(s["reference"], 1.0) and np.allclose(s["loss"], got)
+
+
+def test_classifier_records_keep_the_label_and_the_engine_loss_reads_it():
+    from dpaudit.trainers import engine
+
+    model, tok = _tiny_bert()
+    rec = sentiment.encode_example({"sentence": "a fine film", "label": 1}, tok, "classifier", 48)
+    assert rec["input_ids"][0] == tok.cls_token_id and rec["targets"][0] == 1 and set(rec["targets"][1:]) == {-100}
+    data = engine.collate([rec], tok.pad_token_id, 48)
+    ids, mask, tgt = data.tensors
+    loss = engine.per_sample_loss(engine._forward(model.eval(), ids, mask), tgt)
+    manual = -clf_attack.label_log_probs(model, tok, ["a fine film"], [1])[0]
+    assert float(loss[0]) == pytest.approx(manual, abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def clf_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("clf")
+    (d / "cfg.toml").write_text(CONFIG)
+    from dpaudit.cli import main
+
+    assert main(["run", str(d / "cfg.toml"), "--out", str(d / "out"), "--quiet"]) == 0
+    return d / "out"
+
+
+def test_pipeline_on_a_classifier_leaks_without_noise_and_not_with_it(clf_run):
+    r = json.loads((clf_run / "report.json").read_text())["variants"]
+    nonpriv, dp = r["non-private"], r["dp"]
+    assert nonpriv["attacks"]["loss"]["auc"] > 0.8  # mislabelled canaries are memorised
+    assert nonpriv["empirical_best"]["epsilon_lb"] > 1.0
+    assert dp["verdict"]["status"] == "consistent"
+    assert dp["empirical_best"]["epsilon_lb"] <= dp["claim"]["epsilon"]
+    assert "zlib skipped" in " ".join(dp["notes"]) and "zlib" not in dp["attacks"]
+    assert "Note: zlib skipped" in (clf_run / "dp" / "report" / "REPORT.md").read_text()
+
+
+def test_reported_accuracy_is_recomputed_from_the_checkpoint(clf_run):
+    from dpaudit import checkpoint
+
+    ck = checkpoint.load(clf_run / "dp" / "checkpoint")
+    model, tok = ck.load_model()
+    assert models.is_classifier(model)
+    data = sentiment.load("rotten-tomatoes", 300, 100, 0)
+    r = json.loads((clf_run / "dp" / "report" / "report.json").read_text())
+    assert sentiment.accuracy(model, tok, data.test, max_len=48) == pytest.approx(r["metrics"]["accuracy"])
+    assert r["metrics"]["accuracy"] > 0.55  # the classifier learns the task under DP
+
+
+def test_only_lm_attacks_on_a_classifier_is_a_clear_error(clf_run):
+    from dpaudit.evaluate import evaluate
+
+    with pytest.raises(DpauditError, match="need a causal LM"):
+        evaluate(clf_run / "dp" / "checkpoint", attacks=["zlib", "exposure"], progress=False)
+
+
+def test_lora_classifier_checkpoint_reloads_with_its_trained_head(clf_run):
+    from dpaudit import checkpoint
+
+    ck = checkpoint.load(clf_run / "lora-dp" / "checkpoint")
+    model, tok = ck.load_model()
+    base, _ = models.load_dir(clf_run / "lora-dp" / "checkpoint" / "base_model")
+    assert models.is_classifier(model)
+    head, head0 = model.classifier.weight, base.classifier.weight
+    assert not torch.allclose(head, head0)  # the head was trained and saved with the adapters
+    r = json.loads((clf_run / "lora-dp" / "report" / "report.json").read_text())
+    data = sentiment.load("rotten-tomatoes", 300, 100, 0)
+    assert sentiment.accuracy(model, tok, data.test, max_len=48) == pytest.approx(r["metrics"]["accuracy"])
+
+
+def test_lora_classifier_trains_head_and_adapters(tmp_path):
+    from dpaudit.trainers import trainable
+
+    model, _ = _tiny_bert()
+    peft_model, base = trainable.apply(model, "lora", lora_r=4, lora_alpha=8)
+    names = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert any("lora_A" in n for n in names) and any("classifier" in n for n in names)
+    assert not any("word_embeddings" in n for n in names)
+    assert models.is_classifier(peft_model) and models.is_classifier(base)
