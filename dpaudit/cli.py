@@ -30,13 +30,23 @@ def cli():
 @cli.command()
 @click.option("--convert", is_flag=True, help="Also convert SmolLM2's GGUF into the safetensors cache "
               "($DPAUDIT_CACHE, default ~/.cache/dpaudit).")
-def assets(convert):
+@click.option("--wordnet", is_flag=True, help="Also build NLTK's WordNet corpus in the cache (optional; METEOR needs "
+              "it): from /usr/share/wordnet if installed, else Debian's wordnet-base and wordnet-sense-index "
+              "fetched with `apt-get download`.")
+@click.option("--wordnet-source", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="With --wordnet: a folder holding Debian's WordNet 3.0 files (data.noun, index.sense, ...).")
+def assets(convert, wordnet, wordnet_source):
     """List the offline models and data dpaudit uses, where they are, and how to install what is missing."""
-    from dpaudit.tasks.assets import cache_dir, check_all
+    from dpaudit.tasks.assets import cache_dir, check_all, install_wordnet, wordnet_dir
 
     statuses = check_all(convert=convert)
     for s in statuses:
         click.echo(f"{'ok     ' if s.ok else 'MISSING'} {s.name:16s} {s.detail}")
+    if wordnet or wordnet_source:
+        install_wordnet(wordnet_source)
+    wn = wordnet_dir()
+    click.echo(f"{'ok     ' if wn else 'optional'} {'wordnet':16s} "
+               + (f"{wn} (METEOR on)" if wn else "not installed: METEOR is left out (`dpaudit assets --wordnet`)"))
     click.echo(f"cache: {cache_dir()}")
     if not all(s.ok for s in statuses):
         raise SystemExit(1)

@@ -29,6 +29,9 @@ LIMITATIONS = [
 ]
 
 
+TASK_METRICS = ("accuracy", "bleu", "nist", "meteor", "rougeL", "cider")
+
+
 def fmt_eps(x) -> str:
     if x is None:
         return "∞ (no claim)"
@@ -145,8 +148,9 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     if r["metrics"]:
         m = r["metrics"]
         L.append(f"- task `{m.get('task')}` on {m['n_test']} test examples ({m['source']}): " + ", ".join(
-            f"{k} **{m[k]:.3f}**" for k in ("accuracy", "bleu", "rougeL") if k in m)
+            f"{k} **{m[k]:.3f}**" for k in TASK_METRICS if k in m)
             + (f"; decoding: {m['decoding']}" if "decoding" in m else ""))
+        L += [f"- Note: {n}" for n in m.get("notes", [])]
         for ex in m.get("examples", []):
             L.append(f"  - `{ex['mr']}` → “{ex['generated']}” (reference: “{ex['reference']}”)")
     else:
@@ -217,7 +221,8 @@ def _task_metric(m: dict) -> str:
         return "—"
     if "accuracy" in m:
         return f"accuracy {m['accuracy']:.3f}"
-    return " / ".join(f"{k} {m[k]:.1f}" for k in ("bleu", "rougeL") if k in m) or "—"
+    return " / ".join(f"{k} {m[k]:.{1 if k != 'nist' and k != 'cider' else 2}f}" for k in TASK_METRICS[1:]
+                      if k in m) or "—"
 
 
 def write_comparison(reports: dict[str, dict], out: Path, command: str, config: dict, redact: bool = False) -> Path:

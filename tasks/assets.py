@@ -141,3 +141,73 @@ def bbc_texts() -> list[str]:
 
         texts, _ = getdata("bbcnews")
     return [str(t) for t in texts]
+
+
+# WordNet 3.0 lexicographer files (lexnames(5WN)): NLTK's reader needs this file, Debian does not ship it.
+LEXNAMES = ["adj.all", "adj.pert", "adv.all", "noun.Tops", "noun.act", "noun.animal", "noun.artifact",
+            "noun.attribute", "noun.body", "noun.cognition", "noun.communication", "noun.event", "noun.feeling",
+            "noun.food", "noun.group", "noun.location", "noun.motive", "noun.object", "noun.person",
+            "noun.phenomenon", "noun.plant", "noun.possession", "noun.process", "noun.quantity", "noun.relation",
+            "noun.shape", "noun.state", "noun.substance", "noun.time", "verb.body", "verb.change", "verb.cognition",
+            "verb.communication", "verb.competition", "verb.consumption", "verb.contact", "verb.creation",
+            "verb.emotion", "verb.motion", "verb.perception", "verb.possession", "verb.social", "verb.stative",
+            "verb.weather", "adj.ppl"]
+WORDNET_FILES = ("data.noun", "index.noun", "index.sense", "lexnames")
+WORDNET_DEBS = ("wordnet-base", "wordnet-sense-index")
+
+
+def wordnet_dir() -> Path | None:
+    """The NLTK data folder holding WordNet (for METEOR), registered with NLTK; None when not installed."""
+    root = cache_dir() / "nltk_data"
+    if not all((root / "corpora" / "wordnet" / f).exists() for f in WORDNET_FILES):
+        return None
+    import nltk
+
+    if str(root) not in nltk.data.path:
+        nltk.data.path.insert(0, str(root))
+    return root
+
+
+def lexnames_text() -> str:
+    pos = {"noun": 1, "verb": 2, "adj": 3, "adv": 4}
+    return "".join(f"{i:02d}\t{n}\t{pos[n.split('.')[0]]}\n" for i, n in enumerate(LEXNAMES))
+
+
+def install_wordnet(source: Path | None = None) -> Path:
+    """Build NLTK's WordNet corpus from Debian's WordNet 3.0 files. ``source``: a folder with them
+    (e.g. /usr/share/wordnet after `apt-get install wordnet-base wordnet-sense-index`); by default that
+    folder if present, else the two .deb packages fetched with `apt-get download` (a package registry;
+    no root needed) and unpacked with dpkg-deb."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    dest = cache_dir() / "nltk_data" / "corpora" / "wordnet"
+    with tempfile.TemporaryDirectory() as tmp:
+        if source is None and Path("/usr/share/wordnet/index.sense").exists():
+            source = Path("/usr/share/wordnet")
+        if source is None:
+            if not (shutil.which("apt-get") and shutil.which("dpkg-deb")):
+                raise DpauditError("WordNet needs Debian's wordnet-base and wordnet-sense-index: no apt-get here; "
+                                   "pass --wordnet-source DIR with their files")
+            try:
+                subprocess.run(["apt-get", "download", *WORDNET_DEBS], cwd=tmp, check=True, capture_output=True)
+                for deb in Path(tmp).glob("*.deb"):
+                    subprocess.run(["dpkg-deb", "-x", str(deb), str(Path(tmp) / "x")], check=True, capture_output=True)
+            except subprocess.CalledProcessError as e:
+                raise DpauditError(f"fetching WordNet failed ({' '.join(e.cmd[:3])}: "
+                                   f"{e.stderr.decode(errors='replace').strip().splitlines()[-1:]}); "
+                                   "run `apt-get update` or pass --wordnet-source DIR") from None
+            source = Path(tmp) / "x" / "usr" / "share" / "wordnet"
+        missing = [f for f in ("data.noun", "index.noun", "index.sense") if not (Path(source) / f).exists()]
+        if missing:
+            raise DpauditError(f"{source} lacks WordNet file {missing[0]}; it needs wordnet-base and wordnet-sense-index")
+        stage = dest.with_name("wordnet.tmp")
+        shutil.rmtree(stage, ignore_errors=True)
+        shutil.copytree(source, stage)
+        (stage / "lexnames").write_text(lexnames_text())
+        shutil.rmtree(dest, ignore_errors=True)
+        stage.rename(dest)
+    if wordnet_dir() is None:
+        raise DpauditError(f"WordNet at {dest} is incomplete after installing; remove it and retry")
+    return dest

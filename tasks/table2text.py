@@ -3,8 +3,8 @@ on PyPI; real E2E/DART files load the same way from local JSONL/CSV (columns ``m
 or ``mr``, and ``ref`` or ``human_reference``; rows with the same MR are grouped as references).
 
 Record format (Li et al.'s code): ``BOS {table} EOS {text} EOS`` with the loss on the text only.
-Decoding: beam search, 5 beams (App. K). Metrics over test MRs (references grouped per MR): corpus
-BLEU (sacrebleu, all references) and ROUGE-L F (rouge-score, best reference, averaged).
+Decoding: beam search, 5 beams (App. K). Metrics over test MRs (references grouped per MR): BLEU,
+NIST, METEOR (when WordNet is installed), ROUGE-L and CIDEr (:mod:`.nlg_metrics`).
 """
 
 from __future__ import annotations
@@ -175,15 +175,9 @@ def generate_texts(model, tok, mrs: list[str], max_new_tokens: int = 48, num_bea
 
 
 def score(hyps: list[str], refs: list[list[str]]) -> dict:
-    import sacrebleu
-    from rouge_score import rouge_scorer
+    from dpaudit.tasks import nlg_metrics
 
-    n = max(len(r) for r in refs)
-    streams = [[r[i] if i < len(r) else r[0] for r in refs] for i in range(n)]
-    bleu = sacrebleu.corpus_bleu(hyps, streams).score
-    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    rl = float(np.mean([scorer.score_multi(r, h)["rougeL"].fmeasure for h, r in zip(hyps, refs)]))
-    return {"bleu": float(bleu), "rougeL": 100.0 * rl}
+    return nlg_metrics.score(hyps, refs)
 
 
 def metrics(model, tok, test: list[dict], batch_size: int = 64, max_len: int = 128, num_beams: int = 5) -> dict:

@@ -44,6 +44,7 @@ def test_metrics_by_hand():
     assert perfect["bleu"] == pytest.approx(100.0) and perfect["rougeL"] == pytest.approx(100.0)
     bad = table2text.score(["completely unrelated words here", "nothing"], refs)
     assert bad["bleu"] < 5 and bad["rougeL"] < 20
+    assert perfect["nist"] > bad["nist"] >= 0 and perfect["cider"] > bad["cider"] >= 0
 
 
 def test_tiny_run_end_to_end(tmp_path):
