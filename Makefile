@@ -8,7 +8,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 
-.PHONY: demo test test-fast lint bench ci-audit clean-venv
+.PHONY: demo test test-fast lint bench ci-audit clean-venv wordnet
 
 $(BIN)/.installed: requirements.txt requirements-assets.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,11 @@ demo: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks
 
-test: $(BIN)/.installed lint
+# Optional: WordNet for METEOR (Debian packages, no root needed). Failure only leaves METEOR out.
+wordnet: $(BIN)/.installed
+	-$(BIN)/dpaudit assets --wordnet > /dev/null || echo "WordNet not installed: METEOR is left out of reports"
+
+test: $(BIN)/.installed lint wordnet
 	$(BIN)/pytest -q --durations=10
 
 test-fast: $(BIN)/.installed

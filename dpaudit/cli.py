@@ -42,7 +42,7 @@ def assets(convert, wordnet, wordnet_source):
     statuses = check_all(convert=convert)
     for s in statuses:
         click.echo(f"{'ok     ' if s.ok else 'MISSING'} {s.name:16s} {s.detail}")
-    if wordnet or wordnet_source:
+    if wordnet_source or (wordnet and wordnet_dir() is None):  # --wordnet keeps an installed corpus
         install_wordnet(wordnet_source)
     wn = wordnet_dir()
     click.echo(f"{'ok     ' if wn else 'optional'} {'wordnet':16s} "
