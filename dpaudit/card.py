@@ -26,7 +26,7 @@ Schema (``schema_version`` 1)::
         "group_size": 1              # records per privacy unit (group privacy), default 1
       },
       "method": "dp_adam",
-      "trainable": "full"            # full | lora | subset
+      "trainable": "full"            # full | lora | head | subset
     }
 
 Stability rules (as dp_accounting's DpEvent): fields are never removed, new fields are optional

@@ -58,7 +58,7 @@ class TaskConfig:
 @dataclass(frozen=True)
 class TrainerConfig:
     method: str = "dp_adam"
-    trainable: str = "full"  # full | lora
+    trainable: str = "full"  # full | lora | head (classifier head only)
     lora_r: int = 8
     lora_alpha: int = 16
     user_cap: int = 8  # user-level methods: at most k records per user
@@ -75,8 +75,8 @@ class TrainerConfig:
 
         if self.selection not in SELECTIONS:
             raise DpauditError(f"train.selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
-        if self.trainable not in ("full", "lora"):
-            raise DpauditError(f"train.trainable must be 'full' or 'lora', got {self.trainable!r}")
+        if self.trainable not in ("full", "lora", "head"):
+            raise DpauditError(f"train.trainable must be 'full', 'lora' or 'head', got {self.trainable!r}")
 
 
 @dataclass(frozen=True)
@@ -177,6 +177,8 @@ def parse(d: dict) -> RunConfig:
     if model.is_classifier and plan.labels < 2:
         raise DpauditError("a classifier can only memorise (text, label) pairs: set canaries.labels = 2 "
                            "(each canary gets a random label)")
+    if not model.is_classifier and any(v.trainer.trainable == "head" for v in variants):
+        raise DpauditError("train.trainable = 'head' needs a classifier model (minilm-l6, tiny-bert)")
     if not model.is_classifier and plan.labels:
         raise DpauditError("canaries.labels applies to classifier models only; remove it for a causal LM")
     return RunConfig(

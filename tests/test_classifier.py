@@ -181,3 +181,15 @@ def test_lora_classifier_trains_head_and_adapters(tmp_path):
     assert any("lora_A" in n for n in names) and any("classifier" in n for n in names)
     assert not any("word_embeddings" in n for n in names)
     assert models.is_classifier(peft_model) and models.is_classifier(base)
+
+
+def test_head_only_trains_just_the_classifier_and_needs_one():
+    from dpaudit.trainers import trainable
+
+    model, _ = _tiny_bert()
+    model, base = trainable.apply(model, "head")
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert base is None and names and all(n.startswith("classifier.") for n in names)
+    lm = models.build(models.ModelSpec(vocab_size=512, n_embd=32, n_layer=2, n_head=2, max_len=32))[0]
+    with pytest.raises(DpauditError, match="needs a classifier model"):
+        trainable.apply(lm, "head")

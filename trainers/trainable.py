@@ -1,4 +1,5 @@
-"""The trainable-parameter axis: all parameters, or LoRA adapters (peft)."""
+"""The trainable-parameter axis: all parameters, LoRA adapters (peft), or only a classifier's head
+(``head``: the linear probe on a frozen encoder, the smallest-dimension point on this axis)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,24 @@ from peft import LoraConfig, get_peft_model
 LORA_TARGETS = {"gpt2": (["c_attn"], True), "llama": (["q_proj", "v_proj"], False), "bert": (["query", "value"], False)}
 
 
+TRAINABLE = ("full", "lora", "head")
+
+
 def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16):
     """Returns (model to train, frozen copy of the base or None)."""
     if trainable == "full":
         for p in model.parameters():
             p.requires_grad_(True)
+        return model, None
+    if trainable == "head":
+        from dpaudit.errors import DpauditError
+        from dpaudit.tasks.models import is_classifier
+
+        if not is_classifier(model):
+            raise DpauditError("train.trainable = 'head' needs a classifier model (minilm-l6, tiny-bert); "
+                               "use 'full' or 'lora' for a causal LM")
+        for name, p in model.named_parameters():
+            p.requires_grad_(name.startswith("classifier."))
         return model, None
     base = copy.deepcopy(model)
     targets, fan_in_fan_out = LORA_TARGETS[model.config.model_type]
