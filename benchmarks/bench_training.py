@@ -2,10 +2,13 @@
 
     python benchmarks/bench_training.py [--models minilm,smollm2,gpt2-small] [--batch 8] [--seq 64]
                                         [--steps 3] [--cap-gb 8] [--largest-batch minilm]
+                                        [--tied untie|freeze] [--trainables full,lora]
 
 Each configuration runs in its own process (so peak RSS is its own), on random token batches of the
 same shape: 1 warm-up step, then the median of ``--steps`` timed steps. Ratios are against the
-non-private run of the same model and trainable set, measured in the same invocation. With
+non-private run of the same model and trainable set, measured in the same invocation. Tied embeddings
+(SmolLM2) are untied for ghost full fine-tuning (``--tied untie``), or frozen in every mode of full
+fine-tuning (``--tied freeze``, so the baseline trains the same parameters). With
 ``--largest-batch``, the batch is doubled until peak RSS passes ``--cap-gb`` for those models.
 """
 
@@ -42,7 +45,7 @@ def build(name: str):
     raise SystemExit(f"unknown model {name}")
 
 
-def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int) -> dict:
+def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied: str = "untie") -> dict:
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
@@ -51,8 +54,8 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int) -> d
 
     torch.set_num_threads(os.cpu_count() or 1)
     model, kind, vocab = build(name)
-    if mode == "ghost" and which == "full":
-        trainable.untie_embeddings(model)
+    if which == "full":
+        trainable.prepare_tied(model, tied, mode, which)
     if which == "lora":
         if kind == "cls":
             from peft import LoraConfig, get_peft_model
@@ -101,12 +104,13 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int) -> d
         t = time.perf_counter()
         step((k + 1) % 4)
         times.append(time.perf_counter() - t)
-    return {"model": name, "mode": mode, "trainable": which, "batch": batch, "seq": seq,
+    return {"model": name, "mode": mode, "trainable": which, "batch": batch, "seq": seq, "tied": tied,
             "step_s": statistics.median(times), "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
 
 
 def run_child(args, name, mode, which, batch) -> dict:
-    cmd = [sys.executable, __file__, "--one", name, mode, which, str(batch), "--seq", str(args.seq), "--steps", str(args.steps)]
+    cmd = [sys.executable, __file__, "--one", name, mode, which, str(batch), "--seq", str(args.seq), "--steps", str(args.steps),
+           "--tied", args.tied]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         err = (p.stderr.strip().splitlines() or ["?"])[-1]
@@ -122,6 +126,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--cap-gb", type=float, default=8.0)
     ap.add_argument("--largest-batch", default="", help="comma-separated models to search the largest batch for")
+    ap.add_argument("--tied", choices=("untie", "freeze"), default="untie",
+                    help="tied input/output embeddings: untie for ghost full fine-tuning, or freeze in every mode")
+    ap.add_argument("--trainables", default="full,lora", help="comma-separated: full, lora")
     ap.add_argument("--one", nargs=4, metavar=("MODEL", "MODE", "TRAINABLE", "BATCH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -130,13 +137,13 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     if args.one:
         name, mode, which, batch = args.one
-        print(json.dumps(one(name, mode, which, int(batch), args.seq, args.steps)))
+        print(json.dumps(one(name, mode, which, int(batch), args.seq, args.steps, args.tied)))
         return 0
     rows = []
     print(f"batch {args.batch}, seq {args.seq}, median of {args.steps} steps, {os.cpu_count()} CPUs")
     print(f"{'model':11s} {'trainable':9s} {'mode':6s} {'step s':>8s} {'x non-private':>14s} {'peak GB':>8s} {'x non-private':>14s}")
     for name in args.models.split(","):
-        for which in ("full", "lora"):
+        for which in args.trainables.split(","):
             base = None
             for mode in MODES:
                 r = run_child(args, name, mode, which, args.batch)

@@ -59,6 +59,7 @@ class TaskConfig:
 class TrainerConfig:
     method: str = "dp_adam"
     trainable: str = "full"  # full | lora | head (classifier head only)
+    tied_embeddings: str = "untie"  # untie (for ghost clipping) | freeze (tied input/output embeddings)
     lora_r: int = 8
     lora_alpha: int = 16
     user_cap: int = 8  # user-level methods: at most k records per user
@@ -75,6 +76,8 @@ class TrainerConfig:
 
         if self.selection not in SELECTIONS:
             raise DpauditError(f"train.selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
+        if self.tied_embeddings not in ("untie", "freeze"):
+            raise DpauditError(f"train.tied_embeddings must be 'untie' or 'freeze', got {self.tied_embeddings!r}")
         if self.trainable not in ("full", "lora", "head"):
             raise DpauditError(f"train.trainable must be 'full', 'lora' or 'head', got {self.trainable!r}")
 

@@ -112,6 +112,36 @@ def test_ghost_on_tied_embeddings_after_untying(tiny_model_factory):
     assert all(torch.isfinite(p.grad).all() for p in tied.parameters())
 
 
+def test_ghost_on_tied_embeddings_frozen_matches_the_loop(tiny_model_factory):
+    """Freezing the tied matrix instead: ghost clipping runs, the shared matrix gets no gradient, and
+    the clipped update of the other parameters equals the per-example loop's."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _, tok = tiny_model_factory()
+
+    def make():
+        torch.manual_seed(0)
+        m = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                       tie_word_embeddings=True, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        trainable.prepare_tied(m, "freeze", "ghost", "full")
+        return m
+
+    model, ref = make(), make()
+    assert not model.transformer.wte.weight.requires_grad and model.lm_head.weight is model.transformer.wte.weight
+    data = engine.collate(_records(tok), tok.pad_token_id, 32)
+    expected, _ = _reference(ref, data, 0.05, len(data))
+    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode="ghost", progress=False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=0.0)
+    gsm, dp_opt, crit, _ = engine.make_private(model, opt, DataLoader(data, batch_size=len(data)), cfg, sigma=0.0)
+    ids, mask, tgt = data.tensors
+    engine.step_loss(gsm, ids, mask, tgt, crit).backward()
+    dp_opt.step()
+    assert model.transformer.wte.weight.grad is None
+    worst = max(float((p.grad - e).abs().max()) for p, e in zip(params, expected))
+    assert worst < 1e-6
+
+
 def test_empty_poisson_batches_still_add_noise(tiny_model_factory):
     """With q*N small, Poisson sampling draws empty batches; each must still be a noisy step."""
     import math

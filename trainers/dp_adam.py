@@ -37,8 +37,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
     tc = variant.trainer
     eng = dataclasses.replace(tc.engine, progress=progress)
     model, tok = models.build(cfg.model)
-    if eng.grad_sample_mode == "ghost" and tc.trainable == "full":
-        trainable.untie_embeddings(model)  # ghost clipping needs unshared parameters
+    trainable.prepare_tied(model, tc.tied_embeddings, eng.grad_sample_mode, tc.trainable)
     model, base = trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha)
     records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len)

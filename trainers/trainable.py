@@ -15,9 +15,7 @@ TRAINABLE = ("full", "lora", "head")
 
 def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16):
     """Returns (model to train, frozen copy of the base or None)."""
-    if trainable == "full":
-        for p in model.parameters():
-            p.requires_grad_(True)
+    if trainable == "full":  # everything not frozen on purpose (freeze_tied_embeddings) trains
         return model, None
     if trainable == "head":
         from dpaudit.errors import DpauditError
@@ -37,6 +35,27 @@ def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16):
     cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, target_modules=targets, fan_in_fan_out=fan_in_fan_out,
                      lora_dropout=0.0, bias="none", modules_to_save=head)
     return get_peft_model(model, cfg), base
+
+
+def freeze_tied_embeddings(model) -> bool:
+    """Freeze a tied input-embedding / LM-head matrix instead of untying it (Li et al.'s other option):
+    ghost clipping then never sees the shared parameter, and no second vocabulary-sized matrix (and its
+    Adam state) is created. Returns True when a tied matrix was frozen."""
+    out = model.get_output_embeddings()
+    inp = model.get_input_embeddings()
+    if out is None or out.weight is not inp.weight:
+        return False
+    inp.weight.requires_grad_(False)
+    return True
+
+
+def prepare_tied(model, policy: str, mode: str, trainable: str) -> None:
+    """The trainer's choice for tied embeddings: ``freeze`` (any mode, so non-private baselines train the
+    same parameters) or ``untie`` (only when ghost clipping fine-tunes everything)."""
+    if policy == "freeze":
+        freeze_tied_embeddings(model)
+    elif mode == "ghost" and trainable == "full":
+        untie_embeddings(model)  # ghost clipping needs unshared parameters
 
 
 def untie_embeddings(model) -> bool:
