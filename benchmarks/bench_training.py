@@ -28,13 +28,13 @@ MODES = ("none", "hooks", "ghost")
 
 def build(name: str):
     import torch
-    from transformers import AutoModelForSequenceClassification, GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel
 
-    from dpaudit.tasks import assets, models
+    from dpaudit.tasks import models
 
     if name == "minilm":
-        path = assets.locate("minilm-l6").parent
-        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=2, dtype=torch.float32), "cls", 30522
+        m, _ = models.build(models.ModelSpec(name="minilm-l6"))
+        return m, "cls", m.config.vocab_size
     if name == "smollm2":
         m, _ = models.build(models.ModelSpec(name="smollm2-135m"))
         return m, "lm", m.config.vocab_size
@@ -47,7 +47,6 @@ def build(name: str):
 
 def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied: str = "untie") -> dict:
     import torch
-    from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
     from dpaudit.trainers import engine, trainable
@@ -57,44 +56,28 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
     if which == "full":
         trainable.prepare_tied(model, tied, mode, which)
     if which == "lora":
-        if kind == "cls":
-            from peft import LoraConfig, get_peft_model
-
-            model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
-                                                     modules_to_save=["classifier"]))
-        else:
-            model, _ = trainable.apply(model, "lora", 8, 16)
+        model, _ = trainable.apply(model, "lora", 8, 16)  # BERT: query/value adapters + the head
     model.train()
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (batch * 4, seq), generator=g)
     mask = torch.ones_like(ids)
-    labels = torch.randint(0, 2, (batch * 4,), generator=g) if kind == "cls" else ids.clone()
+    if kind == "cls":  # the engine's classifier records: the label in column 0, -100 elsewhere
+        targets = torch.full_like(ids, -100)
+        targets[:, 0] = torch.randint(0, 2, (batch * 4,), generator=g)
+    else:
+        targets = ids.clone()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-4)
-    data = TensorDataset(ids, mask, labels)
-    loader = DataLoader(data, batch_size=batch)
+    loader = DataLoader(TensorDataset(ids, mask, targets), batch_size=batch)
     crit = None
     if mode != "none":
         cfg = engine.EngineConfig(target_epsilon=8.0, clipping_norm=0.1, grad_sample_mode=mode, progress=False)
-        if kind == "cls":
-            from opacus import PrivacyEngine
-
-            out = PrivacyEngine().make_private(module=model, optimizer=opt, data_loader=loader, noise_multiplier=1.0,
-                                               max_grad_norm=0.1, poisson_sampling=False, grad_sample_mode=mode,
-                                               criterion=nn.CrossEntropyLoss())
-            model, opt, crit = out[0], out[1], (out[2] if mode == "ghost" else None)
-        else:
-            model, opt, crit, _ = engine.make_private(model, opt, loader, cfg, sigma=1.0)
+        model, opt, crit, _ = engine.make_private(model, opt, loader, cfg, sigma=1.0)
 
     def step(b):
-        x, m, y = (t[b * batch:(b + 1) * batch] for t in (ids, mask, labels))
+        x, m, y = (t[b * batch:(b + 1) * batch] for t in (ids, mask, targets))
         opt.zero_grad(set_to_none=True)
-        if kind == "cls":
-            pos = torch.arange(seq).unsqueeze(0).repeat(x.size(0), 1)
-            logits = model(input_ids=x, attention_mask=m, token_type_ids=torch.zeros_like(x), position_ids=pos).logits
-            loss = crit(logits, y) if crit is not None else nn.functional.cross_entropy(logits, y)
-        else:
-            loss = engine.step_loss(model, x, m, y, crit)
+        loss = engine.step_loss(model, x, m, y, crit)
         loss.backward()
         opt.step()
 
