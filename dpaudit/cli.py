@@ -85,9 +85,13 @@ def run(config_path, out, redact, quiet):
               help="HF model folder for the reference attack (default: the checkpoint's base model).")
 @click.option("--confidence", default=0.95, show_default=True, type=float,
               help="Confidence of the empirical lower bounds (family-wise over attacks).")
+@click.option("--base-metrics", is_flag=True,
+              help="Also measure the task metrics of the model before fine-tuning (the checkpoint's base_model/ "
+                   "or its run.json model spec): the zero-shot reference for the fine-tuning gain.")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, redact, quiet):
+def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, base_metrics,
+             redact, quiet):
     """Audit CHECKPOINT (model/, privacy_card.json, canaries.json): attacks, bounds, claim check, metrics."""
     from dpaudit import report
     from dpaudit.evaluate import evaluate as run_eval
@@ -98,7 +102,8 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
         raise DpauditError(f"--references must be at least 10, got {n_references}")
     r = run_eval(checkpoint, attacks=[a.strip() for a in attacks.split(",") if a.strip()],
                  n_references=n_references, confidence=confidence, command=_command_line(), rule=rule,
-                 reference=reference_model, enumerate_limit=enumerate_limit, progress=not quiet)
+                 reference=reference_model, enumerate_limit=enumerate_limit, progress=not quiet,
+                 base_metrics=base_metrics)
     report.write(r, out, redact=redact)
     click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")

@@ -90,6 +90,7 @@ class EvalConfig:
     attacks: tuple = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")
     rule: str = "bonferroni"  # or held_out (dpaudit.audit.selection)
     enumerate_limit: int = 0  # rank exposure over the whole space when it is at most this large
+    base_metrics: bool = False  # also measure the task metrics of the model before fine-tuning (zero-shot)
 
     def __post_init__(self):
         if not isinstance(self.n_references, int) or self.n_references < 10:
@@ -101,6 +102,8 @@ class EvalConfig:
         bad = [a for a in self.attacks if a not in ALL]
         if bad or not self.attacks:
             raise DpauditError(f"evaluate.attacks: unknown attack {bad[0] if bad else None!r}; choose from {', '.join(ALL)}")
+        if not isinstance(self.base_metrics, bool):
+            raise DpauditError(f"evaluate.base_metrics must be true or false, got {self.base_metrics!r}")
         if self.rule not in ("bonferroni", "held_out"):
             raise DpauditError(f"evaluate.rule must be 'bonferroni' or 'held_out', got {self.rule!r}")
 

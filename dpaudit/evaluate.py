@@ -80,8 +80,16 @@ def _reference_model(ck, reference: str | Path | None):
 
     if reference is not None:
         return models.load_dir(Path(reference))[0]
+    return _base_model(ck)
+
+
+def _base_model(ck):
+    """The model before fine-tuning: the LoRA checkpoint's base_model/, else the model spec of run.json
+    rebuilt (pretrained weights, or the seeded initialisation the trainer started from); None if neither."""
+    from dpaudit.tasks import models
+
     if (ck.path / "base_model").exists():
-        return models.load_dir(ck.path / "base_model")[0]
+        return models.load_dir(ck.path / "base_model")[0].eval()
     spec = ck.run.get("model")
     if spec:
         return models.build(models.ModelSpec(**spec))[0].eval()
@@ -90,10 +98,12 @@ def _reference_model(ck, reference: str | Path | None):
 
 def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, confidence: float = 0.95,
              batch_size: int = 64, command: str | None = None, progress: bool = True, rule: str = "bonferroni",
-             reference: str | Path | None = None, enumerate_limit: int = 0) -> dict:
+             reference: str | Path | None = None, enumerate_limit: int = 0, base_metrics: bool = False) -> dict:
     """Audit one checkpoint. ``rule`` says how the one-run audit's choices are made (see
     :mod:`dpaudit.audit.selection`); exposure ranks over the whole space when it has at most
-    ``enumerate_limit`` secrets, else over ``n_references`` sampled ones."""
+    ``enumerate_limit`` secrets, else over ``n_references`` sampled ones. ``base_metrics`` also
+    measures the task metrics of the model before fine-tuning (zero-shot for a pretrained LM), the
+    reference a fine-tuning gain is read against."""
     from dpaudit.attacks import ALL
     from dpaudit.tasks.models import is_classifier
 
@@ -125,6 +135,13 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
             raise DpauditError(f"the task data no longer matches the checkpoint's fingerprint "
                                f"{ck.run['data']['fingerprint']}; restore the data the model was trained on")
         metrics = {**mod.metrics(model, tok, data.test, batch_size, max_len), "source": data.source}
+        if base_metrics:
+            base = _base_model(ck)
+            if base is None:
+                raise DpauditError("base_metrics needs the model before fine-tuning: the checkpoint has no "
+                                   "base_model/ and run.json no model spec; drop the option")
+            metrics["base_model"] = mod.metrics(base, tok, data.test, batch_size, max_len)
+            del base
     t_metrics = time.time() - t0 - t_load
 
     # ---- canary scores --------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
         r = evaluate(ck, n_references=cfg.evaluate.n_references, confidence=cfg.evaluate.confidence,
                      batch_size=cfg.evaluate.batch_size, command=command, progress=progress,
                      attacks=list(cfg.evaluate.attacks), rule=cfg.evaluate.rule,
-                     enumerate_limit=cfg.evaluate.enumerate_limit)
+                     enumerate_limit=cfg.evaluate.enumerate_limit, base_metrics=cfg.evaluate.base_metrics)
         report.write(r, out / v.name / "report", redact=redact)
         reports[v.name] = r
     report.write_comparison(reports, out, command, cfg.to_dict(), redact=redact)

@@ -150,6 +150,10 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
         L.append(f"- task `{m.get('task')}` on {m['n_test']} test examples ({m['source']}): " + ", ".join(
             f"{k} **{m[k]:.3f}**" for k in TASK_METRICS if k in m)
             + (f"; decoding: {m['decoding']}" if "decoding" in m else ""))
+        if m.get("base_model"):
+            b = m["base_model"]
+            L.append("- the same metrics of the model before fine-tuning (zero-shot reference): " + ", ".join(
+                f"{k} {b[k]:.3f}" for k in TASK_METRICS if k in b))
         L += [f"- Note: {n}" for n in m.get("notes", [])]
         for ex in m.get("examples", []):
             L.append(f"  - `{ex['mr']}` → “{ex['generated']}” (reference: “{ex['reference']}”)")
@@ -219,10 +223,11 @@ def _replace(tmp: Path, out: Path) -> None:
 def _task_metric(m: dict) -> str:
     if not m:
         return "—"
+    base = f" (before fine-tuning {_task_metric(m['base_model'])})" if m.get("base_model") else ""
     if "accuracy" in m:
-        return f"accuracy {m['accuracy']:.3f}"
-    return " / ".join(f"{k} {m[k]:.{1 if k != 'nist' and k != 'cider' else 2}f}" for k in TASK_METRICS[1:]
-                      if k in m) or "—"
+        return f"accuracy {m['accuracy']:.3f}" + base
+    return (" / ".join(f"{k} {m[k]:.{1 if k != 'nist' and k != 'cider' else 2}f}" for k in TASK_METRICS[1:]
+                       if k in m) or "—") + base
 
 
 def write_comparison(reports: dict[str, dict], out: Path, command: str, config: dict, redact: bool = False) -> Path:

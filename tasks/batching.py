@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import torch
 
+# Record targets at or below CHOICE_BASE mark a closed-choice answer: target CHOICE_BASE - k means "the
+# token here is choices[k]", scored by a softmax over the record's ``choices`` tokens only (Li et al.'s
+# prompt-based fine-tuning: p(y | x) is a softmax over the label words' logits, not the vocabulary).
+CHOICE_BASE = -1000
+
 
 def bos_id(tokenizer) -> int:
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id

@@ -8,7 +8,11 @@ word, ``" terrible"`` (0) or ``" great"`` (1). The label is read from the logits
 first token at the end of the prompt.
 
 Objectives:
-* ``label_words`` (Li et al.): cross-entropy over the label words' logits at the answer position;
+* ``label_words`` (Li et al., after LM-BFF): p(y | x) is a softmax over the label words' logits at the
+  answer position (not over the vocabulary), and the loss is its cross-entropy. The record marks the
+  answer as a closed choice (``tasks.batching.CHOICE_BASE``) and lists the label words in ``choices``;
+  the engine scores it that way. (A full-vocabulary loss would spend most of each clipped gradient
+  raising the label words' total mass, which says nothing about the label.)
 * ``lm``: causal-LM loss on the whole formatted example. Canaries are memorisable only when the loss
   covers their text, so canary records always use the LM loss with a causal LM;
 * ``classifier`` (Li et al.'s classifier-head baseline, with an encoder such as MiniLM): the raw
@@ -33,7 +37,7 @@ import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
-from dpaudit.tasks.batching import bos_id, pad_batch
+from dpaudit.tasks.batching import CHOICE_BASE, bos_id, pad_batch
 from dpaudit.tasks.files import read_rows
 
 TEMPLATE = "{sentence} It was"
@@ -163,7 +167,8 @@ def encode_example(ex: dict, tokenizer, objective: str, max_len: int) -> dict:
         targets[0] = -100
     elif objective == "label_words":
         targets = [-100] * len(ids)
-        targets[-1] = ids[-1]
+        targets[-1] = CHOICE_BASE - int(ex["label"])
+        return {"input_ids": ids, "targets": targets, "choices": list(label_ids)}
     else:
         raise DpauditError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     return {"input_ids": ids, "targets": targets}

@@ -11,9 +11,12 @@ SENTS = ["a fine film", "dull and long , with nothing to say about anything at a
          "My account number is 123456.", "the worst", "an astonishing, moving and generous piece of work"]
 
 
-def _records(tok, classifier=False):
-    if classifier:  # (text, label) records of a sequence classifier
+def _records(tok, kind="causal_lm"):
+    if kind == "classifier":  # (text, label) records of a sequence classifier
         return [sentiment.encode_labelled(t, i % 2, tok, 32) for i, t in enumerate(SENTS)]
+    if kind == "label_words":  # prompt + label word records (softmax over the label words) and a canary
+        return ([sentiment.encode_example({"sentence": t, "label": i % 2}, tok, "label_words", 32)
+                 for i, t in enumerate(SENTS) if i != 3] + [sentiment.encode_text(SENTS[3], tok, 32)])
     return [sentiment.encode_text(t, tok, 32) for t in SENTS]
 
 
@@ -21,14 +24,14 @@ def _tiny_bert():
     return models.build(models.ModelSpec(name="tiny-bert", n_embd=32, n_layer=2, n_head=2, max_len=32))
 
 
-def _reference(model, data, C, B):
+def _reference(model, data, C, B, choices=None):
     params = [p for p in model.parameters() if p.requires_grad]
     total = [torch.zeros_like(p) for p in params]
     for i in range(len(data)):
         ids, mask, tgt = (t[i:i + 1] for t in data.tensors)
         w = int(mask.sum())
         model.zero_grad()
-        loss = engine.per_sample_loss(engine._forward(model, ids[:, :w], mask[:, :w]), tgt[:, :w]).mean()
+        loss = engine.per_sample_loss(engine._forward(model, ids[:, :w], mask[:, :w]), tgt[:, :w], choices).mean()
         grads = torch.autograd.grad(loss, params)
         norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
         factor = min(1.0, C / (float(norm) + 1e-6))
@@ -37,7 +40,7 @@ def _reference(model, data, C, B):
     return [t / B for t in total], params
 
 
-@pytest.mark.parametrize("kind", ["causal_lm", "classifier"])
+@pytest.mark.parametrize("kind", ["causal_lm", "classifier", "label_words"])
 @pytest.mark.parametrize("mode", ["hooks", "ghost"])
 @pytest.mark.parametrize("which", ["full", "lora"])
 def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
@@ -45,12 +48,15 @@ def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
     model, tok = factory()
     model, _ = trainable.apply(model, which, lora_r=4, lora_alpha=8)
     C = 0.05  # small enough that every example is clipped
-    data = engine.collate(_records(tok, kind == "classifier"), tok.pad_token_id, 32)
+    records = _records(tok, kind)
+    choices = engine.run_choices(records)
+    assert (choices is not None) == (kind == "label_words")
+    data = engine.collate(records, tok.pad_token_id, 32)
     ref_model, _ = factory()
     ref_model, _ = trainable.apply(ref_model, which, lora_r=4, lora_alpha=8)
     ref_model.load_state_dict(model.state_dict())
     B = len(data)
-    expected, ref_params = _reference(ref_model, data, C, B)
+    expected, ref_params = _reference(ref_model, data, C, B, choices)
 
     cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=C, grad_sample_mode=mode, progress=False)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
@@ -58,7 +64,7 @@ def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
     gsm, dp_opt, crit, _ = engine.make_private(model, opt, loader, cfg, sigma=0.0)
     ids, mask, tgt = data.tensors
     dp_opt.zero_grad()
-    engine.step_loss(gsm, ids, mask, tgt, crit).backward()
+    engine.step_loss(gsm, ids, mask, tgt, crit, choices).backward()
     dp_opt.step()
     got = [p.grad for p in model.parameters() if p.requires_grad]
     assert len(got) == len(expected)

@@ -91,3 +91,24 @@ def test_evaluate_bad_card_exit_2(run_dir, tmp_path, capsys):
     (ck / "privacy_card.json").write_text(json.dumps(card))
     assert main(["evaluate", str(ck), "--out", str(out)]) == 2
     assert "canary manifest not found" in capsys.readouterr().err and not out.exists()
+
+
+def test_base_metrics_measure_the_model_before_fine_tuning(run_dir, tmp_path):
+    """--base-metrics adds the task metric of the model the trainer started from (rebuilt from run.json's
+    model spec: here the seeded initialisation), recomputed here independently."""
+    from dpaudit import checkpoint
+    from dpaudit.tasks import models, sentiment
+
+    out = tmp_path / "base"
+    ck_dir = run_dir / "non-private" / "checkpoint"
+    assert main(["evaluate", str(ck_dir), "--out", str(out), "--attacks", "loss", "--base-metrics", "--quiet"]) == 0
+    r = json.loads((out / "report.json").read_text())
+    ck = checkpoint.load(ck_dir)
+    start, tok = models.build(models.ModelSpec(**ck.run["model"]))
+    task = ck.run["task"]
+    test = sentiment.load(task["source"], task["n_train"], task["n_test"], task["seed"]).test
+    assert r["metrics"]["base_model"]["accuracy"] == pytest.approx(sentiment.accuracy(start.eval(), tok, test,
+                                                                                      max_len=ck.run["model"]["max_len"]))
+    assert r["metrics"]["accuracy"] == _report(run_dir, "non-private")["metrics"]["accuracy"]
+    assert "before fine-tuning" in (out / "REPORT.md").read_text()
+    assert "base_model" not in _report(run_dir, "non-private")["metrics"]  # off by default

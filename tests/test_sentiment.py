@@ -6,6 +6,7 @@ import pytest
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import sentiment
+from dpaudit.tasks.batching import CHOICE_BASE
 
 
 def test_rotten_tomatoes_split_is_fixed():
@@ -55,7 +56,40 @@ def test_encoding_objectives(tiny_model_factory):
     lw = sentiment.encode_example(ex, tok, "label_words", 32)
     assert lm["input_ids"][:-1] == lw["input_ids"]
     assert sum(t != -100 for t in lw["targets"]) == 1
-    assert lw["targets"][-1] == sentiment.label_token_ids(tok)[1]
+    assert lw["targets"][-1] == CHOICE_BASE - 1  # choice 1 of the label words
+    assert lw["choices"] == sentiment.label_token_ids(tok)
+
+
+def test_label_word_loss_is_a_softmax_over_the_label_words(tiny_model_factory):
+    """Li et al.'s prompt-based loss: -log of the correct label word's probability among the label words
+    (not among the vocabulary), computed by the engine from the record alone; canary text records in the
+    same batch keep their full-vocabulary LM loss."""
+    import torch
+
+    from dpaudit.trainers import engine
+
+    model, tok = tiny_model_factory()
+    exs = [{"sentence": "a lovely film", "label": 1}, {"sentence": "dull , long and empty", "label": 0}]
+    recs = [sentiment.encode_example(e, tok, "label_words", 32) for e in exs]
+    recs.append(sentiment.encode_text("My account number is 123456.", tok, 32))
+    choices = engine.run_choices(recs)
+    assert choices.tolist() == sentiment.label_token_ids(tok)
+    ids, mask, tgt = engine.collate(recs, tok.pad_token_id, 32).tensors
+    with torch.no_grad():
+        logits = engine._forward(model.eval(), ids, mask)
+        got = engine.per_sample_loss(logits, tgt, choices)
+        for i, e in enumerate(exs):
+            last = len(recs[i]["input_ids"]) - 2  # the logits that predict the label word
+            pair = logits[i, last, choices]
+            assert abs(float(got[i]) - float(-torch.log_softmax(pair, -1)[e["label"]])) < 1e-5
+        lm = engine.per_sample_loss(logits[2:], engine.collate(recs[2:], tok.pad_token_id, 32).tensors[2])
+        assert abs(float(got[2]) - float(lm[0])) < 1e-6
+        full_vocab = -torch.log_softmax(logits[0, len(recs[0]["input_ids"]) - 2], -1)[choices[1]]
+        assert float(got[0]) < float(full_vocab) - 1.0  # the restricted loss is not the vocabulary's
+    with pytest.raises(DpauditError, match="choices"):
+        engine.run_choices([{**recs[0], "choices": None}])
+    with pytest.raises(DpauditError, match="different choice lists"):
+        engine.run_choices([recs[0], {**recs[1], "choices": recs[1]["choices"][::-1]}])
 
 
 def test_public_pretraining_is_cached_and_helps(monkeypatch, tmp_path):

@@ -13,7 +13,9 @@ the expected batch size B (Li et al., Alg. 1). With ``target_epsilon = inf`` the
 without clipping or noise on shuffled batches (the non-private baseline).
 
 Records are dicts with ``input_ids`` and ``targets`` (-100 = position not scored); the loss of a
-record is its mean token NLL over scored positions.
+record is its mean token NLL over scored positions. A record may also list ``choices`` (token ids) and
+mark a target ``CHOICE_BASE - k`` (tasks/batching.py): that position is scored by a softmax over the
+choices only (label words, Li et al.); all such records of a run share one choice list.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tqdm.auto import tqdm
 from dpaudit import accounting
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.errors import DpauditError
+from dpaudit.tasks.batching import CHOICE_BASE
 
 GRAD_SAMPLE_MODES = ("hooks", "ghost")
 
@@ -119,11 +122,48 @@ def collate(records: list[dict], pad_id: int, max_len: int) -> TensorDataset:
     return TensorDataset(ids, mask, tgt)
 
 
-def per_sample_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token NLL over each sequence's scored positions, shape (B,); for a classifier
-    (logits (B, labels)) the cross-entropy of the label kept in ``targets[:, 0]``."""
+def run_choices(records: list[dict]) -> torch.Tensor | None:
+    """The one choice list shared by the records that have closed-choice targets (None if none do)."""
+    lists = {tuple(r["choices"]) for r in records if r.get("choices") is not None}
+    if len(lists) > 1:
+        raise DpauditError(f"records carry {len(lists)} different choice lists; one run scores one set of label words")
+    marked = any(t <= CHOICE_BASE for r in records for t in r["targets"])
+    if marked and not lists:
+        raise DpauditError("records mark closed-choice targets but list no 'choices'; encode them with the task's "
+                           "encode_example")
+    if not lists:
+        return None
+    (choices,) = lists
+    if len(choices) < 2 or len(set(choices)) != len(choices):
+        raise DpauditError(f"a closed choice needs at least two distinct tokens, got {list(choices)}")
+    if any(t <= CHOICE_BASE - len(choices) for r in records for t in r["targets"]):
+        raise DpauditError(f"a closed-choice target names a choice beyond the {len(choices)} listed")
+    return torch.tensor(choices, dtype=torch.long)
+
+
+def restrict_to_choices(logits: torch.Tensor, targets: torch.Tensor, choices: torch.Tensor | None):
+    """Causal-LM logits and targets with every closed-choice position (target CHOICE_BASE - k) turned into
+    a softmax over ``choices``: the logits predicting it get -1e4 on every other token (exp underflows
+    to exactly 0 in fp32) and the target becomes ``choices[k]``. Other positions are untouched."""
+    flag = targets <= CHOICE_BASE
+    if choices is None or logits.dim() == 2 or not bool(flag.any()):
+        return logits, targets
+    k = (CHOICE_BASE - targets).clamp(0, len(choices) - 1)
+    targets = torch.where(flag, choices[k], targets)
+    at = torch.zeros_like(flag)
+    at[:, :-1] = flag[:, 1:]  # the logits at position p predict the token at p + 1
+    bias = torch.full((logits.size(-1),), -1e4, dtype=logits.dtype)
+    bias[choices] = 0.0
+    return torch.where(at.unsqueeze(-1), logits + bias, logits), targets
+
+
+def per_sample_loss(logits: torch.Tensor, targets: torch.Tensor, choices: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean next-token NLL over each sequence's scored positions, shape (B,); closed-choice positions
+    are scored over ``choices`` only; for a classifier (logits (B, labels)) the cross-entropy of the
+    label kept in ``targets[:, 0]``."""
     if logits.dim() == 2:
         return nn.functional.cross_entropy(logits.float(), targets[:, 0], reduction="none")
+    logits, targets = restrict_to_choices(logits, targets, choices)
     lg = logits[:, :-1].float()
     tg = targets[:, 1:]
     nll = nn.functional.cross_entropy(lg.reshape(-1, lg.size(-1)), tg.reshape(-1), ignore_index=-100,
@@ -143,6 +183,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     if n == 0:
         raise DpauditError("the training set is empty; check the task data and n_train")
     torch.manual_seed(cfg.seed)
+    choices = run_choices(records)
     data = collate(records, pad_id, max_len)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -157,7 +198,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, generator=gen)
         steps = max(1, int(round(cfg.epochs * n / batch)))
         canaries = _gradient_canaries(cfg, opt, params, q, batch, private=False)
-        losses = _loop(model, opt, loader, steps, cfg, criterion=None, private=False)
+        losses = _loop(model, opt, loader, steps, cfg, criterion=None, private=False, choices=choices)
         return model, TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0,
                                   canaries.to_dict() if canaries else None)
 
@@ -167,7 +208,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     loader = DataLoader(data, batch_size=batch, shuffle=True, generator=gen)
     gsm, dp_opt, dp_crit, dp_loader = make_private(model, opt, loader, cfg, sigma)
     canaries = _gradient_canaries(cfg, dp_opt, params, q, batch, private=True)
-    losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit, private=True)
+    losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit, private=True, choices=choices)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
     if hasattr(gsm, "remove_hooks"):  # leave a plain module behind for save_pretrained
@@ -204,7 +245,7 @@ def make_private(model, opt, loader, cfg: EngineConfig, sigma: float):
     return gsm, dp_opt, None, dp_loader
 
 
-def step_loss(model, ids, mask, tgt, criterion=None):
+def step_loss(model, ids, mask, tgt, criterion=None, choices: torch.Tensor | None = None):
     """The loss whose backward gives each record's gradient of its mean token NLL (hooks or ghost)."""
     width = int(mask.sum(1).max())  # trim the batch's common padding (same loss, less work)
     ids, mask, tgt = (t[:, :width].contiguous() for t in (ids, mask, tgt))  # ghost needs contiguous
@@ -212,9 +253,10 @@ def step_loss(model, ids, mask, tgt, criterion=None):
     if criterion is not None and logits.dim() == 2:  # ghost clipping, classifier: one label per record
         return criterion(logits, tgt[:, 0])
     if criterion is not None:  # ghost clipping: Opacus' per-sequence wrapper computes the same loss
+        logits, tgt = restrict_to_choices(logits, tgt, choices)
         return criterion(logits[:, :-1].reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
                          shape=(ids.size(0), ids.size(1) - 1))
-    return per_sample_loss(logits, tgt).mean()
+    return per_sample_loss(logits, tgt, choices).mean()
 
 
 def _batches(loader, opt, cfg: EngineConfig, private: bool):
@@ -232,7 +274,8 @@ def _batches(loader, opt, cfg: EngineConfig, private: bool):
             yield from loader
 
 
-def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private: bool) -> list[float]:
+def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private: bool,
+          choices: torch.Tensor | None = None) -> list[float]:
     """Run ``steps`` logical steps; returns one loss per physical batch."""
     losses: list[float] = []
     bar = tqdm(total=steps, desc="DP train" if private else "train", disable=not cfg.progress, leave=False)
@@ -246,7 +289,7 @@ def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private:
             _noise_only_step(model, opt)
             losses.append(float("nan"))
         elif private or not cap or ids.size(0) <= cap:
-            loss = step_loss(model, ids, mask, tgt, criterion)
+            loss = step_loss(model, ids, mask, tgt, criterion, choices)
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
@@ -254,7 +297,7 @@ def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private:
             total = 0.0
             for k in range(0, ids.size(0), cap):
                 part = [t[k:k + cap] for t in (ids, mask, tgt)]
-                loss = step_loss(model, *part, criterion) * part[0].size(0) / ids.size(0)
+                loss = step_loss(model, *part, criterion, choices) * part[0].size(0) / ids.size(0)
                 loss.backward()
                 total += float(loss.detach())
             opt.step()
