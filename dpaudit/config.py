@@ -62,6 +62,7 @@ class TrainerConfig:
     tied_embeddings: str = "untie"  # untie (for ghost clipping) | freeze (tied input/output embeddings)
     lora_r: int = 8
     lora_alpha: int = 16
+    lora_targets: str = "attention"  # attention (q/v, Hu et al.) | all-linear (every linear map of the blocks)
     user_cap: int = 8  # user-level methods: at most k records per user
     selection: str = "random"  # user-level methods: how the k records are chosen (tasks/userlm.py)
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -78,6 +79,11 @@ class TrainerConfig:
             raise DpauditError(f"train.selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
         if self.tied_embeddings not in ("untie", "freeze"):
             raise DpauditError(f"train.tied_embeddings must be 'untie' or 'freeze', got {self.tied_embeddings!r}")
+        from dpaudit.trainers.trainable import LORA_TARGET_CHOICES
+
+        if self.lora_targets not in LORA_TARGET_CHOICES:
+            raise DpauditError(f"train.lora_targets must be one of {', '.join(LORA_TARGET_CHOICES)}, "
+                               f"got {self.lora_targets!r}")
         if self.trainable not in ("full", "lora", "head"):
             raise DpauditError(f"train.trainable must be 'full', 'lora' or 'head', got {self.trainable!r}")
 

@@ -84,6 +84,7 @@ def test_tampered_label_is_rejected(tmp_path):
     (lambda s: s.replace("labels = 2\n", ""), "set canaries.labels = 2"),
     (lambda s: s.replace('name = "tiny-bert"', 'name = "tiny-gpt2"'), "does not fit task.objective"),
     (lambda s: s.replace('objective = "classifier"', 'objective = "lm"'), "does not fit task.objective"),
+    (lambda s: s.replace("[train]\n", '[train]\nlora_targets = "mlp"\n'), "train.lora_targets must be one of"),
 ])
 def test_config_rejects_mismatched_model_objective_and_canaries(edit, msg):
     import tomllib

@@ -42,18 +42,23 @@ def _reference(model, data, C, B, choices=None):
 
 @pytest.mark.parametrize("kind", ["causal_lm", "classifier", "label_words"])
 @pytest.mark.parametrize("mode", ["hooks", "ghost"])
-@pytest.mark.parametrize("which", ["full", "lora"])
+@pytest.mark.parametrize("which", ["full", "lora", "lora-all-linear"])
 def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
     factory = _tiny_bert if kind == "classifier" else tiny_model_factory
+    targets = "all-linear" if which == "lora-all-linear" else "attention"
+    which = which.split("-")[0]
     model, tok = factory()
-    model, _ = trainable.apply(model, which, lora_r=4, lora_alpha=8)
+    model, _ = trainable.apply(model, which, lora_r=4, lora_alpha=8, lora_targets=targets)
+    if targets == "all-linear":  # adapters on the MLP too, not only on attention
+        names = [n for n, _ in model.named_parameters() if "lora_A" in n]
+        assert any(k in n for n in names for k in ("c_fc", "intermediate.dense"))
     C = 0.05  # small enough that every example is clipped
     records = _records(tok, kind)
     choices = engine.run_choices(records)
     assert (choices is not None) == (kind == "label_words")
     data = engine.collate(records, tok.pad_token_id, 32)
     ref_model, _ = factory()
-    ref_model, _ = trainable.apply(ref_model, which, lora_r=4, lora_alpha=8)
+    ref_model, _ = trainable.apply(ref_model, which, lora_r=4, lora_alpha=8, lora_targets=targets)
     ref_model.load_state_dict(model.state_dict())
     B = len(data)
     expected, ref_params = _reference(ref_model, data, C, B, choices)

@@ -38,7 +38,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
     eng = dataclasses.replace(tc.engine, progress=progress)
     model, tok = models.build(cfg.model)
     trainable.prepare_tied(model, tc.tied_embeddings, eng.grad_sample_mode, tc.trainable)
-    model, base = trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha)
+    model, base = trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha, tc.lora_targets)
     records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len)
     claim = Claim(epsilon=res.epsilon if res.private else None,
@@ -52,6 +52,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
         "task": dataclasses.asdict(cfg.task),
         "model": cfg.model.to_dict(),
         "trainer": {"method": tc.method, "trainable": tc.trainable, "lora_r": tc.lora_r, "lora_alpha": tc.lora_alpha,
+                    "lora_targets": tc.lora_targets,
                     **{k: v for k, v in dataclasses.asdict(eng).items() if k != "progress"}},
         "seeds": {"task_split": cfg.task.seed, "canaries": cfg.canaries.seed, "train": eng.seed,
                   "model_init": cfg.model.init_seed},

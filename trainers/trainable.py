@@ -7,13 +7,22 @@ import copy
 
 from peft import LoraConfig, get_peft_model
 
-LORA_TARGETS = {"gpt2": (["c_attn"], True), "llama": (["q_proj", "v_proj"], False), "bert": (["query", "value"], False)}
+# LoRA target modules per architecture: "attention" is Hu et al.'s choice (query/value projections; GPT-2's
+# fused c_attn), "all-linear" adds every other linear map of the blocks (attention output and MLP).
+LORA_TARGETS = {
+    "gpt2": {"attention": ["c_attn"], "all-linear": ["c_attn", "c_proj", "c_fc"]},
+    "llama": {"attention": ["q_proj", "v_proj"],
+              "all-linear": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
+    "bert": {"attention": ["query", "value"], "all-linear": ["query", "key", "value", "dense"]},
+}
+FAN_IN_FAN_OUT = {"gpt2": True, "llama": False, "bert": False}  # GPT-2's Conv1D stores weights transposed
+LORA_TARGET_CHOICES = ("attention", "all-linear")
 
 
 TRAINABLE = ("full", "lora", "head")
 
 
-def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16):
+def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16, lora_targets: str = "attention"):
     """Returns (model to train, frozen copy of the base or None)."""
     if trainable == "full":  # everything not frozen on purpose (freeze_tied_embeddings) trains
         return model, None
@@ -28,7 +37,7 @@ def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16):
             p.requires_grad_(name.startswith("classifier."))
         return model, None
     base = copy.deepcopy(model)
-    targets, fan_in_fan_out = LORA_TARGETS[model.config.model_type]
+    targets, fan_in_fan_out = LORA_TARGETS[model.config.model_type][lora_targets], FAN_IN_FAN_OUT[model.config.model_type]
     from dpaudit.tasks.models import is_classifier
 
     head = ["classifier"] if is_classifier(model) else None  # a new head is trained with the adapters

@@ -41,7 +41,7 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, prog
     capped = capped_users(data, manifest, tc.user_cap, tc.selection, eng.seed, base_for_selection, tok,
                           cfg.model.max_len)
     trainable.prepare_tied(model, tc.tied_embeddings, tc.engine.grad_sample_mode, tc.trainable)
-    model, base = trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha)
+    model, base = trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha, tc.lora_targets)
     records = {u: [encode_text(t, tok, cfg.model.max_len) for t in texts] for u, texts in capped.items()}
     n_records = sum(len(v) for v in records.values())
     extra: dict = {"user_cap": tc.user_cap, "selection": tc.selection, "n_users": len(records)}
