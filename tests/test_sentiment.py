@@ -116,3 +116,14 @@ def test_public_pretraining_is_cached_and_helps(monkeypatch, tmp_path):
     assert l_pre < l_fresh - 0.3
     with pytest.raises(DpauditError, match="pretrain_steps"):
         models.ModelSpec(name="smollm2-135m", pretrain_steps=5)
+
+
+def test_user_level_training_refuses_label_word_records(tiny_model_factory):
+    """The user-level loop has no closed-choice scoring: label-word records are a one-line error there,
+    not a cross-entropy on a negative target."""
+    from dpaudit.trainers import engine
+
+    model, tok = tiny_model_factory()
+    rec = sentiment.encode_example({"sentence": "a fine film", "label": 1}, tok, "label_words", 32)
+    with pytest.raises(DpauditError, match="closed-choice"):
+        engine.train_users(model, {"u0": [rec]}, engine.EngineConfig(progress=False), tok.pad_token_id, 32)

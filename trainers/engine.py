@@ -391,6 +391,9 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     for u in users:
         if not records_by_user[u]:
             raise DpauditError(f"user {u!r} has zero records after selection; drop it or raise the cap")
+    if run_choices([r for u in users for r in records_by_user[u]]) is not None:
+        raise DpauditError("user-level training scores every position with the LM loss; closed-choice (label-word) "
+                           "records are for record-level dp_adam")
     U = len(users)
     torch.manual_seed(cfg.seed)
     B = min(cfg.batch_size, U)
