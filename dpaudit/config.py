@@ -37,6 +37,7 @@ class TaskConfig:
     n_test: int | None = 500
     objective: str = "lm"
     seed: int = 0
+    validation: int = 0  # > 0: evaluate on this many units held out from training, not on the test split
 
     def __post_init__(self):
         if self.name not in TASKS:
@@ -49,6 +50,9 @@ class TaskConfig:
             raise DpauditError(f"task.objective must be 'lm', 'label_words' or 'classifier', got {self.objective!r}")
         if self.objective == "classifier" and self.name != "sentiment":
             raise DpauditError("task.objective = 'classifier' applies to task.name = 'sentiment' only")
+        if not isinstance(self.validation, int) or isinstance(self.validation, bool) or self.validation < 0:
+            raise DpauditError(f"task.validation must be an integer >= 0 (0 = evaluate on the test split), "
+                               f"got {self.validation!r}")
         for k in ("n_train", "n_test"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):

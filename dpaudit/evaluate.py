@@ -130,11 +130,12 @@ def evaluate(ckpt_dir: Path, attacks=DEFAULT_ATTACKS, n_references: int = 2000, 
         from dpaudit.tasks import registry
 
         mod = registry.get(task["name"])
-        data = mod.load(task["source"], task.get("n_train"), task.get("n_test"), task["seed"])
+        data = registry.load_data(task)
         if ck.run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
             raise DpauditError(f"the task data no longer matches the checkpoint's fingerprint "
                                f"{ck.run['data']['fingerprint']}; restore the data the model was trained on")
-        metrics = {**mod.metrics(model, tok, data.test, batch_size, max_len), "source": data.source}
+        metrics = {**mod.metrics(model, tok, data.test, batch_size, max_len), "source": data.source,
+                   "split": "validation" if task.get("validation") else "test"}
         if base_metrics:
             base = _base_model(ck)
             if base is None:

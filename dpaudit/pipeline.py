@@ -8,6 +8,7 @@ one comparison report. Output layout::
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from dpaudit import canaries, config, report
@@ -18,7 +19,7 @@ from dpaudit.trainers import dp_adam, user_dp
 
 def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False) -> dict:
     cfg = config.load(cfg_path)  # fails before any work on bad input
-    data = registry.get(cfg.task.name).load(cfg.task.source, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    data = registry.load_data(dataclasses.asdict(cfg.task))
     manifest = canaries.generate(cfg.canaries)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

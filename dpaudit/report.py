@@ -147,7 +147,9 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     L += ["", "## Task metrics", ""]
     if r["metrics"]:
         m = r["metrics"]
-        L.append(f"- task `{m.get('task')}` on {m['n_test']} test examples ({m['source']}): " + ", ".join(
+        split = m.get("split", "test")
+        held = " held out from the training split; the test split was not used" if split == "validation" else ""
+        L.append(f"- task `{m.get('task')}` on {m['n_test']} {split} examples ({m['source']}{held}): " + ", ".join(
             f"{k} **{m[k]:.3f}**" for k in TASK_METRICS if k in m)
             + (f"; decoding: {m['decoding']}" if "decoding" in m else ""))
         if m.get("base_model"):
@@ -224,9 +226,10 @@ def _task_metric(m: dict) -> str:
     if not m:
         return "—"
     base = f" (before fine-tuning {_task_metric(m['base_model'])})" if m.get("base_model") else ""
+    pre = "validation " if m.get("split") == "validation" else ""  # never mistaken for a test number
     if "accuracy" in m:
-        return f"accuracy {m['accuracy']:.3f}" + base
-    return (" / ".join(f"{k} {m[k]:.{1 if k != 'nist' and k != 'cider' else 2}f}" for k in TASK_METRICS[1:]
+        return f"{pre}accuracy {m['accuracy']:.3f}" + base
+    return pre + (" / ".join(f"{k} {m[k]:.{1 if k != 'nist' and k != 'cider' else 2}f}" for k in TASK_METRICS[1:]
                        if k in m) or "—") + base
 
 

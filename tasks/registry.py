@@ -1,4 +1,4 @@
-"""Tasks by name. A task module provides ``load(source, n_train, n_test, seed)`` (an object with
+"""Tasks by name. A task module provides ``load(source, n_train, n_test, seed, validation=0)`` (an object with
 ``train``, ``test``, ``source`` and ``fingerprint()``), ``encode_example(ex, tokenizer, objective,
 max_len)`` and ``metrics(model, tokenizer, test, batch_size, max_len)``; adding a task is one module and
 one line here."""
@@ -16,3 +16,10 @@ def get(name: str):
     if name not in TASKS:
         raise DpauditError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     return TASKS[name]
+
+
+def load_data(task: dict):
+    """The data a run config's ``[task]`` (as recorded in run.json) names: training split and evaluation split
+    (the test split, or with ``validation`` set a split held out from training, see tasks/splits.py)."""
+    return get(task["name"]).load(task["source"], task.get("n_train"), task.get("n_test"), task.get("seed", 0),
+                                  validation=task.get("validation") or 0)

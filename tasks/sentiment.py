@@ -39,6 +39,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
 from dpaudit.tasks.batching import CHOICE_BASE, bos_id, pad_batch
 from dpaudit.tasks.files import read_rows
+from dpaudit.tasks.splits import holdout
 
 TEMPLATE = "{sentence} It was"
 LABEL_WORDS = (" terrible", " great")
@@ -60,8 +61,12 @@ class SentimentData:
 
 
 def load(source: str = "rotten-tomatoes", n_train: int | None = None, n_test: int | None = None,
-         seed: int = 0, test_fraction: float = 0.1) -> SentimentData:
-    """Fixed seeded split. ``source`` is ``rotten-tomatoes`` or a local path (file or folder)."""
+         seed: int = 0, test_fraction: float = 0.1, validation: int = 0) -> SentimentData:
+    """Fixed seeded split. ``source`` is ``rotten-tomatoes`` or a local path (file or folder).
+
+    ``validation = v > 0``: the evaluation set is the last v examples of the training split instead of the
+    test split (for choosing hyperparameters without touching the test set); they leave the training
+    split before ``n_train`` is applied, and ``n_test`` is not used."""
     if source == "rotten-tomatoes":
         rows = _rotten_tomatoes()
         rng = np.random.default_rng(seed)
@@ -71,10 +76,9 @@ def load(source: str = "rotten-tomatoes", n_train: int | None = None, n_test: in
         train = [rows[i] for i in idx[n_te:]]
     else:
         train, test = _local(Path(source), seed, test_fraction)
+    train, test = holdout(train, test, validation, n_test, "examples")
     if n_train is not None:
         train = train[:n_train]
-    if n_test is not None:
-        test = test[:n_test]
     if not train:
         raise DpauditError(f"the training split of {source} is empty; check the data file or task.n_train")
     if not test:

