@@ -11,6 +11,7 @@ partial report behind.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -103,6 +104,29 @@ def _plots(report: dict, out: Path, prefix: str = "") -> list[str]:
         fig.savefig(out / f, dpi=110)
         plt.close(fig)
         files.append(f)
+    clip = ((report.get("reproducibility") or {}).get("train_result") or {}).get("clipping") or {}
+    per = clip.get("per_step") or {}
+    if clip.get("steps_observed"):
+        steps = [i + 1 for i, v in enumerate(per["fraction_clipped"]) if v is not None]
+        fr = [v for v in per["fraction_clipped"] if v is not None]
+        med = [v for v in per["median_norm"] if v is not None]
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.4, 3.2))
+        a1.plot(steps, fr, lw=1)
+        a1.set_ylim(-0.03, 1.03)
+        a1.set_xlabel("step")
+        a1.set_ylabel("fraction of units clipped")
+        a2.plot(steps, med, lw=1, label="median per-unit norm")
+        a2.axhline(clip["clipping_norm"], color="k", ls=":", lw=0.8, label=f"C = {clip['clipping_norm']:g}")
+        a2.set_yscale("log")
+        a2.set_xlabel("step")
+        a2.set_ylabel("gradient norm")
+        a2.legend(fontsize=7)
+        fig.suptitle("How hard clipping bites, per step", fontsize=10)
+        fig.tight_layout()
+        f = f"{prefix}clipping.png"
+        fig.savefig(out / f, dpi=110)
+        plt.close(fig)
+        files.append(f)
     return files
 
 
@@ -137,6 +161,38 @@ def attack_rows(r: dict) -> list[str]:
     return rows
 
 
+def clipping_lines(c: dict | None) -> list[str]:
+    """Report lines for a ``train_result.clipping`` summary (empty for non-private runs)."""
+    if not c or not c.get("steps_observed"):
+        return []
+    C = c["clipping_norm"]
+    L = [f"- Clipping at C = {C:g}: on average {c['mean_fraction_clipped']:.1%} of units clipped per step "
+         f"(first step {c['fraction_clipped_first']:.1%}, last {c['fraction_clipped_last']:.1%}); median per-unit "
+         f"gradient norm {c['median_norm_first']:.3g} at the first step, {c['median_norm_last']:.3g} at the last "
+         f"({c['steps_observed']} steps observed)."]
+    if c["all_clipped_every_step"]:
+        ratio = c["median_norm_first"] / C if C > 0 else math.inf
+        L.append(f"- Note: every unit was clipped at every step (median norm {ratio:.3g}× C at the start): each "
+                 "update is a mean of gradient directions. That is Li et al.'s intended small-C regime, but if the "
+                 "model stays at a trivial solution (e.g. the majority class) try a larger C — clipping, not noise, "
+                 "can be what limits it (reports/li_repro_minilm_clipping_diagnosis).")
+    elif c["none_clipped_any_step"]:
+        L.append("- Note: no unit was ever clipped: C is above every gradient norm, so the noise sigma*C is larger "
+                 "than it needs to be for these gradients; a smaller C adds less noise for the same ε.")
+    return L
+
+
+def training_lines(tr: dict | None) -> list[str]:
+    """The training section: steps, sampling, noise, final loss and how hard clipping bit."""
+    if not tr:
+        return ["- no training summary in run.json"]
+    noise = f", noise multiplier σ = {tr['noise_multiplier']:.4g}" if tr.get("noise_multiplier") is not None else ""
+    loss = f"; final training loss {tr['final_loss']:.3f} (mean of the last 20 batches)" if tr.get("final_loss") is not None else ""
+    L = [f"- {tr['steps']} steps over {tr['dataset_size']} units at sampling rate q = {tr['sample_rate']:.4g}"
+         f"{noise}{loss}; {tr.get('seconds', 0.0):.0f} s."]
+    return L + clipping_lines(tr.get("clipping"))
+
+
 def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     v = r["verdict"]
     L = [f"# dpaudit report: {r['checkpoint'].get('variant') or r['checkpoint']['path']}", "",
@@ -144,6 +200,7 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
          "| quantity | ε | details |", "|---|---|---|", *privacy_rows(r), ""]
     for f in r["accounting"].get("findings", []):
         L.append(f"- Finding: {f}")
+    L += ["", "## Training", "", *training_lines(r["reproducibility"].get("train_result"))]
     L += ["", "## Task metrics", ""]
     if r["metrics"]:
         m = r["metrics"]
@@ -233,6 +290,13 @@ def _task_metric(m: dict) -> str:
                        if k in m) or "—") + base
 
 
+def _clipped_cell(r: dict) -> str:
+    c = ((r.get("reproducibility") or {}).get("train_result") or {}).get("clipping") or {}
+    if not c.get("steps_observed"):
+        return "— | "
+    return f"{c['mean_fraction_clipped']:.0%} at C = {c['clipping_norm']:g} | "
+
+
 def write_comparison(reports: dict[str, dict], out: Path, command: str, config: dict, redact: bool = False) -> Path:
     """One report comparing the variants of a run (each keeps its own folder and report)."""
     out = Path(out)
@@ -245,7 +309,8 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
     L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
          "| variant | verdict | claimed ε | re-accounted ε (max over accountants) | empirical ε lower bound "
          "(best test, confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | white-box canary AUC | mean exposure "
-         "inserted / held out (bits) | task metric |", "|---|---|---|---|---|---|---|---|---|---|"]
+         "inserted / held out (bits) | units clipped per step (mean) | task metric |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in reports.items():
         b = r["empirical_best"]
         ex = r["exposure"] or {}
@@ -259,6 +324,7 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
             + (f"{ea['auc']:.3f} | " if ea else "— | ")
             + (f"{r['attacks']['whitebox_gradient']['auc']:.3f} | " if "whitebox_gradient" in r["attacks"] else "— | ")
             + (f"{ex['mean_inserted']:.2f} / {ex['mean_held_out']:.2f} | " if ex else "— | ")
+            + _clipped_cell(r)
             + (_task_metric(r["metrics"]) + " |"))
     L += ["", "Verdicts:", ""]
     L += [f"- **{name}**: `{r['verdict']['status']}` — {r['verdict']['reason']}." for name, r in reports.items()]

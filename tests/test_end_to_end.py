@@ -27,6 +27,11 @@ def test_layout(run_dir):
             assert (run_dir / v / "report" / f).exists(), f
     assert (run_dir / "REPORT.md").exists() and (run_dir / "report.json").exists()
     assert not list(run_dir.rglob("*.partial"))
+    # the DP variant reports how hard clipping bit (table, section, plot); the non-private one has no clipping
+    assert (run_dir / "dp" / "report" / "clipping.png").exists()
+    assert not (run_dir / "non-private" / "report" / "clipping.png").exists()
+    assert "Clipping at C = " in (run_dir / "dp" / "report" / "REPORT.md").read_text()
+    assert "units clipped per step" in (run_dir / "REPORT.md").read_text()
 
 
 def test_numbers_come_from_the_run(run_dir):

@@ -34,6 +34,7 @@ from dpaudit import accounting
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.errors import DpauditError
 from dpaudit.tasks.batching import CHOICE_BASE
+from dpaudit.trainers.clip_stats import ClipStats, module_norms
 
 GRAD_SAMPLE_MODES = ("hooks", "ghost")
 
@@ -98,6 +99,7 @@ class TrainResult:
     losses: list = field(default_factory=list)
     seconds: float = 0.0
     gradient_canaries: dict | None = None
+    clipping: dict | None = None  # trainers/clip_stats.py summary (private runs)
 
     def summary(self) -> dict:
         d = asdict(self)
@@ -208,14 +210,15 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     loader = DataLoader(data, batch_size=batch, shuffle=True, generator=gen)
     gsm, dp_opt, dp_crit, dp_loader = make_private(model, opt, loader, cfg, sigma)
     canaries = _gradient_canaries(cfg, dp_opt, params, q, batch, private=True)
-    losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit, private=True, choices=choices)
+    stats = ClipStats(cfg.clipping_norm)
+    losses = _loop(gsm, dp_opt, dp_loader, steps, cfg, criterion=dp_crit, private=True, choices=choices, stats=stats)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
     if hasattr(gsm, "remove_hooks"):  # leave a plain module behind for save_pretrained
         gsm.remove_hooks()
     plain = gsm._module
     return plain, TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0,
-                              canaries.to_dict() if canaries else None)
+                              canaries.to_dict() if canaries else None, stats.summary())
 
 
 def _gradient_canaries(cfg: EngineConfig, opt, params, q: float, batch: int, private: bool):
@@ -275,8 +278,10 @@ def _batches(loader, opt, cfg: EngineConfig, private: bool):
 
 
 def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private: bool,
-          choices: torch.Tensor | None = None) -> list[float]:
-    """Run ``steps`` logical steps; returns one loss per physical batch."""
+          choices: torch.Tensor | None = None, stats: ClipStats | None = None) -> list[float]:
+    """Run ``steps`` logical steps; returns one loss per physical batch. ``stats`` (private runs) records
+    the per-sample gradient norms of each logical step before Opacus clips them."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
     losses: list[float] = []
     bar = tqdm(total=steps, desc="DP train" if private else "train", disable=not cfg.progress, leave=False)
     done = 0
@@ -291,6 +296,8 @@ def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private:
         elif private or not cap or ids.size(0) <= cap:
             loss = step_loss(model, ids, mask, tgt, criterion, choices)
             loss.backward()
+            if stats is not None:
+                stats.observe(module_norms(model, trainable))
             opt.step()
             losses.append(float(loss.detach()))
         else:  # non-private gradient accumulation: mean over the logical batch, one optimizer step
@@ -304,6 +311,8 @@ def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private:
             losses.append(total)
         if private and getattr(opt, "_is_last_step_skipped", False):
             continue  # a physical part of a logical batch: no noise, no step yet
+        if stats is not None:
+            stats.end_step()
         done += 1
         bar.update(1)
         if losses and done % 10 == 0:
@@ -366,9 +375,11 @@ def _users_mean_loss_backward(model, data: dict, sampled: list[str], chunk: int)
     return total
 
 
-def clip_users(user_grads: list[torch.Tensor], C: float) -> list[torch.Tensor]:
+def clip_users(user_grads: list[torch.Tensor], C: float, stats: ClipStats | None = None) -> list[torch.Tensor]:
     """Clip each user's whole gradient (all parameters together) to norm C and sum over users."""
     sq = sum(G.flatten(1).pow(2).sum(1) for G in user_grads)
+    if stats is not None:
+        stats.observe(sq.sqrt())
     factor = (C / (sq.sqrt() + 1e-6)).clamp(max=1.0)
     return [(G * factor.view(-1, *([1] * (G.dim() - 1)))).sum(0) for G in user_grads]
 
@@ -412,6 +423,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     data = {u: collate(records_by_user[u], pad_id, max_len).tensors for u in users}
     chunk = cfg.max_physical_batch_size or 64
     canaries = None
+    stats = ClipStats(cfg.clipping_norm)
     if cfg.gradient_canaries:  # white-box canaries as extra USERS: one clipped unit each, sampled at the users' q
         from dpaudit.trainers.gradient_canaries import GradientCanaries
 
@@ -435,7 +447,8 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
             continue
         user_grads, total_loss = user_gradients(gsm, params, data, sampled, chunk)
         if private:
-            summed = clip_users(user_grads, cfg.clipping_norm)
+            summed = clip_users(user_grads, cfg.clipping_norm, stats)
+            stats.end_step()
             if canaries is not None:
                 canaries.inject(summed.__getitem__)
             for g, p in zip(summed, params):
@@ -460,4 +473,5 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
         return plain, TrainResult(False, steps, U, q, None, None, None, [], losses, time.time() - t0, gc)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
-    return plain, TrainResult(True, steps, U, q, sigma, delta, eps, [event], losses, time.time() - t0, gc)
+    return plain, TrainResult(True, steps, U, q, sigma, delta, eps, [event], losses, time.time() - t0, gc,
+                              stats.summary())
