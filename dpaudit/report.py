@@ -174,8 +174,8 @@ def clipping_lines(c: dict | None) -> list[str]:
         ratio = c["median_norm_first"] / C if C > 0 else math.inf
         L.append(f"- Note: every unit was clipped at every step (median norm {ratio:.3g}× C at the start): each "
                  "update is a mean of gradient directions. That is Li et al.'s intended small-C regime, but if the "
-                 "model stays at a trivial solution (e.g. the majority class) try a larger C — clipping, not noise, "
-                 "can be what limits it (reports/li_repro_minilm_clipping_diagnosis).")
+                 "model stays at a trivial solution (e.g. the majority class) try a larger C: clipping alone, without "
+                 "noise, can hold it there (reports/li_repro_minilm_c_sweep).")
     elif c["none_clipped_any_step"]:
         L.append("- Note: no unit was ever clipped: C is above every gradient norm, so the noise sigma*C is larger "
                  "than it needs to be for these gradients; a smaller C adds less noise for the same ε.")

@@ -3,7 +3,7 @@ exceeded C and the median per-unit gradient norm.
 
 When every unit is clipped at every step, the update is the mean of gradient *directions* (Li et al.'s
 small-C regime); that can be what a method intends, but it is also how a DP run silently stalls on a
-plateau (reports/li_repro_minilm_clipping_diagnosis). The numbers go into run.json (``train_result.
+plateau (reports/li_repro_minilm_c_sweep). The numbers go into run.json (``train_result.
 clipping``) and the report, so a user sees it without re-running anything.
 
 Norms are read from what the engine already computed: ``p.grad_sample`` (Opacus hooks),

@@ -29,4 +29,5 @@ acc = sentiment.accuracy(m, tok, data.test, max_len=48)
 import numpy as np
 L = [x for x in res.losses if x == x]
 print(json.dumps({"argv": sys.argv[1:], "acc": acc, "sigma": res.noise_multiplier, "steps": res.steps,
-                  "loss_first": float(np.mean(L[:8])), "loss_last": float(np.mean(L[-8:])), "s": round(time.time()-t)}))
+                  "loss_first": float(np.mean(L[:8])), "loss_last": float(np.mean(L[-8:])),
+                  "mean_fraction_clipped": (res.clipping or {}).get("mean_fraction_clipped"), "s": round(time.time()-t)}))
