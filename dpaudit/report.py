@@ -190,7 +190,14 @@ def training_lines(tr: dict | None) -> list[str]:
     loss = f"; final training loss {tr['final_loss']:.3f} (mean of the last 20 batches)" if tr.get("final_loss") is not None else ""
     L = [f"- {tr['steps']} steps over {tr['dataset_size']} units at sampling rate q = {tr['sample_rate']:.4g}"
          f"{noise}{loss}; {tr.get('seconds', 0.0):.0f} s."]
-    return L + clipping_lines(tr.get("clipping"))
+    c = tr.get("clipping") or {}
+    if tr.get("noise_multiplier") is not None and c.get("clipping_norm") and tr.get("dataset_size"):
+        B = tr["sample_rate"] * tr["dataset_size"]
+        tau = tr["noise_multiplier"] * c["clipping_norm"] / B
+        L.append(f"- Noise on the averaged gradient: std σC/B = {tau:.2g} per coordinate (expected batch B = {B:.0f}). "
+                 "Under Adam, a coordinate whose mean gradient is below this moves at random by about lr per step, "
+                 "however small σ is (reports/li_repro_minilm_c_sweep).")
+    return L + clipping_lines(c)
 
 
 def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:

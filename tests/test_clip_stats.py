@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dpaudit.report import clipping_lines
+from dpaudit.report import clipping_lines, training_lines
 from dpaudit.tasks import sentiment
 from dpaudit.trainers import engine
 from dpaudit.trainers.clip_stats import ClipStats, module_norms
@@ -71,6 +71,9 @@ def test_tiny_C_clips_everything_huge_C_nothing(tiny_model_factory, mode, cap):
     assert 0 < c["median_norm_first"] < 1e6
     assert any("every unit was clipped" in x for x in clipping_lines(tiny))
     assert any("no unit was ever clipped" in x for x in clipping_lines(c))
+    # the per-coordinate noise std printed in the report is sigma * C / B of this run
+    tau = huge.noise_multiplier * 1e6 / 8
+    assert any(f"σC/B = {tau:.2g} per coordinate" in x for x in training_lines(huge.summary()))
 
 
 def test_user_level_records_user_norms(tiny_model_factory):
