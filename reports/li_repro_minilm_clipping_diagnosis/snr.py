@@ -21,11 +21,15 @@ recs = [sentiment.encode_example(e, tok, "classifier", 48) for e in data.train[:
 ids, mask, tgt = engine.collate(recs, tok.pad_token_id, 48).tensors
 params = [(nm, p) for nm, p in model.named_parameters() if p.requires_grad]
 gsm = GradSampleModule(model, loss_reduction="sum")
+total = {nm: torch.zeros_like(p) for nm, p in params}
 for k in range(0, B, 64):
     (engine.step_loss(gsm, ids[k:k + 64], mask[k:k + 64], tgt[k:k + 64]) * 64).backward()
+    for nm, p in params:  # per-example gradients of this chunk, summed
+        total[nm] += p.grad_sample.sum(0)
+        p.grad_sample = None
 groups = {"lora_A": [], "lora_B": [], "head": []}
 for nm, p in params:
-    s = (p.grad_sample.sum(0) / B if p.grad_sample.dim() > p.dim() else p.grad / B).abs().flatten()
+    s = (total[nm] / B).abs().flatten()
     groups["lora_A" if "lora_A" in nm else "lora_B" if "lora_B" in nm else "head"].append(s)
 taus = {"sigma 0.01": 0.01 * C / B, "sigma 0.03": 0.03 * C / B, "eps 1000 (sigma 0.106)": 0.106 * C / B,
         "eps 8 (sigma 0.71)": 0.71 * C / B}
