@@ -104,7 +104,7 @@ def _plots(report: dict, out: Path, prefix: str = "") -> list[str]:
         fig.savefig(out / f, dpi=110)
         plt.close(fig)
         files.append(f)
-    clip = ((report.get("reproducibility") or {}).get("train_result") or {}).get("clipping") or {}
+    clip = _clipping(report)
     per = clip.get("per_step") or {}
     if clip.get("steps_observed"):
         steps = [i + 1 for i, v in enumerate(per["fraction_clipped"]) if v is not None]
@@ -159,6 +159,11 @@ def attack_rows(r: dict) -> list[str]:
         rows.append(f"| {name} | {a['auc']:.3f} | [{a['auc_ci'][0]:.3f}, {a['auc_ci'][1]:.3f}] | "
                     f"{a['tpr_at_0_1_fpr']:.3f} | {a['tpr_at_1_fpr']:.3f} | {lb[0]:.2f} |")
     return rows
+
+
+def _clipping(report: dict) -> dict:
+    """The run's clipping summary (``train_result.clipping`` in run.json), {} when there is none."""
+    return ((report.get("reproducibility") or {}).get("train_result") or {}).get("clipping") or {}
 
 
 def clipping_lines(c: dict | None) -> list[str]:
@@ -298,7 +303,7 @@ def _task_metric(m: dict) -> str:
 
 
 def _clipped_cell(r: dict) -> str:
-    c = ((r.get("reproducibility") or {}).get("train_result") or {}).get("clipping") or {}
+    c = _clipping(r)
     if not c.get("steps_observed"):
         return "— | "
     return f"{c['mean_fraction_clipped']:.0%} at C = {c['clipping_norm']:g} | "

@@ -15,13 +15,15 @@ from __future__ import annotations
 import torch
 
 
+def unit_norms(grads: list[torch.Tensor]) -> torch.Tensor:
+    """Norm of each unit's whole gradient: ``grads`` holds one (units, *param_shape) tensor per parameter."""
+    return torch.stack([G.flatten(1).float().pow(2).sum(1) for G in grads], dim=0).sum(0).sqrt()
+
+
 def grad_sample_norms(params) -> torch.Tensor | None:
     """Per-sample gradient norms over all trainable parameters, from Opacus' ``grad_sample`` (hooks)."""
-    parts = [p.grad_sample.flatten(1).float().pow(2).sum(1) for p in params
-             if p.requires_grad and getattr(p, "grad_sample", None) is not None]
-    if not parts:
-        return None
-    return torch.stack(parts, dim=0).sum(0).sqrt()
+    grads = [p.grad_sample for p in params if p.requires_grad and getattr(p, "grad_sample", None) is not None]
+    return unit_norms(grads) if grads else None
 
 
 def module_norms(module, params) -> torch.Tensor | None:

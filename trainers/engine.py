@@ -34,7 +34,7 @@ from dpaudit import accounting
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.errors import DpauditError
 from dpaudit.tasks.batching import CHOICE_BASE
-from dpaudit.trainers.clip_stats import ClipStats, module_norms
+from dpaudit.trainers.clip_stats import ClipStats, module_norms, unit_norms
 
 GRAD_SAMPLE_MODES = ("hooks", "ghost")
 
@@ -377,10 +377,10 @@ def _users_mean_loss_backward(model, data: dict, sampled: list[str], chunk: int)
 
 def clip_users(user_grads: list[torch.Tensor], C: float, stats: ClipStats | None = None) -> list[torch.Tensor]:
     """Clip each user's whole gradient (all parameters together) to norm C and sum over users."""
-    sq = sum(G.flatten(1).pow(2).sum(1) for G in user_grads)
+    norms = unit_norms(user_grads)
     if stats is not None:
-        stats.observe(sq.sqrt())
-    factor = (C / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+        stats.observe(norms)
+    factor = (C / (norms + 1e-6)).clamp(max=1.0)
     return [(G * factor.view(-1, *([1] * (G.dim() - 1)))).sum(0) for G in user_grads]
 
 
