@@ -5,7 +5,10 @@
   embeddings (ghost clipping needs them untied). Fast enough for unit tests and the CPU demo.
 * ``smollm2-135m``: the pretrained SmolLM2-135M (Llama), from the PyPI GGUF via the safetensors cache.
 * ``minilm-l6``: the pretrained all-MiniLM-L6-v2 encoder (BERT, 22.7M) with a new, seeded 2-class
-  classification head on the pooled [CLS] output: Li et al.'s classifier-head baseline.
+  classification head: Li et al.'s classifier-head baseline. ``pooling`` picks what the head reads:
+  ``cls``, BERT's pooled [CLS] output (its pooler was never trained for sentences in this checkpoint), or
+  ``mean``, the attention-masked mean of the last hidden states, the sentence representation
+  all-MiniLM-L6-v2 was trained to produce (sentence-transformers' pooling).
 * ``tiny-bert``: a random-init BERT sequence classifier with MiniLM's WordPiece tokenizer and the
   spec's small sizes, for fast tests of the classifier path.
 
@@ -18,16 +21,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
     BertForSequenceClassification,
+    BertModel,
     GPT2Config,
     GPT2LMHeadModel,
     PreTrainedTokenizerFast,
 )
+from transformers.modeling_outputs import SequenceClassifierOutput
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
@@ -36,6 +42,29 @@ EOS = "<|endoftext|>"
 MODEL_NAMES = ("tiny-gpt2", "smollm2-135m", "minilm-l6", "tiny-bert")
 CLASSIFIERS = ("minilm-l6", "tiny-bert")
 N_LABELS = 2
+POOLINGS = ("cls", "mean")
+
+
+class MeanPoolBertForSequenceClassification(BertForSequenceClassification):
+    """A BERT sequence classifier whose head reads the attention-masked mean of the last hidden states
+    instead of the pooled [CLS] token (no pooler). Saved with this class name in ``architectures`` so
+    ``load_dir`` rebuilds it."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, token_type_ids=None, labels=None,
+                **kwargs):
+        h = self.bert(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                      token_type_ids=token_type_ids).last_hidden_state
+        mask = (torch.ones(h.shape[:2], dtype=h.dtype) if attention_mask is None
+                else attention_mask.to(h.dtype)).unsqueeze(-1)
+        pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        logits = self.classifier(self.dropout(pooled))
+        loss = nn.functional.cross_entropy(logits, labels) if labels is not None else None
+        return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
 @dataclass(frozen=True)
@@ -48,6 +77,7 @@ class ModelSpec:
     max_len: int = 64
     init_seed: int = 0
     pretrain_steps: int = 0  # tiny-gpt2 only: non-private LM pre-training on public BBC news, cached
+    pooling: str = "cls"  # classifiers only: what the head reads, "cls" or "mean" (see the module docstring)
 
     def __post_init__(self):
         if self.name not in MODEL_NAMES:
@@ -58,6 +88,11 @@ class ModelSpec:
             raise DpauditError(f"model.pretrain_steps must be an integer >= 0, got {self.pretrain_steps!r}")
         if self.pretrain_steps and self.name != "tiny-gpt2":
             raise DpauditError("model.pretrain_steps applies to tiny-gpt2 only (smollm2-135m is already pretrained)")
+        if self.pooling not in POOLINGS:
+            raise DpauditError(f"model.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+        if self.pooling != "cls" and not self.is_classifier:
+            raise DpauditError(f"model.pooling applies to the classifiers ({', '.join(CLASSIFIERS)}); remove it for "
+                               f"{self.name}")
 
     @property
     def is_classifier(self) -> bool:
@@ -124,13 +159,14 @@ def _classifier(spec: ModelSpec):
     with torch.random.fork_rng():
         torch.manual_seed(spec.init_seed)
         if spec.name == "minilm-l6":
-            model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=N_LABELS, dtype=torch.float32)
+            cls = MeanPoolBertForSequenceClassification if spec.pooling == "mean" else AutoModelForSequenceClassification
+            model = cls.from_pretrained(path, num_labels=N_LABELS, dtype=torch.float32)
         else:
             cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=spec.n_embd, num_hidden_layers=spec.n_layer,
                              num_attention_heads=spec.n_head, intermediate_size=4 * spec.n_embd,
                              max_position_embeddings=spec.max_len, num_labels=N_LABELS,
                              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-            model = BertForSequenceClassification(cfg)
+            model = (MeanPoolBertForSequenceClassification if spec.pooling == "mean" else BertForSequenceClassification)(cfg)
     return model, tok
 
 
@@ -172,7 +208,8 @@ def load_dir(path: Path):
     import json
 
     archs = json.loads((path / "config.json").read_text()).get("architectures") or []
-    auto = (AutoModelForSequenceClassification if any(a.endswith("ForSequenceClassification") for a in archs)
+    auto = (MeanPoolBertForSequenceClassification if MeanPoolBertForSequenceClassification.__name__ in archs
+            else AutoModelForSequenceClassification if any(a.endswith("ForSequenceClassification") for a in archs)
             else AutoModelForCausalLM)
     try:
         tok = AutoTokenizer.from_pretrained(path)

@@ -194,3 +194,67 @@ def test_head_only_trains_just_the_classifier_and_needs_one():
     lm = models.build(models.ModelSpec(vocab_size=512, n_embd=32, n_layer=2, n_head=2, max_len=32))[0]
     with pytest.raises(DpauditError, match="needs a classifier model"):
         trainable.apply(lm, "head")
+
+
+def test_mean_pooling_head_reads_the_masked_mean_and_ignores_padding(tmp_path):
+    model, tok = models.build(models.ModelSpec(name="tiny-bert", n_embd=32, n_layer=2, n_head=2, max_len=48,
+                                               pooling="mean"))
+    model.eval()
+    assert type(model).__name__ == "MeanPoolBertForSequenceClassification" and model.bert.pooler is None
+    texts = ["a fine film", "dull and long , with nothing to say about anything at all"]
+    enc = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        batched = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
+        alone = model(**{k: v for k, v in tok(texts[:1], return_tensors="pt").items() if k != "token_type_ids"}).logits
+        h = model.bert(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+    m = enc["attention_mask"][1].bool()
+    manual = model.classifier(h[1][m].mean(0))
+    assert torch.allclose(batched[1], manual, atol=1e-5)
+    assert torch.allclose(batched[0], alone[0], atol=1e-5)  # the padding of the short text changes nothing
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    back, _ = models.load_dir(tmp_path / "m")
+    assert type(back).__name__ == "MeanPoolBertForSequenceClassification" and models.is_classifier(back)
+    with torch.no_grad():
+        again = back(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
+    assert torch.allclose(again, batched, atol=1e-6)
+
+
+def test_mean_pooling_is_refused_for_a_causal_lm():
+    with pytest.raises(DpauditError, match="model.pooling applies to the classifiers"):
+        models.ModelSpec(name="tiny-gpt2", pooling="mean")
+    with pytest.raises(DpauditError, match="model.pooling must be one of"):
+        models.ModelSpec(name="tiny-bert", pooling="max")
+
+
+@pytest.mark.parametrize("which", ["full", "lora"])
+def test_head_lr_moves_the_head_at_its_own_rate(which):
+    """Adam's first step moves a coordinate with a clear gradient by its group's lr (m / sqrt(v) = ±1)."""
+    from dpaudit.trainers import engine, trainable
+
+    model, tok = _tiny_bert()
+    model, _ = trainable.apply(model, which, lora_r=4, lora_alpha=8)
+    cfg = engine.EngineConfig(lr=1e-4, head_lr=1e-2, progress=False)
+    params, opt = engine.adam(model, cfg)
+    assert len(params) == sum(len(g["params"]) for g in opt.param_groups)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    records = [sentiment.encode_labelled(t, i % 2, tok, 32) for i, t in enumerate(["a fine film", "the worst", "great fun"])]
+    ids, mask, tgt = engine.collate(records, tok.pad_token_id, 32).tensors
+    engine.step_loss(model, ids, mask, tgt).mean().backward()
+    opt.step()
+    moved = {n: float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters() if p.requires_grad}
+    head = [v for n, v in moved.items() if engine.is_head(n)]
+    body = [v for n, v in moved.items() if not engine.is_head(n) and v > 0]
+    assert head and body
+    # (a coordinate whose gradient is near Adam's eps moves less than its lr, none moves more)
+    assert max(head) == pytest.approx(1e-2, rel=1e-3) and max(body) == pytest.approx(1e-4, rel=1e-3)
+
+
+def test_head_lr_needs_a_classifier_head(tiny_model_factory):
+    from dpaudit.trainers import engine
+
+    model, _ = tiny_model_factory()
+    with pytest.raises(DpauditError, match="train.head_lr is set but the model has no trainable classifier head"):
+        engine.adam(model, engine.EngineConfig(head_lr=1e-2))
+    with pytest.raises(DpauditError, match="train.head_lr must be > 0"):
+        engine.EngineConfig(head_lr=0.0)

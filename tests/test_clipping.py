@@ -12,7 +12,7 @@ SENTS = ["a fine film", "dull and long , with nothing to say about anything at a
 
 
 def _records(tok, kind="causal_lm"):
-    if kind == "classifier":  # (text, label) records of a sequence classifier
+    if kind.startswith("classifier"):  # (text, label) records of a sequence classifier
         return [sentiment.encode_labelled(t, i % 2, tok, 32) for i, t in enumerate(SENTS)]
     if kind == "label_words":  # prompt + label word records (softmax over the label words) and a canary
         return ([sentiment.encode_example({"sentence": t, "label": i % 2}, tok, "label_words", 32)
@@ -20,8 +20,12 @@ def _records(tok, kind="causal_lm"):
     return [sentiment.encode_text(t, tok, 32) for t in SENTS]
 
 
-def _tiny_bert():
-    return models.build(models.ModelSpec(name="tiny-bert", n_embd=32, n_layer=2, n_head=2, max_len=32))
+def _tiny_bert(pooling="cls"):
+    return models.build(models.ModelSpec(name="tiny-bert", n_embd=32, n_layer=2, n_head=2, max_len=32, pooling=pooling))
+
+
+def _tiny_bert_mean():
+    return _tiny_bert("mean")
 
 
 def _reference(model, data, C, B, choices=None):
@@ -40,11 +44,11 @@ def _reference(model, data, C, B, choices=None):
     return [t / B for t in total], params
 
 
-@pytest.mark.parametrize("kind", ["causal_lm", "classifier", "label_words"])
+@pytest.mark.parametrize("kind", ["causal_lm", "classifier", "classifier_mean", "label_words"])
 @pytest.mark.parametrize("mode", ["hooks", "ghost"])
 @pytest.mark.parametrize("which", ["full", "lora", "lora-all-linear"])
 def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
-    factory = _tiny_bert if kind == "classifier" else tiny_model_factory
+    factory = {"classifier": _tiny_bert, "classifier_mean": _tiny_bert_mean}.get(kind, tiny_model_factory)
     targets = "all-linear" if which == "lora-all-linear" else "attention"
     which = which.split("-")[0]
     model, tok = factory()

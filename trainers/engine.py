@@ -46,6 +46,7 @@ class EngineConfig:
     epochs: float = 1.0
     batch_size: int = 32  # expected (logical) batch size B; q = B / N under Poisson sampling
     lr: float = 1e-3
+    head_lr: float | None = None  # a classifier's new head only: its own learning rate (None = lr)
     weight_decay: float = 0.0
     clipping_norm: float = 0.1  # Li et al.'s default C
     accountant: str = "prv"
@@ -68,6 +69,8 @@ class EngineConfig:
             raise DpauditError(f"train.batch_size must be an integer >= 1, got {self.batch_size}")
         if not self.lr > 0:
             raise DpauditError(f"train.lr must be > 0, got {self.lr}")
+        if self.head_lr is not None and not (isinstance(self.head_lr, (int, float)) and self.head_lr > 0):
+            raise DpauditError(f"train.head_lr must be > 0 (or left out to use train.lr), got {self.head_lr!r}")
         if not self.clipping_norm > 0:
             raise DpauditError(f"train.clipping_norm must be > 0, got {self.clipping_norm}")
         if self.accountant not in accounting.ACCOUNTANTS:
@@ -179,6 +182,28 @@ def _forward(model, ids, mask):
     return model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
 
 
+def is_head(name: str) -> bool:
+    """A classifier's new head (plain ``classifier.*`` or peft's ``...classifier.modules_to_save...``)."""
+    return name.startswith("classifier.") or ".classifier." in name
+
+
+def adam(model: nn.Module, cfg: EngineConfig) -> tuple[list, torch.optim.Adam]:
+    """(trainable parameters, Adam over them); the head gets ``cfg.head_lr`` when it is set."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
+        raise DpauditError("no trainable parameters; check the trainable-parameter choice")
+    params = [p for _, p in named]
+    if cfg.head_lr is None:
+        return params, torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    head = [p for n, p in named if is_head(n)]
+    if not head:
+        raise DpauditError("train.head_lr is set but the model has no trainable classifier head; remove head_lr "
+                           "or use a classifier model (minilm-l6, tiny-bert)")
+    body = [p for n, p in named if not is_head(n)]
+    groups = ([{"params": body}] if body else []) + [{"params": head, "lr": cfg.head_lr}]
+    return params, torch.optim.Adam(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
 def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int, max_len: int) -> tuple[nn.Module, TrainResult]:
     """Train ``model`` in place on ``records``; returns (the plain model, what happened)."""
     n = len(records)
@@ -187,10 +212,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     torch.manual_seed(cfg.seed)
     choices = run_choices(records)
     data = collate(records, pad_id, max_len)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise DpauditError("no trainable parameters; check the trainable-parameter choice")
-    opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    params, opt = adam(model, cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
     batch = min(cfg.batch_size, n)
     q = batch / n
@@ -413,8 +435,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     steps = max(1, int(math.ceil(cfg.epochs / q)))
     delta = (cfg.delta if cfg.delta is not None else 1.0 / (2 * U)) if private else None
     sigma = accounting.calibrate_sigma(cfg.target_epsilon, delta, q, steps, accountant=cfg.accountant) if private else 0.0
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    params, opt = adam(model, cfg)
     # per-record gradients only when they are needed (to clip users); the non-private baseline is plain autograd
     gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum") if private else model
     gsm.train()
