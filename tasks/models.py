@@ -170,14 +170,20 @@ def _classifier(spec: ModelSpec):
     return model, tok
 
 
-def _pretrained_tiny(spec: ModelSpec, cfg, tok):
-    """A tiny GPT-2 pre-trained (non-privately) on public BBC news text, cached by its spec: a small
-    stand-in for a public pretrained model, so that fine-tuning (full or LoRA) starts from language."""
+def pretrained_key(spec: ModelSpec) -> str:
+    """Cache key of a pre-trained tiny GPT-2: a hash of the spec's fields that shape it. Fields added later for
+    other models (``pooling``) are left out, so that adding one does not orphan the existing caches."""
     import hashlib
     import json
 
-    key = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
-    path = assets.cache_dir() / "pretrained" / f"tiny-gpt2-{key}"
+    fields = {k: v for k, v in spec.to_dict().items() if k != "pooling"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _pretrained_tiny(spec: ModelSpec, cfg, tok):
+    """A tiny GPT-2 pre-trained (non-privately) on public BBC news text, cached by its spec: a small
+    stand-in for a public pretrained model, so that fine-tuning (full or LoRA) starts from language."""
+    path = assets.cache_dir() / "pretrained" / f"tiny-gpt2-{pretrained_key(spec)}"
     if (path / "model.safetensors").exists():
         return GPT2LMHeadModel.from_pretrained(path, dtype=torch.float32)
     from dpaudit.trainers import engine

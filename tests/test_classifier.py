@@ -258,3 +258,11 @@ def test_head_lr_needs_a_classifier_head(tiny_model_factory):
         engine.adam(model, engine.EngineConfig(head_lr=1e-2))
     with pytest.raises(DpauditError, match="train.head_lr must be > 0"):
         engine.EngineConfig(head_lr=0.0)
+
+
+def test_pretrained_tiny_gpt2_cache_key_does_not_change_with_classifier_only_fields():
+    """The key of the table-to-text configs' pre-trained base (computed before model.pooling existed)."""
+    spec = models.ModelSpec(name="tiny-gpt2", vocab_size=2048, n_embd=128, n_layer=4, n_head=4, max_len=128,
+                            pretrain_steps=600)
+    assert models.pretrained_key(spec) == "97aee1f21369"
+    assert models.pretrained_key(spec) != models.pretrained_key(models.ModelSpec(name="tiny-gpt2", pretrain_steps=600))
