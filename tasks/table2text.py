@@ -166,12 +166,15 @@ def encode_example(ex: dict, tok, objective: str, max_len: int) -> dict:
 
 
 @torch.inference_mode()
-def generate_texts(model, tok, mrs: list[str], max_new_tokens: int = 48, num_beams: int = 5, max_len: int = 128) -> list[str]:
+def generate_texts(model, tok, mrs: list[str], max_new_tokens: int | None = None, num_beams: int = 5,
+                   max_len: int = 128) -> list[str]:
+    """Beam search from ``BOS table EOS`` until EOS or until the context (max_len, the training length) is full,
+    as Li et al. decode (their max_seq_len bounds prompt + text). ``max_new_tokens`` caps it further if given."""
     model.eval()
     out = []
     for mr in mrs:
         ids = torch.tensor([prompt_ids(mr, tok, max_len)])
-        budget = max(1, min(max_new_tokens, max_len - ids.size(1)))
+        budget = max(1, max_len - ids.size(1) if max_new_tokens is None else min(max_new_tokens, max_len - ids.size(1)))
         gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget,
                              num_beams=num_beams, do_sample=False, eos_token_id=tok.eos_token_id,
                              pad_token_id=tok.pad_token_id, early_stopping=True)

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import table2text
@@ -80,3 +81,29 @@ target_epsilon = inf
     r = json.loads((tmp_path / "out" / "np" / "report" / "report.json").read_text())
     assert r["metrics"]["task"] == "table2text" and 0 <= r["metrics"]["bleu"] <= 100
     assert "beam" in r["metrics"]["decoding"] and len(r["metrics"]["examples"]) == 3
+
+
+def test_decoding_runs_to_the_context_not_a_fixed_cap():
+    """Generation stops at EOS or when prompt + text fill max_len (Li et al.'s max_seq_len), not at a fixed
+    number of new tokens: a 48-token cap cut a third of the tiny-GPT-2 E2E references."""
+    from dpaudit.tasks.models import ModelSpec, build
+
+    model, tok = build(ModelSpec(name="tiny-gpt2", vocab_size=512, n_embd=32, n_layer=2, n_head=2, max_len=96))
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():  # never emit EOS, so only the length budget stops decoding
+        model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.lm_head.out_features))
+        model.lm_head.bias[tok.eos_token_id] = -1e9
+    lengths, generate = [], model.generate
+
+    def spy(**kw):  # the number of new tokens each call produced
+        out = generate(**kw)
+        lengths.append(out.size(1) - kw["input_ids"].size(1))
+        return out
+
+    model.generate = spy
+    mr = "name[The Blue Eagle], eatType[pub]"
+    n_prompt = len(table2text.prompt_ids(mr, tok, 96))
+    assert 96 - n_prompt > 48 + 8
+    table2text.generate_texts(model, tok, [mr], num_beams=2, max_len=96)
+    table2text.generate_texts(model, tok, [mr], num_beams=2, max_len=96, max_new_tokens=5)
+    assert lengths == [96 - n_prompt, 5]
