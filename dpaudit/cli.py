@@ -56,13 +56,17 @@ def assets(convert, wordnet, wordnet_source):
 @click.argument("config_path", metavar="CONFIG", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Output folder: one sub-folder per variant (checkpoint + report) and a comparison REPORT.md.")
+@click.option("--variant", "variants", multiple=True, metavar="NAME",
+              help="Run only this variant of CONFIG (repeatable); the data and canaries are those of the full "
+                   "config, so rows from separate runs are comparable. Default: every variant.")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def run(config_path, out, redact, quiet):
+def run(config_path, out, variants, redact, quiet):
     """Train every variant of CONFIG on the same data and canaries, audit each, and compare them."""
     from dpaudit.pipeline import run as run_pipeline
 
-    reports = run_pipeline(config_path, out, _command_line(), progress=not quiet, redact=redact)
+    reports = run_pipeline(config_path, out, _command_line(), progress=not quiet, redact=redact,
+                           only=tuple(variants))
     for name, r in reports.items():
         click.echo(f"{name}: {r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")

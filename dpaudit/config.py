@@ -207,10 +207,26 @@ def parse(d: dict) -> RunConfig:
     )
 
 
-def load(path: Path) -> RunConfig:
+def load(path: Path, only: tuple[str, ...] | list[str] = ()) -> RunConfig:
+    """Parse CONFIG; ``only`` keeps the named variants (in config order), e.g. to run one of a long config."""
     from dpaudit.card import read_toml
 
-    return parse(read_toml(path, "config file", "see configs/demo.toml for an example"))
+    cfg = parse(read_toml(path, "config file", "see configs/demo.toml for an example"))
+    return select_variants(cfg, only) if only else cfg
+
+
+def select_variants(cfg: RunConfig, only) -> RunConfig:
+    """Keep the variants named in ``only``; data and canaries do not depend on the variants, so a variant run on
+    its own trains on exactly what it trains on in the full config. The kept config's ``raw`` lists only them."""
+    names = [v.name for v in cfg.variants]
+    missing = [n for n in only if n not in names]
+    if missing:
+        raise DpauditError(f"no variant named {missing[0]!r} in the config; its variants: {', '.join(names)}")
+    keep = [v for v in cfg.variants if v.name in set(only)]
+    raw = dict(cfg.raw)
+    if "variants" in raw:
+        raw["variants"] = [v for v in raw["variants"] if v.get("name") in set(only)]
+    return dataclasses.replace(cfg, variants=keep, raw=raw)
 
 
 def _jsonable(x):

@@ -17,8 +17,9 @@ from dpaudit.tasks import registry
 from dpaudit.trainers import dp_adam, user_dp
 
 
-def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False) -> dict:
-    cfg = config.load(cfg_path)  # fails before any work on bad input
+def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False,
+        only: tuple[str, ...] = ()) -> dict:
+    cfg = config.load(cfg_path, only)  # fails before any work on bad input
     data = registry.load_data(dataclasses.asdict(cfg.task))
     manifest = canaries.generate(cfg.canaries)
     out = Path(out)

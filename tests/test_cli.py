@@ -70,6 +70,26 @@ def test_config_errors_exit_2(tmp_path, capsys):
         assert not out.exists()
 
 
+def test_run_variant_selection(tmp_path, capsys):
+    """--variant keeps the named variants in config order with the shared sections untouched; a name the
+    config lacks is one line, exit 2, nothing written."""
+    from dpaudit import config
+
+    p = tmp_path / "c.toml"
+    p.write_text("[train]\nlr = 1e-3\n[[variants]]\nname = 'a'\ntarget_epsilon = inf\n"
+                 "[[variants]]\nname = 'b'\ntarget_epsilon = 8.0\n[[variants]]\nname = 'c'\nlr = 5e-4\n")
+    full = config.load(p)
+    sub = config.load(p, ("c", "b"))
+    assert [v.name for v in sub.variants] == ["b", "c"]
+    assert sub.variants == full.variants[1:]  # same trainer settings as in the full config
+    assert [v["name"] for v in sub.raw["variants"]] == ["b", "c"] and sub.raw["train"] == full.raw["train"]
+    assert sub.task == full.task and sub.canaries == full.canaries
+    out = tmp_path / "out"
+    code, _, err = run_cli(["run", str(p), "--variant", "d", "--out", str(out)], capsys)
+    assert code == 2 and "no variant named 'd'" in err and "a, b, c" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
 def test_account_card(tmp_path, capsys):
     from dpaudit.accounting import SubsampledGaussian
     from dpaudit.card import Claim, PrivacyCard
