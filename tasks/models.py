@@ -41,6 +41,15 @@ from dpaudit.tasks import assets
 EOS = "<|endoftext|>"
 MODEL_NAMES = ("tiny-gpt2", "smollm2-135m", "minilm-l6", "tiny-bert")
 CLASSIFIERS = ("minilm-l6", "tiny-bert")
+# The spec fields that shape only some models (a pretrained model's architecture is its checkpoint's); the
+# others (name, max_len) apply to all, pretrain_steps and pooling are checked on their own.
+APPLIES_TO = {
+    "vocab_size": ("tiny-gpt2",),
+    "n_embd": ("tiny-gpt2", "tiny-bert"),
+    "n_layer": ("tiny-gpt2", "tiny-bert"),
+    "n_head": ("tiny-gpt2", "tiny-bert"),
+    "init_seed": ("tiny-gpt2", "tiny-bert", "minilm-l6"),
+}
 N_LABELS = 2
 POOLINGS = ("cls", "mean")
 
@@ -88,6 +97,10 @@ class ModelSpec:
             raise DpauditError(f"model.pretrain_steps must be an integer >= 0, got {self.pretrain_steps!r}")
         if self.pretrain_steps and self.name != "tiny-gpt2":
             raise DpauditError("model.pretrain_steps applies to tiny-gpt2 only (smollm2-135m is already pretrained)")
+        for field, names in APPLIES_TO.items():
+            if self.name not in names and getattr(self, field) != _DEFAULTS[field]:
+                raise DpauditError(f"model.{field} applies to {', '.join(names)} only ({self.name}'s architecture is "
+                                   f"its pretrained checkpoint's); remove it from [model]")
         if self.pooling not in POOLINGS:
             raise DpauditError(f"model.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         if self.pooling != "cls" and not self.is_classifier:
@@ -99,7 +112,13 @@ class ModelSpec:
         return self.name in CLASSIFIERS
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields that shape this model (what run.json records): a pretrained model's checkpoint
+        fixes its sizes, so those are left out rather than written with values it never had."""
+        shapes = {**APPLIES_TO, "pretrain_steps": ("tiny-gpt2",), "pooling": CLASSIFIERS}
+        return {k: v for k, v in asdict(self).items() if self.name in shapes.get(k, (self.name,))}
+
+
+_DEFAULTS = {f: getattr(ModelSpec, f) for f in APPLIES_TO}
 
 
 def is_classifier(model) -> bool:

@@ -227,6 +227,26 @@ def test_mean_pooling_is_refused_for_a_causal_lm():
         models.ModelSpec(name="tiny-bert", pooling="max")
 
 
+def test_size_fields_of_a_pretrained_model_are_refused_not_ignored():
+    """SmolLM2's and MiniLM's sizes are their checkpoints'; a [model] n_layer for them would be silently
+    ignored, and run.json would record sizes the model never had."""
+    with pytest.raises(DpauditError, match=r"model.n_layer applies to tiny-gpt2, tiny-bert only .*remove it"):
+        models.ModelSpec(name="smollm2-135m", n_layer=2)
+    with pytest.raises(DpauditError, match="model.vocab_size applies to tiny-gpt2 only"):
+        config.parse({"model": {"name": "minilm-l6", "vocab_size": 512}})
+    with pytest.raises(DpauditError, match="model.init_seed applies to"):
+        models.ModelSpec(name="smollm2-135m", init_seed=3)
+    assert models.ModelSpec(name="minilm-l6", init_seed=3).init_seed == 3  # seeds the new head
+    assert models.ModelSpec(name="smollm2-135m", max_len=128).to_dict() == {"name": "smollm2-135m", "max_len": 128}
+    assert set(models.ModelSpec(name="minilm-l6").to_dict()) == {"name", "max_len", "init_seed", "pooling"}
+    tiny = models.ModelSpec(name="tiny-gpt2", n_layer=2)
+    assert models.ModelSpec(**tiny.to_dict()) == tiny and "pooling" not in tiny.to_dict()
+    # run.json written before this check recorded every field at its default: it still loads
+    old = {"name": "smollm2-135m", "vocab_size": 2048, "n_embd": 128, "n_layer": 4, "n_head": 4, "max_len": 128,
+           "init_seed": 0, "pretrain_steps": 0, "pooling": "cls"}
+    assert models.ModelSpec(**old).to_dict() == {"name": "smollm2-135m", "max_len": 128}
+
+
 @pytest.mark.parametrize("which", ["full", "lora"])
 def test_head_lr_moves_the_head_at_its_own_rate(which):
     """Adam's first step moves a coordinate with a clear gradient by its group's lr (m / sqrt(v) = ±1)."""
