@@ -192,7 +192,10 @@ def training_lines(tr: dict | None) -> list[str]:
     if not tr:
         return ["- no training summary in run.json"]
     noise = f", noise multiplier σ = {tr['noise_multiplier']:.4g}" if tr.get("noise_multiplier") is not None else ""
-    loss = f"; final training loss {tr['final_loss']:.3f} (mean of the last 20 batches)" if tr.get("final_loss") is not None else ""
+    k = tr.get("final_loss_steps")
+    loss = (f"; final training loss {tr['final_loss']:.3f} (mean over the last {k} of {tr['steps']} steps)" if k else
+            f"; final training loss {tr['final_loss']:.3f} (mean of the last 20 physical batches, an older "
+            "definition: not comparable between private and non-private runs)") if tr.get("final_loss") is not None else ""
     L = [f"- {tr['steps']} steps over {tr['dataset_size']} units at sampling rate q = {tr['sample_rate']:.4g}"
          f"{noise}{loss}; {tr.get('seconds', 0.0):.0f} s."]
     c = tr.get("clipping") or {}

@@ -105,6 +105,41 @@ def test_physical_batches_accumulate_to_the_same_update(tiny_model_factory):
     assert max(float((a - b).abs().max()) for a, b in zip(full, split)) < 1e-7
 
 
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+def test_loss_is_recorded_once_per_logical_step(tiny_model_factory, mode):
+    """One loss per logical step, the mean over its records, whatever the physical split, private or not:
+    otherwise a "final training loss" means different things for a DP and a non-private run."""
+    model, tok = tiny_model_factory()
+    data = engine.collate(_records(tok), tok.pad_token_id, 32)
+    ids, mask, tgt = data.tensors
+    with torch.no_grad():
+        direct = float(engine.per_sample_loss(engine._forward(model, ids, mask), tgt).mean())
+    got = []
+    for cap in (None, 2):
+        cfg = engine.EngineConfig(target_epsilon=1.0, max_physical_batch_size=cap, grad_sample_mode=mode,
+                                  progress=False)
+        m, _ = tiny_model_factory()
+        opt = torch.optim.SGD(list(m.parameters()), lr=0.0)
+        gsm, dp_opt, crit, dp_loader = engine.make_private(m, opt, DataLoader(data, batch_size=len(data)), cfg,
+                                                           sigma=0.0)
+        got.append(engine._loop(gsm, dp_opt, dp_loader, 1, cfg, crit, private=True))
+        m, _ = tiny_model_factory()
+        opt = torch.optim.SGD(list(m.parameters()), lr=0.0)
+        got.append(engine._loop(m, opt, DataLoader(data, batch_size=len(data)), 1, cfg, None, private=False))
+    for losses in got:
+        assert len(losses) == 1 and losses[0] == pytest.approx(direct, rel=1e-5)
+
+
+def test_final_loss_is_the_last_tenth_of_the_steps():
+    assert engine.final_loss([5.0] * 18 + [1.0, 3.0]) == (2.0, 2)
+    assert engine.final_loss([4.0, 2.0, float("nan")]) == (None, 1)  # the last step drew no record
+    assert engine.final_loss([3.0] * 20 + [float("nan"), 1.0, 2.0]) == (1.5, 3)  # NaN: an empty Poisson batch
+    assert engine.final_loss([]) == (None, 1)
+    res = engine.TrainResult(False, 3, 10, 0.5, None, None, None, [], [2.0, float("nan"), 1.0])
+    d = res.summary()
+    assert d["loss_per_step"] == [2.0, None, 1.0] and d["final_loss"] == 1.0 and d["final_loss_steps"] == 1
+
+
 def test_ghost_on_tied_embeddings_after_untying(tiny_model_factory):
     """A tied model (SmolLM2-style) fails under ghost clipping until its LM head is untied."""
     from transformers import GPT2Config, GPT2LMHeadModel

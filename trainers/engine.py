@@ -108,9 +108,19 @@ class TrainResult:
         d = asdict(self)
         d["events"] = [e.to_dict() for e in self.events]
         d.pop("gradient_canaries", None)
-        d["final_loss"] = float(sum(self.losses[-20:]) / max(1, len(self.losses[-20:]))) if self.losses else None
         del d["losses"]
+        d["loss_per_step"] = [None if math.isnan(x) else round(x, 5) for x in self.losses]  # None: empty batch
+        d["final_loss"], d["final_loss_steps"] = final_loss(self.losses)
         return d
+
+
+def final_loss(losses: list[float]) -> tuple[float | None, int]:
+    """(mean training loss over the last tenth of the logical steps, at least one; how many steps that is).
+    One number per logical step whatever the physical batching, private or not, so runs compare; steps whose
+    Poisson batch was empty (NaN) are skipped."""
+    k = max(1, math.ceil(len(losses) / 10))
+    tail = [x for x in losses[-k:] if not math.isnan(x)]
+    return (float(sum(tail) / len(tail)) if tail else None), k
 
 
 def collate(records: list[dict], pad_id: int, max_len: int) -> TensorDataset:
@@ -301,10 +311,12 @@ def _batches(loader, opt, cfg: EngineConfig, private: bool):
 
 def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private: bool,
           choices: torch.Tensor | None = None, stats: ClipStats | None = None) -> list[float]:
-    """Run ``steps`` logical steps; returns one loss per physical batch. ``stats`` (private runs) records
-    the per-sample gradient norms of each logical step before Opacus clips them."""
+    """Run ``steps`` logical steps; returns one loss per logical step (the mean over its records; NaN for an
+    empty Poisson batch). ``stats`` (private runs) records the per-sample gradient norms of each logical step
+    before Opacus clips them."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     losses: list[float] = []
+    part_sum, part_n = 0.0, 0  # a DP logical batch's physical parts, until Opacus takes the noisy step
     bar = tqdm(total=steps, desc="DP train" if private else "train", disable=not cfg.progress, leave=False)
     done = 0
     cap = cfg.max_physical_batch_size
@@ -314,14 +326,13 @@ def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private:
         opt.zero_grad(set_to_none=True)
         if ids.size(0) == 0:  # Poisson may draw an empty batch: the noisy step still happens
             _noise_only_step(model, opt)
-            losses.append(float("nan"))
         elif private or not cap or ids.size(0) <= cap:
             loss = step_loss(model, ids, mask, tgt, criterion, choices)
             loss.backward()
             if stats is not None:
                 stats.observe(module_norms(model, trainable))
             opt.step()
-            losses.append(float(loss.detach()))
+            part_sum, part_n = part_sum + float(loss.detach()) * ids.size(0), part_n + ids.size(0)
         else:  # non-private gradient accumulation: mean over the logical batch, one optimizer step
             total = 0.0
             for k in range(0, ids.size(0), cap):
@@ -330,9 +341,11 @@ def _loop(model, opt, loader, steps: int, cfg: EngineConfig, criterion, private:
                 loss.backward()
                 total += float(loss.detach())
             opt.step()
-            losses.append(total)
+            part_sum, part_n = total * ids.size(0), ids.size(0)
         if private and getattr(opt, "_is_last_step_skipped", False):
             continue  # a physical part of a logical batch: no noise, no step yet
+        losses.append(part_sum / part_n if part_n else float("nan"))
+        part_sum, part_n = 0.0, 0
         if stats is not None:
             stats.end_step()
         done += 1
@@ -463,7 +476,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
                 canaries.inject(lambda k: params[k].grad, 1.0 / B)
                 canaries.score(lambda k: params[k].grad, B)
             opt.step()
-            losses.append(total_loss)
+            losses.append(total_loss if sampled else float("nan"))  # NaN: no user sampled
             bar.update(1)
             continue
         user_grads, total_loss = user_gradients(gsm, params, data, sampled, chunk)
@@ -481,7 +494,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
             for G, p in zip(user_grads, params):
                 p.grad = G.sum(0) / max(1, len(sampled))
         opt.step()
-        losses.append(total_loss)
+        losses.append(total_loss if sampled else float("nan"))  # NaN: no user sampled
         bar.update(1)
     bar.close()
     for p in params:
