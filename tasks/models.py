@@ -42,13 +42,15 @@ EOS = "<|endoftext|>"
 MODEL_NAMES = ("tiny-gpt2", "smollm2-135m", "minilm-l6", "tiny-bert")
 CLASSIFIERS = ("minilm-l6", "tiny-bert")
 # The spec fields that shape only some models (a pretrained model's architecture is its checkpoint's); the
-# others (name, max_len) apply to all, pretrain_steps and pooling are checked on their own.
+# others (name, max_len) apply to all. Setting one for another model is an error, and run.json leaves it out.
 APPLIES_TO = {
     "vocab_size": ("tiny-gpt2",),
     "n_embd": ("tiny-gpt2", "tiny-bert"),
     "n_layer": ("tiny-gpt2", "tiny-bert"),
     "n_head": ("tiny-gpt2", "tiny-bert"),
     "init_seed": ("tiny-gpt2", "tiny-bert", "minilm-l6"),
+    "pretrain_steps": ("tiny-gpt2",),  # smollm2-135m and minilm-l6 are already pretrained
+    "pooling": CLASSIFIERS,
 }
 N_LABELS = 2
 POOLINGS = ("cls", "mean")
@@ -95,17 +97,12 @@ class ModelSpec:
             raise DpauditError(f"model.max_len must be >= 8, got {self.max_len}")
         if not isinstance(self.pretrain_steps, int) or self.pretrain_steps < 0:
             raise DpauditError(f"model.pretrain_steps must be an integer >= 0, got {self.pretrain_steps!r}")
-        if self.pretrain_steps and self.name != "tiny-gpt2":
-            raise DpauditError("model.pretrain_steps applies to tiny-gpt2 only (smollm2-135m is already pretrained)")
         for field, names in APPLIES_TO.items():
             if self.name not in names and getattr(self, field) != _DEFAULTS[field]:
-                raise DpauditError(f"model.{field} applies to {', '.join(names)} only ({self.name}'s architecture is "
-                                   f"its pretrained checkpoint's); remove it from [model]")
+                raise DpauditError(f"model.{field} applies to {', '.join(names)} only, not {self.name}; remove it "
+                                   f"from [model]")
         if self.pooling not in POOLINGS:
             raise DpauditError(f"model.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
-        if self.pooling != "cls" and not self.is_classifier:
-            raise DpauditError(f"model.pooling applies to the classifiers ({', '.join(CLASSIFIERS)}); remove it for "
-                               f"{self.name}")
 
     @property
     def is_classifier(self) -> bool:
@@ -114,8 +111,7 @@ class ModelSpec:
     def to_dict(self) -> dict:
         """The fields that shape this model (what run.json records): a pretrained model's checkpoint
         fixes its sizes, so those are left out rather than written with values it never had."""
-        shapes = {**APPLIES_TO, "pretrain_steps": ("tiny-gpt2",), "pooling": CLASSIFIERS}
-        return {k: v for k, v in asdict(self).items() if self.name in shapes.get(k, (self.name,))}
+        return {k: v for k, v in asdict(self).items() if self.name in APPLIES_TO.get(k, (self.name,))}
 
 
 _DEFAULTS = {f: getattr(ModelSpec, f) for f in APPLIES_TO}

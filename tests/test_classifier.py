@@ -221,7 +221,7 @@ def test_mean_pooling_head_reads_the_masked_mean_and_ignores_padding(tmp_path):
 
 
 def test_mean_pooling_is_refused_for_a_causal_lm():
-    with pytest.raises(DpauditError, match="model.pooling applies to the classifiers"):
+    with pytest.raises(DpauditError, match="model.pooling applies to minilm-l6, tiny-bert only, not tiny-gpt2"):
         models.ModelSpec(name="tiny-gpt2", pooling="mean")
     with pytest.raises(DpauditError, match="model.pooling must be one of"):
         models.ModelSpec(name="tiny-bert", pooling="max")
@@ -230,7 +230,7 @@ def test_mean_pooling_is_refused_for_a_causal_lm():
 def test_size_fields_of_a_pretrained_model_are_refused_not_ignored():
     """SmolLM2's and MiniLM's sizes are their checkpoints'; a [model] n_layer for them would be silently
     ignored, and run.json would record sizes the model never had."""
-    with pytest.raises(DpauditError, match=r"model.n_layer applies to tiny-gpt2, tiny-bert only .*remove it"):
+    with pytest.raises(DpauditError, match=r"model.n_layer applies to tiny-gpt2, tiny-bert only, not smollm2-135m; remove it"):
         models.ModelSpec(name="smollm2-135m", n_layer=2)
     with pytest.raises(DpauditError, match="model.vocab_size applies to tiny-gpt2 only"):
         config.parse({"model": {"name": "minilm-l6", "vocab_size": 512}})
