@@ -19,9 +19,12 @@ PAPER = {"full": {"bleu": (61.519, 63.189, 69.463), "rougeL": (65.670, 66.429, 7
 COLOURS = {"full": "tab:blue", "lora": "tab:orange"}
 
 
-def points(run_dir: Path) -> dict:
-    """{trainable: [(position, bleu, rougeL), ...]} sorted by position; a claim off the 1/3/8/∞ grid is an error."""
-    out: dict = {}
+def points(run_dir: Path) -> tuple[dict, list]:
+    """({trainable: [(position, bleu, rougeL), ...]} for the lines, sorted by position; [(trainable, variant, position,
+    bleu, rougeL)] for the other runs at an occupied point). A claim off the 1/3/8/∞ grid is an error; where several
+    runs share a (trainable, ε) point, the one named ``*-tuned`` (hyperparameters chosen on a validation split) is
+    on the line and the others are drawn as open markers; several runs and none of them tuned is an error."""
+    runs: dict = {}
     for p in sorted(run_dir.glob("*/report/report.json")):
         r = json.loads(p.read_text())
         eps = r["claim"]["epsilon"]
@@ -29,19 +32,33 @@ def points(run_dir: Path) -> dict:
         if key not in POSITIONS:
             raise SystemExit(f"{p}: claimed ε {eps} is not one of 1, 3, 8, ∞; this plot places only those")
         trainable = r["reproducibility"]["config"]["train"]["trainable"]
-        out.setdefault(trainable, []).append((POSITIONS[key], r["metrics"]["bleu"], r["metrics"]["rougeL"]))
-    if not out:
+        runs.setdefault((trainable, POSITIONS[key]), []).append(
+            (p.parts[-3], r["metrics"]["bleu"], r["metrics"]["rougeL"]))
+    if not runs:
         raise SystemExit(f"no */report/report.json under {run_dir}")
-    return {k: sorted(v) for k, v in out.items()}
+    lines: dict = {}
+    others = []
+    for (trainable, pos), rs in sorted(runs.items()):
+        tuned = [r for r in rs if r[0].endswith("-tuned")]
+        if len(rs) > 1 and len(tuned) != 1:
+            raise SystemExit(f"{len(rs)} runs at {trainable}, position {pos} ({', '.join(r[0] for r in rs)}): name "
+                             "exactly one of them '*-tuned' to put it on the line, or move the others out")
+        main_run = tuned[0] if len(rs) > 1 else rs[0]
+        lines.setdefault(trainable, []).append((pos, main_run[1], main_run[2]))
+        others += [(trainable, r[0], pos, r[1], r[2]) for r in rs if r is not main_run]
+    return lines, others
 
 
 def main():
-    ours = points(HERE)
+    ours, others = points(HERE)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
     for ax, metric, col in ((axes[0], "BLEU", 1), (axes[1], "ROUGE-L", 2)):
         for trainable, rows in ours.items():
             ax.plot([r[0] for r in rows], [r[col] for r in rows], "o-", color=COLOURS.get(trainable),
                     label=f"{trainable}, SmolLM2-135M, this run")
+        for trainable, name, pos, bleu, rouge in others:
+            ax.plot([pos], [bleu if col == 1 else rouge], "o", mfc="none", color=COLOURS.get(trainable),
+                    label=f"{name} (not tuned), this run")
         for trainable, paper in PAPER.items():
             ax.plot([1, 2, 3], paper["bleu" if col == 1 else "rougeL"], "s--", color=COLOURS[trainable], alpha=0.45,
                     label=f"{trainable}, GPT-2 on E2E, Li et al. Table 2")
