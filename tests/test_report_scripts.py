@@ -1,0 +1,84 @@
+"""The tables committed under reports/ are what their scripts print from the committed report.json files today, so
+a number in a README cannot drift from the run that made it (or from the script that formats it)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "reports"
+
+# (script, run directory whose rows.txt it printed)
+TABLES = [
+    ("li_repro_minilm_c_sweep/rows.py", "li_repro_minilm_c_sweep"),
+    ("li_repro_minilm_c_sweep/rows.py", "li_repro_smollm2_clipping"),
+    ("li_repro_minilm_mean/rows.py", "li_repro_minilm_mean"),
+    ("li_repro_smollm2_table2text/rows.py", "li_repro_smollm2_table2text"),
+    ("li_repro_smollm2_table2text/rows.py", "li_repro_smollm2_table2text_n2000"),
+    ("li_repro_table2text_data_pilot/rows.py", "li_repro_smollm2_table2text_pilot"),
+    ("li_repro_table2text_data_pilot/rows.py", "li_repro_table2text_data_pilot"),
+]
+
+# READMEs that show the table verbatim (the others quote rows from it in prose or in their own layout)
+VERBATIM = {"li_repro_smollm2_table2text", "li_repro_smollm2_table2text_n2000", "li_repro_smollm2_table2text_pilot"}
+
+
+def _run(script: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("script,run_dir", TABLES)
+def test_rows_txt_is_what_the_script_prints(script, run_dir):
+    out = _run(REPORTS / script, REPORTS / run_dir)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (REPORTS / run_dir / "rows.txt").read_text(), f"regenerate {run_dir}/rows.txt with {script}"
+    if run_dir in VERBATIM:
+        assert out.stdout.strip() in (REPORTS / run_dir / "README.md").read_text(), f"paste rows.txt into {run_dir}/README.md"
+
+
+def _copy_reports(src: Path, dst: Path, names: list[str]) -> None:
+    for name in names:
+        (dst / name / "report").mkdir(parents=True)
+        shutil.copy(src / name / "report" / "report.json", dst / name / "report" / "report.json")
+        if (src / name / "checkpoint").is_dir():
+            (dst / name / "checkpoint").mkdir()
+            shutil.copy(src / name / "checkpoint" / "run.json", dst / name / "checkpoint" / "run.json")
+
+
+def test_trend_plot_puts_one_run_per_point_on_the_line(tmp_path):
+    src, script = REPORTS / "li_repro_smollm2_table2text_n2000", REPORTS / "li_repro_smollm2_table2text_n2000/trend.py"
+    _copy_reports(src, tmp_path, ["full-eps8", "full-nonprivate"])
+    assert _run(script, tmp_path).returncode == 0 and (tmp_path / "trend.png").stat().st_size > 0
+    shutil.copytree(tmp_path / "full-nonprivate", tmp_path / "full-nonprivate-b")
+    out = _run(script, tmp_path)  # two non-private full runs, neither named tuned: refused, not drawn as a zigzag
+    assert out.returncode == 1 and "name exactly one of them '*-tuned'" in out.stderr
+    (tmp_path / "full-nonprivate-b").rename(tmp_path / "full-nonprivate-tuned")
+    assert _run(script, tmp_path).returncode == 0
+
+
+def test_learning_rate_choice_reads_validation_runs_only(tmp_path):
+    src, script = REPORTS / "li_repro_smollm2_table2text_n2000", REPORTS / "li_repro_smollm2_table2text_n2000_lr/choose.py"
+    _copy_reports(src, tmp_path, ["full-nonprivate"])
+    (tmp_path / "full-nonprivate").rename(tmp_path / "full-nonprivate-lr2e-3")
+    out = _run(script, tmp_path)  # a test-split report may not pick a hyperparameter
+    assert out.returncode == 1 and "only validation runs may choose" in out.stderr
+    for name, lr, bleu in (("full-nonprivate-lr2e-3", 2e-3, 60.0), ("full-nonprivate-lr3e-4", 3e-4, 70.0)):
+        if not (tmp_path / name).exists():
+            shutil.copytree(tmp_path / "full-nonprivate-lr2e-3", tmp_path / name)
+        rep, run = tmp_path / name / "report" / "report.json", tmp_path / name / "checkpoint" / "run.json"
+        r, j = json.loads(rep.read_text()), json.loads(run.read_text())
+        r["metrics"].update(split="validation", bleu=bleu)
+        j["trainer"]["lr"] = lr
+        rep.write_text(json.dumps(r))
+        run.write_text(json.dumps(j))
+    out = _run(script, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "chosen: lr 0.0003 (full-nonprivate-lr3e-4, validation BLEU 70.0) among 2 of 4" in out.stdout
+    shutil.copytree(tmp_path / "full-nonprivate-lr3e-4", tmp_path / "full-eps8")
+    out = _run(script, tmp_path)  # a run that is not one of the config's rates
+    assert out.returncode == 1 and "is not a variant of" in out.stderr
