@@ -82,3 +82,22 @@ def test_learning_rate_choice_reads_validation_runs_only(tmp_path):
     shutil.copytree(tmp_path / "full-nonprivate-lr3e-4", tmp_path / "full-eps8")
     out = _run(script, tmp_path)  # a run that is not one of the config's rates
     assert out.returncode == 1 and "is not a variant of" in out.stderr
+
+
+def test_committed_learning_rate_choice_is_what_the_rule_picks_and_the_tuned_row_uses_it():
+    import re
+    import tomllib
+
+    lr_dir = REPORTS / "li_repro_smollm2_table2text_n2000_lr"
+    out = _run(lr_dir / "choose.py")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (lr_dir / "choice.txt").read_text(), "regenerate choice.txt with choose.py"
+    assert out.stdout.strip() in (lr_dir / "README.md").read_text(), "paste choice.txt into the README"
+    chosen = float(re.search(r"^chosen: lr (\S+) ", out.stdout, re.M).group(1))
+    cfg = tomllib.loads((ROOT / "configs/li_repro_smollm2_table2text_n2000_full.toml").read_text())
+    tuned = [v for v in cfg["variants"] if v["name"] == "full-nonprivate-tuned"]
+    assert len(tuned) == 1 and tuned[0]["lr"] == chosen, "the tuned variant must use the chosen rate"
+    run = REPORTS / "li_repro_smollm2_table2text_n2000/full-nonprivate-tuned/checkpoint/run.json"
+    if run.exists():  # the committed test-split row was trained at that rate, on the test config
+        j = json.loads(run.read_text())
+        assert j["trainer"]["lr"] == chosen and j["variant"] == "full-nonprivate-tuned"
