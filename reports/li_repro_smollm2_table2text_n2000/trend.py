@@ -51,7 +51,7 @@ def points(run_dir: Path) -> tuple[dict, list]:
 
 def main():
     ours, others = points(HERE)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharex=True)
     for ax, metric, col in ((axes[0], "BLEU", 1), (axes[1], "ROUGE-L", 2)):
         for trainable, rows in ours.items():
             ax.plot([r[0] for r in rows], [r[col] for r in rows], "o-", color=COLOURS.get(trainable),
@@ -65,9 +65,10 @@ def main():
         ax.set_xticks(list(POSITIONS.values()), ["ε = 1", "ε = 3", "ε = 8", "non-private"])
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()  # below the plots: inside, it hides points
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3, frameon=False)
     fig.suptitle("Table-to-text: utility against ε (each DP point audited; see README)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     out = HERE / "trend.png"
     fig.savefig(out, dpi=110)
     print(out)
