@@ -2,9 +2,11 @@
 a number in a README cannot drift from the run that made it (or from the script that formats it)."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -85,9 +87,6 @@ def test_learning_rate_choice_reads_validation_runs_only(tmp_path):
 
 
 def test_committed_learning_rate_choice_is_what_the_rule_picks_and_the_tuned_row_uses_it():
-    import re
-    import tomllib
-
     lr_dir = REPORTS / "li_repro_smollm2_table2text_n2000_lr"
     out = _run(lr_dir / "choose.py")
     assert out.returncode == 0, out.stderr
