@@ -23,6 +23,9 @@ import subprocess
 import sys
 import time
 
+from dpaudit.trainers import loss as lossmod
+from dpaudit.trainers import mechanism
+
 MODES = ("none", "hooks", "ghost")
 
 
@@ -72,12 +75,12 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
     crit = None
     if mode != "none":
         cfg = engine.EngineConfig(target_epsilon=8.0, clipping_norm=0.1, grad_sample_mode=mode, progress=False)
-        model, opt, crit, _ = engine.make_private(model, opt, loader, cfg, sigma=1.0)
+        model, opt, crit, _ = mechanism.record_level(model, opt, loader, sigma=1.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
 
     def step(b):
         x, m, y = (t[b * batch:(b + 1) * batch] for t in (ids, mask, targets))
         opt.zero_grad(set_to_none=True)
-        loss = engine.step_loss(model, x, m, y, crit)
+        loss = lossmod.batch_loss(model, x, m, y, crit)
         loss.backward()
         opt.step()
 

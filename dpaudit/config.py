@@ -21,12 +21,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dpaudit import options
 from dpaudit.canaries import CanaryPlan
 from dpaudit.errors import DpauditError
 from dpaudit.tasks.models import ModelSpec
 from dpaudit.trainers.engine import EngineConfig
-
-TASKS = ("sentiment", "table2text", "userlm")
 
 
 @dataclass(frozen=True)
@@ -40,14 +39,14 @@ class TaskConfig:
     validation: int = 0  # > 0: evaluate on this many units held out from training, not on the test split
 
     def __post_init__(self):
-        if self.name not in TASKS:
-            raise DpauditError(f"task.name {self.name!r} unknown; choose one of {', '.join(TASKS)}")
+        if self.name not in options.TASKS:
+            raise DpauditError(f"task.name {self.name!r} unknown; choose one of {', '.join(options.TASKS)}")
         if self.source is None:
             from dpaudit.tasks.registry import DEFAULT_SOURCE
 
             object.__setattr__(self, "source", DEFAULT_SOURCE[self.name])
-        if self.objective not in ("lm", "label_words", "classifier"):
-            raise DpauditError(f"task.objective must be 'lm', 'label_words' or 'classifier', got {self.objective!r}")
+        if self.objective not in options.OBJECTIVES:
+            raise DpauditError(f"task.objective must be one of {', '.join(options.OBJECTIVES)}, got {self.objective!r}")
         if self.objective == "classifier" and self.name != "sentiment":
             raise DpauditError("task.objective = 'classifier' applies to task.name = 'sentiment' only")
         if not isinstance(self.validation, int) or isinstance(self.validation, bool) or self.validation < 0:
@@ -72,24 +71,18 @@ class TrainerConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
-        methods = ("dp_adam", "user_dp_sgd", "group_privacy")
-        if self.method not in methods:
-            raise DpauditError(f"train.method {self.method!r} unknown; available: {', '.join(methods)}")
+        if self.method not in options.METHODS:
+            raise DpauditError(f"train.method {self.method!r} unknown; available: {', '.join(options.METHODS)}")
         if not isinstance(self.user_cap, int) or self.user_cap < 1:
             raise DpauditError(f"train.user_cap (k) must be an integer >= 1, got {self.user_cap!r}")
-        from dpaudit.tasks.userlm import SELECTIONS
+        for key, allowed in (("selection", options.SELECTIONS), ("tied_embeddings", options.TIED_EMBEDDINGS),
+                             ("lora_targets", options.LORA_TARGETS), ("trainable", options.TRAINABLES)):
+            if getattr(self, key) not in allowed:
+                raise DpauditError(f"train.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
 
-        if self.selection not in SELECTIONS:
-            raise DpauditError(f"train.selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
-        if self.tied_embeddings not in ("untie", "freeze"):
-            raise DpauditError(f"train.tied_embeddings must be 'untie' or 'freeze', got {self.tied_embeddings!r}")
-        from dpaudit.trainers.trainable import LORA_TARGET_CHOICES
-
-        if self.lora_targets not in LORA_TARGET_CHOICES:
-            raise DpauditError(f"train.lora_targets must be one of {', '.join(LORA_TARGET_CHOICES)}, "
-                               f"got {self.lora_targets!r}")
-        if self.trainable not in ("full", "lora", "head"):
-            raise DpauditError(f"train.trainable must be 'full', 'lora' or 'head', got {self.trainable!r}")
+    @property
+    def user_level(self) -> bool:
+        return self.method in options.USER_METHODS
 
 
 @dataclass(frozen=True)
@@ -97,7 +90,7 @@ class EvalConfig:
     n_references: int = 2000
     confidence: float = 0.95
     batch_size: int = 64
-    attacks: tuple = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")
+    attacks: tuple = options.ATTACKS
     rule: str = "bonferroni"  # or held_out (dpaudit.audit.selection)
     enumerate_limit: int = 0  # rank exposure over the whole space when it is at most this large
     base_metrics: bool = False  # also measure the task metrics of the model before fine-tuning (zero-shot)
@@ -107,15 +100,14 @@ class EvalConfig:
             raise DpauditError(f"evaluate.n_references must be an integer >= 10, got {self.n_references!r}")
         if not 0.5 <= self.confidence < 1:
             raise DpauditError(f"evaluate.confidence must be in [0.5, 1), got {self.confidence}")
-        from dpaudit.attacks import ALL
-
-        bad = [a for a in self.attacks if a not in ALL]
+        bad = [a for a in self.attacks if a not in options.ATTACKS]
         if bad or not self.attacks:
-            raise DpauditError(f"evaluate.attacks: unknown attack {bad[0] if bad else None!r}; choose from {', '.join(ALL)}")
+            raise DpauditError(f"evaluate.attacks: unknown attack {bad[0] if bad else None!r}; choose from "
+                               f"{', '.join(options.ATTACKS)}")
         if not isinstance(self.base_metrics, bool):
             raise DpauditError(f"evaluate.base_metrics must be true or false, got {self.base_metrics!r}")
-        if self.rule not in ("bonferroni", "held_out"):
-            raise DpauditError(f"evaluate.rule must be 'bonferroni' or 'held_out', got {self.rule!r}")
+        if self.rule not in options.RULES:
+            raise DpauditError(f"evaluate.rule must be one of {', '.join(options.RULES)}, got {self.rule!r}")
 
 
 @dataclass(frozen=True)
@@ -163,6 +155,40 @@ def _trainer(d: dict, section: str) -> TrainerConfig:
     return _build(TrainerConfig, {**{k: v for k, v in d.items() if k in TRAINER_KEYS}, "engine": eng}, section)
 
 
+# Trainer keys that only some variants use: each applies when its predicate holds for the variant's resolved
+# trainer (classifier: whether the model is a sequence classifier). Everything not listed applies everywhere.
+APPLIES = {
+    "user_cap": (lambda t, clf: t.user_level, "the user-level methods (user_dp_sgd, group_privacy)"),
+    "selection": (lambda t, clf: t.user_level, "the user-level methods (user_dp_sgd, group_privacy)"),
+    "lora_r": (lambda t, clf: t.trainable == "lora", "trainable = 'lora'"),
+    "lora_alpha": (lambda t, clf: t.trainable == "lora", "trainable = 'lora'"),
+    "lora_targets": (lambda t, clf: t.trainable == "lora", "trainable = 'lora'"),
+    "grad_sample_mode": (lambda t, clf: t.engine.grad_sample_mode == "hooks" or
+                         (t.method != "user_dp_sgd" and (t.engine.private or t.trainable == "full")),
+                         "record-level DP training as 'ghost' (user_dp_sgd clips users from per-record hooks)"),
+    "tied_embeddings": (lambda t, clf: t.tied_embeddings == "freeze" or
+                        (t.engine.grad_sample_mode == "ghost" and t.trainable == "full"),
+                        "'freeze', or 'untie' with grad_sample_mode = 'ghost' and trainable = 'full'"),
+    "gradient_canary_kind": (lambda t, clf: t.engine.gradient_canaries > 0, "gradient_canaries > 0"),
+    "head_lr": (lambda t, clf: clf and t.trainable != "head", "classifier models fine-tuned beyond their head"),
+}
+
+
+def _refuse_inapplicable(base: dict, overrides: list[dict], variants: list[Variant], classifier: bool) -> None:
+    """A key a variant sets itself must apply to that variant; a key of the shared [train] section must apply
+    to at least one variant. Otherwise it would be silently ignored: refuse it, as ModelSpec does."""
+    for over, v in zip(overrides, variants):
+        for key in sorted(set(over) & set(APPLIES)):
+            ok, where = APPLIES[key]
+            if not ok(v.trainer, classifier):
+                raise DpauditError(f"variant {v.name!r}: train.{key} applies to {where} only; remove it from the "
+                                   "variant")
+    for key in sorted(set(base) & set(APPLIES)):
+        ok, where = APPLIES[key]
+        if not any(ok(v.trainer, classifier) for v in variants):
+            raise DpauditError(f"train.{key} applies to {where} only and no variant is one; remove it from [train]")
+
+
 def parse(d: dict) -> RunConfig:
     sections = {"task", "model", "canaries", "train", "evaluate", "variants"}
     unknown = sorted(set(d) - sections)
@@ -180,12 +206,13 @@ def parse(d: dict) -> RunConfig:
     if len({v.name for v in variants}) != len(variants):
         raise DpauditError("variant names must be unique")
     task = _build(TaskConfig, d.get("task", {}), "task")
+    model = _build(ModelSpec, d.get("model", {}), "model")
+    _refuse_inapplicable(base, [{k: x for k, x in v.items() if k != "name"} for v in variants_raw], variants,
+                         model.is_classifier)
     for v in variants:
-        user_method = v.trainer.method in ("user_dp_sgd", "group_privacy")
-        if user_method != (task.name == "userlm"):
+        if v.trainer.user_level != (task.name == "userlm"):
             raise DpauditError(f"variant {v.name!r}: method {v.trainer.method} does not fit task {task.name!r}; "
                                "user_dp_sgd and group_privacy need task.name = 'userlm', which needs one of them")
-    model = _build(ModelSpec, d.get("model", {}), "model")
     plan = _build(CanaryPlan, d.get("canaries", {}), "canaries")
     if model.is_classifier != (task.objective == "classifier"):
         raise DpauditError(f"model {model.name!r} does not fit task.objective {task.objective!r}: classifier models "

@@ -26,7 +26,7 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
     out.mkdir(parents=True, exist_ok=True)
     reports = {}
     for v in cfg.variants:
-        trainer = user_dp if v.trainer.method in user_dp.METHODS else dp_adam
+        trainer = user_dp if v.trainer.user_level else dp_adam
         ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress)
         r = evaluate(ck, n_references=cfg.evaluate.n_references, confidence=cfg.evaluate.confidence,
                      batch_size=cfg.evaluate.batch_size, command=command, progress=progress,

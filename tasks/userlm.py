@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit.errors import DpauditError
+from dpaudit.options import SELECTIONS
 from dpaudit.tasks import assets
 from dpaudit.tasks.batching import sequence_nll
 from dpaudit.tasks.files import read_rows
 from dpaudit.tasks.splits import holdout
 
-SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_chunk")
 USER_COLUMNS = ("user", "user_id", "sender", "author")
 
 

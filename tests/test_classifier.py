@@ -11,6 +11,9 @@ from dpaudit import canaries, config
 from dpaudit.attacks import classifier as clf_attack
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import models, sentiment
+from dpaudit.trainers import data as data_seam
+from dpaudit.trainers import loss as lossmod
+from dpaudit.trainers import optim
 
 CONFIG = """
 [task]
@@ -107,14 +110,13 @@ def test_label_log_probs_match_a_manual_softmax():
 
 
 def test_classifier_records_keep_the_label_and_the_engine_loss_reads_it():
-    from dpaudit.trainers import engine
 
     model, tok = _tiny_bert()
     rec = sentiment.encode_example({"sentence": "a fine film", "label": 1}, tok, "classifier", 48)
     assert rec["input_ids"][0] == tok.cls_token_id and rec["targets"][0] == 1 and set(rec["targets"][1:]) == {-100}
-    data = engine.collate([rec], tok.pad_token_id, 48)
+    data = data_seam.collate([rec], tok.pad_token_id, 48)
     ids, mask, tgt = data.tensors
-    loss = engine.per_sample_loss(engine._forward(model.eval(), ids, mask), tgt)
+    loss = lossmod.per_sample_loss(lossmod.forward(model.eval(), ids, mask), tgt)
     manual = -clf_attack.label_log_probs(model, tok, ["a fine film"], [1])[0]
     assert float(loss[0]) == pytest.approx(manual, abs=1e-5)
 
@@ -255,16 +257,16 @@ def test_head_lr_moves_the_head_at_its_own_rate(which):
     model, tok = _tiny_bert()
     model, _ = trainable.apply(model, which, lora_r=4, lora_alpha=8)
     cfg = engine.EngineConfig(lr=1e-4, head_lr=1e-2, progress=False)
-    params, opt = engine.adam(model, cfg)
+    params, opt = optim.adam(model, cfg.lr, cfg.weight_decay, cfg.head_lr)
     assert len(params) == sum(len(g["params"]) for g in opt.param_groups)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     records = [sentiment.encode_labelled(t, i % 2, tok, 32) for i, t in enumerate(["a fine film", "the worst", "great fun"])]
-    ids, mask, tgt = engine.collate(records, tok.pad_token_id, 32).tensors
-    engine.step_loss(model, ids, mask, tgt).mean().backward()
+    ids, mask, tgt = data_seam.collate(records, tok.pad_token_id, 32).tensors
+    lossmod.batch_loss(model, ids, mask, tgt).mean().backward()
     opt.step()
     moved = {n: float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters() if p.requires_grad}
-    head = [v for n, v in moved.items() if engine.is_head(n)]
-    body = [v for n, v in moved.items() if not engine.is_head(n) and v > 0]
+    head = [v for n, v in moved.items() if optim.is_head(n)]
+    body = [v for n, v in moved.items() if not optim.is_head(n) and v > 0]
     assert head and body
     # (a coordinate whose gradient is near Adam's eps moves less than its lr, none moves more)
     assert max(head) == pytest.approx(1e-2, rel=1e-3) and max(body) == pytest.approx(1e-4, rel=1e-3)
@@ -275,7 +277,7 @@ def test_head_lr_needs_a_classifier_head(tiny_model_factory):
 
     model, _ = tiny_model_factory()
     with pytest.raises(DpauditError, match="train.head_lr is set but the model has no trainable classifier head"):
-        engine.adam(model, engine.EngineConfig(head_lr=1e-2))
+        optim.adam(model, 1e-3, head_lr=1e-2)
     with pytest.raises(DpauditError, match="train.head_lr must be > 0"):
         engine.EngineConfig(head_lr=0.0)
 

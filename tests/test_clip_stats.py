@@ -8,7 +8,9 @@ from torch.utils.data import DataLoader
 
 from dpaudit.report import clipping_lines, training_lines
 from dpaudit.tasks import sentiment
-from dpaudit.trainers import engine
+from dpaudit.trainers import data as data_seam
+from dpaudit.trainers import engine, mechanism
+from dpaudit.trainers import loss as lossmod
 from dpaudit.trainers.clip_stats import ClipStats, module_norms
 
 SENTS = ["a fine film", "dull and long , with nothing to say about anything at all", "great fun",
@@ -21,7 +23,7 @@ def _loop_norms(model, data):
     for i in range(len(data)):
         ids, mask, tgt = (t[i:i + 1] for t in data.tensors)
         w = int(mask.sum())
-        loss = engine.per_sample_loss(engine._forward(model, ids[:, :w], mask[:, :w]), tgt[:, :w]).mean()
+        loss = lossmod.per_sample_loss(lossmod.forward(model, ids[:, :w], mask[:, :w]), tgt[:, :w]).mean()
         grads = torch.autograd.grad(loss, params)
         out.append(float(torch.sqrt(sum((g ** 2).sum() for g in grads))))
     return torch.tensor(out)
@@ -32,12 +34,12 @@ def test_recorded_norms_match_the_loop(tiny_model_factory, mode):
     model, tok = tiny_model_factory()
     ref, _ = tiny_model_factory()
     ref.load_state_dict(model.state_dict())
-    data = engine.collate([sentiment.encode_text(t, tok, 32) for t in SENTS], tok.pad_token_id, 32)
+    data = data_seam.collate([sentiment.encode_text(t, tok, 32) for t in SENTS], tok.pad_token_id, 32)
     expected = _loop_norms(ref, data)
     cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode=mode, progress=False)
     opt = torch.optim.SGD(list(model.parameters()), lr=0.0)
-    gsm, dp_opt, crit, _ = engine.make_private(model, opt, DataLoader(data, batch_size=len(data)), cfg, sigma=0.0)
-    engine.step_loss(gsm, *data.tensors, crit).backward()
+    gsm, dp_opt, crit, _ = mechanism.record_level(model, opt, DataLoader(data, batch_size=len(data)), sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
+    lossmod.batch_loss(gsm, *data.tensors, crit).backward()
     got = module_norms(gsm, [p for p in gsm.parameters() if p.requires_grad])
     assert got is not None and got.shape == expected.shape
     assert torch.allclose(got.float(), expected, rtol=1e-4), (got, expected)

@@ -5,7 +5,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from dpaudit.tasks import models, sentiment
-from dpaudit.trainers import engine, trainable
+from dpaudit.trainers import data as data_seam
+from dpaudit.trainers import engine, loop, mechanism, trainable, units
+from dpaudit.trainers import loss as lossmod
 
 SENTS = ["a fine film", "dull and long , with nothing to say about anything at all", "great fun",
          "My account number is 123456.", "the worst", "an astonishing, moving and generous piece of work"]
@@ -35,7 +37,7 @@ def _reference(model, data, C, B, choices=None):
         ids, mask, tgt = (t[i:i + 1] for t in data.tensors)
         w = int(mask.sum())
         model.zero_grad()
-        loss = engine.per_sample_loss(engine._forward(model, ids[:, :w], mask[:, :w]), tgt[:, :w], choices).mean()
+        loss = lossmod.per_sample_loss(lossmod.forward(model, ids[:, :w], mask[:, :w]), tgt[:, :w], choices).mean()
         grads = torch.autograd.grad(loss, params)
         norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
         factor = min(1.0, C / (float(norm) + 1e-6))
@@ -58,9 +60,9 @@ def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
         assert any(k in n for n in names for k in ("c_fc", "intermediate.dense"))
     C = 0.05  # small enough that every example is clipped
     records = _records(tok, kind)
-    choices = engine.run_choices(records)
+    choices = lossmod.run_choices(records)
     assert (choices is not None) == (kind == "label_words")
-    data = engine.collate(records, tok.pad_token_id, 32)
+    data = data_seam.collate(records, tok.pad_token_id, 32)
     ref_model, _ = factory()
     ref_model, _ = trainable.apply(ref_model, which, lora_r=4, lora_alpha=8, lora_targets=targets)
     ref_model.load_state_dict(model.state_dict())
@@ -70,10 +72,10 @@ def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
     cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=C, grad_sample_mode=mode, progress=False)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
     loader = DataLoader(data, batch_size=B)
-    gsm, dp_opt, crit, _ = engine.make_private(model, opt, loader, cfg, sigma=0.0)
+    gsm, dp_opt, crit, _ = mechanism.record_level(model, opt, loader, sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
     ids, mask, tgt = data.tensors
     dp_opt.zero_grad()
-    engine.step_loss(gsm, ids, mask, tgt, crit, choices).backward()
+    lossmod.batch_loss(gsm, ids, mask, tgt, crit, choices).backward()
     dp_opt.step()
     got = [p.grad for p in model.parameters() if p.requires_grad]
     assert len(got) == len(expected)
@@ -86,15 +88,15 @@ def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
 
 def _one_logical_step(tiny_model_factory, cap, sigma=0.0):
     model, tok = tiny_model_factory()
-    data = engine.collate(_records(tok), tok.pad_token_id, 32)
+    data = data_seam.collate(_records(tok), tok.pad_token_id, 32)
     cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, max_physical_batch_size=cap, progress=False)
     opt = torch.optim.SGD(list(model.parameters()), lr=0.0)
     loader = DataLoader(data, batch_size=len(data))  # q = 1: every record in the (Poisson) batch
-    gsm, dp_opt, crit, dp_loader = engine.make_private(model, opt, loader, cfg, sigma=sigma)
+    gsm, dp_opt, crit, dp_loader = mechanism.record_level(model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
     calls = []
     orig = dp_opt.add_noise
     dp_opt.add_noise = lambda: (calls.append(1), orig())[1]
-    engine._loop(gsm, dp_opt, dp_loader, 1, cfg, crit, private=True)
+    loop.run(gsm, dp_opt, data_seam.logical_batches(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1, progress=False)
     return [p.grad.clone() for p in model.parameters()], len(calls)
 
 
@@ -110,22 +112,21 @@ def test_loss_is_recorded_once_per_logical_step(tiny_model_factory, mode):
     """One loss per logical step, the mean over its records, whatever the physical split, private or not:
     otherwise a "final training loss" means different things for a DP and a non-private run."""
     model, tok = tiny_model_factory()
-    data = engine.collate(_records(tok), tok.pad_token_id, 32)
+    data = data_seam.collate(_records(tok), tok.pad_token_id, 32)
     ids, mask, tgt = data.tensors
     with torch.no_grad():
-        direct = float(engine.per_sample_loss(engine._forward(model, ids, mask), tgt).mean())
+        direct = float(lossmod.per_sample_loss(lossmod.forward(model, ids, mask), tgt).mean())
     got = []
     for cap in (None, 2):
         cfg = engine.EngineConfig(target_epsilon=1.0, max_physical_batch_size=cap, grad_sample_mode=mode,
                                   progress=False)
         m, _ = tiny_model_factory()
         opt = torch.optim.SGD(list(m.parameters()), lr=0.0)
-        gsm, dp_opt, crit, dp_loader = engine.make_private(m, opt, DataLoader(data, batch_size=len(data)), cfg,
-                                                           sigma=0.0)
-        got.append(engine._loop(gsm, dp_opt, dp_loader, 1, cfg, crit, private=True))
+        gsm, dp_opt, crit, dp_loader = mechanism.record_level(m, opt, DataLoader(data, batch_size=len(data)), sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
+        got.append(loop.run(gsm, dp_opt, data_seam.logical_batches(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1, progress=False))
         m, _ = tiny_model_factory()
         opt = torch.optim.SGD(list(m.parameters()), lr=0.0)
-        got.append(engine._loop(m, opt, DataLoader(data, batch_size=len(data)), 1, cfg, None, private=False))
+        got.append(loop.run(m, opt, data_seam.logical_batches(DataLoader(data, batch_size=len(data))), units.RecordStep(m, split_cap=cfg.max_physical_batch_size), 1, progress=False))
     for losses in got:
         assert len(losses) == 1 and losses[0] == pytest.approx(direct, rel=1e-5)
 
@@ -152,12 +153,12 @@ def test_ghost_on_tied_embeddings_after_untying(tiny_model_factory):
     assert tied.lm_head.weight is not tied.transformer.wte.weight
     assert torch.equal(tied.lm_head.weight, tied.transformer.wte.weight)
     assert not trainable.untie_embeddings(tied)  # already untied
-    data = engine.collate(_records(tok), tok.pad_token_id, 32)
+    data = data_seam.collate(_records(tok), tok.pad_token_id, 32)
     cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode="ghost", progress=False)
     opt = torch.optim.SGD(tied.parameters(), lr=0.0)
-    gsm, dp_opt, crit, _ = engine.make_private(tied, opt, DataLoader(data, batch_size=len(data)), cfg, sigma=0.0)
+    gsm, dp_opt, crit, _ = mechanism.record_level(tied, opt, DataLoader(data, batch_size=len(data)), sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
     ids, mask, tgt = data.tensors
-    engine.step_loss(gsm, ids, mask, tgt, crit).backward()
+    lossmod.batch_loss(gsm, ids, mask, tgt, crit).backward()
     dp_opt.step()
     assert all(torch.isfinite(p.grad).all() for p in tied.parameters())
 
@@ -178,14 +179,14 @@ def test_ghost_on_tied_embeddings_frozen_matches_the_loop(tiny_model_factory):
 
     model, ref = make(), make()
     assert not model.transformer.wte.weight.requires_grad and model.lm_head.weight is model.transformer.wte.weight
-    data = engine.collate(_records(tok), tok.pad_token_id, 32)
+    data = data_seam.collate(_records(tok), tok.pad_token_id, 32)
     expected, _ = _reference(ref, data, 0.05, len(data))
     cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode="ghost", progress=False)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=0.0)
-    gsm, dp_opt, crit, _ = engine.make_private(model, opt, DataLoader(data, batch_size=len(data)), cfg, sigma=0.0)
+    gsm, dp_opt, crit, _ = mechanism.record_level(model, opt, DataLoader(data, batch_size=len(data)), sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
     ids, mask, tgt = data.tensors
-    engine.step_loss(gsm, ids, mask, tgt, crit).backward()
+    lossmod.batch_loss(gsm, ids, mask, tgt, crit).backward()
     dp_opt.step()
     assert model.transformer.wte.weight.grad is None
     worst = max(float((p.grad - e).abs().max()) for p, e in zip(params, expected))
@@ -199,7 +200,7 @@ def test_empty_poisson_batches_still_add_noise(tiny_model_factory):
     model, tok = tiny_model_factory()
     recs = [sentiment.encode_text(x, tok, 32) for x in ["a b", "c d", "e f", "g h"]]
     calls = []
-    orig = engine.make_private
+    orig = mechanism.record_level
 
     def spy(*a, **k):
         out = orig(*a, **k)
@@ -207,11 +208,11 @@ def test_empty_poisson_batches_still_add_noise(tiny_model_factory):
         out[1].add_noise = lambda: (calls.append(1), add())[1]
         return out
 
-    engine.make_private = spy
+    mechanism.record_level = spy
     try:
         _, res = engine.train(model, recs, engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=5, batch_size=1,
                                                                progress=False), tok.pad_token_id, 32)
     finally:
-        engine.make_private = orig
+        mechanism.record_level = orig
     assert any(math.isnan(x) for x in res.losses)  # some batches were empty
     assert len(calls) == res.steps  # and every step, empty or not, added noise

@@ -7,6 +7,8 @@ import pytest
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import sentiment
 from dpaudit.tasks.batching import CHOICE_BASE
+from dpaudit.trainers import data as data_seam
+from dpaudit.trainers import loss as lossmod
 
 
 def test_rotten_tomatoes_split_is_fixed():
@@ -66,30 +68,29 @@ def test_label_word_loss_is_a_softmax_over_the_label_words(tiny_model_factory):
     same batch keep their full-vocabulary LM loss."""
     import torch
 
-    from dpaudit.trainers import engine
 
     model, tok = tiny_model_factory()
     exs = [{"sentence": "a lovely film", "label": 1}, {"sentence": "dull , long and empty", "label": 0}]
     recs = [sentiment.encode_example(e, tok, "label_words", 32) for e in exs]
     recs.append(sentiment.encode_text("My account number is 123456.", tok, 32))
-    choices = engine.run_choices(recs)
+    choices = lossmod.run_choices(recs)
     assert choices.tolist() == sentiment.label_token_ids(tok)
-    ids, mask, tgt = engine.collate(recs, tok.pad_token_id, 32).tensors
+    ids, mask, tgt = data_seam.collate(recs, tok.pad_token_id, 32).tensors
     with torch.no_grad():
-        logits = engine._forward(model.eval(), ids, mask)
-        got = engine.per_sample_loss(logits, tgt, choices)
+        logits = lossmod.forward(model.eval(), ids, mask)
+        got = lossmod.per_sample_loss(logits, tgt, choices)
         for i, e in enumerate(exs):
             last = len(recs[i]["input_ids"]) - 2  # the logits that predict the label word
             pair = logits[i, last, choices]
             assert abs(float(got[i]) - float(-torch.log_softmax(pair, -1)[e["label"]])) < 1e-5
-        lm = engine.per_sample_loss(logits[2:], engine.collate(recs[2:], tok.pad_token_id, 32).tensors[2])
+        lm = lossmod.per_sample_loss(logits[2:], data_seam.collate(recs[2:], tok.pad_token_id, 32).tensors[2])
         assert abs(float(got[2]) - float(lm[0])) < 1e-6
         full_vocab = -torch.log_softmax(logits[0, len(recs[0]["input_ids"]) - 2], -1)[choices[1]]
         assert float(got[0]) < float(full_vocab) - 1.0  # the restricted loss is not the vocabulary's
     with pytest.raises(DpauditError, match="choices"):
-        engine.run_choices([{**recs[0], "choices": None}])
+        lossmod.run_choices([{**recs[0], "choices": None}])
     with pytest.raises(DpauditError, match="different choice lists"):
-        engine.run_choices([recs[0], {**recs[1], "choices": recs[1]["choices"][::-1]}])
+        lossmod.run_choices([recs[0], {**recs[1], "choices": recs[1]["choices"][::-1]}])
 
 
 def test_public_pretraining_is_cached_and_helps(monkeypatch, tmp_path):
@@ -97,7 +98,6 @@ def test_public_pretraining_is_cached_and_helps(monkeypatch, tmp_path):
     import torch
 
     from dpaudit.tasks import assets, models
-    from dpaudit.trainers import engine
 
     monkeypatch.setenv("DPAUDIT_CACHE", str(tmp_path))
     spec = dict(name="tiny-gpt2", vocab_size=512, n_embd=32, n_layer=1, n_head=2, max_len=32)
@@ -108,11 +108,11 @@ def test_public_pretraining_is_cached_and_helps(monkeypatch, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(pre.state_dict().values(), again.state_dict().values()))
     text = assets.bbc_texts()[-1][:400]
     rec = sentiment.encode_text(text, tok, 32)
-    data = engine.collate([rec], tok.pad_token_id, 32)
+    data = data_seam.collate([rec], tok.pad_token_id, 32)
     ids, mask, tgt = data.tensors
     with torch.no_grad():
-        l_fresh = float(engine.per_sample_loss(engine._forward(fresh, ids, mask), tgt))
-        l_pre = float(engine.per_sample_loss(engine._forward(pre, ids, mask), tgt))
+        l_fresh = float(lossmod.per_sample_loss(lossmod.forward(fresh, ids, mask), tgt))
+        l_pre = float(lossmod.per_sample_loss(lossmod.forward(pre, ids, mask), tgt))
     assert l_pre < l_fresh - 0.3
     with pytest.raises(DpauditError, match="pretrain_steps"):
         models.ModelSpec(name="smollm2-135m", pretrain_steps=5)

@@ -9,7 +9,9 @@ import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import sentiment, userlm
-from dpaudit.trainers import engine
+from dpaudit.trainers import data as data_seam
+from dpaudit.trainers import engine, mechanism, units
+from dpaudit.trainers import loss as lossmod
 
 TEXTS = ["hello there", "how are you doing today", "fine thanks", "what a lovely day it is outside",
          "see you later", "My account number is 123456.", "ok", "the weather is bad"]
@@ -23,7 +25,7 @@ def _setup(tiny_model_factory, sizes=(1, 5, 2)):
     for j, n in enumerate(sizes):
         by_user[f"u{j}"] = [sentiment.encode_text(TEXTS[(k + i) % len(TEXTS)], tok, 32) for i in range(n)]
         k += n
-    data = {u: engine.collate(r, tok.pad_token_id, 32).tensors for u, r in by_user.items()}
+    data = data_seam.UserBatches(by_user, tok.pad_token_id, 32, q=1.0, seed=0)
     ref, _ = tiny_model_factory()
     gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum")
     return gsm, model, ref, data, list(by_user)
@@ -32,14 +34,14 @@ def _setup(tiny_model_factory, sizes=(1, 5, 2)):
 def test_user_gradients_match_loop_reference(tiny_model_factory):
     gsm, model, ref, data, users = _setup(tiny_model_factory)
     params = [p for p in model.parameters() if p.requires_grad]
-    G, _ = engine.user_gradients(gsm, params, data, users, chunk=3)  # chunks cross user boundaries
+    G, _ = units.user_gradients(gsm, params, data, users, chunk=3)  # chunks cross user boundaries
     ref_params = list(ref.parameters())
     for j, u in enumerate(users):
-        ids, mask, tgt = data[u]
+        ids, mask, tgt = data.data[u]
         mean = [torch.zeros_like(p) for p in ref_params]
         for r in range(ids.size(0)):
             w = int(mask[r].sum())
-            loss = engine.per_sample_loss(engine._forward(ref, ids[r:r + 1, :w], mask[r:r + 1, :w]), tgt[r:r + 1, :w]).sum()
+            loss = lossmod.per_sample_loss(lossmod.forward(ref, ids[r:r + 1, :w], mask[r:r + 1, :w]), tgt[r:r + 1, :w]).sum()
             for m, g in zip(mean, torch.autograd.grad(loss, ref_params)):
                 m += g / ids.size(0)
         assert max(float((G[i][j] - mean[i]).abs().max()) for i in range(len(params))) < 1e-5
@@ -50,12 +52,12 @@ def test_each_user_moves_the_update_by_at_most_C(tiny_model_factory):
     params = [p for p in model.parameters() if p.requires_grad]
     C = 0.01
     for u in users:
-        G, _ = engine.user_gradients(gsm, params, data, [u])
-        summed = engine.clip_users(G, C)
+        G, _ = units.user_gradients(gsm, params, data, [u])
+        summed = mechanism.clip_units(G, C)
         norm = float(torch.sqrt(sum(g.pow(2).sum() for g in summed)))
         assert norm <= C * (1 + 1e-5)
-    G, _ = engine.user_gradients(gsm, params, data, users)
-    both = float(torch.sqrt(sum(g.pow(2).sum() for g in engine.clip_users(G, C))))
+    G, _ = units.user_gradients(gsm, params, data, users)
+    both = float(torch.sqrt(sum(g.pow(2).sum() for g in mechanism.clip_units(G, C))))
     assert both <= 2 * C * (1 + 1e-5)
 
 
@@ -197,11 +199,11 @@ def test_nonprivate_user_training_leaks_canary_users(user_run):
 def test_nonprivate_user_loop_gives_the_mean_of_user_gradients(tiny_model_factory):
     gsm, model, ref, data, users = _setup(tiny_model_factory)
     params = [p for p in model.parameters() if p.requires_grad]
-    G, _ = engine.user_gradients(gsm, params, data, users, chunk=3)
+    G, _ = units.user_gradients(gsm, params, data, users, chunk=3)
     expected = [g.mean(0) for g in G]
     for p in ref.parameters():
         p.grad = None
-    engine._users_mean_loss_backward(ref, data, users, chunk=4)
+    units.users_mean_loss_backward(ref, data, users, chunk=4)
     assert max(float((p.grad - e).abs().max()) for p, e in zip(ref.parameters(), expected)) < 1e-5
 
 

@@ -11,7 +11,7 @@ from dpaudit.canaries import CanaryPlan, generate
 from dpaudit.card import Claim, PrivacyCard
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import sentiment
-from dpaudit.trainers import engine
+from dpaudit.trainers import engine, mechanism
 
 
 def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_path, name):
@@ -20,12 +20,12 @@ def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_pa
     recs = [sentiment.encode_example(e, tok, "lm", 32) for e in data.train]
     cfg = engine.EngineConfig(target_epsilon=target_epsilon, delta=1e-5, epochs=4, batch_size=12, lr=1e-3,
                               clipping_norm=1.0, gradient_canaries=1000, progress=False)
-    orig = engine.make_private
-    engine.make_private = lambda m, o, ld, c, s: orig(m, o, ld, c, s * sigma_scale)  # noqa: E731
+    orig = mechanism.record_level
+    mechanism.record_level = lambda *a, sigma, **k: orig(*a, sigma=sigma * sigma_scale, **k)  # noqa: E731
     try:
         model, res = engine.train(model, recs, cfg, tok.pad_token_id, 32)
     finally:
-        engine.make_private = orig
+        mechanism.record_level = orig
     man = generate(CanaryPlan(m=20, repetitions=1))
     card = PrivacyCard(claim=Claim(epsilon=res.epsilon if res.private else None, delta=1e-5 if res.private else 0.0),
                        events=res.events, clipping_norm=1.0, expected_batch_size=12, dataset_size=len(recs))

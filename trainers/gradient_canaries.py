@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from dpaudit.errors import DpauditError
+from dpaudit.options import GRADIENT_CANARY_KINDS as KINDS
 
-KINDS = ("dirac", "sparse")
 SPARSE_WIDTH = 16
 
 
@@ -89,13 +89,15 @@ class GradientCanaries:
         for k, (cids, w, v) in self._index.items():
             on = torch.from_numpy(self._mask[cids])
             if on.any():
-                target(k).view(-1).index_add_(0, w[on], v[on] * self.clipping_norm * scale)
+                t = target(k).view(-1)
+                t.index_add_(0, w[on].to(t.device), (v[on] * self.clipping_norm * scale).to(t.device, t.dtype))
 
     def score(self, grad, expected_batch_size: float) -> None:
         """Accumulate <update, u_i> * B / C from ``grad(k)``, the noisy update applied to parameter k."""
         with torch.no_grad():
             for k, (cids, w, v) in self._index.items():
-                g = (grad(k).reshape(-1)[w] * v).double().numpy()
+                g = grad(k).reshape(-1)
+                g = (g[w.to(g.device)] * v.to(g.device)).double().cpu().numpy()
                 np.add.at(self.scores, cids, g * expected_batch_size / self.clipping_norm)
 
     def attach(self, optimizer, params: list[torch.nn.Parameter], expected_batch_size: float, seed: int,
@@ -120,6 +122,9 @@ class GradientCanaries:
                 return out
         else:
             def step(*args, **kwargs):
+                for k in self._index:  # a step with no unit sampled (user level) has no gradient to add to
+                    if params[k].grad is None:
+                        params[k].grad = torch.zeros_like(params[k])
                 self.inject(lambda k: params[k].grad, 1.0 / expected_batch_size)
                 self.score(lambda k: params[k].grad, expected_batch_size)
                 return orig_step(*args, **kwargs)

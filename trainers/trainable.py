@@ -16,10 +16,6 @@ LORA_TARGETS = {
     "bert": {"attention": ["query", "value"], "all-linear": ["query", "key", "value", "dense"]},
 }
 FAN_IN_FAN_OUT = {"gpt2": True, "llama": False, "bert": False}  # GPT-2's Conv1D stores weights transposed
-LORA_TARGET_CHOICES = ("attention", "all-linear")
-
-
-TRAINABLE = ("full", "lora", "head")
 
 
 def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16, lora_targets: str = "attention"):

@@ -15,15 +15,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dpaudit import checkpoint
+import numpy as np
+
 from dpaudit.accounting import group
 from dpaudit.canaries import Manifest
 from dpaudit.card import Claim, PrivacyCard
-from dpaudit.tasks import models, userlm
+from dpaudit.tasks import userlm
 from dpaudit.tasks.sentiment import encode_text
-from dpaudit.trainers import engine, trainable
-
-METHODS = ("user_dp_sgd", "group_privacy")
+from dpaudit.trainers import engine
+from dpaudit.trainers import fit as common
 
 
 def capped_users(data: userlm.UserData, manifest: Manifest, k: int, selection: str, seed: int, model=None, tok=None,
@@ -34,14 +34,12 @@ def capped_users(data: userlm.UserData, manifest: Manifest, k: int, selection: s
 
 
 def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, progress: bool = True) -> Path:
-    tc = variant.trainer
-    eng = dataclasses.replace(tc.engine, progress=progress)
-    model, tok = models.build(cfg.model)
+    tc, eng = variant.trainer, common.engine_config(variant, progress)
+    model, tok = common.base_model(cfg)
     base_for_selection = model if tc.selection in ("high_ppl", "low_ppl") else None
     capped = capped_users(data, manifest, tc.user_cap, tc.selection, eng.seed, base_for_selection, tok,
                           cfg.model.max_len)
-    trainable.prepare_tied(model, tc.tied_embeddings, tc.engine.grad_sample_mode, tc.trainable)
-    model, base = trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha, tc.lora_targets)
+    model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = {u: [encode_text(t, tok, cfg.model.max_len) for t in texts] for u, texts in capped.items()}
     n_records = sum(len(v) for v in records.values())
     extra: dict = {"user_cap": tc.user_cap, "selection": tc.selection, "n_users": len(records)}
@@ -53,8 +51,6 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, prog
         user_delta = eng.delta if eng.delta is not None else 1.0 / (2 * len(records))
         rec_eps, rec_delta = group.record_level_target(eng.target_epsilon, user_delta, tc.user_cap)
         flat = [r for u in sorted(records) for r in records[u]]
-        import numpy as np
-
         flat = [flat[i] for i in np.random.default_rng(eng.seed).permutation(len(flat))]
         model, res = engine.train(model, flat, dataclasses.replace(eng, target_epsilon=rec_eps, delta=rec_delta),
                                   tok.pad_token_id, cfg.model.max_len)
@@ -70,16 +66,8 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, prog
                        expected_batch_size=min(eng.batch_size, res.dataset_size), dataset_size=res.dataset_size,
                        group_size=grp, method=tc.method if eng.private else "non_private", trainable=tc.trainable,
                        extra={**extra, "sampled": q_desc, "n_records": n_records})
-    run = {
-        "variant": variant.name, "config": cfg.to_dict(), "task": dataclasses.asdict(cfg.task), "model": cfg.model.to_dict(),
-        "trainer": {"method": tc.method, "trainable": tc.trainable, "user_cap": tc.user_cap, "selection": tc.selection,
-                    **{k: v for k, v in dataclasses.asdict(eng).items() if k != "progress"}},
-        "seeds": {"task_split": cfg.task.seed, "canaries": cfg.canaries.seed, "train": eng.seed,
-                  "model_init": cfg.model.init_seed},
-        "data": {"source": data.source, "fingerprint": data.fingerprint(), "n_users": len(records),
-                 "n_records_after_cap": n_records},
-        "train_result": res.summary(), "versions": checkpoint.versions(), "machine": checkpoint.machine(),
-    }
-    extra_files = {"gradient_canaries.json": res.gradient_canaries} if res.gradient_canaries else {}
-    return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None,
-                            extra_files=extra_files)
+    run = common.run_record(cfg, variant, eng, res, data,
+                            {"method": tc.method, "trainable": tc.trainable, "user_cap": tc.user_cap,
+                             "selection": tc.selection},
+                            {"n_users": len(records), "n_records_after_cap": n_records})
+    return common.write(out, model, tok, card, manifest, run, res, tc, base)

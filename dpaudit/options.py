@@ -1,0 +1,44 @@
+"""Every list of allowed values, defined once and imported wherever it is checked, offered or documented.
+
+Pure Python (no torch): ``dpaudit check`` and config parsing import it without loading models. Where a
+registry holds the implementations (attacks, accountants, tasks), the registry is checked against the
+names here at import, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+# ---- runs -------------------------------------------------------------------------------------------
+TASKS = ("sentiment", "table2text", "userlm")
+OBJECTIVES = ("lm", "label_words", "classifier")
+RECORD_METHODS = ("dp_adam",)
+USER_METHODS = ("user_dp_sgd", "group_privacy")  # need task.name = "userlm"
+METHODS = RECORD_METHODS + USER_METHODS
+TRAINABLES = ("full", "lora", "head")  # head: a classifier's head only (linear probe)
+TIED_EMBEDDINGS = ("untie", "freeze")
+LORA_TARGETS = ("attention", "all-linear")
+GRAD_SAMPLE_MODES = ("hooks", "ghost")
+GRADIENT_CANARY_KINDS = ("dirac", "sparse")
+SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_chunk")  # user-level record choice
+
+# ---- privacy cards ----------------------------------------------------------------------------------
+UNITS = ("record", "user")
+NEIGHBOURING = ("add_remove", "replace_one")
+SAMPLERS = ("poisson", "shuffle", "with_replacement")
+ACCOUNTANTS = ("rdp", "prv", "pld", "dpa_rdp")
+
+# ---- audits and reports -----------------------------------------------------------------------------
+ATTACKS = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")  # all of them run by default
+RULES = ("bonferroni", "held_out")
+# verdicts, from best to worst (dpaudit compare flags a move to a worse one); equal rank = neither is worse
+VERDICT_RANK = {"consistent": 0, "no-claim": 1, "inconclusive": 1, "accounting-mismatch": 2, "violated": 3}
+VERDICTS = tuple(VERDICT_RANK)
+TASK_METRICS = ("accuracy", "bleu", "nist", "meteor", "rougeL", "cider")
+
+# Relative slack between accountants' numerical estimates: a re-accounted epsilon above the claim by
+# more than this fraction is a mismatch (the evaluator's verdict and the CI gate use the same rule).
+ACCOUNTING_TOLERANCE = 0.02
+
+
+def exceeds(reaccounted: float, claimed: float, tolerance: float = ACCOUNTING_TOLERANCE) -> bool:
+    """The one tolerance rule: ``reaccounted`` is larger than ``claimed`` beyond the relative slack."""
+    return reaccounted > claimed * (1 + tolerance)

@@ -1,0 +1,51 @@
+"""What every method module does around the engine, written once: build the base model and choose its
+trainable parameters, and write the checkpoint directory (model, privacy card, canary manifest and the
+``run.json`` record of how it was made)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from dpaudit import checkpoint
+from dpaudit.tasks import models
+from dpaudit.trainers import trainable
+
+
+def engine_config(variant, progress: bool):
+    return dataclasses.replace(variant.trainer.engine, progress=progress)
+
+
+def base_model(cfg):
+    """(model, tokenizer) the variant starts from, before its trainable parameters are chosen."""
+    return models.build(cfg.model)
+
+
+def choose_trainable(model, tc, grad_sample_mode: str):
+    """Tied embeddings handled, then the trainable axis applied: (model to train, frozen base or None)."""
+    trainable.prepare_tied(model, tc.tied_embeddings, grad_sample_mode, tc.trainable)
+    return trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha, tc.lora_targets)
+
+
+def run_record(cfg, variant, eng, res, data, trainer: dict, data_counts: dict) -> dict:
+    """The ``run.json`` of a checkpoint: the resolved config, trainer settings, seeds, data and what happened."""
+    return {
+        "variant": variant.name,
+        "config": cfg.to_dict(),
+        "task": dataclasses.asdict(cfg.task),
+        "model": cfg.model.to_dict(),
+        "trainer": {**trainer, **{k: v for k, v in dataclasses.asdict(eng).items() if k != "progress"}},
+        "seeds": {"task_split": cfg.task.seed, "canaries": cfg.canaries.seed, "train": eng.seed,
+                  "model_init": cfg.model.init_seed},
+        "data": {"source": data.source, "fingerprint": data.fingerprint(), **data_counts},
+        "train_result": res.summary(),
+        "versions": checkpoint.versions(),
+        "machine": checkpoint.machine(),
+    }
+
+
+def write(out: Path, model, tok, card, manifest, run: dict, res, tc, base) -> Path:
+    """The checkpoint directory; a LoRA adapter keeps its base, white-box canaries their record."""
+    extra = {"gradient_canaries.json": res.gradient_canaries} if res.gradient_canaries else {}
+    return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None,
+                            extra_files=extra)

@@ -1,0 +1,48 @@
+"""The one training loop of every engine method: for each logical batch, zero the gradients, let the unit
+step produce them, observe how hard clipping bites, step the (DP) optimizer, record the loss.
+
+What differs between methods is passed in: the batches (data seam), the unit step (privacy unit), the
+optimizer (mechanism + noise). Physical parts of a DP logical batch (Opacus' BatchMemoryManager) make the
+optimizer skip its step; the loop then waits for the last part before counting the logical step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from tqdm.auto import tqdm
+
+from dpaudit.trainers.clip_stats import ClipStats, module_norms
+
+
+def run(model, optimizer, batches: Iterable, unit_step: Callable[[object], tuple[float, int]], steps: int, *,
+        stats: ClipStats | None = None, progress: bool = True, desc: str = "train") -> list[float]:
+    """Run ``steps`` logical steps; returns one loss per logical step (the mean over its units; NaN when the
+    sampled batch was empty). ``stats`` records the per-unit gradient norms before clipping."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    losses: list[float] = []
+    part_sum, part_n = 0.0, 0  # a DP logical batch's physical parts, until the optimizer takes the noisy step
+    bar = tqdm(total=steps, desc=desc, disable=not progress, leave=False)
+    done = 0
+    for batch in batches:
+        if done >= steps:
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum, n = unit_step(batch)
+        if stats is not None and n:
+            stats.observe(module_norms(model, trainable))
+        optimizer.step()
+        part_sum, part_n = part_sum + loss_sum, part_n + n
+        if getattr(optimizer, "_is_last_step_skipped", False):
+            continue  # a physical part of a logical batch: no noise, no step yet
+        losses.append(part_sum / part_n if part_n else math.nan)
+        part_sum, part_n = 0.0, 0
+        if stats is not None:
+            stats.end_step()
+        done += 1
+        bar.update(1)
+        if done % 10 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar.close()
+    return losses

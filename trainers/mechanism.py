@@ -1,0 +1,86 @@
+"""The privacy mechanism of the engine, one per privacy unit, both Opacus ``DPOptimizer``s.
+
+* **record**: Opacus' ``PrivacyEngine.make_private`` — per-sample gradients (hooks or ghost clipping),
+  Poisson sampling at q = B / N, clipping at C, noise sigma * C once per logical batch, the noisy sum
+  divided by the expected batch size B (Li et al., Alg. 1).
+* **user**: :class:`UserDPOptimizer` — Opacus computes per-record gradients, the unit step sums them into
+  one gradient per sampled user (``p.grad_sample`` then holds one row per *user*), this optimizer clips
+  each user's whole gradient to C, and Opacus' own noise, scaling and step run unchanged (Chua et al.,
+  Alg. 2). Secure RNG, device placement and the noise path are therefore the same for both units.
+
+The noise is a third axis (:mod:`.noise`): it is installed on either optimizer without touching the loop.
+"""
+
+from __future__ import annotations
+
+import torch
+from opacus.optimizers import DPOptimizer
+from torch import nn
+
+from dpaudit.trainers import noise as noise_axis
+
+
+def noise_generator(seed: int, device: torch.device) -> torch.Generator:
+    """The seeded noise stream (seed + 1, independent of the data sampler), on the parameters' device."""
+    return torch.Generator(device=device).manual_seed(seed + 1)
+
+
+def record_level(model: nn.Module, optimizer, loader, *, sigma: float, clipping_norm: float, grad_sample_mode: str,
+                 seed: int, noise=None):
+    """Opacus wrapping for record-level DP. Returns (module, DP optimizer, ghost criterion or None, Poisson
+    loader)."""
+    from opacus import PrivacyEngine
+
+    engine = PrivacyEngine(accountant="prv", secure_mode=False)  # our accounting is separate (dpaudit.accounting)
+    device = next(p for p in model.parameters()).device
+    crit = nn.CrossEntropyLoss(ignore_index=-100, reduction="mean")
+    out = engine.make_private(module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
+                              max_grad_norm=clipping_norm, poisson_sampling=True, loss_reduction="mean",
+                              grad_sample_mode=grad_sample_mode, criterion=crit,
+                              noise_generator=noise_generator(seed, device))
+    module, dp_opt, crit, dp_loader = out if grad_sample_mode == "ghost" else (*out[:2], None, out[2])
+    noise_axis.install(dp_opt, noise)
+    return module, dp_opt, crit, dp_loader
+
+
+class UserDPOptimizer(DPOptimizer):
+    """A DPOptimizer whose units are users: ``p.grad_sample`` holds one aggregated gradient per sampled user
+    (shape (users, *p.shape)); each user's gradient over all parameters together is clipped to C and the
+    clipped gradients are summed. Noise (sigma * C), the division by the expected number of users B and
+    the step are Opacus'."""
+
+    def clip_and_accumulate(self):
+        grads = [p.grad_sample for p in self.params]
+        for p, g in zip(self.params, clip_units(grads, self.max_grad_norm)):
+            p.summed_grad = g if p.summed_grad is None else p.summed_grad + g
+
+
+def clip_units(unit_grads: list[torch.Tensor], C: float) -> list[torch.Tensor]:
+    """Clip each unit's whole gradient (row i of every tensor together) to norm C and sum over units; the
+    clip factor is Opacus' min(1, C / (norm + 1e-6))."""
+    from dpaudit.trainers.clip_stats import unit_norms
+
+    norms = unit_norms(unit_grads)
+    factor = (C / (norms + 1e-6)).clamp(max=1.0)
+    return [(G * factor.view(-1, *([1] * (G.dim() - 1)))).sum(0) for G in unit_grads]
+
+
+def user_level(model: nn.Module, optimizer, *, sigma: float, clipping_norm: float, expected_users: int, seed: int,
+               noise=None):
+    """(per-record gradient module, user-level DP optimizer) around ``model`` and ``optimizer``."""
+    from opacus import GradSampleModule
+
+    device = next(p for p in model.parameters()).device
+    gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum")
+    dp_opt = UserDPOptimizer(optimizer, noise_multiplier=sigma, max_grad_norm=clipping_norm,
+                             expected_batch_size=expected_users, loss_reduction="mean",
+                             generator=noise_generator(seed, device))
+    noise_axis.install(dp_opt, noise)
+    return gsm, dp_opt
+
+
+def release(module: nn.Module) -> nn.Module:
+    """The plain model inside an Opacus wrapper, hooks removed (for save_pretrained)."""
+    if hasattr(module, "remove_hooks"):
+        module.remove_hooks()
+    return getattr(module, "_module", module)

@@ -1,0 +1,104 @@
+"""The privacy-unit axis of the engine: how one logical batch becomes per-unit gradients.
+
+* :class:`RecordStep` — a batch of records; Opacus' hooks or ghost clipping give one gradient per record.
+  An empty Poisson batch still reaches the optimizer (zero per-sample gradients), so its noisy step
+  happens. Non-private batches above the physical cap are split and accumulated here (private ones are
+  split by Opacus' BatchMemoryManager, :mod:`.data`).
+* :class:`UserStep` — a list of sampled users; a user's gradient is the mean of its records' gradients.
+  Private: Opacus' per-record gradients (loss_reduction="sum", each record weighted 1 / its owner's
+  records) are summed by owner into ``p.grad_sample``, one row per user, for :class:`.mechanism.
+  UserDPOptimizer` to clip. Non-private: plain autograd of the mean over users of their mean loss.
+
+A step returns (summed loss, units) so the loop can report one mean loss per logical step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dpaudit.trainers.data import UserBatches, parts
+from dpaudit.trainers.loss import batch_loss, forward, per_sample_loss, trim
+
+
+def device_of(model) -> torch.device:
+    return next(p for p in model.parameters()).device
+
+
+class RecordStep:
+    def __init__(self, model, criterion=None, choices: torch.Tensor | None = None, split_cap: int | None = None):
+        self.model, self.criterion, self.choices, self.split_cap = model, criterion, choices, split_cap
+        self.device = device_of(model)
+
+    def __call__(self, batch) -> tuple[float, int]:
+        n = batch[0].size(0)
+        if n == 0:  # Poisson may draw an empty batch: the noisy step still happens
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+            return 0.0, 0
+        pieces = parts(batch, self.split_cap)
+        if len(pieces) == 1:
+            loss = batch_loss(self.model, *(t.to(self.device) for t in batch), self.criterion, self.choices)
+            loss.backward()
+            return float(loss.detach()) * n, n
+        total = 0.0  # non-private gradient accumulation: the mean over the logical batch, one optimizer step
+        for part in pieces:
+            part = [t.to(self.device) for t in part]
+            loss = batch_loss(self.model, *part, self.criterion, self.choices) * part[0].size(0) / n
+            loss.backward()
+            total += float(loss.detach())
+        return total * n, n
+
+
+class UserStep:
+    def __init__(self, model, users: UserBatches, params: list, private: bool, chunk: int = 64):
+        self.model, self.users, self.params, self.private, self.chunk = model, users, params, private, chunk
+        self.device = device_of(model)
+
+    def __call__(self, sampled: list[str]) -> tuple[float, int]:
+        if self.private:
+            grads, loss = user_gradients(self.model, self.params, self.users, sampled, self.chunk)
+            for p, G in zip(self.params, grads):
+                p.grad_sample = G
+            return loss, 1 if sampled else 0
+        if not sampled:
+            return 0.0, 0
+        return users_mean_loss_backward(self.model, self.users, sampled, self.chunk), 1
+
+
+def _chunks(users: UserBatches, sampled: list[str], chunk: int, mean_over_users: bool, device):
+    ids, mask, tgt, owner, weight = users.gather(sampled, mean_over_users)
+    for s in range(0, ids.size(0), chunk):
+        sl = slice(s, s + chunk)
+        part = [t.to(device) for t in trim(ids[sl], mask[sl], tgt[sl])]
+        yield part, owner[sl].to(device), weight[sl].to(device)
+
+
+def user_gradients(gsm, params: list, users: UserBatches, sampled: list[str], chunk: int = 64):
+    """Per-user gradients (mean over each user's records), shape (n_users, *p.shape) per parameter, from
+    Opacus per-record gradients summed by owner; and the mean of the users' mean losses."""
+    user_grads = [torch.zeros((len(sampled), *p.shape), device=p.device) for p in params]
+    if not sampled:
+        return user_grads, 0.0
+    total = 0.0
+    for (ids, mask, tgt), owner, weight in _chunks(users, sampled, chunk, False, device_of(gsm)):
+        loss = (per_sample_loss(forward(gsm, ids, mask), tgt) * weight).sum()
+        loss.backward()  # record r's grad_sample = w_r * its gradient (loss_reduction="sum")
+        total += float(loss.detach())
+        for G, p in zip(user_grads, params):
+            G.index_add_(0, owner, p.grad_sample)
+            p.grad_sample = None
+        for p in params:
+            p.grad = None
+    return user_grads, total / len(sampled)
+
+
+def users_mean_loss_backward(model, users: UserBatches, sampled: list[str], chunk: int = 64) -> float:
+    """Non-private: backward of the mean over sampled users of each user's mean record loss (the same
+    gradient as averaging the unclipped user gradients), with plain autograd; returns that loss."""
+    total = 0.0
+    for (ids, mask, tgt), _, weight in _chunks(users, sampled, chunk, True, device_of(model)):
+        loss = (per_sample_loss(forward(model, ids, mask), tgt) * weight).sum()
+        loss.backward()
+        total += float(loss.detach())
+    return total
