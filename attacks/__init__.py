@@ -6,6 +6,8 @@ attack is one module with ``from_features`` and one line in ``BLACK_BOX``. Expos
 """
 
 from dpaudit.attacks import loss, min_k, min_k_plus, reference, zlib
+from dpaudit.options import ATTACKS
 
 BLACK_BOX = {m.NAME: m for m in (loss, zlib, min_k, min_k_plus, reference)}
 ALL = (*BLACK_BOX, "exposure")
+assert ALL == ATTACKS, "dpaudit.options.ATTACKS and the attack modules disagree"

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dpaudit.tokens import bos_id, model_device, pad_batch
+
 
 @dataclass
 class TokenFeatures:
@@ -18,28 +20,12 @@ class TokenFeatures:
     sigma: torch.Tensor | None = None  # (n_scored,) sd_z[log p(z)]
 
 
-def _bos(tokenizer) -> int:
-    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-
-
-def pad_batch(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask, position_ids) for right-padded sequences (attacks stay independent of
-    tasks/, which has the same helper for its metrics)."""
-    L = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), L), dtype=torch.long)
-    for j, s in enumerate(seqs):
-        ids[j, : len(s)] = torch.tensor(s)
-        mask[j, : len(s)] = 1
-    return ids, mask, torch.arange(L).unsqueeze(0).repeat(len(seqs), 1)
-
-
 def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_len: int | None):
     """Token ids (BOS + text + EOS) and which positions are scored, per text."""
     enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
     seqs, masks = [], []
     for j, (ids, offs) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
-        full = [_bos(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
+        full = [bos_id(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
         if score_from_char is None:
             scored = [False] + [True] * (len(ids) + 1)
         else:
@@ -58,13 +44,14 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
     """Features of each text's scored tokens (all tokens after BOS, EOS included, unless
     ``score_from_char[i] = c`` restricts them to tokens whose span ends after character c)."""
     model.eval()
+    device = model_device(model)
     all_seqs, all_masks = encode(tokenizer, texts, score_from_char, max_len)  # one batched tokenizer call
     order = sorted(range(len(texts)), key=lambda i: len(all_seqs[i]))  # equal lengths batch together: less padding
     results: dict[int, TokenFeatures] = {}
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         seqs, masks = [all_seqs[i] for i in idx], [all_masks[i] for i in idx]
-        ids, att, pos = pad_batch(seqs, tokenizer.pad_token_id)
+        ids, att, pos = pad_batch(seqs, tokenizer.pad_token_id, device)
         logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, :-1].float()
         lse = torch.logsumexp(logits, dim=-1)  # no full log-softmax tensor: log p = logit - lse
         tgt = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse
@@ -74,7 +61,7 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
             mu = m1 - lse
             sd = ((p * logits.square()).sum(-1) - m1.square()).clamp_min(1e-12).sqrt()
         for j, m in enumerate(masks):
-            sel = torch.tensor(m[1:], dtype=torch.bool)
+            sel = torch.tensor(m[1:], dtype=torch.bool, device=device)
             n = len(m) - 1
             results[idx[j]] = TokenFeatures(tgt[j, :n][sel].clone(),
                                             mu[j, :n][sel].clone() if moments else None,

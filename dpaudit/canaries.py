@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit.card import read_json
 from dpaudit.errors import DpauditError
+from dpaudit.io import read_json
 
 SCHEMA_VERSION = 1
 

@@ -40,12 +40,12 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpaudit.accounting import ACCOUNTANTS, event_from_dict
+from dpaudit.accounting.events import event_from_dict
 from dpaudit.errors import DpauditError
+from dpaudit.io import read_json
+from dpaudit.options import ACCOUNTANTS, NEIGHBOURING, UNITS
 
 SCHEMA_VERSION = 1
-UNITS = ("record", "user")
-NEIGHBOURING = ("add_remove", "replace_one")
 
 
 @dataclass(frozen=True)
@@ -144,31 +144,6 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
 
 def load_card(path: Path) -> PrivacyCard:
     return card_from_dict(read_json(path, "privacy card", "write one with `dpaudit card`"), str(path))
-
-
-def read_json(path: Path, what: str, fix: str) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise DpauditError(f"{what} not found at {path}; {fix}")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise DpauditError(f"cannot read {what} {path}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise DpauditError(f"{what} {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
-
-
-def read_toml(path: Path, what: str, fix: str) -> dict:
-    """A TOML file as a dict, or a one-line DpauditError (missing file, invalid TOML)."""
-    import tomllib
-
-    path = Path(path)
-    if not path.is_file():
-        raise DpauditError(f"{what} {path} not found; {fix}")
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise DpauditError(f"{what} {path} is not valid TOML: {e}") from None
 
 
 def _need(d: dict, key: str, source: str, typ):

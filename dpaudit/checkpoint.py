@@ -1,4 +1,4 @@
-"""Checkpoint directories (DESIGN.md)::
+"""Checkpoint directories (docs/architecture.md, "Contracts")::
 
     CHECKPOINT/
       model/              HF save_pretrained (safetensors) or a PEFT adapter
@@ -19,8 +19,9 @@ from importlib import metadata
 from pathlib import Path
 
 from dpaudit.canaries import Manifest, load_manifest
-from dpaudit.card import PrivacyCard, load_card, read_json
+from dpaudit.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
+from dpaudit.io import jsonable, read_json
 
 PACKAGES = ("dpaudit", "torch", "transformers", "peft", "opacus", "dp-accounting", "numpy", "scipy", "scikit-learn")
 
@@ -89,19 +90,6 @@ def load(path: Path) -> Checkpoint:
     manifest = load_manifest(path / "canaries.json")
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
     return Checkpoint(path, card, manifest, run)
-
-
-def jsonable(x):
-    """Strict JSON: infinities become the string "inf" (readers map it back)."""
-    import math
-
-    if isinstance(x, dict):
-        return {k: jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
-        return str(x)
-    return x
 
 
 def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, run: dict,

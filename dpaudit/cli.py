@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from dpaudit import options
 from dpaudit.errors import DpauditError
 
 
@@ -75,9 +76,9 @@ def run(config_path, out, variants, redact, quiet):
 @cli.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder for REPORT.md, report.json, plots.")
-@click.option("--attacks", default="loss,zlib,min_k,min_k_plus,reference,exposure", show_default=True,
+@click.option("--attacks", default=",".join(options.ATTACKS), show_default=True,
               help="Comma-separated attacks to run on the canaries (each scores every canary; higher = member).")
-@click.option("--rule", type=click.Choice(["bonferroni", "held_out"]), default="bonferroni", show_default=True,
+@click.option("--rule", type=click.Choice(options.RULES), default="bonferroni", show_default=True,
               help="How the one-run audit's choices stay valid: Bonferroni over attacks with the manifest's "
                    "guess counts, or attack and guesses chosen on a held-out half of the canaries.")
 @click.option("--references", "n_references", default=2000, show_default=True, type=int,
@@ -120,7 +121,8 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
 @click.option("--delta", type=float, help="Target δ.")
 @click.option("--card", type=click.Path(path_type=Path), help="Re-account a privacy_card.json instead.")
 @click.option("--target-epsilon", type=float, help="Solve for σ reaching this ε instead of computing ε.")
-@click.option("--accountants", default="rdp,prv,pld,dpa_rdp", show_default=True, help="Comma-separated accountants.")
+@click.option("--accountants", default=",".join(options.ACCOUNTANTS), show_default=True,
+              help="Comma-separated accountants.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object keyed by accountant.")
 def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants, as_json):
     """Epsilon of Poisson-subsampled Gaussian DP-SGD under every accountant, side by side."""
@@ -136,7 +138,7 @@ def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants,
         if not c.is_private:
             raise DpauditError(f"{card} claims no epsilon (non-private); nothing to account")
         if c.group_size > 1 or delta is None:
-            from dpaudit.evaluate import reaccount
+            from dpaudit.reaccount import reaccount
 
             acct = reaccount(c)
             res = {r["accountant"]: r["epsilon"] for r in acct["results"]}

@@ -6,7 +6,8 @@ a larger claimed or re-accounted epsilon, a lower accuracy, or a worse verdict.
 
 from __future__ import annotations
 
-VERDICT_RANK = {"consistent": 0, "no-claim": 1, "inconclusive": 1, "accounting-mismatch": 2, "violated": 3}
+from dpaudit.errors import DpauditError
+from dpaudit.options import VERDICT_RANK
 
 
 def _metrics(r: dict) -> dict[str, tuple[float | None, int]]:
@@ -66,8 +67,6 @@ def compare(old: dict, new: dict) -> tuple[str, int]:
     elif old["kind"] == "evaluation" and new["kind"] == "evaluation":
         pairs, missing = [(new["checkpoint"].get("variant") or "model", old, new)], []
     else:
-        from dpaudit.errors import DpauditError
-
         raise DpauditError("compare needs two reports of the same kind (evaluation or comparison)")
     out = ["# dpaudit compare", ""]
     total = 0

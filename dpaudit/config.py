@@ -17,13 +17,13 @@ trained on the same data and canaries)::
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpaudit import options
 from dpaudit.canaries import CanaryPlan
 from dpaudit.errors import DpauditError
+from dpaudit.io import jsonable, read_toml
 from dpaudit.tasks.models import ModelSpec
 from dpaudit.trainers.engine import EngineConfig
 
@@ -230,14 +230,12 @@ def parse(d: dict) -> RunConfig:
         canaries=plan,
         evaluate=_build(EvalConfig, d.get("evaluate", {}), "evaluate"),
         variants=variants,
-        raw=_jsonable(d),
+        raw=jsonable(d),
     )
 
 
 def load(path: Path, only: tuple[str, ...] | list[str] = ()) -> RunConfig:
     """Parse CONFIG; ``only`` keeps the named variants (in config order), e.g. to run one of a long config."""
-    from dpaudit.card import read_toml
-
     cfg = parse(read_toml(path, "config file", "see configs/demo.toml for an example"))
     return select_variants(cfg, only) if only else cfg
 
@@ -254,13 +252,3 @@ def select_variants(cfg: RunConfig, only) -> RunConfig:
     if "variants" in raw:
         raw["variants"] = [v for v in raw["variants"] if v.get("name") in set(only)]
     return dataclasses.replace(cfg, variants=keep, raw=raw)
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    return x

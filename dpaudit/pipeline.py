@@ -2,7 +2,7 @@
 one comparison report. Output layout::
 
     OUT/REPORT.md, OUT/report.json           the comparison
-    OUT/<variant>/checkpoint/                 the checkpoint dir of DESIGN.md
+    OUT/<variant>/checkpoint/                 the checkpoint dir (docs/architecture.md)
     OUT/<variant>/report/                     that variant's REPORT.md, report.json and plots
 """
 

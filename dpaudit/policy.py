@@ -17,11 +17,12 @@ Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad inpu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from dpaudit import options
 from dpaudit.errors import DpauditError
+from dpaudit.io import number, read_json, read_toml
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -29,7 +30,7 @@ REPORT_SCHEMA_VERSION = 1
 @dataclass(frozen=True)
 class Policy:
     no_empirical_above_claim: bool = True
-    accounting_tolerance: float | None = 0.02
+    accounting_tolerance: float | None = options.ACCOUNTING_TOLERANCE
     accounting_reference: str = "certified"
     max_claimed_epsilon: float | None = None
     require_claim: bool = True
@@ -45,17 +46,15 @@ class Policy:
             if f.name in ("accounting_tolerance", "max_claimed_epsilon", "min_accuracy", "max_exposure") and \
                     v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
                 raise DpauditError(f"policy rules.{f.name} must be a number >= 0, got {v!r}")
-        verdicts = {"consistent", "violated", "accounting-mismatch", "inconclusive", "no-claim"}
-        bad = [v for v in self.allowed_verdicts if v not in verdicts]
+        bad = [v for v in self.allowed_verdicts if v not in options.VERDICTS]
         if bad:
-            raise DpauditError(f"policy rules.allowed_verdicts: unknown verdict {bad[0]!r}; known: {', '.join(sorted(verdicts))}")
+            raise DpauditError(f"policy rules.allowed_verdicts: unknown verdict {bad[0]!r}; known: "
+                               f"{', '.join(options.VERDICTS)}")
 
 
 def load_policy(path: Path | None) -> Policy:
     if path is None:
         return Policy()
-    from dpaudit.card import read_toml
-
     d = read_toml(path, "policy file", "see configs/policy.toml")
     extra = sorted(set(d) - {"rules"})
     if extra:
@@ -71,8 +70,6 @@ def load_policy(path: Path | None) -> Policy:
 
 
 def load_report(path: Path) -> dict:
-    from dpaudit.card import read_json
-
     r = read_json(path, "report", "pass the report.json written by `dpaudit evaluate`")
     if not isinstance(r, dict) or r.get("schema_version") != REPORT_SCHEMA_VERSION:
         got = r.get("schema_version") if isinstance(r, dict) else None
@@ -82,15 +79,11 @@ def load_report(path: Path) -> dict:
     return r
 
 
-def _num(x):
-    return math.inf if x == "inf" else x
-
-
 def check(r: dict, p: Policy) -> list[str]:
     """Failures, one line each (empty = all rules hold) for one evaluation report."""
     name = r.get("checkpoint", {}).get("variant") or r.get("checkpoint", {}).get("path")
     fails = []
-    claim = _num(r["claim"]["epsilon"])
+    claim = number(r["claim"]["epsilon"])
     private = claim is not None
     if p.require_claim and not private:
         fails.append(f"{name}: no privacy claim (non-private model) but the policy requires one")
@@ -110,7 +103,7 @@ def check(r: dict, p: Policy) -> list[str]:
             if not vals:
                 raise DpauditError(f"policy accounting_reference {p.accounting_reference!r} is not in the report")
             ref, label = vals[0], p.accounting_reference
-        if ref is not None and ref > claim * (1 + p.accounting_tolerance):
+        if ref is not None and options.exceeds(ref, claim, p.accounting_tolerance):
             fails.append(f"{name}: re-accounted epsilon {ref:.3f} ({label}) exceeds the claim {claim:.3f} by more "
                          f"than {p.accounting_tolerance:.0%}")
         for f in acct.get("findings", []):

@@ -15,9 +15,10 @@ import math
 import shutil
 from pathlib import Path
 
-import numpy as np
-
-from dpaudit.checkpoint import jsonable
+from dpaudit import plots
+from dpaudit.io import jsonable
+from dpaudit.options import TASK_METRICS
+from dpaudit.plots import clipping_summary
 
 LIMITATIONS = [
     "Black-box attacks on the final model give loose lower bounds: a bound far below the claim is evidence "
@@ -30,7 +31,6 @@ LIMITATIONS = [
 ]
 
 
-TASK_METRICS = ("accuracy", "bleu", "nist", "meteor", "rougeL", "cider")
 
 
 def fmt_eps(x) -> str:
@@ -39,95 +39,6 @@ def fmt_eps(x) -> str:
     if isinstance(x, str):
         return x
     return f"{x:.2f}"
-
-
-def _plots(report: dict, out: Path, prefix: str = "") -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    files = []
-    attacks = report.get("attacks", {})
-    if attacks:
-        fig, ax = plt.subplots(figsize=(4.5, 4))
-        for name, a in attacks.items():
-            fpr, tpr = np.array(a["roc"][0]), np.array(a["roc"][1])
-            ax.plot(np.clip(fpr, 1e-3, 1), np.clip(tpr, 1e-3, 1), label=f"{name} (AUC {a['auc']:.2f})")
-        ax.plot([1e-3, 1], [1e-3, 1], "k:", lw=0.8, label="chance")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("false positive rate")
-        ax.set_ylabel("true positive rate")
-        ax.set_title("ROC of canary membership (log axes)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        f = f"{prefix}roc.png"
-        fig.savefig(out / f, dpi=110)
-        plt.close(fig)
-        files.append(f)
-
-        fig, axes = plt.subplots(1, len(attacks), figsize=(4.2 * len(attacks), 3.4), squeeze=False)
-        signs = np.array([1 if c["inserted"] else -1 for c in report["exposure"].get("canaries", [])]) \
-            if report.get("exposure") else None
-        for ax, (name, a) in zip(axes[0], attacks.items()):
-            sc = np.array(a["scores"])
-            s = np.array(a["signs"]) if "signs" in a else signs
-            s = s if s is not None and s.size == sc.size else None
-            if s is None:
-                continue
-            bins = np.histogram_bin_edges(sc, bins=20)
-            ax.hist(sc[s > 0], bins=bins, alpha=0.6, label="inserted")
-            ax.hist(sc[s < 0], bins=bins, alpha=0.6, label="held out")
-            ax.set_title(f"{name} score")
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        f = f"{prefix}scores.png"
-        fig.savefig(out / f, dpi=110)
-        plt.close(fig)
-        files.append(f)
-    ex = report.get("exposure")
-    if ex:
-        can = ex["canaries"]
-        fig, ax = plt.subplots(figsize=(6, 3.4))
-        for ins, col, lab in ((True, "C3", "inserted"), (False, "C0", "held out")):
-            idx = [i for i, c in enumerate(can) if c["inserted"] == ins]
-            ax.scatter(idx, [can[i]["exposure"] for i in idx], s=12, c=col, label=lab)
-        ax.axhline(ex["max_rank_exposure"], color="k", ls="--", lw=0.8, label="max (rank 1)")
-        ax.axhline(1.0, color="gray", ls=":", lw=0.8, label="chance (~1)")
-        ax.set_xlabel("canary")
-        ax.set_ylabel("exposure (bits)")
-        ax.set_title("Exposure per canary")
-        ax.legend(fontsize=7, loc="center right")
-        fig.tight_layout()
-        f = f"{prefix}exposure.png"
-        fig.savefig(out / f, dpi=110)
-        plt.close(fig)
-        files.append(f)
-    clip = _clipping(report)
-    per = clip.get("per_step") or {}
-    if clip.get("steps_observed"):
-        steps = [i + 1 for i, v in enumerate(per["fraction_clipped"]) if v is not None]
-        fr = [v for v in per["fraction_clipped"] if v is not None]
-        med = [v for v in per["median_norm"] if v is not None]
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.4, 3.2))
-        a1.plot(steps, fr, lw=1)
-        a1.set_ylim(-0.03, 1.03)
-        a1.set_xlabel("step")
-        a1.set_ylabel("fraction of units clipped")
-        a2.plot(steps, med, lw=1, label="median per-unit norm")
-        a2.axhline(clip["clipping_norm"], color="k", ls=":", lw=0.8, label=f"C = {clip['clipping_norm']:g}")
-        a2.set_yscale("log")
-        a2.set_xlabel("step")
-        a2.set_ylabel("gradient norm")
-        a2.legend(fontsize=7)
-        fig.suptitle("How hard clipping bites, per step", fontsize=10)
-        fig.tight_layout()
-        f = f"{prefix}clipping.png"
-        fig.savefig(out / f, dpi=110)
-        plt.close(fig)
-        files.append(f)
-    return files
 
 
 def privacy_rows(r: dict) -> list[str]:
@@ -159,11 +70,6 @@ def attack_rows(r: dict) -> list[str]:
         rows.append(f"| {name} | {a['auc']:.3f} | [{a['auc_ci'][0]:.3f}, {a['auc_ci'][1]:.3f}] | "
                     f"{a['tpr_at_0_1_fpr']:.3f} | {a['tpr_at_1_fpr']:.3f} | {lb[0]:.2f} |")
     return rows
-
-
-def _clipping(report: dict) -> dict:
-    """The run's clipping summary (``train_result.clipping`` in run.json), {} when there is none."""
-    return ((report.get("reproducibility") or {}).get("train_result") or {}).get("clipping") or {}
 
 
 def clipping_lines(c: dict | None) -> list[str]:
@@ -275,8 +181,8 @@ def write(report: dict, out: Path, redact: bool = False) -> Path:
     tmp.mkdir(parents=True)
     body = _redact_json(report) if redact else report
     (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
-    plots = _plots(report, tmp)
-    (tmp / "REPORT.md").write_text(render_markdown(report, plots, redact))
+    files = plots.draw(report, tmp)
+    (tmp / "REPORT.md").write_text(render_markdown(report, files, redact))
     _replace(tmp, out)
     return out
 
@@ -306,7 +212,7 @@ def _task_metric(m: dict) -> str:
 
 
 def _clipped_cell(r: dict) -> str:
-    c = _clipping(r)
+    c = clipping_summary(r)
     if not c.get("steps_observed"):
         return "— | "
     return f"{c['mean_fraction_clipped']:.0%} at C = {c['clipping_norm']:g} | "

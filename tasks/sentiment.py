@@ -37,9 +37,10 @@ import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
-from dpaudit.tasks.batching import CHOICE_BASE, bos_id, pad_batch
+from dpaudit.tasks.batching import CHOICE_BASE
 from dpaudit.tasks.files import read_rows
 from dpaudit.tasks.splits import holdout
+from dpaudit.tokens import bos_id, model_device, pad_batch
 
 TEMPLATE = "{sentence} It was"
 LABEL_WORDS = (" terrible", " great")
@@ -208,7 +209,8 @@ def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_l
     if is_classifier(model):
         pred = classifier_logits(model, tokenizer, [e["sentence"] for e in examples], batch_size, max_len).argmax(-1)
         return float((pred == torch.tensor([e["label"] for e in examples])).float().mean())
-    label_ids = torch.tensor(label_token_ids(tokenizer))
+    device = model_device(model)
+    label_ids = torch.tensor(label_token_ids(tokenizer), device=device)
     bos = bos_id(tokenizer)
     model.eval()
     correct = 0
@@ -216,12 +218,12 @@ def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_l
         chunk = examples[i:i + batch_size]
         seqs = [[bos] + tokenizer(TEMPLATE.format(sentence=e["sentence"]), add_special_tokens=False
                                   ).input_ids[-(max_len - 1):] for e in chunk]
-        ids, mask, pos = pad_batch(seqs, tokenizer.pad_token_id)
+        ids, mask, pos = pad_batch(seqs, tokenizer.pad_token_id, device)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
         last = mask.sum(1) - 1
-        scores = logits[torch.arange(len(seqs)), last][:, label_ids]
+        scores = logits[torch.arange(len(seqs), device=device), last][:, label_ids]
         pred = scores.argmax(-1)
-        correct += int((pred == torch.tensor([e["label"] for e in chunk])).sum())
+        correct += int((pred == torch.tensor([e["label"] for e in chunk], device=device)).sum())
     return correct / len(examples)
 
 

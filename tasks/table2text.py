@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from dpaudit.errors import DpauditError
-from dpaudit.tasks.batching import bos_id
 from dpaudit.tasks.files import read_rows
 from dpaudit.tasks.splits import holdout
+from dpaudit.tokens import bos_id
 
 SLOTS = ("name", "eatType", "food", "priceRange", "customer rating", "area", "familyFriendly", "near")
 _ADJ = ["Blue", "Golden", "Red", "Green", "Old", "Little", "Royal", "Silver", "Wild", "Happy", "Black", "Brave"]

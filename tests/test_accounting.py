@@ -124,7 +124,8 @@ def _card(claim_eps, sampler="poisson", sigma=1.0):
 
 
 def test_claim_check_flags_too_small_claim():
-    from dpaudit.evaluate import judge, reaccount
+    from dpaudit.reaccount import reaccount
+    from dpaudit.verdict import judge
 
     honest = _card(1.84)  # PLD 1.83, PRV ~1.84, RDP 2.10: certified by PLD/PRV
     acct = reaccount(honest)
@@ -136,7 +137,8 @@ def test_claim_check_flags_too_small_claim():
 
 
 def test_shuffled_batches_accounted_as_poisson_is_a_finding():
-    from dpaudit.evaluate import judge, reaccount
+    from dpaudit.reaccount import reaccount
+    from dpaudit.verdict import judge
 
     c = _card(2.2, sampler="shuffle")
     acct = reaccount(c)
@@ -145,7 +147,8 @@ def test_shuffled_batches_accounted_as_poisson_is_a_finding():
 
 
 def test_empirical_bound_above_claim_is_a_violation():
-    from dpaudit.evaluate import judge, reaccount
+    from dpaudit.reaccount import reaccount
+    from dpaudit.verdict import judge
 
     c = _card(2.2)
     best = {"epsilon_lb": 3.0, "ceiling": 5.8, "family_confidence": 0.95}

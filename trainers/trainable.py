@@ -1,5 +1,7 @@
-"""The trainable-parameter axis: all parameters, LoRA adapters (peft), or only a classifier's head
-(``head``: the linear probe on a frozen encoder, the smallest-dimension point on this axis)."""
+"""The trainable-parameter axis: all parameters, LoRA adapters (peft), only a classifier's head (``head``:
+the linear probe on a frozen encoder, the smallest-dimension point on this axis), or a selected subset of
+named parameters (:func:`select`, the mask DP-FROST's private selection phase will produce). The engine
+trains whatever keeps ``requires_grad``; nothing else on this axis touches the loop."""
 
 from __future__ import annotations
 
@@ -77,3 +79,24 @@ def untie_embeddings(model) -> bool:
     if hasattr(model, "_tied_weights_keys"):
         model._tied_weights_keys = []
     return True
+
+
+def select(model, names) -> list[str]:
+    """Train only the parameters named in ``names`` (exact ``named_parameters`` names); freeze the rest.
+    Returns the names kept, in model order. An unknown name is an error, not a silent no-op."""
+    from dpaudit.errors import DpauditError
+
+    wanted = set(names)
+    known = {n for n, _ in model.named_parameters()}
+    unknown = sorted(wanted - known)
+    if unknown:
+        raise DpauditError(f"parameter {unknown[0]!r} is not in the model; selectable names are those of "
+                           "model.named_parameters()")
+    if not wanted:
+        raise DpauditError("an empty parameter selection trains nothing; select at least one parameter")
+    kept = []
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in wanted)
+        if n in wanted:
+            kept.append(n)
+    return kept

@@ -18,22 +18,27 @@ use the largest (:func:`conservative`) so that epsilon is never under-reported.
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from dpaudit.accounting import dpa_pld, dpa_rdp, opacus_prv, opacus_rdp
+from dpaudit import options
 from dpaudit.accounting.events import SubsampledGaussian, event_from_dict, validate_delta, validate_mechanism
 from dpaudit.errors import DpauditError
 
-ACCOUNTANTS: dict[str, Callable[[list, float], float]] = {
-    "rdp": opacus_rdp.epsilon,
-    "prv": opacus_prv.epsilon,
-    "pld": dpa_pld.epsilon,
-    "dpa_rdp": dpa_rdp.epsilon,
-}
+# name -> module of this package with ``epsilon(events, delta) -> float``; imported on first use, so that
+# reading a privacy card (dpaudit check, dpaudit compare) never loads Opacus or dp_accounting.
+_BACKENDS = {"rdp": "opacus_rdp", "prv": "opacus_prv", "pld": "dpa_pld", "dpa_rdp": "dpa_rdp"}
+ACCOUNTANTS = options.ACCOUNTANTS
+assert tuple(_BACKENDS) == ACCOUNTANTS, "dpaudit.options.ACCOUNTANTS and the accounting backends disagree"
 
-__all__ = ["ACCOUNTANTS", "AccountingResult", "SubsampledGaussian", "calibrate_sigma", "compute",
+
+def epsilon_function(name: str) -> Callable[[list, float], float]:
+    _check_accountant(name)
+    return importlib.import_module(f"dpaudit.accounting.{_BACKENDS[name]}").epsilon
+
+__all__ = ["ACCOUNTANTS", "AccountingResult", "epsilon_function", "SubsampledGaussian", "calibrate_sigma", "compute",
            "compute_all", "conservative", "event_from_dict", "validate_delta", "validate_mechanism"]
 
 
@@ -57,7 +62,7 @@ def compute(events: list, delta: float, accountant: str = "prv") -> AccountingRe
     validate_delta(delta)
     if not events:
         raise DpauditError("no privacy events to account; a non-private mechanism has epsilon = inf")
-    return AccountingResult(accountant, ACCOUNTANTS[accountant](list(events), delta), delta)
+    return AccountingResult(accountant, epsilon_function(accountant)(list(events), delta), delta)
 
 
 def compute_all(events: list, delta: float, accountants=None) -> list[AccountingResult]:
@@ -79,7 +84,9 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
     validate_mechanism(1.0, sample_rate, steps)
 
     def eps(s: float, name: str = accountant) -> float:
-        return ACCOUNTANTS[name]([SubsampledGaussian(sample_rate, s, steps, sampler)], delta)
+        return epsilon_function(name)([SubsampledGaussian(sample_rate, s, steps, sampler)], delta)
+
+    from dpaudit.accounting import opacus_rdp
 
     def eps_bracket(s: float) -> float:  # integer-order RDP: closed form, never below the tight accountants
         return opacus_rdp.epsilon([SubsampledGaussian(sample_rate, s, steps, sampler)], delta,

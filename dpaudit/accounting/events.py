@@ -11,8 +11,7 @@ import dataclasses
 from dataclasses import asdict, dataclass
 
 from dpaudit.errors import DpauditError
-
-SAMPLERS = ("poisson", "shuffle", "with_replacement")
+from dpaudit.options import SAMPLERS
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,135 @@
+"""Step 2 of ``dpaudit evaluate``: every test family of the one-run audit, under one correction.
+
+Pure NumPy/SciPy (no model): scores in, report rows out, nothing it is given is changed.
+
+* **Black-box family** — one test per attack (``bonferroni``: the manifest's guess counts, every test at
+  1 - alpha / n) or one test chosen on a held-out half (``held_out``); plus, when the trainer recorded
+  them, the **white-box gradient canaries** (m/4 + m/4 guesses fixed in advance). All of them share one
+  Bonferroni correction over n = (attacks or 1) + (1 if white-box), so the best bound of the family holds
+  at the stated confidence.
+* Each family is run at the claim's delta (the group delta of the canary's repetitions) and at delta = 0.
+* **Record-level family** — group privacy also claims a record-level guarantee; a separate claim, so a
+  separate family with its own confidence.
+* **Exposure** — the Carlini et al. exposure of every canary and the bound from exposures at a threshold
+  fixed in advance (rank <= 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dpaudit.audit import exposure as exposure_stats
+from dpaudit.audit import mia_metrics, one_run, selection
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the audit tests, fixed before any score is seen (from the manifest and the card)."""
+
+    signs: np.ndarray  # +1 inserted / -1 held out, one per audit unit
+    k_pos: int
+    k_neg: int
+    group_size: int  # records per audit unit under the claim (repetitions x records per canary user)
+    deltas: tuple  # ((label, delta), ...): "claimed" (group delta under the claim) and "zero"
+    confidence: float
+    rule: str  # selection.RULES
+    seed: int  # the held-out split's seed (manifest)
+    whitebox_delta: float = 0.0  # the claim's delta: one record per gradient canary
+
+
+def attack_rows(scores: dict, signs, whitebox: dict | None) -> dict:
+    """AUC, TPR at low FPR (with bootstrap intervals), ROC points and raw scores of every attack."""
+    rows = {name: _metrics(sc, signs) for name, sc in scores.items()}
+    if whitebox:
+        rows["whitebox_gradient"] = {**_metrics(whitebox["scores"], whitebox["signs"]), "kind": whitebox["kind"],
+                                     "m": len(whitebox["signs"]), "signs": [int(x) for x in whitebox["signs"]]}
+    return rows
+
+
+def _metrics(sc, signs) -> dict:
+    return {**mia_metrics.compute(sc, signs, seed=0).to_dict(),
+            "roc": [list(map(float, a)) for a in mia_metrics.roc_points(sc, signs)],
+            "scores": [float(x) for x in sc]}
+
+
+def one_run_rows(scores: dict, plan: Plan, whitebox: dict | None) -> list[dict]:
+    """Bounds of the black-box and white-box tests, at every delta of the plan, one correction for all."""
+    n_tests = (len(scores) if plan.rule == "bonferroni" else 1) + (1 if whitebox else 0)
+    per_test = 1 - (1 - plan.confidence) / n_tests
+    rows = []
+    for label, d in plan.deltas:
+        if plan.rule == "bonferroni":
+            for name, r in selection.bonferroni(scores, plan.signs, plan.k_pos, plan.k_neg, d, plan.confidence,
+                                                plan.group_size, n_tests=n_tests).items():
+                rows.append(row(name, label, r, plan.confidence, n_tests))
+        else:
+            name, r = selection.held_out(scores, plan.signs, d, per_test, seed=plan.seed, group_size=plan.group_size)
+            rows.append(row(name, label, r, plan.confidence, n_tests))
+        if whitebox:
+            m = len(whitebox["signs"])
+            r = one_run.audit(whitebox["scores"], whitebox["signs"], m // 4, m // 4,
+                              delta=plan.whitebox_delta if label == "claimed" else 0.0, confidence=per_test)
+            r = replace(r, threshold_rule="white-box gradient canaries; guesses m/4 + m/4 fixed in advance")
+            rows.append(row("whitebox_gradient", label, r, plan.confidence, n_tests))
+    return rows
+
+
+def record_level_rows(scores: dict, plan: Plan, group_size: int, delta: float) -> list[dict]:
+    """The record-level claim of group privacy, tested on the same canaries: each audit unit is a group of
+    ``group_size`` records (records per user x repetitions), at the group's ``delta`` under that claim."""
+    return [row(name, "record_claim", r, plan.confidence, len(scores))
+            for name, r in selection.bonferroni(scores, plan.signs, plan.k_pos, plan.k_neg, delta, plan.confidence,
+                                                group_size).items()]
+
+
+def best(rows: list[dict], delta_kind: str) -> dict | None:
+    """The largest bound among the rows of one delta kind (None when there are none)."""
+    kept = [e for e in rows if e["delta_kind"] == delta_kind]
+    return max(kept, key=lambda e: e["epsilon_lb"]) if kept else None
+
+
+def ceiling(rows: list[dict], delta_kind: str) -> float:
+    """The largest bound any of those tests could have given."""
+    return max((e["ceiling"] for e in rows if e["delta_kind"] == delta_kind), default=0.0)
+
+
+def row(attack: str, delta_kind: str, r, confidence: float, n_tests: int) -> dict:
+    return {"method": "one_run", "attack": attack, "delta_kind": delta_kind, **r.to_dict(),
+            "bonferroni_tests": n_tests, "family_confidence": confidence, "kind": "lower bound"}
+
+
+def exposure_report(canaries: list[dict], canary_bits, reference_bits, signs, space_size: int, enumerated: bool,
+                    delta: float, confidence: float, group_size: int) -> dict:
+    """Exposure of every canary (``canaries``: id, inserted, repetitions, secret, in manifest order) and the
+    lower bound from the inserted canaries' exposures at a threshold fixed before scoring (rank <= 2)."""
+    rank_exp = exposure_stats.rank_exposure(canary_bits, reference_bits)
+    extra_exp = exposure_stats.extrapolated_exposure(canary_bits, reference_bits, space_size)
+    n_refs = len(reference_bits)
+    ins = np.asarray(signs) > 0
+    threshold = float(np.log2(n_refs + 1) - 1)
+    return {
+        "n_references": n_refs,
+        "enumerated": enumerated,
+        "space_size": space_size,
+        "max_rank_exposure": float(np.log2(n_refs + 1)),
+        "max_exposure": float(np.log2(space_size)),
+        "mean_inserted": float(rank_exp[ins].mean()) if ins.any() else None,
+        "mean_held_out": float(rank_exp[~ins].mean()) if (~ins).any() else None,
+        "mean_inserted_extrapolated": float(extra_exp[ins].mean()) if ins.any() else None,
+        "rank1_inserted": int(np.sum(rank_exp[ins] >= np.log2(n_refs + 1) - 1e-9)),
+        "epsilon_lb": {
+            "threshold_bits": threshold,
+            "value": exposure_stats.epsilon_from_exposures(rank_exp[ins], threshold, delta, confidence,
+                                                           group_size=group_size),
+            "confidence": confidence, "delta": delta, "group_size": group_size,
+            "ceiling": exposure_stats.epsilon_from_exposures(np.full(int(ins.sum()), threshold), threshold, delta,
+                                                             confidence, group_size=group_size),
+            "rule": "P_in[exposure >= x] <= e^eps 2^-x + delta, Clopper-Pearson over inserted canaries; "
+                    "x fixed at rank <= 2 before scoring",
+        },
+        "canaries": [{**c, "log_perplexity_bits": float(canary_bits[i]), "exposure": float(rank_exp[i]),
+                      "exposure_extrapolated": float(extra_exp[i])} for i, c in enumerate(canaries)],
+        "reference_log_perplexity_bits": [float(x) for x in reference_bits[:5000]],
+    }

@@ -1,0 +1,150 @@
+"""Step 1 of ``dpaudit evaluate``: score every canary of the manifest against the checkpoint's model.
+
+Pure in the sense the pipeline needs: it reads the model and the manifest, returns a :class:`CanaryScores`
+(one float per canary and attack, higher = member; exposure's log-perplexities; notes on what was
+skipped) and changes nothing it was given. A causal LM is scored by the black-box attacks (one shared
+forward pass) and by exposure; a sequence classifier by its label log-probabilities (attacks/classifier.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from dpaudit.errors import DpauditError
+
+
+@dataclass(frozen=True)
+class ExposureScores:
+    canary_bits: np.ndarray  # log-perplexity (bits) of each canary's secret
+    reference_bits: np.ndarray  # of each reference secret
+    enumerated: bool  # the references are the whole randomness space (minus the canaries)
+
+
+@dataclass(frozen=True)
+class CanaryScores:
+    scores: dict  # attack -> (m,) scores in manifest order
+    exposure: ExposureScores | None = None
+    notes: tuple = field(default_factory=tuple)
+
+
+def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, reference: str | Path | None,
+          n_references: int, enumerate_limit: int, progress: bool) -> CanaryScores:
+    from dpaudit.tasks.models import is_classifier
+
+    texts = [c.text for c in ck.manifest.canaries]
+    if is_classifier(model):
+        return _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference)
+    return _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit, progress)
+
+
+def _reference_model(ck, reference: str | Path | None):
+    """The reference model for calibration: an explicit path, else the checkpoint's base model (or None)."""
+    from dpaudit.tasks import models
+
+    if reference is not None:
+        return models.load_dir(Path(reference))[0]
+    return base_model(ck)
+
+
+def base_model(ck):
+    """The model before fine-tuning: the LoRA checkpoint's base_model/, else the model spec of run.json
+    rebuilt (pretrained weights, or the seeded initialisation the trainer started from); None if neither."""
+    from dpaudit.tasks import models
+
+    if (ck.path / "base_model").exists():
+        return models.load_dir(ck.path / "base_model")[0].eval()
+    spec = ck.run.get("model")
+    if spec:
+        return models.build(models.ModelSpec(**spec))[0].eval()
+    return None
+
+
+def _with_reference(ck, reference, wanted: list[str], score_fn) -> tuple[object, list[str], tuple]:
+    """(score_fn(reference model) or None, the attacks that can run, notes): the reference attack is dropped
+    with a note when no reference model is known."""
+    if "reference" not in wanted:
+        return None, wanted, ()
+    ref_model = _reference_model(ck, reference)
+    if ref_model is None:
+        return None, [a for a in wanted if a != "reference"], (
+            "reference attack skipped: no base model known; pass --reference-model",)
+    return score_fn(ref_model), wanted, ()
+
+
+def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference) -> CanaryScores:
+    from dpaudit.attacks import classifier
+
+    use = [a for a in attacks if a in classifier.NAMES]
+    skipped = [a for a in attacks if a not in classifier.NAMES]
+    if not use:
+        raise DpauditError(f"attacks {', '.join(attacks)} need a causal LM but this checkpoint is a sequence "
+                           f"classifier; use {', '.join(classifier.NAMES)}")
+    notes = (f"{', '.join(skipped)} skipped: token-level attacks need a causal LM, this is a classifier",) \
+        if skipped else ()
+    labels = ck.manifest.labels()
+    lp = classifier.label_log_probs(model, tok, texts, labels, batch_size, max_len)
+    ref_lp, use, more = _with_reference(ck, reference, use, lambda m: classifier.label_log_probs(
+        m, tok, texts, labels, batch_size, max_len))
+    return CanaryScores(classifier.scores(lp, ref_lp, use), None, notes + more)
+
+
+def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit,
+               progress) -> CanaryScores:
+    from dpaudit.attacks import BLACK_BOX
+    from dpaudit.attacks.scoring import token_features
+
+    scores: dict[str, np.ndarray] = {}
+    notes: tuple = ()
+    black = [a for a in attacks if a in BLACK_BOX]
+    if black:
+        moments = any(BLACK_BOX[a].NEEDS_MOMENTS for a in black)
+        feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments)
+        ref_feats, black, notes = _with_reference(ck, reference, black,
+                                                  lambda m: token_features(m, tok, texts, batch_size=batch_size))
+        for a in black:
+            scores[a] = BLACK_BOX[a].from_features(feats, texts, reference_feats=ref_feats)
+    exposure = None
+    if "exposure" in attacks:
+        exposure = _exposure(ck.manifest, model, tok, batch_size, n_references, enumerate_limit, len(texts), progress)
+        scores["exposure"] = -exposure.canary_bits
+    return CanaryScores(scores, exposure, notes)
+
+
+def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_canaries, progress) -> ExposureScores:
+    from dpaudit.attacks import exposure as exposure_attack
+
+    p = man.plan
+    enumerate_all = 0 < p.space_size <= enumerate_limit
+    if enumerate_all:
+        taken = {c.secret for c in man.canaries}
+        refs = [s for s in exposure_attack.enumerate_space(p.alphabet, p.length) if s not in taken]
+    else:
+        refs = man.reference_secrets(n_references)
+    bar = tqdm(total=len(refs) + n_canaries, desc="exposure", disable=not progress, leave=False)
+    px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
+                                              4 * batch_size, progress=bar.update)
+    px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, 4 * batch_size,
+                                              progress=bar.update)
+    bar.close()
+    return ExposureScores(np.asarray(px_can), np.asarray(px_ref), enumerate_all)
+
+
+def whitebox(path: Path) -> dict | None:
+    """The white-box gradient canaries a trainer recorded beside the checkpoint (None when there are none)."""
+    f = Path(path) / "gradient_canaries.json"
+    if not f.exists():
+        return None
+    from dpaudit.io import read_json
+
+    d = read_json(f, "gradient canary record", "")
+    try:
+        signs, scores = np.asarray(d["signs"], dtype=int), np.asarray(d["scores"], dtype=float)
+    except (KeyError, ValueError, TypeError):
+        raise DpauditError(f"{f}: needs 'signs' (+1/-1) and 'scores' lists of equal length") from None
+    if signs.size != scores.size or signs.size < 2:
+        raise DpauditError(f"{f}: 'signs' and 'scores' must have the same length >= 2")
+    return {**d, "signs": signs, "scores": scores}
