@@ -13,16 +13,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
+SCRIPTS = ROOT / "scripts"
 
 # (script, run directory whose rows.txt it printed)
 TABLES = [
-    ("li_repro_minilm_c_sweep/rows.py", "li_repro_minilm_c_sweep"),
-    ("li_repro_minilm_c_sweep/rows.py", "li_repro_smollm2_clipping"),
-    ("li_repro_minilm_mean/rows.py", "li_repro_minilm_mean"),
-    ("li_repro_smollm2_table2text/rows.py", "li_repro_smollm2_table2text"),
-    ("li_repro_smollm2_table2text/rows.py", "li_repro_smollm2_table2text_n2000"),
-    ("li_repro_table2text_data_pilot/rows.py", "li_repro_smollm2_table2text_pilot"),
-    ("li_repro_table2text_data_pilot/rows.py", "li_repro_table2text_data_pilot"),
+    ("rows_clipping_sweep.py", "li_repro_minilm_c_sweep"),
+    ("rows_clipping_sweep.py", "li_repro_smollm2_clipping"),
+    ("rows_minilm_mean.py", "li_repro_minilm_mean"),
+    ("rows_table2text.py", "li_repro_smollm2_table2text"),
+    ("rows_table2text.py", "li_repro_smollm2_table2text_n2000"),
+    ("rows_table2text_pilot.py", "li_repro_smollm2_table2text_pilot"),
+    ("rows_table2text_pilot.py", "li_repro_table2text_data_pilot"),
 ]
 
 # READMEs that show the table verbatim (the others quote rows from it in prose or in their own layout)
@@ -36,7 +37,7 @@ def _run(script: Path, *args) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("script,run_dir", TABLES)
 def test_rows_txt_is_what_the_script_prints(script, run_dir):
-    out = _run(REPORTS / script, REPORTS / run_dir)
+    out = _run(SCRIPTS / script, REPORTS / run_dir)
     assert out.returncode == 0, out.stderr
     assert out.stdout == (REPORTS / run_dir / "rows.txt").read_text(), f"regenerate {run_dir}/rows.txt with {script}"
     if run_dir in VERBATIM:
@@ -53,7 +54,7 @@ def _copy_reports(src: Path, dst: Path, names: list[str]) -> None:
 
 
 def test_trend_plot_puts_one_run_per_point_on_the_line(tmp_path):
-    src, script = REPORTS / "li_repro_smollm2_table2text_n2000", REPORTS / "li_repro_smollm2_table2text_n2000/trend.py"
+    src, script = REPORTS / "li_repro_smollm2_table2text_n2000", SCRIPTS / "trend_table2text.py"
     _copy_reports(src, tmp_path, ["full-eps8", "full-nonprivate"])
     assert _run(script, tmp_path).returncode == 0 and (tmp_path / "trend.png").stat().st_size > 0
     shutil.copytree(tmp_path / "full-nonprivate", tmp_path / "full-nonprivate-b")
@@ -64,7 +65,7 @@ def test_trend_plot_puts_one_run_per_point_on_the_line(tmp_path):
 
 
 def test_learning_rate_choice_reads_validation_runs_only(tmp_path):
-    src, script = REPORTS / "li_repro_smollm2_table2text_n2000", REPORTS / "li_repro_smollm2_table2text_n2000_lr/choose.py"
+    src, script = REPORTS / "li_repro_smollm2_table2text_n2000", SCRIPTS / "choose_lr.py"
     _copy_reports(src, tmp_path, ["full-nonprivate"])
     (tmp_path / "full-nonprivate").rename(tmp_path / "full-nonprivate-lr2e-3")
     out = _run(script, tmp_path)  # a test-split report may not pick a hyperparameter
@@ -88,7 +89,7 @@ def test_learning_rate_choice_reads_validation_runs_only(tmp_path):
 
 def test_committed_learning_rate_choice_is_what_the_rule_picks_and_the_tuned_row_uses_it():
     lr_dir = REPORTS / "li_repro_smollm2_table2text_n2000_lr"
-    out = _run(lr_dir / "choose.py")
+    out = _run(SCRIPTS / "choose_lr.py")
     assert out.returncode == 0, out.stderr
     assert out.stdout == (lr_dir / "choice.txt").read_text(), "regenerate choice.txt with choose.py"
     assert out.stdout.strip() in (lr_dir / "README.md").read_text(), "paste choice.txt into the README"
@@ -99,3 +100,8 @@ def test_committed_learning_rate_choice_is_what_the_rule_picks_and_the_tuned_row
     run = REPORTS / "li_repro_smollm2_table2text_n2000/full-nonprivate-tuned/checkpoint/run.json"
     j = json.loads(run.read_text())  # the committed test-split row was trained at that rate
     assert j["trainer"]["lr"] == chosen and j["variant"] == "full-nonprivate-tuned"
+
+
+def test_no_code_under_reports():
+    """Scripts live in scripts/ (linted with the package); reports/ holds results only."""
+    assert not [p for p in REPORTS.rglob("*.py")], "move scripts from reports/ to scripts/"

@@ -1,6 +1,6 @@
 """Re-decode the committed table-to-text checkpoints with the current decoding (until EOS or the 128-token
 context is full) and print the metrics next to the ones in each report.json (decoded with the earlier cap of 48
-new tokens). Usage: python reports/li_repro_table2text/rescore.py DIR [DIR ...]"""
+new tokens). Usage: python scripts/rescore_table2text.py DIR [DIR ...]"""
 
 import json
 import sys

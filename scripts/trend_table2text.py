@@ -1,6 +1,6 @@
 """BLEU and ROUGE-L against ε for full and LoRA fine-tuning, from the per-variant report.json files of a run
 directory, beside Li et al.'s Table 2 (GPT-2 on the real E2E, cited, not run here). Writes DIR/trend.png.
-Run: `python reports/li_repro_smollm2_table2text_n2000/trend.py [DIR]` (DIR defaults to here)."""
+Run: `python scripts/trend_table2text.py [DIR]` (DIR defaults to its report folder)."""
 
 import json
 import sys
@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "reports" / "li_repro_smollm2_table2text_n2000"
 POSITIONS = {1.0: 0, 3.0: 1, 8.0: 2, None: 3}  # ε = 1, 3, 8, non-private, evenly spaced
 # Li et al. (2022), Table 2 / Table 7: GPT-2 (124M) on E2E at ε = 3, 8 and non-private (no ε = 1 run).
 PAPER = {"full": {"bleu": (61.519, 63.189, 69.463), "rougeL": (65.670, 66.429, 71.359)},

@@ -1,12 +1,14 @@
 """The table of README.md, printed from the committed per-variant report.json files: test accuracy with a 95%
 Wilson interval, claimed ε, PLD / RDP re-accounting, σ, steps, train loss, LOSS AUC, the one-run bound.
-Run: `python reports/li_repro_minilm_mean/rows.py`"""
+Run: `python scripts/rows_minilm_mean.py [DIR] > reports/li_repro_minilm_mean/rows.txt` (DIR defaults to
+reports/li_repro_minilm_mean)"""
 
 import json
 import math
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "reports" / "li_repro_minilm_mean"
 VARIANTS = ["full-nonprivate", "full-eps8", "full-eps3", "full-eps1",
             "lora-nonprivate", "lora-eps8", "lora-eps3", "lora-eps1"]
 

@@ -1,12 +1,12 @@
 """Rows of a table-to-text pilot README from its per-variant report.json files (a zero-shot BLEU column is
-added when the runs measured the base model). Run: `python reports/li_repro_table2text_data_pilot/rows.py [DIR]`
-(DIR defaults to this folder; reports/li_repro_smollm2_table2text_pilot uses it too)."""
+added when the runs measured the base model). Run: `python scripts/rows_table2text_pilot.py [DIR]`
+(DIR defaults to reports/li_repro_table2text_data_pilot; reports/li_repro_smollm2_table2text_pilot uses it too)."""
 
 import json
 import sys
 from pathlib import Path
 
-HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "reports" / "li_repro_table2text_data_pilot"
 reports = sorted(HERE.glob("**/report/report.json"))
 zero_shot = any("base_model" in json.loads(p.read_text())["metrics"] for p in reports)
 print("| variant | MRs (records) | epochs | steps | σ | σC/B | example passes | validation BLEU | NIST | METEOR | ROUGE-L | CIDEr | "

@@ -1,11 +1,11 @@
 """Rows of README.md from the per-variant report.json files of this run (task metrics, zero-shot BLEU, accounting,
-training and the audit). Run: `python reports/li_repro_smollm2_table2text/rows.py [DIR]` (DIR defaults to here)."""
+training and the audit). Run: `python scripts/rows_table2text.py [DIR]` (DIR defaults to its report folder)."""
 
 import json
 import sys
 from pathlib import Path
 
-HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "reports" / "li_repro_smollm2_table2text"
 
 
 def final_loss(tr: dict) -> str:

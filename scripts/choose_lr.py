@@ -2,15 +2,15 @@
 fixed before any rate was run: the highest validation BLEU wins; rates not run are not candidates. Reads the
 per-variant report.json (metrics) and checkpoint/run.json (the learning rate the trainer used) under DIR and refuses a
 report whose metrics come from the test split, so a test number can never pick a hyperparameter.
-Run: `python reports/li_repro_smollm2_table2text_n2000_lr/choose.py [DIR]` (DIR defaults to here)."""
+Run: `python scripts/choose_lr.py [DIR]` (DIR defaults to its report folder)."""
 
 import json
 import sys
 import tomllib
 from pathlib import Path
 
-HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "li_repro_smollm2_table2text_n2000_full_lr.toml"
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "reports" / "li_repro_smollm2_table2text_n2000_lr"
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "li_repro_smollm2_table2text_n2000_full_lr.toml"
 
 
 def runs(run_dir: Path, configured: list[str]) -> list[tuple[str, float, dict]]:
