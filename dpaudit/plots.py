@@ -29,11 +29,7 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
         ax.set_ylabel("true positive rate")
         ax.set_title("ROC of canary membership (log axes)")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        f = f"{prefix}roc.png"
-        fig.savefig(out / f, dpi=110)
-        plt.close(fig)
-        files.append(f)
+        files.append(_save(fig, out, f"{prefix}roc.png"))
 
         fig, axes = plt.subplots(1, len(attacks), figsize=(4.2 * len(attacks), 3.4), squeeze=False)
         signs = np.array([1 if c["inserted"] else -1 for c in report["exposure"].get("canaries", [])]) \
@@ -49,11 +45,7 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
             ax.hist(sc[s < 0], bins=bins, alpha=0.6, label="held out")
             ax.set_title(f"{name} score")
             ax.legend(fontsize=8)
-        fig.tight_layout()
-        f = f"{prefix}scores.png"
-        fig.savefig(out / f, dpi=110)
-        plt.close(fig)
-        files.append(f)
+        files.append(_save(fig, out, f"{prefix}scores.png"))
     ex = report.get("exposure")
     if ex:
         can = ex["canaries"]
@@ -67,11 +59,7 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
         ax.set_ylabel("exposure (bits)")
         ax.set_title("Exposure per canary")
         ax.legend(fontsize=7, loc="center right")
-        fig.tight_layout()
-        f = f"{prefix}exposure.png"
-        fig.savefig(out / f, dpi=110)
-        plt.close(fig)
-        files.append(f)
+        files.append(_save(fig, out, f"{prefix}exposure.png"))
     clip = clipping_summary(report)
     per = clip.get("per_step") or {}
     if clip.get("steps_observed"):
@@ -90,14 +78,19 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
         a2.set_ylabel("gradient norm")
         a2.legend(fontsize=7)
         fig.suptitle("How hard clipping bites, per step", fontsize=10)
-        fig.tight_layout()
-        f = f"{prefix}clipping.png"
-        fig.savefig(out / f, dpi=110)
-        plt.close(fig)
-        files.append(f)
+        files.append(_save(fig, out, f"{prefix}clipping.png"))
     return files
 
 
 def clipping_summary(report: dict) -> dict:
     """The run's clipping summary (``train_result.clipping`` in run.json), {} when there is none."""
     return ((report.get("reproducibility") or {}).get("train_result") or {}).get("clipping") or {}
+
+
+def _save(fig, out: Path, name: str) -> str:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
