@@ -89,8 +89,8 @@ def smollm2_dir() -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gg = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    gg = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32, trust_remote_code=False)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
     cfg = gg.config  # the GGUF weights come dequantised to fp32; drop the quantisation marker to save them
     if hasattr(cfg, "quantization_config"):
         del cfg.quantization_config

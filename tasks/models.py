@@ -160,22 +160,22 @@ def build(spec: ModelSpec):
     if spec.is_classifier:
         return _classifier(spec)
     path = assets.smollm2_dir()
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
     return model, tok
 
 
 def _classifier(spec: ModelSpec):
     """MiniLM with a seeded new head, or a tiny random BERT; both with MiniLM's tokenizer."""
     path = assets.locate("minilm-l6").parent
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     with torch.random.fork_rng():
         torch.manual_seed(spec.init_seed)
         if spec.name == "minilm-l6":
             cls = MeanPoolBertForSequenceClassification if spec.pooling == "mean" else AutoModelForSequenceClassification
-            model = cls.from_pretrained(path, num_labels=N_LABELS, dtype=torch.float32)
+            model = cls.from_pretrained(path, num_labels=N_LABELS, dtype=torch.float32, trust_remote_code=False)
         else:
             cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=spec.n_embd, num_hidden_layers=spec.n_layer,
                              num_attention_heads=spec.n_head, intermediate_size=4 * spec.n_embd,
@@ -233,8 +233,8 @@ def load_dir(path: Path):
             else AutoModelForSequenceClassification if any(a.endswith("ForSequenceClassification") for a in archs)
             else AutoModelForCausalLM)
     try:
-        tok = AutoTokenizer.from_pretrained(path)
-        model = auto.from_pretrained(path, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        model = auto.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise DpauditError(f"cannot load the model at {path}: {str(e).splitlines()[0]}") from None
     if tok.pad_token is None:
