@@ -18,7 +18,7 @@ import numpy as np
 from dpaudit import checkpoint, options, scoring
 from dpaudit.audit import families
 from dpaudit.errors import DpauditError
-from dpaudit.reaccount import group_delta, reaccount
+from dpaudit.reaccount import group_delta, lemma_delta, reaccount
 from dpaudit.verdict import judge
 
 SCHEMA_VERSION = 1
@@ -115,10 +115,8 @@ def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, wh
     plan, record_reps = audit_plan(card, man, confidence, rule)
     expo = _exposure(man, scored.exposure, card, plan) if scored.exposure is not None else {}
     scores = per_audit_unit(man, scored.scores)
-    attack_rows = families.attack_rows(scores, plan.signs, None)
+    attack_rows = families.attack_rows(scores, plan.signs, whitebox)
     empirical = families.one_run_rows(scores, plan, whitebox)
-    if whitebox:
-        attack_rows = {**attack_rows, **families.attack_rows({}, plan.signs, whitebox)}
     primary = "claimed" if card.is_private else "zero"
     best = families.best(empirical, primary)
     record_rows = _record_level(card, man, scores, plan, record_reps)
@@ -173,8 +171,5 @@ def _record_level(card, man, scores: dict, plan: families.Plan, record_reps: int
     rl = (card.extra or {}).get("record_level") if card.is_private else None
     if not rl or card.claim.unit != "user":
         return []
-    from dpaudit.accounting import group
-
     g = record_reps * man.plan.records_per_user
-    d = float(min(0.999, group.lemma(rl["epsilon"], rl["delta"], g)[1]))
-    return families.record_level_rows(scores, plan, g, d)
+    return families.record_level_rows(scores, plan, g, lemma_delta(rl["epsilon"], rl["delta"], g))

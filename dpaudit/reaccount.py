@@ -52,6 +52,10 @@ def _group_results(card) -> list:
 
 def group_delta(card, group_size: int) -> float:
     """delta for a group of ``group_size`` records under the claim (group privacy lemma); 0 without a claim."""
-    if not card.is_private:
-        return 0.0
-    return float(min(0.999, group.lemma(card.claim.epsilon_value, card.claim.delta, group_size)[1]))
+    return lemma_delta(card.claim.epsilon_value, card.claim.delta, group_size) if card.is_private else 0.0
+
+
+def lemma_delta(epsilon: float, delta: float, group_size: int) -> float:
+    """The delta an (epsilon, delta) guarantee gives a group of ``group_size`` units (group privacy lemma),
+    capped below 1 so that an audit at it stays defined."""
+    return float(min(0.999, group.lemma(epsilon, delta, group_size)[1]))

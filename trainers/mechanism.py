@@ -18,6 +18,7 @@ from opacus.optimizers import DPOptimizer
 from torch import nn
 
 from dpaudit.trainers import noise as noise_axis
+from dpaudit.trainers.clip_stats import unit_norms
 
 
 def noise_generator(seed: int, device: torch.device) -> torch.Generator:
@@ -58,8 +59,6 @@ class UserDPOptimizer(DPOptimizer):
 def clip_units(unit_grads: list[torch.Tensor], C: float) -> list[torch.Tensor]:
     """Clip each unit's whole gradient (row i of every tensor together) to norm C and sum over units; the
     clip factor is Opacus' min(1, C / (norm + 1e-6))."""
-    from dpaudit.trainers.clip_stats import unit_norms
-
     norms = unit_norms(unit_grads)
     factor = (C / (norms + 1e-6)).clamp(max=1.0)
     return [(G * factor.view(-1, *([1] * (G.dim() - 1)))).sum(0) for G in unit_grads]
