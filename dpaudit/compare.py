@@ -1,7 +1,8 @@
 """``dpaudit compare OLD NEW``: a markdown diff of two reports, with what regressed flagged.
 
-Regressions: a larger empirical lower bound, a larger attack AUC or mean exposure of inserted canaries,
-a larger claimed or re-accounted epsilon, a lower accuracy, or a worse verdict.
+Regressions: a larger empirical lower bound, a lower audit ceiling, a larger attack AUC or mean exposure of
+inserted canaries, a larger claimed or re-accounted epsilon, a lower accuracy, or a worse verdict. The two
+checks behind the verdict are shown beside it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ def _metrics(r: dict) -> dict[str, tuple[float | None, int]]:
     out["re-accounted ε (largest)"] = (r["accounting"].get("reaccounted_epsilon"), +1)
     best = r.get("empirical_best")
     out["empirical ε lower bound"] = (best["epsilon_lb"] if best else None, +1)
+    emp = r["verdict"].get("empirical") or {}
+    out["audit ceiling (the most it could prove)"] = (emp.get("ceiling"), -1)
     for name, a in r.get("attacks", {}).items():
         out[f"AUC {name}"] = (a["auc"], +1)
         out[f"TPR@1%FPR {name}"] = (a["tpr_at_1_fpr"], +1)
@@ -55,6 +58,10 @@ def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
     vo, vn = old["verdict"]["status"], new["verdict"]["status"]
     worse = VERDICT_RANK.get(vn, 1) > VERDICT_RANK.get(vo, 1)
     regressions += worse
+    for check in ("accounting", "empirical"):
+        so, sn = ((x["verdict"].get(check) or {}).get("status") for x in (old, new))
+        if so or sn:
+            lines.append(f"| {check} check | `{so}` | `{sn}` | {'' if so == sn else 'changed'} | |")
     lines.append(f"| verdict | `{vo}` | `{vn}` | | {'**regressed**' if worse else ''} |")
     return lines + [""], regressions
 

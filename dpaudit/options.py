@@ -23,14 +23,27 @@ SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_ch
 # ---- privacy cards ----------------------------------------------------------------------------------
 UNITS = ("record", "user")
 NEIGHBOURING = ("add_remove", "replace_one")
-SAMPLERS = ("poisson", "shuffle", "with_replacement")
+SAMPLERS = ("poisson", "shuffle", "with_replacement", "other")  # other: fixed order or unknown
 ACCOUNTANTS = ("rdp", "prv", "pld", "dpa_rdp")
+CLAIM_SOURCES = ACCOUNTANTS + ("external", "none")  # what produced a card's claim
 
 # ---- audits and reports -----------------------------------------------------------------------------
 ATTACKS = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")  # all of them run by default
 RULES = ("bonferroni", "held_out")
-# verdicts, from best to worst (dpaudit compare flags a move to a worse one); equal rank = neither is worse
-VERDICT_RANK = {"consistent": 0, "no-claim": 1, "inconclusive": 1, "accounting-mismatch": 2, "violated": 3}
+# how a canary is framed for scoring, as the model saw its training records: BOS + text + EOS (dpaudit's
+# trainers) or the tokenizer's own special tokens (tokenizer(text): a Hugging Face training loop)
+FRAMINGS = ("bos_eos", "tokenizer")
+# The two checks of a claim, reported separately (dpaudit.claim_check, dpaudit.verdict):
+ACCOUNTING_STATUSES = ("verified", "under-claim", "unverifiable")
+# violated: a lower bound exceeds the claim; not-refuted: the audit could have refuted the claim (its ceiling
+# reaches it) and did not; underpowered: not refuted, but only tested up to a ceiling below the claim;
+# no-power: no bound was possible at all.
+EMPIRICAL_STATUSES = ("violated", "not-refuted", "underpowered", "no-power")
+# headline verdicts, from best to worst (dpaudit compare flags a move to a worse one); equal rank = neither is
+# worse. None of them means "proven private": consistent = accounting verified and an audit able to refute
+# the claim did not; not-refuted = accounting verified, audit too weak to reach the claim.
+VERDICT_RANK = {"consistent": 0, "not-refuted": 1, "no-claim": 1, "inconclusive": 2, "accounting-mismatch": 3,
+                "violated": 4}
 VERDICTS = tuple(VERDICT_RANK)
 TASK_METRICS = ("accuracy", "bleu", "nist", "meteor", "rougeL", "cider")
 

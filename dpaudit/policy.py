@@ -4,13 +4,17 @@ Policy TOML (every key optional; unknown keys are errors)::
 
     [rules]
     no_empirical_above_claim = true   # no empirical lower bound may exceed the claimed epsilon
-    accounting_tolerance = 0.02       # re-accounted eps <= claimed eps * (1 + tolerance)
-    accounting_reference = "certified"  # which re-accounted eps: "certified" (smallest sound), "largest", or an accountant
+    accounting = ["verified"]         # allowed accounting checks: verified | under-claim | unverifiable
+    empirical = ["not-refuted", "underpowered"]  # allowed empirical checks; ["not-refuted"] demands an audit
+                                      # whose ceiling reaches the claim (violated | not-refuted | underpowered | no-power)
+    accounting_tolerance = 0.02       # numerical slack of the accounting check (the evaluator's rule, re-applied)
+    accounting_reference = "certified"  # also require this upper value <= claim: "certified" (smallest sound;
+                                      # the accounting check itself), "largest", or an accountant's name
     max_claimed_epsilon = 10.0        # the privacy budget
     require_claim = true              # a non-private model (no claim) fails
     min_accuracy = 0.5                # task accuracy floor
     max_exposure = 12.0               # no canary's exposure above this many bits
-    allowed_verdicts = ["consistent"]
+    allowed_verdicts = ["consistent", "not-refuted"]
 
 Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad input.
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from dpaudit import options
+from dpaudit import claim_check, options, verdict
 from dpaudit.errors import DpauditError
 from dpaudit.io import number, read_json, read_toml
 
@@ -30,13 +34,15 @@ REPORT_SCHEMA_VERSION = 1
 @dataclass(frozen=True)
 class Policy:
     no_empirical_above_claim: bool = True
+    accounting: tuple = ("verified",)
+    empirical: tuple = ("not-refuted", "underpowered")
     accounting_tolerance: float | None = options.ACCOUNTING_TOLERANCE
     accounting_reference: str = "certified"
     max_claimed_epsilon: float | None = None
     require_claim: bool = True
     min_accuracy: float | None = None
     max_exposure: float | None = None
-    allowed_verdicts: tuple = ("consistent",)
+    allowed_verdicts: tuple = ("consistent", "not-refuted")
 
     def __post_init__(self):
         for f in fields(self):
@@ -46,10 +52,11 @@ class Policy:
             if f.name in ("accounting_tolerance", "max_claimed_epsilon", "min_accuracy", "max_exposure") and \
                     v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
                 raise DpauditError(f"policy rules.{f.name} must be a number >= 0, got {v!r}")
-        bad = [v for v in self.allowed_verdicts if v not in options.VERDICTS]
-        if bad:
-            raise DpauditError(f"policy rules.allowed_verdicts: unknown verdict {bad[0]!r}; known: "
-                               f"{', '.join(options.VERDICTS)}")
+        for key, known in (("allowed_verdicts", options.VERDICTS), ("accounting", options.ACCOUNTING_STATUSES),
+                           ("empirical", options.EMPIRICAL_STATUSES)):
+            bad = [v for v in getattr(self, key) if v not in known]
+            if bad:
+                raise DpauditError(f"policy rules.{key}: unknown status {bad[0]!r}; known: {', '.join(known)}")
 
 
 def load_policy(path: Path | None) -> Policy:
@@ -64,8 +71,11 @@ def load_policy(path: Path | None) -> Policy:
     bad = sorted(set(rules) - names)
     if bad:
         raise DpauditError(f"unknown policy key 'rules.{bad[0]}'; valid keys: {', '.join(sorted(names))}")
-    if "allowed_verdicts" in rules:
-        rules["allowed_verdicts"] = tuple(rules["allowed_verdicts"])
+    for key in ("allowed_verdicts", "accounting", "empirical"):
+        if key in rules:
+            if not isinstance(rules[key], list):
+                raise DpauditError(f"policy rules.{key} must be a list of statuses, got {rules[key]!r}")
+            rules[key] = tuple(rules[key])
     return Policy(**rules)
 
 
@@ -92,22 +102,11 @@ def check(r: dict, p: Policy) -> list[str]:
             if e["delta_kind"] == "claimed" and e["epsilon_lb"] > claim:
                 fails.append(f"{name}: empirical lower bound {e['epsilon_lb']:.3f} ({e['attack']}, "
                              f"{e['family_confidence']:.0%}) exceeds the claimed epsilon {claim:.3f}")
-    if p.accounting_tolerance is not None and private:
-        acct = r["accounting"]
-        if p.accounting_reference == "certified":
-            ref, label = acct["certified_epsilon"], "certified (smallest sound accountant)"
-        elif p.accounting_reference == "largest":
-            ref, label = acct["reaccounted_epsilon"], "largest accountant"
-        else:
-            vals = [a["epsilon"] for a in acct["results"] if a["accountant"] == p.accounting_reference]
-            if not vals:
-                raise DpauditError(f"policy accounting_reference {p.accounting_reference!r} is not in the report")
-            ref, label = vals[0], p.accounting_reference
-        if ref is not None and options.exceeds(ref, claim, p.accounting_tolerance):
-            fails.append(f"{name}: re-accounted epsilon {ref:.3f} ({label}) exceeds the claim {claim:.3f} by more "
-                         f"than {p.accounting_tolerance:.0%}")
-        for f in acct.get("findings", []):
-            fails.append(f"{name}: accounting finding: {f}")
+    if private:
+        fails += _accounting(name, r, claim, p)
+        emp = empirical_check(r, claim)
+        if p.empirical and emp["status"] not in p.empirical:
+            fails.append(f"{name}: empirical check '{emp['status']}' is not allowed ({emp['reason']})")
     if p.max_claimed_epsilon is not None and private and claim > p.max_claimed_epsilon:
         fails.append(f"{name}: claimed epsilon {claim:.3f} is above the budget {p.max_claimed_epsilon}")
     if p.min_accuracy is not None:
@@ -128,6 +127,57 @@ def check(r: dict, p: Policy) -> list[str]:
     if p.allowed_verdicts and r["verdict"]["status"] not in p.allowed_verdicts:
         fails.append(f"{name}: verdict '{r['verdict']['status']}' is not allowed ({r['verdict']['reason']})")
     return fails
+
+
+def accounting_check(r: dict, claim: float, tolerance: float) -> dict:
+    """The report's accounting check, re-applied at ``tolerance`` with the evaluator's own rule."""
+    acct, c = r["accounting"], r["claim"]
+    return claim_check.status(claim, c["delta"], c.get("neighbouring", "add_remove"), acct["results"],
+                              acct.get("findings", []), acct.get("not_applicable"), tolerance)
+
+
+def empirical_check(r: dict, claim: float) -> dict:
+    """The report's empirical check, re-derived from its rows (reports written before it was recorded too)."""
+    rows = [e for e in r["empirical"] if e["delta_kind"] == "claimed"]
+    best = max(rows, key=lambda e: e["epsilon_lb"]) if rows else None
+    return verdict.empirical(claim, best, max((e["ceiling"] for e in rows), default=0.0))
+
+
+def _accounting(name: str, r: dict, claim: float, p: Policy) -> list[str]:
+    tol = options.ACCOUNTING_TOLERANCE if p.accounting_tolerance is None else p.accounting_tolerance
+    acc = accounting_check(r, claim, tol)
+    fails = []
+    if p.accounting and acc["status"] not in p.accounting:
+        fails.append(f"{name}: accounting check '{acc['status']}' is not allowed ({acc['reason']})")
+    if p.accounting_reference != "certified" and p.accounting_tolerance is not None:
+        results = r["accounting"]["results"]
+        if p.accounting_reference == "largest":
+            ref, label = r["accounting"]["reaccounted_epsilon"], "largest accountant"
+        else:
+            vals = [a["epsilon"] for a in results if a["accountant"] == p.accounting_reference]
+            if not vals:
+                raise DpauditError(f"policy accounting_reference {p.accounting_reference!r} is not in the report")
+            ref, label = vals[0], p.accounting_reference
+        if ref is not None and options.exceeds(ref, claim, tol):
+            fails.append(f"{name}: re-accounted epsilon {ref:.3f} ({label}) exceeds the claim {claim:.3f} by more "
+                         f"than {tol:.0%}")
+    return fails
+
+
+def summary(r: dict) -> str:
+    """What the checks of one evaluation report established, in one line (printed by a passing gate)."""
+    name = r.get("checkpoint", {}).get("variant") or r.get("checkpoint", {}).get("path")
+    claim = number(r["claim"]["epsilon"])
+    if claim is None:
+        return f"{name}: no claim"
+    acc = accounting_check(r, claim, r["accounting"].get("tolerance", options.ACCOUNTING_TOLERANCE))
+    emp = empirical_check(r, claim)
+    return (f"{name}: claim epsilon {claim:g}; accounting {acc['status']}; empirical {emp['status']} "
+            f"(tested up to epsilon {emp['ceiling']:.3g})")
+
+
+def summaries(r: dict) -> list[str]:
+    return [summary(v) for v in r["variants"].values()] if r["kind"] == "comparison" else [summary(r)]
 
 
 def check_any(r: dict, p: Policy) -> list[str]:

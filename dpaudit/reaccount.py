@@ -1,34 +1,76 @@
 """The claim check: re-derive a privacy card's epsilon with every accountant (docs/architecture.md).
 
-The claim must be certified by one sound accountant; the largest value is reported as the re-accounted
-epsilon (never under-report). A card whose sampler is not the Poisson sampling the accountants assume is a
-finding, not a crash. Group privacy (a record-level mechanism on data capped at k records per user, claimed
+Every accountant that analyses the stated mechanism (sampler, neighbouring relation) gives its interval; the
+claim is verified by one sound upper value, refuted by one lower value, and otherwise unverifiable
+(:mod:`dpaudit.claim_check`). The largest upper value is reported as the re-accounted epsilon (never
+under-report). A card whose sampler no accountant models exactly, or whose sample rate disagrees with its
+batch and dataset sizes, is a finding, not a crash. Group privacy (a record-level mechanism on data capped at k records per user, claimed
 at user level) is accounted through the group lemma for every accountant and by the exact
 mixture-of-Gaussians PLD.
 """
 
 from __future__ import annotations
 
-from dpaudit import accounting, options
+from dpaudit import accounting, claim_check, options
 from dpaudit.accounting import group
 from dpaudit.errors import DpauditError
 
 
 def reaccount(card) -> dict:
-    """{results, reaccounted_epsilon (largest), certified_epsilon (smallest sound), tolerance, findings}."""
+    """{results, not_applicable, reaccounted_epsilon (largest upper), certified_epsilon (smallest sound upper),
+    lower_epsilon (largest lower), tolerance, findings, status, reason}: the accounting check of the card."""
     if not card.is_private:
-        return {"results": [], "reaccounted_epsilon": None, "certified_epsilon": None,
-                "tolerance": options.ACCOUNTING_TOLERANCE, "findings": []}
-    res = _group_results(card) if card.group_size > 1 else accounting.compute_all(card.events, card.claim.delta)
-    findings = [f"batches were drawn by '{ev.sampler}' but the accountants assume Poisson sampling; the "
-                "re-accounted epsilon does not cover this mechanism" for ev in card.events if ev.sampler != "poisson"]
+        return {"results": [], "not_applicable": {}, "reaccounted_epsilon": None, "certified_epsilon": None,
+                "lower_epsilon": None, "tolerance": options.ACCOUNTING_TOLERANCE, "findings": [],
+                "status": None, "reason": "no claim"}
+    relation = card.claim.neighbouring
+    if card.group_size > 1:
+        res, skipped = _group_results(card), {}
+    else:
+        res, skipped = accounting.intervals(card.events, card.claim.delta, relation, card.dataset_size)
+    results = [r.to_dict() for r in res]
+    findings = card_findings(card, results)
+    check = claim_check.status(card.claim.epsilon_value, card.claim.delta, relation, results, findings, skipped)
     return {
-        "results": [r.to_dict() for r in res],
-        "reaccounted_epsilon": accounting.conservative(res).epsilon,  # the largest: never under-report
-        "certified_epsilon": min(r.epsilon for r in res if r.delta <= card.claim.delta * (1 + 1e-9)),
+        "results": results,
+        "not_applicable": skipped,
+        "reaccounted_epsilon": max((r.epsilon for r in res), default=None),  # the largest: never under-report
+        "certified_epsilon": check["upper"],
+        "lower_epsilon": check["lower"],
         "tolerance": options.ACCOUNTING_TOLERANCE,
         "findings": findings,
+        "status": check["status"],
+        "reason": check["reason"],
     }
+
+
+SAMPLE_RATE_SLACK = 0.05  # relative disagreement between q and expected_batch_size / dataset_size that is a finding
+
+
+def card_findings(card, results: list[dict]) -> list[str]:
+    """What keeps the accountants' numbers from certifying the card: a sampler no analysis models exactly, a
+    sample rate that disagrees with the stated batch and dataset sizes."""
+    out = []
+    for ev in card.events:
+        if ev.sampler == "shuffle":
+            rdp = [r for r in results if r["accountant"] == "dpa_rdp"]
+            got = (f"accounted as sampling without replacement of q*N records per step (replace-one): epsilon <= "
+                   f"{rdp[0]['epsilon']:.4g}, " if rdp else "")
+            out.append(f"batches were drawn by 'shuffle': {got}but a shuffled epoch is not independent sampling, so no "
+                       "accountant certifies it; train with Poisson sampling (Opacus DPDataLoader)")
+        elif ev.sampler != "poisson":
+            out.append(f"batches were drawn by '{ev.sampler}', which no accountant here analyses; train with Poisson "
+                       "sampling (Opacus DPDataLoader)")
+    b, n = card.expected_batch_size, card.dataset_size
+    if b and n and card.group_size == 1 and card.claim.unit == "record":
+        for ev in card.events:
+            implied = b / n
+            if abs(ev.sample_rate - implied) > SAMPLE_RATE_SLACK * implied:
+                out.append(f"the card's sample rate q = {ev.sample_rate:.4g} disagrees with expected_batch_size / "
+                           f"dataset_size = {b:g} / {n} = {implied:.4g}; write the rate the sampler used "
+                           "(Opacus: 1 / len(data_loader); dpaudit.opacus_card.card_from_opacus records it)")
+                break
+    return out
 
 
 def _group_results(card) -> list:
@@ -43,10 +85,12 @@ def _group_results(card) -> list:
     for name in accounting.ACCOUNTANTS:
         e_r = accounting.compute(card.events, rl["delta"], name).epsilon
         ue, ud = group.lemma(e_r, rl["delta"], k)
-        out.append(accounting.AccountingResult(f"{name}+group_lemma", ue, ud))  # certifies only if ud <= delta
-    out.append(accounting.AccountingResult("pld_group_mixture",
-                                           group.subsampled_gaussian_group_epsilon(card.events, card.claim.delta, k),
-                                           card.claim.delta))
+        out.append(accounting.AccountingResult(  # certifies only if ud <= delta
+            f"{name}+group_lemma", ue, ud, detail=f"record-level epsilon {e_r:.4g} at delta {rl['delta']:.3g}, "
+                                                  f"group of {k} (upper only)"))
+    out.append(accounting.AccountingResult(
+        "pld_group_mixture", group.subsampled_gaussian_group_epsilon(card.events, card.claim.delta, k),
+        card.claim.delta, detail=f"exact mixture of Gaussians for {k} records, pessimistic PLD (upper only)"))
     return out
 
 

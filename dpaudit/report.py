@@ -46,7 +46,12 @@ def privacy_rows(r: dict) -> list[str]:
     rows = [f"| claimed ε | {fmt_eps(c['epsilon'])} | δ = {c['delta']:.3g}, unit = {c['unit']}, "
             f"{c['neighbouring']}, accountant = {c['accountant']} |"]
     for a in r["accounting"]["results"]:
-        rows.append(f"| re-accounted ε ({a['accountant']}) | {a['epsilon']:.2f} | δ = {a['delta']:.3g} |")
+        lo = "—" if a.get("lower") is None else f"{a['lower']:.4g}"
+        rows.append(f"| re-accounted ε ({a['accountant']}) | [{lo}, {a['epsilon']:.4g}] | true ε of the stated mechanism "
+                    f"in this interval; δ = {a['delta']:.3g}, {a.get('relation', 'add_remove')}"
+                    f"{'; ' + a['detail'] if a.get('detail') else ''} |")
+    for name, why in (r["accounting"].get("not_applicable") or {}).items():
+        rows.append(f"| re-accounted ε ({name}) | — | not applicable: {why} |")
     for e in r["empirical"]:
         kind = "record-level claim" if e["delta_kind"] == "record_claim" else f"δ {e['delta_kind']}"
         rows.append(f"| empirical ε lower bound (one-run, {e['attack']}, {kind}) | "
@@ -59,6 +64,21 @@ def privacy_rows(r: dict) -> list[str]:
                     f"{ex['confidence']:.0%} confidence, ceiling {ex['ceiling']:.2f}, δ = {ex['delta']:.3g}, "
                     f"group size {ex['group_size']} |")
     return rows
+
+
+def check_lines(v: dict) -> list[str]:
+    """The two checks behind the headline (reports written before they were recorded have none)."""
+    L = []
+    if v.get("accounting", {}).get("status"):
+        a = v["accounting"]
+        L.append(f"- Accounting check: **{a['status']}** — {a['reason']}.")
+    if v.get("empirical"):
+        e = v["empirical"]
+        L.append(f"- Empirical check: **{e['status']}** — {e['reason']}.")
+    if L:
+        L.append("- Neither check can prove a model private: accountants verify the mechanism written on the card, "
+                 "and an audit can only refute a claim, up to its ceiling.")
+    return L
 
 
 def attack_rows(r: dict) -> list[str]:
@@ -117,7 +137,7 @@ def training_lines(tr: dict | None) -> list[str]:
 def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     v = r["verdict"]
     L = [f"# dpaudit report: {r['checkpoint'].get('variant') or r['checkpoint']['path']}", "",
-         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", "## Privacy", "",
+         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", *check_lines(v), "", "## Privacy", "",
          "| quantity | ε | details |", "|---|---|---|", *privacy_rows(r), ""]
     for f in r["accounting"].get("findings", []):
         L.append(f"- Finding: {f}")
@@ -151,7 +171,13 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
         L.append("")
     for p in plots:
         L.append(f"![{p}]({p})")
-    L += ["", "## Canaries", "", "| id | inserted | repetitions | secret | exposure | extrapolated |", "|---|---|---|---|---|---|"]
+    L += ["", "## Canaries", ""]
+    framing = r["canary_plan"].get("framing")
+    if framing:
+        L += [f"Scored as the model saw its training records: "
+              f"{'BOS + text + EOS' if framing == 'bos_eos' else 'tokenizer(text), with the special tokens it adds'} "
+              f"(`--canary-framing {framing}`).", ""]
+    L += ["| id | inserted | repetitions | secret | exposure | extrapolated |", "|---|---|---|---|---|---|"]
     for c in r["exposure"].get("canaries", []) if r["exposure"] else []:
         sec = "▇" * len(c["secret"]) if redact else c["secret"]
         L.append(f"| {c['id']} | {'yes' if c['inserted'] else 'no'} | {c['repetitions']} | {sec} | "

@@ -1,48 +1,71 @@
-"""Step 3 of ``dpaudit evaluate``: compare claimed, re-accounted and empirical epsilon and say which check
-found what: consistent | violated | accounting-mismatch | inconclusive | no-claim (dpaudit.options.VERDICTS).
+"""Step 3 of ``dpaudit evaluate``: the two checks of a claim, reported separately, and one headline.
 
-The accounting check uses the one tolerance rule of :func:`dpaudit.options.exceeds` (the CI gate uses it
-too); the empirical check can refute a claim only up to its ceiling, and the reason says so.
+* accounting (:mod:`dpaudit.claim_check`): ``verified | under-claim | unverifiable``;
+* empirical (:func:`empirical`): ``violated | not-refuted | underpowered | no-power`` — an audit can refute a
+  claim only up to its ceiling (the largest bound its tests could give), so a bound below the claim says
+  nothing about the claim when the ceiling is below it too;
+* headline (dpaudit.options.VERDICTS): ``violated`` (the audit refutes the claim) > ``accounting-mismatch``
+  (the accountants refute it) > ``no-claim`` > ``inconclusive`` (accounting unverifiable, or an audit with no
+  power) > ``not-refuted`` (accounting verified, audit below the claim) > ``consistent`` (accounting verified
+  and an audit able to refute the claim did not). None of them means "proven private": an audit can only
+  ever refute.
 """
 
 from __future__ import annotations
 
-from dpaudit import options
+
+def empirical(claimed: float, best: dict | None, ceiling: float) -> dict:
+    """The empirical check of a claim (``claimed`` = inf for a model without one)."""
+    lb = best["epsilon_lb"] if best else 0.0
+    conf = best["family_confidence"] if best else None
+    base = {"epsilon_lb": lb, "ceiling": ceiling, "confidence": conf}
+    if best is not None and lb > claimed:
+        return {"status": "violated", **base,
+                "reason": f"empirical lower bound {lb:.3g} ({best.get('attack', 'audit')}) exceeds the claimed epsilon "
+                          f"{claimed:.3g} at {conf:.0%} confidence"}
+    if best is None or ceiling <= 0.0:
+        return {"status": "no-power", **base,
+                "reason": "the audit could give no bound at all: with these canaries even perfect guesses prove "
+                          "nothing (use more canaries, fewer repetitions or a smaller delta)"}
+    if ceiling < claimed:
+        return {"status": "underpowered", **base,
+                "reason": f"not refuted up to epsilon {ceiling:.3g}, the most this audit could prove (bound "
+                          f"{lb:.3g} at {conf:.0%}); it could not have detected a violation between {ceiling:.3g} "
+                          f"and the claim {claimed:.3g}"}
+    return {"status": "not-refuted", **base,
+            "reason": f"the audit could have proved up to epsilon {ceiling:.3g} >= the claim {claimed:.3g} and found "
+                      f"{lb:.3g} at {conf:.0%} confidence: the claim survived a test able to refute it"}
 
 
 def judge(card, acct: dict, best: dict | None, ceiling: float | None = None, record_best: dict | None = None) -> dict:
-    """The verdict with its reason in words. ``ceiling`` is the largest bound any of the audit's tests could
-    have given; ``record_best`` the best bound of the record-level family (group privacy's second claim)."""
-    if record_best is not None and record_best["epsilon_lb"] > card.extra["record_level"]["epsilon"]:
-        return {"status": "violated",
-                "reason": f"record-level lower bound {record_best['epsilon_lb']:.2f} exceeds the record-level "
-                          f"claim {card.extra['record_level']['epsilon']:.3f} at "
-                          f"{record_best['family_confidence']:.0%} confidence"}
-    lb = best["epsilon_lb"] if best else 0.0
+    """The headline verdict, its reason, and both checks. ``ceiling`` is the largest bound any of the audit's
+    tests could have given; ``record_best`` the best bound of the record-level family (group privacy's second
+    claim)."""
     if ceiling is None:
         ceiling = best["ceiling"] if best else 0.0
-    conf = best["family_confidence"] if best else None
+    emp = empirical(card.claim.epsilon_value, best, ceiling)
+    accounting = {k: acct.get(k) for k in ("status", "reason")} | {"lower": acct.get("lower_epsilon"),
+                                                                    "upper": acct.get("certified_epsilon")}
+    checks = {"accounting": accounting, "empirical": emp}
+    if record_best is not None and record_best["epsilon_lb"] > card.extra["record_level"]["epsilon"]:
+        emp = {**emp, "status": "violated",
+               "reason": f"record-level lower bound {record_best['epsilon_lb']:.2f} exceeds the record-level claim "
+                         f"{card.extra['record_level']['epsilon']:.3f} at {record_best['family_confidence']:.0%} "
+                         "confidence"}
+        return {"status": "violated", "reason": emp["reason"], **checks, "empirical": emp}
     if not card.is_private:
-        return {"status": "no-claim",
-                "reason": f"non-private model (no epsilon claimed); the audit proves epsilon >= {lb:.2f} "
-                          f"at {conf:.0%} confidence (ceiling {ceiling:.2f})"}
-    eps = card.claim.epsilon_value
-    if lb > eps:
-        return {"status": "violated",
-                "reason": f"empirical lower bound {lb:.2f} exceeds the claimed epsilon {eps:.2f} "
-                          f"at {conf:.0%} confidence"}
-    cert = acct["certified_epsilon"]
-    if cert is not None and options.exceeds(cert, eps, acct["tolerance"]):
-        return {"status": "accounting-mismatch",
-                "reason": f"claimed epsilon {eps:.3f} is below every accountant's value (smallest {cert:.3f})"}
-    if acct["findings"]:
-        return {"status": "accounting-mismatch", "reason": acct["findings"][0]}
-    if best is not None and ceiling <= 0.0:
-        return {"status": "inconclusive",
-                "reason": f"accountants re-derive epsilon <= {acct['reaccounted_epsilon']:.2f} (claim {eps:.2f}), but the "
-                          f"empirical audit has no power: with m = {best['m']} canaries at delta = {best['delta']:.3g} even "
-                          "perfect guesses give no bound (use more canaries, fewer repetitions or a smaller delta)"}
-    return {"status": "consistent",
-            "reason": f"accountants re-derive epsilon <= {acct['reaccounted_epsilon']:.2f} (claim {eps:.2f}) and the "
-                      f"empirical lower bound {lb:.2f} does not exceed the claim; this audit cannot detect "
-                      f"violations above its ceiling {ceiling:.2f}"}
+        conf = f" at {emp['confidence']:.0%} confidence" if emp["confidence"] else ""
+        return {"status": "no-claim", **checks,
+                "reason": f"non-private model (no epsilon claimed); the audit proves epsilon >= {emp['epsilon_lb']:.2f}"
+                          f"{conf} (ceiling {ceiling:.2f})"}
+    if emp["status"] == "violated":
+        return {"status": "violated", "reason": emp["reason"], **checks}
+    if accounting["status"] == "under-claim":
+        return {"status": "accounting-mismatch", "reason": accounting["reason"], **checks}
+    if accounting["status"] != "verified":
+        return {"status": "inconclusive", "reason": f"accounting unverifiable: {accounting['reason']}", **checks}
+    if emp["status"] == "no-power":
+        return {"status": "inconclusive", "reason": f"accounting verified, but {emp['reason']}", **checks}
+    head = "consistent" if emp["status"] == "not-refuted" else "not-refuted"
+    return {"status": head, "reason": f"accounting verified ({accounting['reason']}); empirical: {emp['reason']}",
+            **checks}

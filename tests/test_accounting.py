@@ -108,7 +108,10 @@ def test_group_mixture_accounting():
 
     ev = [SubsampledGaussian(0.01, 1.0, 1000)]
     # k = 1 is plain PLD
-    assert group.subsampled_gaussian_group_epsilon(ev, 1e-5, 1) == pytest.approx(eps("pld", 1.0, 0.01, 1000, 1e-5), rel=1e-6)
+    from dpaudit.accounting import dpa_pld
+
+    plain = dpa_pld._epsilon(ev, 1e-5, "add_remove", group.MIXTURE_DISCRETISATION, True)
+    assert group.subsampled_gaussian_group_epsilon(ev, 1e-5, 1) == pytest.approx(plain, rel=1e-6)
     # a group of 3 costs more than one record and at most what the lemma gives from the record-level PLD
     g3 = group.subsampled_gaussian_group_epsilon(ev, 1e-5, 3)
     rec_delta = 1e-5 / sum(2.718281828 ** (i * 1.9) for i in range(3))
@@ -130,20 +133,31 @@ def test_claim_check_flags_too_small_claim():
     honest = _card(1.84)  # PLD 1.83, PRV ~1.84, RDP 2.10: certified by PLD/PRV
     acct = reaccount(honest)
     assert acct["reaccounted_epsilon"] == pytest.approx(2.10, abs=0.01)  # largest is reported
-    assert judge(honest, acct, None)["status"] == "consistent"
+    assert acct["status"] == "verified" and acct["lower_epsilon"] < 1.84
+    # no audit ran: the accounting is verified but nothing empirical was tested
+    v = judge(honest, acct, None)
+    assert v["status"] == "inconclusive" and v["accounting"]["status"] == "verified"
+    assert v["empirical"]["status"] == "no-power"
     low = _card(1.5)
     v = judge(low, reaccount(low), None)
-    assert v["status"] == "accounting-mismatch" and "below every accountant" in v["reason"]
+    assert v["status"] == "accounting-mismatch" and "lower value of the true epsilon" in v["reason"]
 
 
-def test_shuffled_batches_accounted_as_poisson_is_a_finding():
+def test_shuffled_batches_are_accounted_without_replacement_but_not_certified():
+    import dataclasses
+
+    from dpaudit.card import Claim
     from dpaudit.reaccount import reaccount
     from dpaudit.verdict import judge
 
-    c = _card(2.2, sampler="shuffle")
+    c = dataclasses.replace(_card(2.2, sampler="shuffle"), dataset_size=10_000,
+                            claim=Claim(epsilon=2.2, delta=1e-5, neighbouring="replace_one"))
     acct = reaccount(c)
+    assert [r["accountant"] for r in acct["results"]] == ["dpa_rdp"]  # sampling without replacement, replace-one
+    assert acct["results"][0]["epsilon"] > 2.2 and acct["results"][0]["relation"] == "replace_one"
     assert acct["findings"] and "shuffle" in acct["findings"][0]
-    assert judge(c, acct, None)["status"] == "accounting-mismatch"
+    assert acct["status"] == "unverifiable"  # an upper value only: never an accusation
+    assert judge(c, acct, None)["status"] == "inconclusive"
 
 
 def test_empirical_bound_above_claim_is_a_violation():

@@ -78,13 +78,19 @@ def test_check_passes_dp_and_fails_nonprivate(run_dir, tmp_path, capsys):
     nonp = str(run_dir / "non-private" / "report" / "report.json")
     assert main(["check", nonp, "--policy", "configs/policy.toml"]) == 1
     out = capsys.readouterr().out
-    assert "no privacy claim" in out and all(line.startswith(("FAIL", "ok")) for line in out.strip().splitlines())
+    assert "no privacy claim" in out and all(line.startswith(("FAIL", "ok", "  ")) for line in out.strip().splitlines())
 
 
 @pytest.mark.parametrize("rule,mutate,needle", [
     ("no_empirical_above_claim = true", lambda r: r["empirical"][0].update(epsilon_lb=9.0, delta_kind="claimed"),
      "exceeds the claimed"),
-    ("accounting_tolerance = 0.02", lambda r: r["accounting"].update(certified_epsilon=0.9), "re-accounted"),
+    ("accounting_tolerance = 0.02", lambda r: [a.update(lower=2 * a["epsilon"]) for a in r["accounting"]["results"]],
+     "accounting check 'under-claim'"),
+    ("accounting = ['verified']", lambda r: [a.update(epsilon=9.0) for a in r["accounting"]["results"]],
+     "accounting check 'unverifiable'"),
+    ("accounting_reference = 'largest'", lambda r: r["accounting"].update(reaccounted_epsilon=9.0), "re-accounted"),
+    ("empirical = ['not-refuted']", lambda r: [e.update(ceiling=0.1) for e in r["empirical"]],
+     "empirical check 'underpowered'"),
     ("max_claimed_epsilon = 0.1", lambda r: None, "budget"),
     ("min_accuracy = 0.99", lambda r: None, "below the floor"),
     ("max_exposure = 0.5", lambda r: None, "exposure"),
@@ -96,7 +102,7 @@ def test_each_rule_fails_when_it_should(run_dir, tmp_path, capsys, rule, mutate,
     f = tmp_path / "r.json"
     f.write_text(json.dumps(base))
     p = policy.load_policy(tmp_path / "policy.toml")
-    relaxed = policy.Policy(no_empirical_above_claim=False, accounting_tolerance=None, allowed_verdicts=())
+    relaxed = policy.Policy(no_empirical_above_claim=False, accounting=(), empirical=(), allowed_verdicts=())
     assert policy.check(base, relaxed) == []
     r = copy.deepcopy(base)
     mutate(r)

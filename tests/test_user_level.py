@@ -176,7 +176,11 @@ def test_canary_users_all_in_or_all_out(user_run):
 
 def test_user_level_cards_and_reaccounting(user_run):
     ud = _rep(user_run, "user-dp")
-    assert ud["claim"]["epsilon"] <= 2.0 and ud["verdict"]["status"] in ("consistent", "inconclusive")
+    assert ud["claim"]["epsilon"] <= 2.0 and ud["verdict"]["accounting"]["status"] == "verified"
+    assert ud["verdict"]["empirical"]["status"] != "violated"
+    assert ud["verdict"]["status"] == ("consistent" if ud["verdict"]["empirical"]["status"] == "not-refuted" else
+                                       "not-refuted" if ud["verdict"]["empirical"]["status"] == "underpowered" else
+                                       "inconclusive")
     gp = _rep(user_run, "group")
     card = json.loads((user_run / "group" / "checkpoint" / "privacy_card.json").read_text())
     assert card["mechanism"]["group_size"] == 4 and card["extra"]["record_level"]["epsilon"] <= 2.0 / 4 + 1e-9
@@ -186,7 +190,7 @@ def test_user_level_cards_and_reaccounting(user_run):
     assert lemma["epsilon"] == pytest.approx(gp["claim"]["epsilon"], rel=1e-6)  # the claim is the lemma's
     mix = [a for a in gp["accounting"]["results"] if a["accountant"] == "pld_group_mixture"][0]
     assert mix["epsilon"] <= gp["claim"]["epsilon"]  # exact group accounting is tighter than the lemma
-    assert gp["verdict"]["status"] != "accounting-mismatch"
+    assert gp["verdict"]["status"] != "accounting-mismatch" and gp["accounting"]["status"] == "verified"
 
 
 def test_nonprivate_user_training_leaks_canary_users(user_run):

@@ -5,15 +5,20 @@
 >>> sorted(r.accountant for r in res)
 ['dpa_rdp', 'pld', 'prv', 'rdp']
 
-Accountants (registry ``ACCOUNTANTS``; adding one is one module and one line):
+Accountants (registry ``ACCOUNTANTS``; adding one is one module and one line). Each answers
+``interval(events, delta, relation, dataset_size) -> (lower | None, upper, detail)`` for the mechanisms it
+analyses and raises :class:`NotApplicable` for the others:
 
-* ``rdp``: Opacus RDP analysis;
-* ``prv``: Opacus PRV accountant (upper end of its error interval);
-* ``pld``: dp_accounting PLD (pessimistic);
-* ``dpa_rdp``: dp_accounting RDP.
+* ``rdp``: Opacus RDP analysis (upper only; add/remove, Poisson);
+* ``prv``: Opacus PRV accountant ([lower, upper] of its error bounds, error scaled to epsilon; add/remove, Poisson);
+* ``pld``: dp_accounting PLD ([optimistic, pessimistic], discretisation refined until they are within 1%;
+  add/remove or replace-one, Poisson);
+* ``dpa_rdp``: dp_accounting RDP (upper only; add/remove with Poisson, or replace-one with a ``shuffle``
+  sampler accounted as sampling without replacement).
 
-All assume add/remove neighbours and Poisson sampling. Where they disagree, callers report all and
-use the largest (:func:`conservative`) so that epsilon is never under-reported.
+``upper`` values certify a claim (any one sound upper bound at or below it); ``lower`` values refute one (the
+true epsilon is at least the lower end). Where upper values disagree, :func:`conservative` reports the
+largest so that epsilon is never under-reported.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from dpaudit import options
-from dpaudit.accounting.events import SubsampledGaussian, event_from_dict, validate_delta, validate_mechanism
+from dpaudit.accounting.events import (
+    NotApplicable,
+    SubsampledGaussian,
+    event_from_dict,
+    validate_delta,
+    validate_mechanism,
+)
 from dpaudit.errors import DpauditError
 
 # name -> module of this package with ``epsilon(events, delta) -> float``; imported on first use, so that
@@ -34,19 +45,32 @@ ACCOUNTANTS = options.ACCOUNTANTS
 assert tuple(_BACKENDS) == ACCOUNTANTS, "dpaudit.options.ACCOUNTANTS and the accounting backends disagree"
 
 
-def epsilon_function(name: str) -> Callable[[list, float], float]:
+def _backend(name: str):
     _check_accountant(name)
-    return importlib.import_module(f"dpaudit.accounting.{_BACKENDS[name]}").epsilon
+    return importlib.import_module(f"dpaudit.accounting.{_BACKENDS[name]}")
 
-__all__ = ["ACCOUNTANTS", "AccountingResult", "epsilon_function", "SubsampledGaussian", "calibrate_sigma", "compute",
-           "compute_all", "conservative", "event_from_dict", "validate_delta", "validate_mechanism"]
+
+def epsilon_function(name: str) -> Callable[[list, float], float]:
+    """``epsilon(events, delta)``: the accountant's upper value, add/remove neighbours."""
+    return _backend(name).epsilon
+
+
+__all__ = ["ACCOUNTANTS", "AccountingResult", "NotApplicable", "epsilon_function", "SubsampledGaussian",
+           "calibrate_sigma", "compute", "compute_all", "conservative", "event_from_dict", "interval", "intervals",
+           "validate_delta", "validate_mechanism"]
 
 
 @dataclass(frozen=True)
 class AccountingResult:
+    """One accountant's answer: ``epsilon`` is its upper value (sound: the true epsilon is at most this),
+    ``lower`` its lower value where it has one (the true epsilon is at least this), both at ``delta``."""
+
     accountant: str
     epsilon: float
     delta: float
+    lower: float | None = None
+    relation: str = "add_remove"
+    detail: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,6 +91,29 @@ def compute(events: list, delta: float, accountant: str = "prv") -> AccountingRe
 
 def compute_all(events: list, delta: float, accountants=None) -> list[AccountingResult]:
     return [compute(events, delta, a) for a in (accountants or ACCOUNTANTS)]
+
+
+def interval(events: list, delta: float, accountant: str, relation: str = "add_remove",
+             dataset_size: int | None = None) -> AccountingResult:
+    """The accountant's [lower, upper] for the stated neighbouring relation; :class:`NotApplicable` when it has
+    no analysis of this mechanism."""
+    validate_delta(delta)
+    if not events:
+        raise DpauditError("no privacy events to account; a non-private mechanism has epsilon = inf")
+    lo, hi, detail = _backend(accountant).interval(list(events), delta, relation, dataset_size)
+    return AccountingResult(accountant, hi, delta, lo, relation, detail)
+
+
+def intervals(events: list, delta: float, relation: str = "add_remove", dataset_size: int | None = None,
+              accountants=None) -> tuple[list[AccountingResult], dict[str, str]]:
+    """(results of the accountants that analyse this mechanism, {accountant: why not} for the others)."""
+    done, skipped = [], {}
+    for name in accountants or ACCOUNTANTS:
+        try:
+            done.append(interval(events, delta, name, relation, dataset_size))
+        except NotApplicable as e:
+            skipped[name] = str(e)
+    return done, skipped
 
 
 def conservative(results: list[AccountingResult]) -> AccountingResult:

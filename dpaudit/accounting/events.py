@@ -53,6 +53,19 @@ def event_from_dict(d: dict):
     return cls(**{k: v for k, v in d.items() if k in fields})
 
 
+class NotApplicable(DpauditError):
+    """An accountant has no analysis for this mechanism (its sampler or neighbouring relation)."""
+
+
+def require(events: list, samplers: tuple, name: str, relation: str, relations: tuple = ("add_remove",)) -> None:
+    """Raise :class:`NotApplicable` unless ``name`` analyses every event's sampler under ``relation``."""
+    if relation not in relations:
+        raise NotApplicable(f"{name} analyses {' or '.join(relations)} neighbours only, not {relation}")
+    bad = sorted({ev.sampler for ev in events} - set(samplers))
+    if bad:
+        raise NotApplicable(f"{name} analyses {' or '.join(samplers)} sampling only, not {bad[0]}")
+
+
 def validate_mechanism(sigma: float, q: float, steps: int) -> None:
     if not isinstance(sigma, (int, float)) or not sigma > 0:
         raise DpauditError(f"noise multiplier sigma must be > 0, got {sigma}")

@@ -1,14 +1,18 @@
-"""Opacus RDP accountant (Mironov et al. 2019 subsampled Gaussian; Canonne-Kamath-Steinke conversion)."""
+"""Opacus RDP accountant (Mironov et al. 2019 subsampled Gaussian; Canonne-Kamath-Steinke conversion).
+
+An upper bound only (RDP gives no lower value of the true epsilon); add/remove neighbours, Poisson sampling.
+"""
 
 from opacus.accountants.analysis import rdp as _rdp
 
-from dpaudit.accounting.events import SubsampledGaussian
+from dpaudit.accounting.events import SubsampledGaussian, require
 
 ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [80, 128, 256, 512]
 INTEGER_ORDERS = list(range(2, 64)) + [80, 128, 256, 512]  # closed form, fast; a (slightly looser) valid bound
 
 
 def epsilon(events: list[SubsampledGaussian], delta: float, orders=ORDERS) -> float:
+    require(events, ("poisson",), "Opacus RDP", "add_remove")
     total = [0.0] * len(orders)
     for ev in events:
         r = _rdp.compute_rdp(q=ev.sample_rate, noise_multiplier=ev.noise_multiplier, steps=ev.steps,
@@ -16,3 +20,8 @@ def epsilon(events: list[SubsampledGaussian], delta: float, orders=ORDERS) -> fl
         total = [a + b for a, b in zip(total, r)]
     eps, _ = _rdp.get_privacy_spent(orders=orders, rdp=total, delta=delta)
     return float(eps)
+
+
+def interval(events, delta: float, relation: str = "add_remove", dataset_size=None) -> tuple:
+    require(events, ("poisson",), "Opacus RDP", relation)
+    return None, epsilon(events, delta), "upper bound only"
