@@ -22,7 +22,7 @@ demo: $(BIN)/.installed
 	$(BIN)/dpaudit run configs/demo.toml --out reports/demo
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks scripts
+	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks scripts examples
 
 # Optional: WordNet for METEOR (Debian packages, no root needed). Failure only leaves METEOR out.
 wordnet: $(BIN)/.installed

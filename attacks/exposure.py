@@ -23,15 +23,17 @@ NAME = "exposure"
 
 @torch.inference_mode()
 def log_perplexities(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 256,
-                     progress=None) -> np.ndarray:
-    """Bits of -log2 P(secret + suffix + EOS | BOS + prefix) for each candidate secret."""
+                     progress=None, framing: str = "bos_eos") -> np.ndarray:
+    """Bits of -log2 P(secret + suffix + EOS | BOS + prefix) for each candidate secret (``framing``: see
+    :func:`dpaudit.attacks.scoring.encode`)."""
     model.eval()
     texts = [f"{prefix}{s}{suffix}" for s in secrets]
     out = np.empty(len(texts))
     # tokenise in chunks; group candidates by their unscored (shared) token prefix, normally one group
     groups: dict[tuple, list[tuple[int, list[int]]]] = defaultdict(list)
     for start in range(0, len(texts), 4096):
-        seqs, masks = encode(tokenizer, texts[start:start + 4096], [len(prefix)] * min(4096, len(texts) - start), None)
+        seqs, masks = encode(tokenizer, texts[start:start + 4096], [len(prefix)] * min(4096, len(texts) - start), None,
+                             framing)
         for j, (s, m) in enumerate(zip(seqs, masks)):
             first = m.index(True)
             groups[tuple(s[:first])].append((start + j, s[first:]))
@@ -64,9 +66,10 @@ def log_perplexities(model, tokenizer, prefix: str, secrets: list[str], suffix: 
     return out
 
 
-def scores(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 256) -> np.ndarray:
+def scores(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 256,
+           framing: str = "bos_eos") -> np.ndarray:
     """Membership score of each canary: -log-perplexity (higher = member)."""
-    return -log_perplexities(model, tokenizer, prefix, secrets, suffix, batch_size)
+    return -log_perplexities(model, tokenizer, prefix, secrets, suffix, batch_size, framing=framing)
 
 
 def enumerate_space(alphabet: str, length: int):

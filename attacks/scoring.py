@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dpaudit import options
 from dpaudit.tokens import bos_id, model_device, pad_batch
 
 
@@ -20,15 +21,32 @@ class TokenFeatures:
     sigma: torch.Tensor | None = None  # (n_scored,) sd_z[log p(z)]
 
 
-def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_len: int | None):
-    """Token ids (BOS + text + EOS) and which positions are scored, per text."""
-    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+FRAMINGS = options.FRAMINGS
+
+
+def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_len: int | None,
+           framing: str = "bos_eos"):
+    """Token ids and which positions are scored, per text. ``framing`` is how the model saw a record in training:
+    ``bos_eos`` = BOS + text + EOS (dpaudit's trainers), ``tokenizer`` = ``tokenizer(text)`` with the special
+    tokens it adds by itself (a Hugging Face training loop). The first token is never scored (no context)."""
+    if framing not in FRAMINGS:
+        raise ValueError(f"unknown framing {framing!r}; one of {FRAMINGS}")
+    own = framing == "tokenizer"
+    enc = tokenizer(texts, add_special_tokens=own, return_offsets_mapping=True)
     seqs, masks = [], []
     for j, (ids, offs) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
-        full = [bos_id(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
-        if score_from_char is None:
+        if own:
+            full = list(ids)
+            if score_from_char is None:
+                scored = [False] + [True] * (len(ids) - 1)
+            else:
+                c = score_from_char[j]
+                scored = [False] + [e > c for (_, e) in offs[1:]]
+        elif score_from_char is None:
+            full = [bos_id(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
             scored = [False] + [True] * (len(ids) + 1)
         else:
+            full = [bos_id(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
             c = score_from_char[j]
             scored = [False] + [e > c for (_, e) in offs] + [True]
         if max_len is not None:
@@ -40,12 +58,13 @@ def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_l
 
 @torch.inference_mode()
 def token_features(model, tokenizer, texts: list[str], score_from_char: list[int] | None = None,
-                   batch_size: int = 64, max_len: int | None = None, moments: bool = False) -> list[TokenFeatures]:
+                   batch_size: int = 64, max_len: int | None = None, moments: bool = False,
+                   framing: str = "bos_eos") -> list[TokenFeatures]:
     """Features of each text's scored tokens (all tokens after BOS, EOS included, unless
     ``score_from_char[i] = c`` restricts them to tokens whose span ends after character c)."""
     model.eval()
     device = model_device(model)
-    all_seqs, all_masks = encode(tokenizer, texts, score_from_char, max_len)  # one batched tokenizer call
+    all_seqs, all_masks = encode(tokenizer, texts, score_from_char, max_len, framing)  # one batched tokenizer call
     order = sorted(range(len(texts)), key=lambda i: len(all_seqs[i]))  # equal lengths batch together: less padding
     results: dict[int, TokenFeatures] = {}
     for start in range(0, len(order), batch_size):

@@ -134,6 +134,13 @@ class Manifest:
         """Inserted (text, label) canaries, each repeated, for a classifier."""
         return [(c.text, c.label) for c in self.canaries if c.inserted for _ in range(c.repetitions)]
 
+    def records(self, column: str = "text") -> list[dict]:
+        """The records to insert into the training data, one dict per copy: ``{column: text}`` (plus ``label``
+        for classifier canaries), each inserted canary repeated ``repetitions`` times, in manifest order."""
+        if self.plan.labels:
+            return [{column: t, "label": y} for t, y in self.training_labelled()]
+        return [{column: t} for t in self.training_texts()]
+
     def training_texts(self) -> list[str]:
         """Inserted canaries, each repeated ``repetitions`` times (the records to add to training)."""
         return [c.text for c in self.canaries if c.inserted for _ in range(c.repetitions)]
@@ -206,6 +213,35 @@ def generate(plan: CanaryPlan) -> Manifest:
                                user=f"canary-user-{u:0{uwidth}d}" if plan.records_per_user > 1 else None,
                                label=None if labels[i] is None else int(labels[i])))
     return Manifest(plan, canaries)
+
+
+DEFAULT_TEMPLATE = "My account number is {secret}."
+
+
+def parse_template(template: str) -> tuple[str, str]:
+    """("prefix", "suffix") of a template holding ``{secret}`` exactly once."""
+    if not isinstance(template, str) or template.count("{secret}") != 1:
+        raise DpauditError(f"canary template {template!r} must contain {{secret}} exactly once, e.g. "
+                           f"{DEFAULT_TEMPLATE!r}")
+    prefix, suffix = template.split("{secret}")
+    return prefix, suffix
+
+
+def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = DEFAULT_TEMPLATE,
+        alphabet: str = "0123456789", length: int = 6, guess_fraction: float = 0.5, labels: int = 0) -> Manifest:
+    """Canaries for a model trained anywhere: m canaries, each inserted (``repetitions`` copies) or held out by a
+    fair coin, the audit's guess counts fixed now, before training. ``seed`` None draws a fresh one from the
+    operating system (recorded in the manifest, which regenerates from it)."""
+    import secrets
+
+    for name, v, low in (("m", m, 2), ("repetitions", repetitions, 1), ("length", length, 1)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            raise DpauditError(f"canaries: {name} must be an integer >= {low}, got {v!r}")
+    if seed is None:
+        seed = secrets.randbits(31)
+    prefix, suffix = parse_template(template)
+    return generate(CanaryPlan(m=m, repetitions=repetitions, prefix=prefix, suffix=suffix, alphabet=alphabet,
+                               length=length, seed=seed, guess_fraction=guess_fraction, labels=labels))
 
 
 def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:

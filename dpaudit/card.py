@@ -13,7 +13,7 @@ Schema (``schema_version`` 1)::
         "delta": 1e-05,
         "unit": "record",            # or "user"
         "neighbouring": "add_remove",
-        "accountant": "prv"          # the accountant that produced the claim
+        "accountant": "prv"          # what produced the claim: an accountant of dpaudit, "external" or "none"
       },
       "mechanism": {
         "events": [                  # composed in order; see dpaudit.accounting.events
@@ -43,7 +43,7 @@ from pathlib import Path
 from dpaudit.accounting.events import event_from_dict
 from dpaudit.errors import DpauditError
 from dpaudit.io import read_json
-from dpaudit.options import ACCOUNTANTS, NEIGHBOURING, UNITS
+from dpaudit.options import CLAIM_SOURCES, NEIGHBOURING, UNITS
 
 SCHEMA_VERSION = 1
 
@@ -125,8 +125,8 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     if neigh not in NEIGHBOURING:
         raise DpauditError(f"{source}: claim.neighbouring must be one of {NEIGHBOURING}, got {neigh!r}")
     acc = c.get("accountant", "prv")
-    if acc not in ACCOUNTANTS and acc != "none":
-        raise DpauditError(f"{source}: claim.accountant {acc!r} unknown; known: {', '.join(ACCOUNTANTS)}")
+    if acc not in CLAIM_SOURCES:
+        raise DpauditError(f"{source}: claim.accountant {acc!r} unknown; known: {', '.join(CLAIM_SOURCES)}")
     m = _need(d, "mechanism", source, dict)
     events = [event_from_dict(e) for e in m.get("events", [])]
     if eps is not None and not events:

@@ -1,7 +1,8 @@
 """Checkpoint directories (docs/architecture.md, "Contracts")::
 
     CHECKPOINT/
-      model/              HF save_pretrained (safetensors) or a PEFT adapter
+      model/              HF save_pretrained (safetensors) or a PEFT adapter; or those files at the root of
+                          CHECKPOINT itself (a plain Hugging Face output folder)
       base_model/         the base weights, when a LoRA adapter sits on a base that is not an asset
       privacy_card.json   the claim + the mechanism (dpaudit.card)
       canaries.json       the canary manifest (dpaudit.canaries)
@@ -44,39 +45,76 @@ def machine() -> dict:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    path: Path
+    path: Path | None  # None: a model handed over as objects (dpaudit.api.evaluate)
     card: PrivacyCard
     manifest: Manifest
     run: dict  # {} when run.json is absent (a checkpoint from another tool)
+    objects: tuple | None = None  # (model, tokenizer) when the model is not in a folder
+
+    @property
+    def model_dir(self) -> Path:
+        """model/ for dpaudit's layout, the folder itself for a plain Hugging Face output folder."""
+        return self.path / "model" if (self.path / "model").is_dir() else self.path
 
     def load_model(self):
         """(model, tokenizer), LoRA adapters merged into the base."""
+        if self.objects is not None:
+            return self.objects
         from dpaudit.tasks import models
 
-        mdir = self.path / "model"
+        mdir = self.model_dir
         if (mdir / "adapter_config.json").exists():
             from peft import PeftModel
 
-            base_dir = self.path / "base_model"
-            if base_dir.exists():
-                base, tok = models.load_dir(base_dir)
-            elif self.run.get("model", {}).get("name") == "smollm2-135m":
-                base, tok = models.load_dir(models.assets.smollm2_dir())
-            else:
-                raise DpauditError(f"{mdir} holds a LoRA adapter but no base model is known; add base_model/")
+            base, tok = models.load_dir(self.adapter_base())
+            if (mdir / "tokenizer_config.json").exists():
+                tok = models.load_tokenizer(mdir)
             model = PeftModel.from_pretrained(base, mdir).merge_and_unload()
             return model.eval(), tok
         return models.load_dir(mdir)
 
+    def adapter_base(self) -> Path:
+        """The base model folder of a LoRA adapter: base_model/, the adapter's base_model_name_or_path when it is
+        a local folder, or SmolLM2 for dpaudit's own LoRA runs. Nothing is ever downloaded."""
+        from dpaudit.tasks import models
+
+        if (self.path / "base_model").is_dir():
+            return self.path / "base_model"
+        cfg = read_json(self.model_dir / "adapter_config.json", "adapter config", "")
+        named = cfg.get("base_model_name_or_path")
+        if named and Path(named).is_dir():
+            return Path(named)
+        if self.run.get("model", {}).get("name") == "smollm2-135m":
+            return models.assets.smollm2_dir()
+        raise DpauditError(f"{self.model_dir} holds a LoRA adapter whose base model {named!r} is not a local folder "
+                           "(nothing is downloaded); set base_model_name_or_path in adapter_config.json to a local "
+                           "copy, or save the base under base_model/")
+
     def hash(self) -> str:
         """sha256 over the checkpoint's weights, tokenizer, card and manifest (names and bytes), first 16 hex
-        digits. run.json and gradient_canaries.json are left out: they hold timings and audit scores."""
+        digits. run.json and gradient_canaries.json are left out: they hold timings and audit scores. A plain
+        Hugging Face output folder is hashed at its top level (its checkpoint-*/ sub-folders are other models);
+        a model given as objects by its parameters."""
         h = hashlib.sha256()
-        for f in sorted(self.path.rglob("*")):
+        if self.path is None:
+            return _object_hash(h, self)
+        files = self.path.rglob("*") if self.model_dir != self.path else self.path.glob("*")
+        for f in sorted(files):
             if f.is_file() and f.suffix in (".safetensors", ".json") and f.name not in ("run.json", "gradient_canaries.json"):
                 h.update(str(f.relative_to(self.path)).encode())
                 h.update(f.read_bytes())
         return h.hexdigest()[:16]
+
+
+def _object_hash(h, ck: Checkpoint) -> str:
+    import torch
+
+    for name, t in sorted(ck.objects[0].state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().to("cpu").reshape(-1).view(torch.uint8).numpy().tobytes())
+    h.update(json.dumps(ck.card.to_dict(), sort_keys=True).encode())
+    h.update(json.dumps(ck.manifest.to_dict(), sort_keys=True).encode())
+    return h.hexdigest()[:16]
 
 
 def load(path: Path) -> Checkpoint:
@@ -84,8 +122,9 @@ def load(path: Path) -> Checkpoint:
     if not path.is_dir():
         raise DpauditError(f"checkpoint directory {path} not found; pass a folder written by `dpaudit run` "
                            "or one with model/, privacy_card.json and canaries.json")
-    if not (path / "model").is_dir():
-        raise DpauditError(f"checkpoint {path} has no model/ folder; save the model there with save_pretrained")
+    if not ((path / "model").is_dir() or (path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
+        raise DpauditError(f"checkpoint {path} has no model/ folder and no model files (config.json or "
+                           "adapter_config.json) at its root; save the model with save_pretrained")
     card = load_card(path / "privacy_card.json")
     manifest = load_manifest(path / "canaries.json")
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}

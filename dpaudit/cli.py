@@ -27,9 +27,10 @@ def _command_line() -> str:
 def cli():
     """dpaudit: does a DP fine-tuned model keep the privacy promise written on it?
 
-    Train reference DP models (`run`), audit any checkpoint (`evaluate`), gate CI on a report
-    (`check`), diff two reports (`compare`), re-derive epsilon (`account`), compute audit bounds
-    (`audit`), and check which offline assets are present (`assets`).
+    Audit a model trained anywhere: make canaries before training (`canaries new`), write its privacy
+    card (`card`), audit it (`evaluate`). Train reference DP models (`run`), gate CI on a report (`check`),
+    diff two reports (`compare`), check a claim's accounting (`account`), compute audit bounds (`audit`),
+    and check which offline assets are present (`assets`).
     """
 
 
@@ -98,22 +99,25 @@ def run(config_path, out, variants, redact, quiet):
 @click.option("--base-metrics", is_flag=True,
               help="Also measure the task metrics of the model before fine-tuning (the checkpoint's base_model/ "
                    "or its run.json model spec): the zero-shot reference for the fine-tuning gain.")
+@click.option("--canary-framing", "framing", type=click.Choice(("auto",) + options.FRAMINGS), default="auto",
+              show_default=True,
+              help="How a canary is tokenised for scoring, as the model saw its training records: bos_eos = BOS + "
+                   "text + EOS (dpaudit's trainers), tokenizer = tokenizer(text) with the special tokens it adds "
+                   "itself (a Hugging Face training loop); auto: bos_eos when the folder has dpaudit's run.json.")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, base_metrics,
-             redact, quiet):
-    """Audit CHECKPOINT (model/, privacy_card.json, canaries.json): attacks, bounds, claim check, metrics."""
+             framing, redact, quiet):
+    """Audit CHECKPOINT: attacks, bounds, claim check, metrics. CHECKPOINT is a folder with privacy_card.json and
+    canaries.json beside the model: dpaudit's model/ sub-folder, or a plain Hugging Face output folder (model
+    files at its root, or a LoRA adapter whose base_model_name_or_path is a local folder)."""
     from dpaudit import report
     from dpaudit.evaluate import evaluate as run_eval
 
-    if not 0.5 <= confidence < 1:
-        raise DpauditError(f"--confidence must be in [0.5, 1), got {confidence}")
-    if n_references < 10:
-        raise DpauditError(f"--references must be at least 10, got {n_references}")
     r = run_eval(checkpoint, attacks=[a.strip() for a in attacks.split(",") if a.strip()],
                  n_references=n_references, confidence=confidence, command=_command_line(), rule=rule,
                  reference=reference_model, enumerate_limit=enumerate_limit, progress=not quiet,
-                 base_metrics=base_metrics)
+                 base_metrics=base_metrics, framing=framing)
     report.write(r, out, redact=redact)
     click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")
@@ -121,57 +125,72 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
 
 @cli.command()
 @click.option("--sigma", type=float, help="Noise multiplier σ (noise std / clipping norm).")
-@click.option("--sample-rate", type=float, help="Poisson sampling rate q = expected batch / dataset size.")
+@click.option("--sample-rate", type=float, help="Poisson sampling rate q (Opacus: 1 / len(data_loader)).")
 @click.option("--steps", type=int, help="Number of noisy steps T.")
 @click.option("--delta", type=float, help="Target δ.")
-@click.option("--card", type=click.Path(path_type=Path), help="Re-account a privacy_card.json instead.")
+@click.option("--card", type=click.Path(path_type=Path),
+              help="Check the claim of a privacy_card.json: every accountant's interval for the true ε, and the "
+                   "verdict. Exit 0 when the claim is verified, 1 when it is an under-claim or unverifiable.")
 @click.option("--target-epsilon", type=float, help="Solve for σ reaching this ε instead of computing ε.")
 @click.option("--accountants", default=",".join(options.ACCOUNTANTS), show_default=True,
               help="Comma-separated accountants.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object keyed by accountant.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: ε keyed by accountant; with --card the whole "
+              "accounting check (results with lower/upper, status as 'verdict').")
 def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants, as_json):
-    """Epsilon of Poisson-subsampled Gaussian DP-SGD under every accountant, side by side."""
+    """Epsilon of Poisson-subsampled Gaussian DP-SGD under every accountant, side by side, or the accounting check
+    of a privacy card (--card)."""
     from dpaudit import accounting
-    from dpaudit.card import load_card
 
     names = [a.strip() for a in accountants.split(",") if a.strip()]
     for n in names:
         if n not in accounting.ACCOUNTANTS:
             raise DpauditError(f"unknown accountant {n!r}; choose from {', '.join(accounting.ACCOUNTANTS)}")
     if card is not None:
-        c = load_card(card)
-        if not c.is_private:
-            raise DpauditError(f"{card} claims no epsilon (non-private); nothing to account")
-        if c.group_size > 1 or delta is None:
-            from dpaudit.reaccount import reaccount
-
-            acct = reaccount(c)
-            res = {r["accountant"]: r["epsilon"] for r in acct["results"]}
-            if as_json:
-                click.echo(json.dumps(res))
-                return
-            click.echo(f"claim: ε = {c.claim.epsilon} at δ = {c.claim.delta} ({c.claim.unit} level)")
-            for r in acct["results"]:
-                click.echo(f"  {r['accountant']:20s} ε = {r['epsilon']:.4f}  (δ = {r['delta']:.3g})")
-            click.echo(f"  certified (smallest sound): {acct['certified_epsilon']:.4f}; largest: {acct['reaccounted_epsilon']:.4f}")
-            for f in acct["findings"]:
-                click.echo(f"  finding: {f}")
-            return
-        events = c.events
-    else:
-        for flag, val in (("--sigma", sigma if target_epsilon is None else 1.0), ("--sample-rate", sample_rate),
-                          ("--steps", steps), ("--delta", delta)):
-            if val is None:
-                raise DpauditError(f"{flag} is required (or pass --card)")
-        accounting.validate_delta(delta)
-        if target_epsilon is not None:
-            out = {n: accounting.calibrate_sigma(target_epsilon, delta, sample_rate, steps, n) for n in names}
-            _per_accountant(out, as_json, f"σ reaching ε = {target_epsilon} at δ = {delta}, q = {sample_rate}, "
-                                          f"T = {steps}:", "σ")
-            return
-        events = [accounting.SubsampledGaussian(sample_rate, sigma, steps)]
+        given = [f for f, v in (("--sigma", sigma), ("--sample-rate", sample_rate), ("--steps", steps),
+                                ("--delta", delta), ("--target-epsilon", target_epsilon)) if v is not None]
+        if given:
+            raise DpauditError(f"{given[0]} cannot be combined with --card (the card states the mechanism)")
+        _account_card(card, as_json)
+        return
+    for flag, val in (("--sigma", sigma if target_epsilon is None else 1.0), ("--sample-rate", sample_rate),
+                      ("--steps", steps), ("--delta", delta)):
+        if val is None:
+            raise DpauditError(f"{flag} is required (or pass --card)")
+    accounting.validate_delta(delta)
+    if target_epsilon is not None:
+        out = {n: accounting.calibrate_sigma(target_epsilon, delta, sample_rate, steps, n) for n in names}
+        _per_accountant(out, as_json, f"σ reaching ε = {target_epsilon} at δ = {delta}, q = {sample_rate}, "
+                                      f"T = {steps}:", "σ")
+        return
+    events = [accounting.SubsampledGaussian(sample_rate, sigma, steps)]
     _per_accountant({n: accounting.compute(events, delta, n).epsilon for n in names}, as_json, f"ε at δ = {delta}:",
                     "ε")
+
+
+def _account_card(path: Path, as_json: bool) -> None:
+    from dpaudit.card import load_card
+    from dpaudit.reaccount import reaccount
+
+    c = load_card(path)
+    if not c.is_private:
+        raise DpauditError(f"{path} claims no epsilon (non-private); nothing to account")
+    acct = reaccount(c)
+    if as_json:
+        click.echo(json.dumps({"verdict": acct["status"], **acct}))
+    else:
+        click.echo(f"claim: ε = {c.claim.epsilon:g} at δ = {c.claim.delta:g} ({c.claim.unit} level, "
+                   f"{c.claim.neighbouring} neighbours)")
+        for r in acct["results"]:
+            lo = "     ?    " if r.get("lower") is None else f"{r['lower']:10.4f}"
+            click.echo(f"  {r['accountant']:20s} ε in [{lo}, {r['epsilon']:.4f}]  (δ = {r['delta']:.3g}) "
+                       f"{r.get('detail', '')}")
+        for name, why in acct["not_applicable"].items():
+            click.echo(f"  {name:20s} not applicable: {why}")
+        for f in acct["findings"]:
+            click.echo(f"  finding: {f}")
+        click.echo(f"{acct['status']}: {acct['reason']}")
+    if acct["status"] != "verified":
+        raise SystemExit(1)
 
 
 def _per_accountant(values: dict, as_json: bool, title: str, symbol: str) -> None:
@@ -181,6 +200,98 @@ def _per_accountant(values: dict, as_json: bool, title: str, symbol: str) -> Non
     click.echo(title)
     for n, v in values.items():
         click.echo(f"  {n:8s} {symbol} = {v:.4f}")
+
+
+@cli.group()
+def canaries():
+    """Canaries for a model trained with any tool: make them before training, insert them into its data."""
+
+
+@canaries.command("new")
+@click.option("--m", "m", required=True, type=int, help="Number of canaries; each is inserted or held out by a fair "
+              "coin (about m/2 inserted). The audit's ceiling grows with m: see `dpaudit audit one-run`.")
+@click.option("--repetitions", default=1, show_default=True, type=int,
+              help="Copies of each inserted canary in the training data (more copies: easier to detect, but the "
+                   "audit is then one of group privacy and its bound is divided by this).")
+@click.option("--seed", type=int, default=None, help="Seed of the secrets and coins (default: a fresh random one, "
+              "recorded in the manifest).")
+@click.option("--template", default="My account number is {secret}.", show_default=True,
+              help="Canary text; must contain {secret} once.")
+@click.option("--alphabet", default="0123456789", show_default=True, help="Symbols of the secret.")
+@click.option("--length", default=6, show_default=True, type=int, help="Symbols per secret (randomness space "
+              "alphabet^length).")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Manifest to write (canaries.json): which canaries are inserted, and the audit plan, fixed now.")
+@click.option("--records", type=click.Path(path_type=Path),
+              help="Also write the records to insert as JSONL, one {\"text\": ...} per line, each inserted canary "
+                   "repeated --repetitions times (shuffle them into your training data).")
+@click.option("--force", is_flag=True, help="Overwrite existing files (a manifest must never change after training).")
+def canaries_new(m, repetitions, seed, template, alphabet, length, out, records, force):
+    """Write a canary manifest (and the records to insert) before training, for any trainer."""
+    from dpaudit import canaries as can
+    from dpaudit import planting
+
+    for path in (out, records):
+        if path is not None and path.exists() and not force:
+            raise DpauditError(f"{path} exists; a canary manifest must not change once a model trained on it "
+                               "(pass --force to overwrite)")
+        if path is not None and not path.parent.is_dir():
+            raise DpauditError(f"folder {path.parent} does not exist; create it first")
+    man = can.new(m, repetitions, seed, template, alphabet, length)
+    _write_atomic(out, man.save)
+    n = planting.write_records(man, records) if records is not None else None
+    k_pos, k_neg = man.plan.guesses
+    click.echo(f"{out}: {m} canaries, {len(man.inserted)} to insert x {repetitions} (seed {man.plan.seed}); "
+               f"audit plan fixed: {k_pos} member + {k_neg} non-member guesses")
+    if n is not None:
+        click.echo(f"{records}: {n} records to shuffle into the training data")
+
+
+def _write_atomic(path: Path, save) -> None:
+    import os
+
+    tmp = path.with_name(path.name + ".partial")
+    save(tmp)
+    os.replace(tmp, path)
+
+
+@cli.command("card")
+@click.option("--epsilon", required=True, type=float, help="The claimed ε (what your accountant reported).")
+@click.option("--delta", required=True, type=float, help="The claimed δ.")
+@click.option("--sigma", required=True, type=float, help="Noise multiplier σ (noise std / clipping norm).")
+@click.option("--sample-rate", required=True, type=float,
+              help="Sampling rate q per step (Opacus: 1 / len(data_loader), not batch / dataset size).")
+@click.option("--steps", required=True, type=int, help="Number of noisy steps T.")
+@click.option("--sampler", type=click.Choice(options.SAMPLERS), default="poisson", show_default=True,
+              help="How batches were really drawn: poisson (Opacus DPDataLoader), shuffle (fixed-size batches of a "
+                   "shuffled epoch), with_replacement, other.")
+@click.option("--neighbouring", type=click.Choice(options.NEIGHBOURING), default="add_remove", show_default=True,
+              help="The neighbouring relation of the claim.")
+@click.option("--unit", type=click.Choice(options.UNITS), default="record", show_default=True,
+              help="What one neighbour differs by: a record, or all of a user's records.")
+@click.option("--accountant", default="external", show_default=True,
+              help=f"What produced the claim: {', '.join(options.ACCOUNTANTS)} or external.")
+@click.option("--clipping-norm", type=float, help="Clipping norm C (recorded).")
+@click.option("--batch-size", type=float, help="Expected batch size (checked against q x dataset size).")
+@click.option("--dataset-size", type=int, help="Records (or users) in the training data.")
+@click.option("--method", default="external", show_default=True, help="Training method (recorded).")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="privacy_card.json to write.")
+def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, unit, accountant, clipping_norm,
+             batch_size, dataset_size, method, out):
+    """Write privacy_card.json for a model trained with a stack that is not Opacus (one DP-SGD phase; for
+    several phases use dpaudit.card_from_opacus or write the events list)."""
+    from dpaudit import card as cardmod
+    from dpaudit.accounting.events import SubsampledGaussian
+
+    if not out.parent.is_dir():
+        raise DpauditError(f"folder {out.parent} does not exist; create it first")
+    c = cardmod.PrivacyCard(
+        claim=cardmod.Claim(epsilon=epsilon, delta=delta, unit=unit, neighbouring=neighbouring, accountant=accountant),
+        events=[SubsampledGaussian(sample_rate, sigma, steps, sampler)], clipping_norm=clipping_norm,
+        expected_batch_size=batch_size, dataset_size=dataset_size, method=method)
+    c = cardmod.card_from_dict(c.to_dict(), "the card")  # every check a reader applies, before anything is written
+    _write_atomic(out, c.save)
+    click.echo(f"{out}: claim ε = {epsilon:g} at δ = {delta:g}; check it with `dpaudit account --card {out}`")
 
 
 @cli.command()
@@ -199,6 +310,8 @@ def check(report_json, policy):
     if fails:
         raise SystemExit(1)
     click.echo(f"ok: {report_json} satisfies the policy")
+    for line in pol.summaries(r):
+        click.echo(f"  {line}")
 
 
 @cli.command()
@@ -306,6 +419,10 @@ def main(argv=None) -> int:
         return 2
     except click.exceptions.Abort:
         return 130
+    except click.exceptions.UsageError as e:  # one line, as every other bad input
+        path = " ".join(["dpaudit", *(e.ctx.command_path.split()[1:] if e.ctx else [])])
+        click.echo(f"error: {e.format_message()} (see `{path} --help`)", err=True)
+        return 2
     except click.exceptions.ClickException as e:
         e.show()
         return 2

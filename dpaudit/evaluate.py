@@ -26,25 +26,43 @@ SCHEMA_VERSION = 1
 
 def evaluate(ckpt_dir: Path, attacks=options.ATTACKS, n_references: int = 2000, confidence: float = 0.95,
              batch_size: int = 64, command: str | None = None, progress: bool = True, rule: str = "bonferroni",
-             reference: str | Path | None = None, enumerate_limit: int = 0, base_metrics: bool = False) -> dict:
+             reference: str | Path | None = None, enumerate_limit: int = 0, base_metrics: bool = False,
+             framing: str = "auto") -> dict:
     """Audit one checkpoint. ``rule`` says how the one-run audit's choices are made (see
     :mod:`dpaudit.audit.selection`); exposure ranks over the whole space when it has at most
     ``enumerate_limit`` secrets, else over ``n_references`` sampled ones. ``base_metrics`` also
     measures the task metrics of the model before fine-tuning (zero-shot for a pretrained LM), the
     reference a fine-tuning gain is read against."""
+    return evaluate_checkpoint(checkpoint.load(ckpt_dir), attacks=attacks, n_references=n_references,
+                               confidence=confidence, batch_size=batch_size, command=command, progress=progress,
+                               rule=rule, reference=reference, enumerate_limit=enumerate_limit,
+                               base_metrics=base_metrics, framing=framing)
+
+
+def evaluate_checkpoint(ck: checkpoint.Checkpoint, attacks=options.ATTACKS, n_references: int = 2000,
+                        confidence: float = 0.95, batch_size: int = 64, command: str | None = None,
+                        progress: bool = True, rule: str = "bonferroni", reference=None, enumerate_limit: int = 0,
+                        base_metrics: bool = False, framing: str = "auto") -> dict:
+    """:func:`evaluate` of a loaded checkpoint (a folder, or a model held as objects: dpaudit.api.evaluate)."""
     attacks = _check_choices(attacks, rule)
+    if not 0.5 <= confidence < 1:
+        raise DpauditError(f"confidence must be in [0.5, 1), got {confidence}")
+    if n_references < 10:
+        raise DpauditError(f"n_references must be at least 10, got {n_references}")
+    framing = scoring.framing_of(ck, framing)
     t0 = time.time()
-    ck = checkpoint.load(ckpt_dir)
     acct = reaccount(ck.card)
     model, tok = ck.load_model()
-    max_len = ck.run.get("model", {}).get("max_len", 64)
+    max_len = ck.run.get("model", {}).get("max_len") or ck.run.get("max_len", 64)
     t_load = time.time() - t0
     metrics = task_metrics(ck, model, tok, batch_size, max_len, base_metrics)
     t_metrics = time.time() - t0 - t_load
     scored = scoring.score(ck, model, tok, attacks, batch_size=batch_size, max_len=max_len, reference=reference,
-                           n_references=n_references, enumerate_limit=enumerate_limit, progress=progress)
+                           n_references=n_references, enumerate_limit=enumerate_limit, progress=progress,
+                           framing=framing)
     t_attacks = time.time() - t0 - t_load - t_metrics
     report = build_report(ck, acct, metrics, scored, scoring.whitebox(ck.path), confidence, rule)
+    report["canary_plan"]["framing"] = framing
     report["reproducibility"]["command"] = command
     report["timings"] = {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks,
                          "total_s": time.time() - t0}
@@ -126,7 +144,8 @@ def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, wh
         "schema_version": SCHEMA_VERSION,
         "kind": "evaluation",
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "checkpoint": {"path": str(Path(ck.path)), "hash": ck.hash(), "variant": ck.run.get("variant")},
+        "checkpoint": {"path": None if ck.path is None else str(Path(ck.path)), "hash": ck.hash(),
+                       "variant": ck.run.get("variant")},
         "claim": {"epsilon": card.claim.epsilon, "delta": card.claim.delta, "unit": card.claim.unit,
                   "neighbouring": card.claim.neighbouring, "accountant": card.claim.accountant,
                   "method": card.method, "trainable": card.trainable, "private": card.is_private},

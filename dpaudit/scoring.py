@@ -31,32 +31,50 @@ class CanaryScores:
     notes: tuple = field(default_factory=tuple)
 
 
+def framing_of(ck, framing: str = "auto") -> str:
+    """How the canaries are framed for scoring: as the model saw its training records. ``auto``: BOS + text + EOS
+    for a checkpoint of dpaudit's trainers (it has run.json), the tokenizer's own special tokens otherwise."""
+    from dpaudit.options import FRAMINGS
+
+    if framing not in ("auto",) + FRAMINGS:
+        raise DpauditError(f"unknown canary framing {framing!r}; choose auto, {', '.join(FRAMINGS)}")
+    if framing != "auto":
+        return framing
+    return "bos_eos" if ck.run.get("config") or ck.run.get("model", {}).get("name") else "tokenizer"
+
+
 def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, reference: str | Path | None,
-          n_references: int, enumerate_limit: int, progress: bool) -> CanaryScores:
+          n_references: int, enumerate_limit: int, progress: bool, framing: str = "bos_eos") -> CanaryScores:
     from dpaudit.tasks.models import is_classifier
 
     texts = [c.text for c in ck.manifest.canaries]
     if is_classifier(model):
         return _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference)
-    return _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit, progress)
+    return _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit, progress,
+                      framing)
 
 
 def _reference_model(ck, reference: str | Path | None):
     """The reference model for calibration: an explicit path, else the checkpoint's base model (or None)."""
     from dpaudit.tasks import models
 
-    if reference is not None:
+    if isinstance(reference, (str, Path)):
         return models.load_dir(Path(reference))[0]
+    if reference is not None:  # a model object (dpaudit.api.evaluate)
+        return reference.eval()
     return base_model(ck)
 
 
 def base_model(ck):
-    """The model before fine-tuning: the LoRA checkpoint's base_model/, else the model spec of run.json
-    rebuilt (pretrained weights, or the seeded initialisation the trainer started from); None if neither."""
+    """The model before fine-tuning: the LoRA checkpoint's base model (base_model/ or the adapter's local
+    base), else the model spec of run.json rebuilt (pretrained weights, or the seeded initialisation the
+    trainer started from); None if none is known."""
     from dpaudit.tasks import models
 
-    if (ck.path / "base_model").exists():
+    if ck.path is not None and (ck.path / "base_model").exists():
         return models.load_dir(ck.path / "base_model")[0].eval()
+    if ck.path is not None and (ck.model_dir / "adapter_config.json").exists():
+        return models.load_dir(ck.adapter_base())[0].eval()
     spec = ck.run.get("model")
     if spec:
         return models.build(models.ModelSpec(**spec))[0].eval()
@@ -93,7 +111,7 @@ def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference) 
 
 
 def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit,
-               progress) -> CanaryScores:
+               progress, framing) -> CanaryScores:
     from dpaudit.attacks import BLACK_BOX
     from dpaudit.attacks.scoring import token_features
 
@@ -102,19 +120,21 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
     black = [a for a in attacks if a in BLACK_BOX]
     if black:
         moments = any(BLACK_BOX[a].NEEDS_MOMENTS for a in black)
-        feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments)
-        ref_feats, black, notes = _with_reference(ck, reference, black,
-                                                  lambda m: token_features(m, tok, texts, batch_size=batch_size))
+        feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments, framing=framing)
+        ref_feats, black, notes = _with_reference(
+            ck, reference, black, lambda m: token_features(m, tok, texts, batch_size=batch_size, framing=framing))
         for a in black:
             scores[a] = BLACK_BOX[a].from_features(feats, texts, reference_feats=ref_feats)
     exposure = None
     if "exposure" in attacks:
-        exposure = _exposure(ck.manifest, model, tok, batch_size, n_references, enumerate_limit, len(texts), progress)
+        exposure = _exposure(ck.manifest, model, tok, batch_size, n_references, enumerate_limit, len(texts), progress,
+                             framing)
         scores["exposure"] = -exposure.canary_bits
     return CanaryScores(scores, exposure, notes)
 
 
-def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_canaries, progress) -> ExposureScores:
+def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_canaries, progress,
+              framing) -> ExposureScores:
     from dpaudit.attacks import exposure as exposure_attack
 
     p = man.plan
@@ -126,15 +146,17 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
         refs = man.reference_secrets(n_references)
     bar = tqdm(total=len(refs) + n_canaries, desc="exposure", disable=not progress, leave=False)
     px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
-                                              4 * batch_size, progress=bar.update)
+                                              4 * batch_size, progress=bar.update, framing=framing)
     px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, 4 * batch_size,
-                                              progress=bar.update)
+                                              progress=bar.update, framing=framing)
     bar.close()
     return ExposureScores(np.asarray(px_can), np.asarray(px_ref), enumerate_all)
 
 
-def whitebox(path: Path) -> dict | None:
+def whitebox(path: Path | None) -> dict | None:
     """The white-box gradient canaries a trainer recorded beside the checkpoint (None when there are none)."""
+    if path is None:
+        return None
     f = Path(path) / "gradient_canaries.json"
     if not f.exists():
         return None

@@ -220,6 +220,17 @@ def _pretrained_tiny(spec: ModelSpec, cfg, tok):
     return model
 
 
+def load_tokenizer(path: Path):
+    """The tokenizer saved in a HF folder, with a pad token (the EOS token when it has none)."""
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError) as e:
+        raise DpauditError(f"cannot load the tokenizer at {path}: {str(e).splitlines()[0]}") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
 def load_dir(path: Path):
     """(model, tokenizer) from a HF folder (ours or any other tool's)."""
     path = Path(path)
@@ -232,11 +243,9 @@ def load_dir(path: Path):
     auto = (MeanPoolBertForSequenceClassification if MeanPoolBertForSequenceClassification.__name__ in archs
             else AutoModelForSequenceClassification if any(a.endswith("ForSequenceClassification") for a in archs)
             else AutoModelForCausalLM)
+    tok = load_tokenizer(path)
     try:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         model = auto.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise DpauditError(f"cannot load the model at {path}: {str(e).splitlines()[0]}") from None
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
     return model.eval(), tok

@@ -98,15 +98,114 @@ def test_account_card(tmp_path, capsys):
     c.save(tmp_path / "card.json")
     assert main(["account", "--card", str(tmp_path / "card.json"), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["pld"] == pytest.approx(1.83, abs=0.01) and d["rdp"] == pytest.approx(2.10, abs=0.01)
-    g = PrivacyCard(claim=Claim(epsilon=8.0, delta=1e-5, unit="user"), events=[SubsampledGaussian(0.01, 1.0, 1000)],
+    by = {r["accountant"]: r for r in d["results"]}
+    assert d["verdict"] == "verified" and d["status"] == "verified"
+    assert by["pld"]["epsilon"] == pytest.approx(1.83, abs=0.01) and by["rdp"]["epsilon"] == pytest.approx(2.10, abs=0.01)
+    assert by["pld"]["lower"] <= 1.83 <= by["prv"]["epsilon"] and by["rdp"]["lower"] is None
+    under = PrivacyCard(claim=Claim(epsilon=1.5, delta=1e-5), events=[SubsampledGaussian(0.01, 1.0, 1000)])
+    under.save(tmp_path / "under.json")
+    assert main(["account", "--card", str(tmp_path / "under.json")]) == 1
+    assert "under-claim" in capsys.readouterr().out
+    g = PrivacyCard(claim=Claim(epsilon=9.0, delta=1e-5, unit="user"), events=[SubsampledGaussian(0.01, 1.0, 1000)],
                     group_size=4, extra={"record_level": {"epsilon": 1.9, "delta": 1e-7}})
     g.save(tmp_path / "group.json")
     assert main(["account", "--card", str(tmp_path / "group.json"), "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+    d = {r["accountant"]: r["epsilon"] for r in json.loads(capsys.readouterr().out)["results"]}
     assert "pld_group_mixture" in d and d["pld_group_mixture"] < d["pld+group_lemma"]
     bad = json.loads((tmp_path / "card.json").read_text())
     del bad["mechanism"]["events"][0]["steps"]
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     assert main(["account", "--card", str(tmp_path / "bad.json")]) == 2
     assert "steps" in capsys.readouterr().err
+
+
+def test_canaries_new_writes_manifest_and_records(tmp_path, capsys):
+    from dpaudit.canaries import load_manifest, regenerate
+
+    out, recs = tmp_path / "canaries.json", tmp_path / "records.jsonl"
+    assert main(["canaries", "new", "--m", "40", "--repetitions", "3", "--seed", "5", "--template",
+                 "Card {secret} is mine", "--out", str(out), "--records", str(recs)]) == 0
+    man = load_manifest(out)
+    assert regenerate(man) and man.plan.seed == 5 and man.plan.prefix == "Card " and man.plan.suffix == " is mine"
+    lines = [json.loads(x) for x in recs.read_text().splitlines()]
+    assert len(lines) == 3 * len(man.inserted) and set(lines[0]) == {"text"}
+    assert {x["text"] for x in lines} == {c.text for c in man.inserted}  # held-out canaries are not there
+    assert man.to_dict()["audit_plan"]["k_pos"] == 10
+    capsys.readouterr()
+    # the manifest must not change once a model trained on it: refused without --force, nothing rewritten
+    before = out.read_text()
+    assert main(["canaries", "new", "--m", "40", "--out", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err and out.read_text() == before
+    # no seed: a fresh one, recorded
+    assert main(["canaries", "new", "--m", "40", "--out", str(tmp_path / "b.json")]) == 0
+    assert regenerate(load_manifest(tmp_path / "b.json"))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--m", "1"], "m must be"),
+    (["--m", "40", "--template", "no secret here"], "{secret}"),
+    (["--m", "40", "--repetitions", "0"], "repetitions"),
+    (["--m", "100000", "--length", "3"], "too small"),
+])
+def test_canaries_new_bad_input(tmp_path, capsys, args, needle):
+    out = tmp_path / "c.json"
+    assert main(["canaries", "new", *args, "--out", str(out), "--records", str(tmp_path / "r.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_card_command(tmp_path, capsys):
+    from dpaudit.card import load_card
+
+    out = tmp_path / "card.json"
+    base = ["card", "--epsilon", "2.2", "--delta", "1e-5", "--sigma", "1.0", "--sample-rate", "0.01", "--steps",
+            "1000", "--batch-size", "100", "--dataset-size", "10000", "--clipping-norm", "1.0"]
+    assert main([*base, "--out", str(out)]) == 0
+    c = load_card(out)
+    assert c.claim.epsilon == 2.2 and c.events[0].steps == 1000 and c.dataset_size == 10000
+    assert c.claim.accountant == "external" and c.events[0].sampler == "poisson"
+    capsys.readouterr()
+    bad = [(["--sigma", "-1"], "sigma"), (["--delta", "2"], "delta"), (["--sample-rate", "1.5"], "sample rate"),
+           (["--sampler", "magic"], "magic"), (["--epsilon", "-1"], "epsilon")]
+    for change, needle in bad:
+        args = list(base)
+        i = args.index(change[0]) if change[0] in args else None
+        if i is None:
+            args += change
+        else:
+            args[i + 1] = change[1]
+        target = tmp_path / "bad.json"
+        assert main([*args, "--out", str(target)]) == 2, change
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, (change, err)
+        assert not target.exists()
+    assert main([*base, "--out", str(tmp_path / "no" / "card.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_insert_canaries_into_a_dataset():
+    from datasets import Dataset
+
+    from dpaudit.canaries import new
+    from dpaudit.errors import DpauditError
+    from dpaudit.planting import insert_canaries
+
+    man = new(m=20, repetitions=2, seed=3)
+    ds = Dataset.from_dict({"text": [f"public {i}" for i in range(50)], "source": ["web"] * 50})
+    with pytest.raises(DpauditError, match="fill="):
+        insert_canaries(ds, man)
+    with pytest.raises(DpauditError, match="no column 'body'"):
+        insert_canaries(ds, man, column="body")
+    mixed = insert_canaries(ds, man, fill={"source": "canary"}, seed=1)
+    assert len(mixed) == 50 + 2 * len(man.inserted) and mixed.features == ds.features
+    planted = [t for t, s in zip(mixed["text"], mixed["source"]) if s == "canary"]
+    assert sorted(planted) == sorted(man.training_texts())
+    positions = [i for i, s in enumerate(mixed["source"]) if s == "canary"]
+    assert positions != list(range(50, len(mixed)))  # shuffled in, not appended
+    assert len(ds) == 50  # the input is unchanged
+    labelled = new(m=20, seed=3, labels=2)
+    cls = Dataset.from_dict({"sentence": ["a", "b"], "label": [0, 1]})
+    out = insert_canaries(cls, labelled, column="sentence", label_column="label")
+    assert sorted(zip(out["sentence"], out["label"]))[:0] == [] and len(out) == 2 + len(labelled.inserted)
+    assert {(c.text, c.label) for c in labelled.inserted} <= set(zip(out["sentence"], out["label"]))

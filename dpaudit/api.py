@@ -1,0 +1,66 @@
+"""Python API for a model trained anywhere (the CLI's ``canaries new``, ``card`` and ``evaluate`` as functions).
+
+    from dpaudit.api import new_canaries, insert_canaries, card_from_opacus, evaluate, write_report
+
+    manifest = new_canaries(m=200, repetitions=1)            # before training: the audit plan is fixed now
+    manifest.save("out/canaries.json")
+    train_ds = insert_canaries(train_ds, manifest, column="text")
+    ... train with Opacus ...
+    card = card_from_opacus(engine, loader, optimizer, delta=1e-5)
+    report = evaluate(model, tokenizer, card, manifest)     # the report.json dict
+    write_report(report, "out/report")                      # REPORT.md, report.json, plots
+    print(report["verdict"]["status"], report["verdict"]["reason"])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dpaudit import options
+from dpaudit.canaries import Manifest, load_manifest
+from dpaudit.canaries import new as new_canaries
+from dpaudit.card import PrivacyCard, load_card
+from dpaudit.errors import DpauditError
+from dpaudit.planting import insert_canaries, write_records
+
+__all__ = ["card_from_opacus", "evaluate", "insert_canaries", "new_canaries", "write_records", "write_report"]
+
+
+def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:
+    """See :func:`dpaudit.opacus_card.card_from_opacus` (imported lazily: it needs Opacus)."""
+    from dpaudit.opacus_card import card_from_opacus as build
+
+    return build(privacy_engine, data_loader, optimizer, **kwargs)
+
+
+def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifest | str | Path, *,
+             attacks=options.ATTACKS, rule: str = "bonferroni", confidence: float = 0.95, n_references: int = 2000,
+             reference_model=None, max_len: int = 64, batch_size: int = 64, progress: bool = False,
+             framing: str = "tokenizer") -> dict:
+    """Audit a model held as objects: ``card`` and ``manifest`` are objects or paths to their JSON files.
+    ``reference_model`` (a model object or a folder) calibrates the reference attack; without one that attack
+    is skipped with a note. ``framing``: how the model saw a training record (``tokenizer``: ``tokenizer(text)``,
+    ``bos_eos``: BOS + text + EOS). Returns the report dict (the report.json contract); writes nothing."""
+    from dpaudit.checkpoint import Checkpoint
+    from dpaudit.evaluate import evaluate_checkpoint
+
+    if isinstance(card, (str, Path)):
+        card = load_card(Path(card))
+    if isinstance(manifest, (str, Path)):
+        manifest = load_manifest(Path(manifest))
+    if not isinstance(card, PrivacyCard) or not isinstance(manifest, Manifest):
+        raise DpauditError("evaluate needs a PrivacyCard and a Manifest (or paths to privacy_card.json and "
+                           "canaries.json)")
+    ck = Checkpoint(path=None, card=card, manifest=manifest, run={"max_len": max_len},
+                    objects=(model.eval(), tokenizer))
+    return evaluate_checkpoint(ck, attacks=attacks, n_references=n_references, confidence=confidence,
+                               batch_size=batch_size, progress=progress, rule=rule, reference=reference_model,
+                               framing=framing)
+
+
+def write_report(report: dict, out: str | Path, redact: bool = False) -> Path:
+    """REPORT.md, report.json and plots of ``report`` in folder ``out``; returns the REPORT.md path."""
+    from dpaudit import report as rep
+
+    rep.write(report, Path(out), redact=redact)
+    return Path(out) / "REPORT.md"
