@@ -68,6 +68,18 @@ class TrainerConfig:
     lora_targets: str = "attention"  # attention (q/v, Hu et al.) | all-linear (every linear map of the blocks)
     user_cap: int = 8  # user-level methods: at most k records per user
     selection: str = "random"  # user-level methods: how the k records are chosen (tasks/userlm.py)
+    # DP-FROST (trainers/dp_frost.py; Shi et al. defaults)
+    frost_gamma: float = 0.25  # parameter budget: this fraction of all parameters
+    frost_selection: str = "psel"  # psel (T rounds) | single (one round) | random | pval (data-independent)
+    frost_rounds: int = 5  # T
+    frost_sample_rate: float = 0.02  # q_ps: Poisson rate of each selection round's sample
+    frost_rate_reading: str = "text"  # accounting rate of selection: text = q_ps, alg3 = 1 (Alg. 3)
+    frost_nu: float = 5.0  # early-selection threshold in standard deviations
+    frost_pgm: str = "dp_mgna"  # dp_mg | dp_mgn | dp_mgna
+    frost_alpha: int = 1  # norm order of the PGMs
+    frost_clipping_norm: float = 1.0  # c of the PGMs (scale-free at alpha = 1: nearly every example is clipped)
+    frost_r_eps: float = 0.9  # share of epsilon calibrating the training phase alone (ComputeSigma)
+    frost_reselect: int = 1  # K: select again before each of K equal training segments
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
@@ -76,9 +88,36 @@ class TrainerConfig:
         if not isinstance(self.user_cap, int) or self.user_cap < 1:
             raise DpauditError(f"train.user_cap (k) must be an integer >= 1, got {self.user_cap!r}")
         for key, allowed in (("selection", options.SELECTIONS), ("tied_embeddings", options.TIED_EMBEDDINGS),
-                             ("lora_targets", options.LORA_TARGETS), ("trainable", options.TRAINABLES)):
+                             ("lora_targets", options.LORA_TARGETS), ("trainable", options.TRAINABLES),
+                             ("frost_selection", options.FROST_SELECTIONS), ("frost_pgm", options.PGM_VARIANTS),
+                             ("frost_rate_reading", options.FROST_RATE_READINGS)):
             if getattr(self, key) not in allowed:
                 raise DpauditError(f"train.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
+        self._check_frost()
+
+    def _check_frost(self) -> None:
+        def number(v):
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+        if not (number(self.frost_gamma) and 0 < self.frost_gamma <= 1):
+            raise DpauditError(f"train.frost_gamma must be in (0, 1], got {self.frost_gamma!r}")
+        for key in ("frost_rounds", "frost_reselect"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise DpauditError(f"train.{key} must be an integer >= 1, got {v!r}")
+        if not (number(self.frost_r_eps) and 0 < self.frost_r_eps < 1):
+            raise DpauditError(f"train.frost_r_eps must be in (0, 1) (the training phase's share of epsilon), got "
+                               f"{self.frost_r_eps!r}")
+        if not (number(self.frost_sample_rate) and 0 < self.frost_sample_rate <= 1):
+            raise DpauditError(f"train.frost_sample_rate must be in (0, 1], got {self.frost_sample_rate!r}")
+        if not (number(self.frost_nu) and self.frost_nu >= 0) or not (number(self.frost_clipping_norm)
+                                                                       and self.frost_clipping_norm > 0):
+            raise DpauditError("train.frost_nu must be >= 0 and train.frost_clipping_norm > 0")
+        if self.frost_alpha not in (1, 2):
+            raise DpauditError(f"train.frost_alpha must be 1 or 2, got {self.frost_alpha!r}")
+        if self.method == "dp_frost" and self.trainable != "full":
+            raise DpauditError("train.method = 'dp_frost' chooses its own trainable partitions; leave trainable = "
+                               "'full'")
 
     @property
     def user_level(self) -> bool:
@@ -171,6 +210,9 @@ APPLIES = {
                         "'freeze', or 'untie' with grad_sample_mode = 'ghost' and trainable = 'full'"),
     "gradient_canary_kind": (lambda t, clf: t.engine.gradient_canaries > 0, "gradient_canaries > 0"),
     "head_lr": (lambda t, clf: clf and t.trainable != "head", "classifier models fine-tuned beyond their head"),
+    **{k: (lambda t, clf: t.method == "dp_frost", "method = 'dp_frost'")
+       for k in ("frost_gamma", "frost_selection", "frost_rounds", "frost_sample_rate", "frost_rate_reading",
+                 "frost_nu", "frost_pgm", "frost_alpha", "frost_clipping_norm", "frost_r_eps", "frost_reselect")},
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 # ---- runs -------------------------------------------------------------------------------------------
 TASKS = ("sentiment", "table2text", "userlm")
 OBJECTIVES = ("lm", "label_words", "classifier")
-RECORD_METHODS = ("dp_adam",)
+RECORD_METHODS = ("dp_adam", "dp_frost")
 USER_METHODS = ("user_dp_sgd", "group_privacy")  # need task.name = "userlm"
 METHODS = RECORD_METHODS + USER_METHODS
 TRAINABLES = ("full", "lora", "head")  # head: a classifier's head only (linear probe)
@@ -18,6 +18,11 @@ TIED_EMBEDDINGS = ("untie", "freeze")
 LORA_TARGETS = ("attention", "all-linear")
 GRAD_SAMPLE_MODES = ("hooks", "ghost")
 GRADIENT_CANARY_KINDS = ("dirac", "sparse")
+# DP-FROST (trainers/dp_frost.py): how partitions are chosen, its PGM scores, and which reading of the paper's
+# selection sampling rate the accounting uses (text: q_ps; alg3: 1, as Alg. 3 passes)
+FROST_SELECTIONS = ("psel", "single", "random", "pval")
+PGM_VARIANTS = ("dp_mg", "dp_mgn", "dp_mgna")
+FROST_RATE_READINGS = ("text", "alg3")
 SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_chunk")  # user-level record choice
 
 # ---- privacy cards ----------------------------------------------------------------------------------

@@ -144,10 +144,31 @@ def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats) -> Trai
     return TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0, gc, stats.summary())
 
 
+@dataclass(frozen=True)
+class RecordPlan:
+    """What a record-level run of ``cfg`` on n records will do: expected batch, rate, steps, delta (private)."""
+
+    batch: int
+    sample_rate: float
+    steps: int
+    delta: float | None
+
+
+def record_plan(n: int, cfg: EngineConfig) -> RecordPlan:
+    batch = min(cfg.batch_size, n)
+    q = batch / n
+    if not cfg.private:
+        return RecordPlan(batch, q, max(1, int(round(cfg.epochs * n / batch))), None)
+    delta = cfg.delta if cfg.delta is not None else 1.0 / (2 * n)
+    return RecordPlan(batch, q, max(1, int(math.ceil(cfg.epochs / q))), delta)
+
+
 def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int, max_len: int, *,
-          noise=None) -> tuple[nn.Module, TrainResult]:
+          noise=None, sigma: float | None = None) -> tuple[nn.Module, TrainResult]:
     """Record-level training of ``model`` on ``records``; returns (the plain model, what happened).
-    ``noise`` (:mod:`.noise`) replaces Opacus' Gaussian draw; the accounting is then the caller's."""
+    ``noise`` (:mod:`.noise`) replaces Opacus' Gaussian draw; the accounting is then the caller's. ``sigma``
+    fixes the noise multiplier instead of calibrating it to ``cfg.target_epsilon`` (a method that composes
+    this training with other mechanisms calibrates the whole; the result's epsilon is this training's)."""
     n = len(records)
     if n == 0:
         raise DpauditError("the training set is empty; check the task data and n_train")
@@ -155,21 +176,23 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     choices = run_choices(records)
     tensors = data_seam.collate(records, pad_id, max_len)
     params, opt = optim.adam(model, cfg.lr, cfg.weight_decay, cfg.head_lr)
-    batch = min(cfg.batch_size, n)
-    q = batch / n
+    plan = record_plan(n, cfg)
+    batch, q = plan.batch, plan.sample_rate
     model.train()
     t0 = time.time()
     if not cfg.private:
         loader = data_seam.shuffled_loader(tensors, batch, cfg.seed, drop_last=True)
-        steps = max(1, int(round(cfg.epochs * n / batch)))
+        steps = plan.steps
         canaries = _canaries(cfg, opt, params, q, batch, private=False)
         losses = loop.run(model, opt, data_seam.logical_batches(loader),
                           RecordStep(model, choices=choices, split_cap=cfg.max_physical_batch_size), steps,
                           progress=cfg.progress, desc="train")
         return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None)
-    delta = cfg.delta if cfg.delta is not None else 1.0 / (2 * n)
-    steps = max(1, int(math.ceil(cfg.epochs / q)))
-    sigma = _sigma(cfg, delta, q, steps)
+    delta, steps = plan.delta, plan.steps
+    if sigma is None:
+        sigma = _sigma(cfg, delta, q, steps)
+    elif not sigma > 0:
+        raise DpauditError(f"a fixed noise multiplier must be > 0, got {sigma}")
     loader = data_seam.shuffled_loader(tensors, batch, cfg.seed, drop_last=False)
     module, dp_opt, crit, dp_loader = mechanism.record_level(
         model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode,

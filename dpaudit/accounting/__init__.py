@@ -56,7 +56,7 @@ def epsilon_function(name: str) -> Callable[[list, float], float]:
 
 
 __all__ = ["ACCOUNTANTS", "AccountingResult", "NotApplicable", "epsilon_function", "SubsampledGaussian",
-           "calibrate_sigma", "compute", "compute_all", "conservative", "event_from_dict", "interval", "intervals",
+           "calibrate_sigma", "calibrate_sigma_after", "compute", "compute_all", "conservative", "event_from_dict", "interval", "intervals",
            "validate_delta", "validate_mechanism"]
 
 
@@ -151,6 +151,29 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
     if eps(lo) <= target_epsilon:
         return lo
     return _bisect(lambda s: eps(s) > target_epsilon, lo, hi, tol)
+
+
+def calibrate_sigma_after(target_epsilon: float, delta: float, fixed: list, sample_rate: float, steps: int,
+                          accountant: str = "rdp", tol: float = 1e-3) -> float:
+    """Smallest sigma (to ``tol``, the safe end) for ``steps`` more subsampled-Gaussian steps at ``sample_rate`` such
+    that they composed after the ``fixed`` events stay within ``target_epsilon`` (DP-FROST's ComputeSigma, step
+    2). An error when the fixed events alone already spend the target."""
+    _check_accountant(accountant)
+    validate_delta(delta)
+    validate_mechanism(1.0, sample_rate, steps)
+    eps = epsilon_function(accountant)
+    if eps(list(fixed), delta) >= target_epsilon:
+        raise DpauditError(f"the other phases already spend epsilon >= {target_epsilon}; lower their share")
+
+    def too_small(s: float) -> bool:
+        return eps([*fixed, SubsampledGaussian(sample_rate, s, steps)], delta) > target_epsilon
+
+    lo, hi = 0.05, 1.0
+    while too_small(hi):
+        lo, hi = hi, hi * 2
+        if hi > 1e5:
+            raise DpauditError(f"no sigma below 1e5 fits the remaining budget of epsilon {target_epsilon}")
+    return _bisect(too_small, lo, hi, tol) if too_small(lo) else lo
 
 
 def _bisect(too_small: Callable[[float], bool], lo: float, hi: float, tol: float) -> float:
