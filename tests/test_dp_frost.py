@@ -353,3 +353,18 @@ def test_frost_options_refused_for_other_methods():
     text = FROST_CONFIG.replace('method = "dp_frost"', 'method = "dp_adam"')
     with pytest.raises(DpauditError, match="dp_frost"):
         config.parse(tomllib.loads(text + '[[variants]]\nname = "v"\n'))
+
+
+def test_pgms_of_a_model_in_eval_mode(tiny):
+    """from_pretrained models come in eval mode, where Opacus records no activations: the PGMs switch to training
+    mode (as the training phase) and give the mode back."""
+    model, tok = tiny
+    parts = [p for p in partitions.partitions(model) if p.name.startswith("transformer.h.1")]
+    batches = _batches(tok, ["one record", "another record"])
+    model.eval()
+    try:
+        got = pgm.pgms(model, batches, parts)
+        assert not model.training
+    finally:
+        model.train()
+    assert torch.allclose(got, pgm.pgms(model, batches, parts))  # no dropout in this model: same values

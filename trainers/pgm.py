@@ -89,13 +89,15 @@ def pgms(model, batches, parts: list[Partition], variant: str = "dp_mgna", alpha
          choices=None) -> torch.Tensor:
     """The PGMs of ``parts`` on the examples of ``batches`` ((ids, mask, targets) tensors), no noise.
 
-    Only the parameters of ``parts`` get per-example gradients; the model's ``requires_grad`` flags are
-    restored afterwards."""
+    Only the parameters of ``parts`` get per-example gradients; the model runs in training mode, as in the
+    training phase, and its mode and ``requires_grad`` flags are restored afterwards."""
     from opacus import GradSampleModule
 
     wanted = {n for p in parts for n in p.params}
     named = dict(model.named_parameters())
     flags = {n: q.requires_grad for n, q in named.items()}
+    was_training = model.training
+    model.train()  # as in the training phase (dropout on); Opacus captures activations in training mode only
     for n, q in named.items():
         q.requires_grad_(n in wanted)
     gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum")
@@ -110,6 +112,7 @@ def pgms(model, batches, parts: list[Partition], variant: str = "dp_mgna", alpha
             gsm.zero_grad(set_to_none=True)
     finally:
         gsm._close()
+        model.train(was_training)
         for n, q in named.items():
             q.requires_grad_(flags[n])
             q.grad = None
