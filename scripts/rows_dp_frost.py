@@ -1,0 +1,96 @@
+"""The tables of reports/dp_frost_sentiment/README.md, printed from its committed per-variant report.json, run.json
+and privacy_card.json files: accuracy with a 95% Wilson interval, the claim and the accountants' interval, what
+DP-FROST selected, sigma of each phase, the audits, the verdict; then the paper's headline at epsilon = 0.5
+("DP-FROST >= LoRA >= full") tested with Newcombe's 95% interval for each difference of accuracies (unpaired,
+hence conservative for these paired test predictions: the same 500 test snippets).
+Run: `python scripts/rows_dp_frost.py [DIR] > reports/dp_frost_sentiment/rows.md` (DIR defaults to
+reports/dp_frost_sentiment); variants not run yet are listed as such.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "reports" / "dp_frost_sentiment"
+EPS = ["nonprivate", "eps8", "eps3", "eps1", "eps0p5"]
+METHODS = ["frost", "full", "lora"]
+EXTRA = ["pval-eps0p5", "random-eps0p5", "frost-mg-eps0p5", "frost-mgn-eps0p5", "frost-single-eps0p5"]
+Z = 1.959964
+
+
+def wilson(k: float, n: int) -> tuple[float, float]:
+    p = k / n
+    centre = (p + Z * Z / (2 * n)) / (1 + Z * Z / n)
+    half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / (1 + Z * Z / n)
+    return centre - half, centre + half
+
+
+def newcombe(p1: float, n1: int, p2: float, n2: int) -> tuple[float, float]:
+    """95% interval for p1 - p2 (Newcombe 1998, method 10: from the two Wilson intervals)."""
+    l1, u1 = wilson(p1 * n1, n1)
+    l2, u2 = wilson(p2 * n2, n2)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
+def load(v: str):
+    rep = HERE / v / "report" / "report.json"
+    if not rep.exists():
+        return None
+    run = json.loads((HERE / v / "checkpoint" / "run.json").read_text())
+    return json.loads(rep.read_text()), run
+
+
+def row(v: str) -> str:
+    got = load(v)
+    if got is None:
+        return f"| {v} | not run yet | | | | | | | |"
+    r, run = got
+    m, acct, tr = r["metrics"], r["accounting"], run["trainer"]
+    lo, hi = wilson(m["accuracy"] * m["n_test"], m["n_test"])
+    claim = r["claim"]["epsilon"]
+    interval = (f"[{acct['lower_epsilon']:.3f}, {acct['certified_epsilon']:.3f}]"
+                if claim is not None and acct.get("lower_epsilon") is not None else "—")
+    sel = tr.get("selection")
+    chosen = (f"{sel[0]['selected_params'] / sel[0]['total_params']:.1%} ({len(sel[0]['chosen'])} partitions)"
+              if sel else "all" if tr["trainable"] == "full" else tr["trainable"])
+    sig = run["train_result"].get("noise_multiplier")
+    sigmas = (f"{tr['sigma_ps']:.3g} / {sig:.3g}" if sel and sig else f"— / {sig:.3g}" if sig else "—")
+    b = r["empirical_best"]
+    wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == b["delta_kind"]]
+    wb_text = f", white-box {wb[0]['epsilon_lb']:.2f}" if wb else ""
+    return (f"| {v} | {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] | {'∞' if claim is None else f'{claim:.3f}'} | "
+            f"{interval} | {chosen} | {sigmas} | {r['attacks']['loss']['auc']:.3f} | "
+            f"{b['epsilon_lb']:.2f} ({b['attack']}; ceiling {b['ceiling']:.2f})"
+            f"{wb_text} | `{r['verdict']['status']}` |")
+
+
+def main() -> None:
+    print("| variant | test accuracy [95% CI] | claimed ε | true ε in (accountants) | trained | σ_ps / σ_SGD | "
+          "LOSS AUC | best one-run bound, 95% | verdict |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for method in METHODS:
+        for e in EPS:
+            print(row(f"{method}-{e}"))
+    for v in EXTRA:
+        print(row(v))
+    acc = {}
+    for method in METHODS:
+        got = load(f"{method}-eps0p5")
+        if got:
+            acc[method] = (got[0]["metrics"]["accuracy"], got[0]["metrics"]["n_test"])
+    print("\nThe headline at ε = 0.5 (paper, RoBERTa-base SST-2: DP-FROST 90.71 ≥ LoRA 89.76 ≥ full 88.42):\n")
+    for a, b in (("frost", "lora"), ("lora", "full"), ("frost", "full")):
+        if a in acc and b in acc:
+            lo, hi = newcombe(*acc[a], *acc[b])
+            word = "holds" if lo > 0 else "reversed" if hi < 0 else "cannot be resolved"
+            print(f"- {a} − {b}: {acc[a][0] - acc[b][0]:+.3f}, 95% interval [{lo:+.3f}, {hi:+.3f}]: {word}")
+        else:
+            print(f"- {a} − {b}: not run yet")
+
+
+if __name__ == "__main__":
+    main()
