@@ -20,6 +20,7 @@ so the guarantee is the composition of both phases, written on one card as heter
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import torch
@@ -82,6 +83,7 @@ def selection_batches(tensors, q: float, seed: int, k: int, device):
 def select(model, tensors, choices, tc, eng, budget: Budget, k: int = 0) -> tuple[list[str], dict]:
     """(names of the parameters to train, the selection record for run.json): the chosen partitions and the
     always-trained heads."""
+    t0 = time.perf_counter()
     parts = partitions.partitions(model)
     selectable, heads = partitions.split(parts)
     limit = partitions.budget(parts, tc.frost_gamma)
@@ -103,7 +105,8 @@ def select(model, tensors, choices, tc, eng, budget: Budget, k: int = 0) -> tupl
     keep = {p.name for p in selectable if p.name in set(chosen)} | {h.name for h in heads}
     names = [n for p in parts if p.name in keep for n in p.params]
     record.update(budget=limit, selected_params=sum(p.size for p in parts if p.name in keep),
-                  total_params=sum(p.size for p in parts), heads=[h.name for h in heads])
+                  total_params=sum(p.size for p in parts), heads=[h.name for h in heads],
+                  seconds=time.perf_counter() - t0)
     return names, record
 
 
