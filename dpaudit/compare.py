@@ -61,7 +61,8 @@ def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
     for check in ("accounting", "empirical"):
         so, sn = ((x["verdict"].get(check) or {}).get("status") for x in (old, new))
         if so or sn:
-            lines.append(f"| {check} check | `{so}` | `{sn}` | {'' if so == sn else 'changed'} | |")
+            lines.append(f"| {check} check | {f'`{so}`' if so else '—'} | {f'`{sn}`' if sn else '—'} | "
+                         f"{'' if so == sn else 'changed'} | |")
     lines.append(f"| verdict | `{vo}` | `{vn}` | | {'**regressed**' if worse else ''} |")
     return lines + [""], regressions
 
