@@ -69,7 +69,7 @@ class Checkpoint:
             base, tok = models.load_dir(self.adapter_base())
             if (mdir / "tokenizer_config.json").exists():
                 tok = models.load_tokenizer(mdir)
-            model = PeftModel.from_pretrained(base, mdir).merge_and_unload()
+            model = PeftModel.from_pretrained(base, mdir).merge_and_unload()  # adapter weights only, no code
             return model.eval(), tok
         return models.load_dir(mdir)
 

@@ -140,7 +140,7 @@ def public_bpe_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
         tmp = path.with_name(path.name + ".tmp")
         fast.save_pretrained(tmp)
         tmp.rename(path)
-    return PreTrainedTokenizerFast.from_pretrained(path)
+    return PreTrainedTokenizerFast.from_pretrained(path, trust_remote_code=False)
 
 
 def build(spec: ModelSpec):
@@ -200,7 +200,7 @@ def _pretrained_tiny(spec: ModelSpec, cfg, tok):
     stand-in for a public pretrained model, so that fine-tuning (full or LoRA) starts from language."""
     path = assets.cache_dir() / "pretrained" / f"tiny-gpt2-{pretrained_key(spec)}"
     if (path / "model.safetensors").exists():
-        return GPT2LMHeadModel.from_pretrained(path, dtype=torch.float32)
+        return GPT2LMHeadModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
     from dpaudit.trainers import engine
 
     with torch.random.fork_rng():
