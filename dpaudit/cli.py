@@ -16,6 +16,7 @@ import click
 
 from dpaudit import options
 from dpaudit.errors import DpauditError
+from dpaudit.io import write_atomic
 
 
 def _command_line() -> str:
@@ -238,21 +239,13 @@ def canaries_new(m, repetitions, seed, template, alphabet, length, out, records,
         if path is not None and not path.parent.is_dir():
             raise DpauditError(f"folder {path.parent} does not exist; create it first")
     man = can.new(m, repetitions, seed, template, alphabet, length)
-    _write_atomic(out, man.save)
+    write_atomic(out, man.save)
     n = planting.write_records(man, records) if records is not None else None
     k_pos, k_neg = man.plan.guesses
     click.echo(f"{out}: {m} canaries, {len(man.inserted)} to insert x {repetitions} (seed {man.plan.seed}); "
                f"audit plan fixed: {k_pos} member + {k_neg} non-member guesses")
     if n is not None:
         click.echo(f"{records}: {n} records to shuffle into the training data")
-
-
-def _write_atomic(path: Path, save) -> None:
-    import os
-
-    tmp = path.with_name(path.name + ".partial")
-    save(tmp)
-    os.replace(tmp, path)
 
 
 @cli.command("card")
@@ -290,7 +283,7 @@ def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, u
         events=[SubsampledGaussian(sample_rate, sigma, steps, sampler)], clipping_norm=clipping_norm,
         expected_batch_size=batch_size, dataset_size=dataset_size, method=method)
     c = cardmod.card_from_dict(c.to_dict(), "the card")  # every check a reader applies, before anything is written
-    _write_atomic(out, c.save)
+    write_atomic(out, c.save)
     click.echo(f"{out}: claim ε = {epsilon:g} at δ = {delta:g}; check it with `dpaudit account --card {out}`")
 
 

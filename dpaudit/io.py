@@ -37,6 +37,17 @@ def read_toml(path: Path, what: str, fix: str) -> dict:
         raise DpauditError(f"{what} {path} is not valid TOML: {e}") from None
 
 
+def write_atomic(path: Path, save) -> None:
+    """``save(tmp)`` writes the file beside ``path`` first, which then replaces ``path`` in one step: a failure
+    leaves no partial file."""
+    import os
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    save(tmp)
+    os.replace(tmp, path)
+
+
 def jsonable(x):
     """Strict JSON: infinities and NaN become strings ("inf", "nan"; readers map "inf" back)."""
     if isinstance(x, dict):

@@ -8,11 +8,11 @@ helpers do exactly that and nothing else, so that a team with its own training l
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from dpaudit.canaries import Manifest
 from dpaudit.errors import DpauditError
+from dpaudit.io import write_atomic
 
 
 def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dict | None = None,
@@ -59,8 +59,5 @@ def write_records(manifest: Manifest, path: Path, column: str = "text") -> int:
     """The records to insert as JSONL (one ``{column: text}`` object per line; classifier canaries add
     ``label``), written atomically; returns how many."""
     recs = manifest.records(column)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    os.replace(tmp, path)
+    write_atomic(Path(path), lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in recs)))
     return len(recs)
