@@ -133,7 +133,7 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
               help="Check the claim of a privacy_card.json: every accountant's interval for the true ε, and the "
                    "verdict. Exit 0 when the claim is verified, 1 when it is an under-claim or unverifiable.")
 @click.option("--target-epsilon", type=float, help="Solve for σ reaching this ε instead of computing ε.")
-@click.option("--accountants", default=",".join(options.ACCOUNTANTS), show_default=True,
+@click.option("--accountants", default=",".join(options.GAUSSIAN_ACCOUNTANTS), show_default=True,
               help="Comma-separated accountants.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: ε keyed by accountant; with --card the whole "
               "accounting check (results with lower/upper, status as 'verdict').")
@@ -144,8 +144,8 @@ def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants,
 
     names = [a.strip() for a in accountants.split(",") if a.strip()]
     for n in names:
-        if n not in accounting.ACCOUNTANTS:
-            raise DpauditError(f"unknown accountant {n!r}; choose from {', '.join(accounting.ACCOUNTANTS)}")
+        if n not in accounting.GAUSSIAN_ACCOUNTANTS:
+            raise DpauditError(f"unknown accountant {n!r}; choose from {', '.join(accounting.GAUSSIAN_ACCOUNTANTS)}")
     if card is not None:
         given = [f for f, v in (("--sigma", sigma), ("--sample-rate", sample_rate), ("--steps", steps),
                                 ("--delta", delta), ("--target-epsilon", target_epsilon)) if v is not None]

@@ -10,14 +10,14 @@ from __future__ import annotations
 # ---- runs -------------------------------------------------------------------------------------------
 TASKS = ("sentiment", "table2text", "userlm")
 OBJECTIVES = ("lm", "label_words", "classifier")
-RECORD_METHODS = ("dp_adam", "dp_frost")
+RECORD_METHODS = ("dp_adam", "dp_frost", "lmo_dp")
 USER_METHODS = ("user_dp_sgd", "group_privacy")  # need task.name = "userlm"
 METHODS = RECORD_METHODS + USER_METHODS
 TRAINABLES = ("full", "lora", "head")  # head: a classifier's head only (linear probe)
 TIED_EMBEDDINGS = ("untie", "freeze")
 LORA_TARGETS = ("attention", "all-linear")
 GRAD_SAMPLE_MODES = ("hooks", "ghost")
-GRADIENT_CANARY_KINDS = ("dirac", "sparse")
+GRADIENT_CANARY_KINDS = ("dirac", "sparse", "dense")
 # DP-FROST (trainers/dp_frost.py): how partitions are chosen, its PGM scores, and which reading of the paper's
 # selection sampling rate the accounting uses (text: q_ps; alg3: 1, as Alg. 3 passes)
 FROST_SELECTIONS = ("psel", "single", "random", "pval")
@@ -29,8 +29,14 @@ SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_ch
 UNITS = ("record", "user")
 NEIGHBOURING = ("add_remove", "replace_one")
 SAMPLERS = ("poisson", "shuffle", "with_replacement", "other")  # other: fixed order or unknown
-ACCOUNTANTS = ("rdp", "prv", "pld", "dpa_rdp")
-CLAIM_SOURCES = ACCOUNTANTS + ("external", "none")  # what produced a card's claim
+GAUSSIAN_ACCOUNTANTS = ("rdp", "prv", "pld", "dpa_rdp")  # calibrate the Gaussian methods' noise
+# every re-accounting backend; lmo_vector analyses LMO-DP's noise on the d-dimensional gradient (upper only)
+ACCOUNTANTS = GAUSSIAN_ACCOUNTANTS + ("lmo_vector",)
+# what produced a card's claim; lmo_paper: LMO-DP's own (scalar) analysis, never a re-accounting backend
+CLAIM_SOURCES = ACCOUNTANTS + ("lmo_paper", "external", "none")
+LMO_DRAWS = ("per_step", "per_coordinate")  # one inverse scale Y per step, or one per coordinate
+LMO_FORMS = ("sum", "mixture")
+LMO_OBJECTIVES = ("mean_abs", "variance")
 
 # ---- audits and reports -----------------------------------------------------------------------------
 ATTACKS = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")  # all of them run by default

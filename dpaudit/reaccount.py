@@ -84,7 +84,7 @@ def _group_results(card) -> list:
         raise DpauditError("the card has group_size > 1 but no extra.record_level {epsilon, delta}; add the "
                            "record-level delta the mechanism was calibrated at")
     out = []
-    for name in accounting.ACCOUNTANTS:
+    for name in accounting.GAUSSIAN_ACCOUNTANTS:
         e_r = accounting.compute(card.events, rl["delta"], name).epsilon
         ue, ud = group.lemma(e_r, rl["delta"], k)
         out.append(accounting.AccountingResult(  # certifies only if ud <= delta

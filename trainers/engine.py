@@ -70,9 +70,9 @@ class EngineConfig:
             raise DpauditError(f"train.head_lr must be > 0 (or left out to use train.lr), got {self.head_lr!r}")
         if not self.clipping_norm > 0:
             raise DpauditError(f"train.clipping_norm must be > 0, got {self.clipping_norm}")
-        if self.accountant not in accounting.ACCOUNTANTS:
+        if self.accountant not in accounting.GAUSSIAN_ACCOUNTANTS:
             raise DpauditError(f"train.accountant {self.accountant!r} unknown; choose one of "
-                               f"{', '.join(accounting.ACCOUNTANTS)}")
+                               f"{', '.join(accounting.GAUSSIAN_ACCOUNTANTS)}")
         if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
             raise DpauditError(f"train.grad_sample_mode must be one of {GRAD_SAMPLE_MODES}")
         if self.max_physical_batch_size is not None and (not isinstance(self.max_physical_batch_size, int)

@@ -34,15 +34,112 @@ class Gaussian:
 
 
 def install(optimizer, noise: Noise | None) -> None:
-    """Make ``optimizer.add_noise`` draw from ``noise`` (no-op for None: Opacus' Gaussian path)."""
+    """Make ``optimizer.add_noise`` draw from ``noise`` (no-op for None: Opacus' Gaussian path). A noise with a
+    ``new_step()`` hears of every logical step first (LMO-DP's per-step scale)."""
     if noise is None:
         return
     from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 
     def add_noise():
+        if hasattr(noise, "new_step"):
+            noise.new_step()
         for p in optimizer.params:
             _check_processed_flag(p.summed_grad)
             p.grad = (p.summed_grad + noise.sample(p.summed_grad, optimizer.generator, optimizer.secure_mode)).view_as(p)
             _mark_as_processed(p.summed_grad)
 
     optimizer.add_noise = add_noise
+
+
+class LaplaceMixture:
+    """LMO-DP's noise (Yang et al., Def. 4.1; docs/methods.md): Laplace(0, 1 / Y) on every coordinate, Y drawn from
+    ``noise`` (:class:`dpaudit.accounting.lmo_noise.LmoNoise`) once per call (``draw = "per_step"``: one Y
+    for every coordinate of every parameter in the step) or once per coordinate (``"per_coordinate"``).
+
+    Every draw uses the optimizer's generator on the parameters' device (Opacus' secure generator in secure
+    mode), so a CPU test runs the same code as a CUDA run.
+    """
+
+    def __init__(self, noise, draw: str = "per_coordinate"):
+        from dpaudit.options import LMO_DRAWS
+
+        if draw not in LMO_DRAWS:
+            raise ValueError(f"draw must be one of {LMO_DRAWS}")
+        self.noise, self.draw = noise, draw
+        self._step_y = None  # per_step: the Y of the current step, shared by all parameters
+
+    def new_step(self) -> None:
+        self._step_y = None
+
+    def sample(self, reference, generator, secure_mode):
+        dev, dt = reference.device, reference.dtype
+        if self.draw == "per_step":
+            if self._step_y is None:
+                self._step_y = sample_inverse_scale(self.noise, (1,), generator, dev)
+            y = self._step_y
+        else:
+            y = sample_inverse_scale(self.noise, reference.shape, generator, dev)
+        return (laplace(reference.shape, generator, dev) / y).to(dt)
+
+
+def _uniform(shape, generator, device) -> torch.Tensor:
+    """U(0, 1), strictly inside (0, 1), float64."""
+    u = torch.rand(shape, generator=generator, device=device, dtype=torch.float64)
+    return u.clamp_(min=1e-300, max=1 - 1e-16)
+
+
+def laplace(shape, generator, device) -> torch.Tensor:
+    """Standard Laplace (scale 1): the difference of two Exp(1)."""
+    return -torch.log(_uniform(shape, generator, device)) + torch.log(_uniform(shape, generator, device))
+
+
+def standard_gamma(k: float, shape, generator, device) -> torch.Tensor:
+    """Gamma(k, 1) by Marsaglia & Tsang (2000), vectorised rejection on ``device`` with ``generator``
+    (torch's own Gamma sampler takes no generator); k < 1 through Gamma(k + 1) * U^(1/k)."""
+    boost = k < 1
+    kk = k + 1 if boost else k
+    d = kk - 1.0 / 3
+    c = 1.0 / (9 * d) ** 0.5
+    out = torch.empty(shape, device=device, dtype=torch.float64)
+    todo = torch.ones(shape, device=device, dtype=torch.bool)
+    while bool(todo.any()):
+        n = int(todo.sum())
+        x = torch.randn(n, generator=generator, device=device, dtype=torch.float64)
+        v = (1 + c * x) ** 3
+        u = _uniform((n,), generator, device)
+        ok = (v > 0) & (torch.log(u) < 0.5 * x * x + d - d * v + d * torch.log(v.clamp(min=1e-300)))
+        idx = todo.nonzero(as_tuple=True)
+        sel = tuple(i[ok] for i in idx)
+        out[sel] = (d * v)[ok]
+        todo[sel] = False
+    if boost:
+        out = out * _uniform(shape, generator, device) ** (1.0 / k)
+    return out
+
+
+def sample_inverse_scale(noise, shape, generator, device) -> torch.Tensor:
+    """Y of :class:`LmoNoise` (sum of the weighted parts, or one part picked with probability a_k), float64."""
+    parts = []
+    for name, w in zip(("gamma", "exp", "uniform"), noise.weights):
+        if w == 0:
+            parts.append(None)
+            continue
+        if name == "gamma":
+            x = standard_gamma(noise.gamma_k, shape, generator, device) * noise.gamma_theta
+        elif name == "exp":
+            x = -torch.log(_uniform(shape, generator, device)) / noise.exp_rate
+        else:
+            x = noise.u_low + (noise.u_high - noise.u_low) * _uniform(shape, generator, device)
+        parts.append(x)
+    if noise.form == "sum":
+        return sum(w * x for w, x in zip(noise.weights, parts) if x is not None)
+    pick = _uniform(shape, generator, device)
+    y = torch.zeros(shape, device=device, dtype=torch.float64)
+    lo = 0.0
+    for w, x in zip(noise.weights, parts):
+        if x is None:
+            continue
+        mask = (pick >= lo) & (pick < lo + w)
+        y = torch.where(mask, x, y)
+        lo += w
+    return torch.where(pick >= lo, next(x for x in reversed(parts) if x is not None), y)  # float rounding at 1

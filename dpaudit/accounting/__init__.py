@@ -14,7 +14,9 @@ analyses and raises :class:`NotApplicable` for the others:
 * ``pld``: dp_accounting PLD ([optimistic, pessimistic], discretisation refined until they are within 1%;
   add/remove or replace-one, Poisson);
 * ``dpa_rdp``: dp_accounting RDP (upper only; add/remove with Poisson, or replace-one with a ``shuffle``
-  sampler accounted as sampling without replacement).
+  sampler accounted as sampling without replacement);
+* ``lmo_vector``: LMO-DP's Laplace-mixture noise on a d-dimensional clipped sum (upper only; :mod:`.lmo_vector`).
+  The first four analyse the subsampled Gaussian only (``GAUSSIAN_ACCOUNTANTS``, the ones that calibrate sigma).
 
 ``upper`` values certify a claim (any one sound upper bound at or below it); ``lower`` values refute one (the
 true epsilon is at least the lower end). Where upper values disagree, :func:`conservative` reports the
@@ -32,6 +34,7 @@ from dpaudit import options
 from dpaudit.accounting.events import (
     NotApplicable,
     SubsampledGaussian,
+    SubsampledLaplaceMixture,
     event_from_dict,
     validate_delta,
     validate_mechanism,
@@ -40,8 +43,9 @@ from dpaudit.errors import DpauditError
 
 # name -> module of this package with ``epsilon(events, delta) -> float``; imported on first use, so that
 # reading a privacy card (dpaudit check, dpaudit compare) never loads Opacus or dp_accounting.
-_BACKENDS = {"rdp": "opacus_rdp", "prv": "opacus_prv", "pld": "dpa_pld", "dpa_rdp": "dpa_rdp"}
+_BACKENDS = {"rdp": "opacus_rdp", "prv": "opacus_prv", "pld": "dpa_pld", "dpa_rdp": "dpa_rdp", "lmo_vector": "lmo_vector"}
 ACCOUNTANTS = options.ACCOUNTANTS
+GAUSSIAN_ACCOUNTANTS = options.GAUSSIAN_ACCOUNTANTS
 assert tuple(_BACKENDS) == ACCOUNTANTS, "dpaudit.options.ACCOUNTANTS and the accounting backends disagree"
 
 
@@ -55,7 +59,8 @@ def epsilon_function(name: str) -> Callable[[list, float], float]:
     return _backend(name).epsilon
 
 
-__all__ = ["ACCOUNTANTS", "AccountingResult", "NotApplicable", "epsilon_function", "SubsampledGaussian",
+__all__ = ["ACCOUNTANTS", "AccountingResult", "GAUSSIAN_ACCOUNTANTS", "NotApplicable", "epsilon_function",
+           "SubsampledGaussian", "SubsampledLaplaceMixture",
            "calibrate_sigma", "calibrate_sigma_after", "compute", "compute_all", "conservative", "event_from_dict", "interval", "intervals",
            "validate_delta", "validate_mechanism"]
 
@@ -76,9 +81,9 @@ class AccountingResult:
         return asdict(self)
 
 
-def _check_accountant(name: str) -> None:
-    if name not in ACCOUNTANTS:
-        raise DpauditError(f"unknown accountant {name!r}; choose one of {', '.join(ACCOUNTANTS)}")
+def _check_accountant(name: str, allowed: tuple = ACCOUNTANTS) -> None:
+    if name not in allowed:
+        raise DpauditError(f"unknown accountant {name!r}; choose one of {', '.join(allowed)}")
 
 
 def compute(events: list, delta: float, accountant: str = "prv") -> AccountingResult:
@@ -90,7 +95,16 @@ def compute(events: list, delta: float, accountant: str = "prv") -> AccountingRe
 
 
 def compute_all(events: list, delta: float, accountants=None) -> list[AccountingResult]:
-    return [compute(events, delta, a) for a in (accountants or ACCOUNTANTS)]
+    """Every named accountant's upper value; by default every accountant that analyses these events."""
+    if accountants:
+        return [compute(events, delta, a) for a in accountants]
+    out = []
+    for a in ACCOUNTANTS:
+        try:
+            out.append(compute(events, delta, a))
+        except NotApplicable:
+            pass
+    return out
 
 
 def interval(events: list, delta: float, accountant: str, relation: str = "add_remove",
@@ -124,7 +138,7 @@ def conservative(results: list[AccountingResult]) -> AccountingResult:
 def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int,
                     accountant: str = "prv", tol: float = 1e-3, sampler: str = "poisson") -> float:
     """Smallest sigma (to ``tol``) whose epsilon under ``accountant`` is <= target; conservative end."""
-    _check_accountant(accountant)
+    _check_accountant(accountant, GAUSSIAN_ACCOUNTANTS)
     if not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0 or math.isinf(target_epsilon):
         raise DpauditError(f"target epsilon must be a finite number > 0, got {target_epsilon}")
     validate_delta(delta)
@@ -158,7 +172,7 @@ def calibrate_sigma_after(target_epsilon: float, delta: float, fixed: list, samp
     """Smallest sigma (to ``tol``, the safe end) for ``steps`` more subsampled-Gaussian steps at ``sample_rate`` such
     that they composed after the ``fixed`` events stay within ``target_epsilon`` (DP-FROST's ComputeSigma, step
     2). An error when the fixed events alone already spend the target."""
-    _check_accountant(accountant)
+    _check_accountant(accountant, GAUSSIAN_ACCOUNTANTS)
     validate_delta(delta)
     validate_mechanism(1.0, sample_rate, steps)
     eps = epsilon_function(accountant)

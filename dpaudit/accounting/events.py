@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import asdict, dataclass
 
 from dpaudit.errors import DpauditError
-from dpaudit.options import SAMPLERS
+from dpaudit.options import LMO_DRAWS, SAMPLERS
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,43 @@ class SubsampledGaussian:
         return asdict(self)
 
 
-EVENT_TYPES = {"subsampled_gaussian": SubsampledGaussian}
+@dataclass(frozen=True)
+class SubsampledLaplaceMixture:
+    """``steps`` rounds of LMO-DP's noise (Yang et al.): Laplace of random scale 1 / Y on every coordinate of a
+    clipped sum (L2 norm <= ``clipping_norm``), on a batch drawn at rate ``sample_rate``. ``noise`` holds the
+    law of Y (:class:`dpaudit.accounting.lmo_noise.LmoNoise` as a dict); ``draw`` says whether one Y serves
+    every coordinate of a step (``per_step``) or each coordinate has its own (``per_coordinate``);
+    ``dimension`` is the number of noised coordinates."""
+
+    sample_rate: float
+    steps: int
+    noise: dict
+    clipping_norm: float
+    draw: str = "per_step"
+    dimension: int | None = None
+    sampler: str = "poisson"
+    type: str = "subsampled_laplace_mixture"
+
+    def __post_init__(self):
+        from dpaudit.accounting.lmo_noise import LmoNoise
+
+        validate_mechanism(1.0, self.sample_rate, self.steps)
+        LmoNoise.from_dict(self.noise)
+        if not isinstance(self.clipping_norm, (int, float)) or not self.clipping_norm > 0:
+            raise DpauditError(f"clipping_norm must be > 0, got {self.clipping_norm!r}")
+        if self.draw not in LMO_DRAWS:
+            raise DpauditError(f"LMO draw must be one of {', '.join(LMO_DRAWS)}, got {self.draw!r}")
+        if self.sampler not in SAMPLERS:
+            raise DpauditError(f"unknown sampler {self.sampler!r}; use one of {', '.join(SAMPLERS)}")
+
+    def __hash__(self):
+        return hash((self.sample_rate, self.steps, tuple(sorted(self.noise.items())), self.clipping_norm, self.draw))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+EVENT_TYPES = {"subsampled_gaussian": SubsampledGaussian, "subsampled_laplace_mixture": SubsampledLaplaceMixture}
 
 
 def event_from_dict(d: dict):
@@ -57,8 +93,12 @@ class NotApplicable(DpauditError):
     """An accountant has no analysis for this mechanism (its sampler or neighbouring relation)."""
 
 
-def require(events: list, samplers: tuple, name: str, relation: str, relations: tuple = ("add_remove",)) -> None:
-    """Raise :class:`NotApplicable` unless ``name`` analyses every event's sampler under ``relation``."""
+def require(events: list, samplers: tuple, name: str, relation: str, relations: tuple = ("add_remove",),
+            kinds: tuple = ("subsampled_gaussian",)) -> None:
+    """Raise :class:`NotApplicable` unless ``name`` analyses every event's kind and sampler under ``relation``."""
+    other = sorted({ev.type for ev in events} - set(kinds))
+    if other:
+        raise NotApplicable(f"{name} analyses {' and '.join(kinds)} events only, not {other[0]}")
     if relation not in relations:
         raise NotApplicable(f"{name} analyses {' or '.join(relations)} neighbours only, not {relation}")
     bad = sorted({ev.sampler for ev in events} - set(samplers))
