@@ -7,7 +7,8 @@
       privacy_card.json   the claim + the mechanism (dpaudit.card)
       canaries.json       the canary manifest (dpaudit.canaries)
       run.json            resolved config, seeds, data hash, package versions (optional for others' models)
-      gradient_canaries.json  white-box canary plan and scores (optional; trainers/gradient_canaries.py)
+      gradient_canaries.json  white-box canary plan and scores (optional; trainers/gradient_canaries.py);
+                              gradient_canaries_<kind>.json for a further kind of the same run
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class Checkpoint:
 
     def hash(self) -> str:
         """sha256 over the checkpoint's weights, tokenizer, card and manifest (names and bytes), first 16 hex
-        digits. run.json and gradient_canaries.json are left out: they hold timings and audit scores. A plain
+        digits. run.json and gradient_canaries*.json are left out: they hold timings and audit scores. A plain
         Hugging Face output folder is hashed at its top level (its checkpoint-*/ sub-folders are other models);
         a model given as objects by its parameters."""
         h = hashlib.sha256()
@@ -100,7 +101,8 @@ class Checkpoint:
             return _object_hash(h, self)
         files = self.path.rglob("*") if self.model_dir != self.path else self.path.glob("*")
         for f in sorted(files):
-            if f.is_file() and f.suffix in (".safetensors", ".json") and f.name not in ("run.json", "gradient_canaries.json"):
+            if (f.is_file() and f.suffix in (".safetensors", ".json") and f.name != "run.json"
+                    and not f.name.startswith("gradient_canaries")):
                 h.update(str(f.relative_to(self.path)).encode())
                 h.update(f.read_bytes())
         return h.hexdigest()[:16]

@@ -401,6 +401,11 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
                    f"(TP {r['tp']}, FN {r['fn']}, FP {r['fp']}, TN {r['tn']}; threshold from {r['n_tuning']} other runs)")
 
 
+from dpaudit.cli_lmo import lmo  # noqa: E402
+
+cli.add_command(lmo)
+
+
 def main(argv=None) -> int:
     from dpaudit import offline
 

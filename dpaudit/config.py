@@ -80,6 +80,13 @@ class TrainerConfig:
     frost_clipping_norm: float = 1.0  # c of the PGMs (scale-free at alpha = 1: nearly every example is clipped)
     frost_r_eps: float = 0.9  # share of epsilon calibrating the training phase alone (ComputeSigma)
     frost_reselect: int = 1  # K: select again before each of K equal training segments
+    # LMO-DP (trainers/lmo_dp.py; Yang et al.): Laplace noise of random inverse scale Y
+    lmo_accounting: str = "paper"  # which analysis calibrates the noise and writes the claim: paper | vector
+    lmo_noise: dict | None = None  # the shape of Y (a1, a2, a3, gamma_k, ...); None = Alg. 3's search (paper)
+    lmo_fixed: bool = False  # control: a fixed Laplace scale (Y a point mass) instead of a mixture
+    lmo_draw: str = "per_coordinate"  # one Y per coordinate, or one per step for all coordinates
+    lmo_form: str = "sum"  # Y as the weighted sum of its parts, or one part picked with probability a_k
+    lmo_objective: str = "mean_abs"  # what the search minimises: E|Z| or Var Z
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
@@ -90,10 +97,26 @@ class TrainerConfig:
         for key, allowed in (("selection", options.SELECTIONS), ("tied_embeddings", options.TIED_EMBEDDINGS),
                              ("lora_targets", options.LORA_TARGETS), ("trainable", options.TRAINABLES),
                              ("frost_selection", options.FROST_SELECTIONS), ("frost_pgm", options.PGM_VARIANTS),
-                             ("frost_rate_reading", options.FROST_RATE_READINGS)):
+                             ("frost_rate_reading", options.FROST_RATE_READINGS),
+                             ("lmo_accounting", options.LMO_ACCOUNTINGS), ("lmo_draw", options.LMO_DRAWS),
+                             ("lmo_form", options.LMO_FORMS), ("lmo_objective", options.LMO_OBJECTIVES)):
             if getattr(self, key) not in allowed:
                 raise DpauditError(f"train.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
         self._check_frost()
+        self._check_lmo()
+
+    def _check_lmo(self) -> None:
+        if not isinstance(self.lmo_fixed, bool):
+            raise DpauditError(f"train.lmo_fixed must be true or false, got {self.lmo_fixed!r}")
+        if self.lmo_noise is not None:
+            from dpaudit.accounting.lmo_noise import LmoNoise
+
+            if self.lmo_fixed:
+                raise DpauditError("train.lmo_fixed = true is a fixed Laplace scale; remove train.lmo_noise")
+            LmoNoise.from_dict({**self.lmo_noise, "form": self.lmo_noise.get("form", self.lmo_form)})
+        if self.method == "lmo_dp" and self.lmo_accounting == "vector" and self.lmo_noise is None and not self.lmo_fixed:
+            raise DpauditError("train.lmo_accounting = 'vector' calibrates a given shape: set train.lmo_noise (e.g. from "
+                               "`dpaudit lmo search`) or train.lmo_fixed = true")
 
     def _check_frost(self) -> None:
         def number(v):
@@ -213,6 +236,8 @@ APPLIES = {
     **{k: (lambda t, clf: t.method == "dp_frost", "method = 'dp_frost'")
        for k in ("frost_gamma", "frost_selection", "frost_rounds", "frost_sample_rate", "frost_rate_reading",
                  "frost_nu", "frost_pgm", "frost_alpha", "frost_clipping_norm", "frost_r_eps", "frost_reselect")},
+    **{k: (lambda t, clf: t.method == "lmo_dp", "method = 'lmo_dp'")
+       for k in ("lmo_accounting", "lmo_noise", "lmo_fixed", "lmo_draw", "lmo_form", "lmo_objective")},
 }
 
 

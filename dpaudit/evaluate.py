@@ -126,7 +126,7 @@ def per_audit_unit(man, scores: dict) -> dict:
     return {a: np.bincount(owner, weights=sc) / counts for a, sc in scores.items()}
 
 
-def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, whitebox: dict | None,
+def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, whitebox: list | None,
                  confidence: float, rule: str) -> dict:
     """The report dict from the pipeline's results (audit and verdict computed here, nothing mutated)."""
     card, man = ck.card, ck.manifest

@@ -37,6 +37,7 @@ CLAIM_SOURCES = ACCOUNTANTS + ("lmo_paper", "external", "none")
 LMO_DRAWS = ("per_step", "per_coordinate")  # one inverse scale Y per step, or one per coordinate
 LMO_FORMS = ("sum", "mixture")
 LMO_OBJECTIVES = ("mean_abs", "variance")
+LMO_ACCOUNTINGS = ("paper", "vector")  # which analysis calibrates LMO-DP's noise and writes its claim
 
 # ---- audits and reports -----------------------------------------------------------------------------
 ATTACKS = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")  # all of them run by default

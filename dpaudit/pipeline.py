@@ -14,7 +14,9 @@ from pathlib import Path
 from dpaudit import canaries, config, report
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import registry
-from dpaudit.trainers import dp_adam, dp_frost, user_dp
+from dpaudit.trainers import dp_adam, dp_frost, lmo_dp, user_dp
+
+TRAINERS = {"dp_frost": dp_frost, "lmo_dp": lmo_dp}  # record-level methods with their own module; else dp_adam
 
 
 def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False,
@@ -26,7 +28,7 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
     out.mkdir(parents=True, exist_ok=True)
     reports = {}
     for v in cfg.variants:
-        trainer = user_dp if v.trainer.user_level else dp_frost if v.trainer.method == "dp_frost" else dp_adam
+        trainer = user_dp if v.trainer.user_level else TRAINERS.get(v.trainer.method, dp_adam)
         ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress)
         r = evaluate(ck, n_references=cfg.evaluate.n_references, confidence=cfg.evaluate.confidence,
                      batch_size=cfg.evaluate.batch_size, command=command, progress=progress,

@@ -153,13 +153,20 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
     return ExposureScores(np.asarray(px_can), np.asarray(px_ref), enumerate_all)
 
 
-def whitebox(path: Path | None) -> dict | None:
-    """The white-box gradient canaries a trainer recorded beside the checkpoint (None when there are none)."""
+def whitebox(path: Path | None) -> list[dict] | None:
+    """The white-box gradient canary sets a trainer recorded beside the checkpoint (None when there are none):
+    ``gradient_canaries.json`` (audited as ``whitebox_gradient``) and any ``gradient_canaries_<kind>.json``
+    (``whitebox_gradient_<kind>``), each with its ``name``."""
     if path is None:
         return None
-    f = Path(path) / "gradient_canaries.json"
-    if not f.exists():
-        return None
+    first = Path(path) / "gradient_canaries.json"
+    files = ([first] if first.exists() else []) + sorted(Path(path).glob("gradient_canaries_*.json"))
+    out = [{**_read_whitebox(f), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
+           for f in files]
+    return out or None
+
+
+def _read_whitebox(f: Path) -> dict:
     from dpaudit.io import read_json
 
     d = read_json(f, "gradient canary record", "")

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_RUN
 from scipy.optimize import minimize
 
 from dpaudit import accounting
@@ -245,19 +246,7 @@ def test_selection_alone_leaks_without_noise_and_not_beyond_its_accounting_with_
     assert eps_sel <= 1.0 + 1e-6 and safe["epsilon_lb"] <= eps_sel, (safe, eps_sel)
 
 
-FROST_CONFIG = """
-[task]
-n_train = 120
-n_test = 40
-[model]
-name = "tiny-gpt2"
-vocab_size = 512
-n_embd = 32
-n_layer = 2
-n_head = 2
-max_len = 32
-[canaries]
-m = 20
+FROST_CONFIG = TINY_RUN + """
 [train]
 method = "dp_frost"
 delta = 1e-5

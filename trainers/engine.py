@@ -28,7 +28,7 @@ from torch import nn
 from dpaudit import accounting
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.errors import DpauditError
-from dpaudit.options import GRAD_SAMPLE_MODES
+from dpaudit.options import GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS
 from dpaudit.trainers import data as data_seam
 from dpaudit.trainers import loop, mechanism, optim
 from dpaudit.trainers.clip_stats import ClipStats
@@ -51,7 +51,7 @@ class EngineConfig:
     seed: int = 0
     max_physical_batch_size: int | None = None  # split logical batches (memory); noise once per logical batch
     gradient_canaries: int = 0  # white-box canaries (trainers/gradient_canaries.py); 0 = none
-    gradient_canary_kind: str = "dirac"
+    gradient_canary_kind: str = "dirac"  # dirac | sparse | dense, or several joined by '+' (one set of m each)
     progress: bool = True
 
     def __post_init__(self):
@@ -80,6 +80,15 @@ class EngineConfig:
             raise DpauditError(f"train.max_physical_batch_size must be an integer >= 1, got {self.max_physical_batch_size!r}")
         if not isinstance(self.gradient_canaries, int) or self.gradient_canaries < 0 or self.gradient_canaries == 1:
             raise DpauditError(f"train.gradient_canaries must be 0 or an integer >= 2, got {self.gradient_canaries!r}")
+        kinds = self.canary_kinds
+        bad = [k for k in kinds if k not in GRADIENT_CANARY_KINDS]
+        if bad or len(set(kinds)) != len(kinds):
+            raise DpauditError(f"train.gradient_canary_kind must be one of {', '.join(GRADIENT_CANARY_KINDS)} or several "
+                               f"distinct ones joined by '+' (e.g. 'dirac+dense'), got {self.gradient_canary_kind!r}")
+
+    @property
+    def canary_kinds(self) -> list[str]:
+        return str(self.gradient_canary_kind).split("+")
 
     @property
     def private(self) -> bool:
@@ -100,11 +109,13 @@ class TrainResult:
     seconds: float = 0.0
     gradient_canaries: dict | None = None
     clipping: dict | None = None  # trainers/clip_stats.py summary (private runs)
+    gradient_canaries_more: list = field(default_factory=list)  # further kinds' sets (gradient_canary_kind 'a+b')
 
     def summary(self) -> dict:
         d = asdict(self)
         d["events"] = [e.to_dict() for e in self.events]
         d.pop("gradient_canaries", None)
+        d.pop("gradient_canaries_more", None)
         del d["losses"]
         d["loss_per_step"] = [None if math.isnan(x) else round(x, 5) for x in self.losses]  # None: empty batch
         d["final_loss"], d["final_loss_steps"] = final_loss(self.losses)
@@ -120,28 +131,47 @@ def final_loss(losses: list[float]) -> tuple[float | None, int]:
     return (float(sum(tail) / len(tail)) if tail else None), k
 
 
+class _CanarySets(list):
+    """The white-box canary sets of a run (one per kind), recorded as the first set plus the others."""
+
+    def to_dict(self) -> dict:
+        return self[0].to_dict()
+
+    def more(self) -> list[dict]:
+        return [c.to_dict() for c in self[1:]]
+
+
 def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, private: bool):
-    """White-box gradient canaries wired into ``optimizer`` (None when the config asks for none)."""
+    """White-box gradient canaries wired into ``optimizer``, one set per kind (None when the config asks for none)."""
     if not cfg.gradient_canaries:
         return None
     from dpaudit.trainers.gradient_canaries import GradientCanaries
 
-    gc = GradientCanaries.plan(cfg.gradient_canaries, cfg.gradient_canary_kind, cfg.seed, params, cfg.clipping_norm, q)
-    gc.attach(optimizer, params, batch, cfg.seed, private=private)
-    return gc
+    sets = _CanarySets()
+    for i, kind in enumerate(cfg.canary_kinds):
+        gc = GradientCanaries.plan(cfg.gradient_canaries, kind, cfg.seed + 1000 * i, params, cfg.clipping_norm, q)
+        gc.attach(optimizer, params, batch, cfg.seed, private=private)
+        sets.append(gc)
+    return sets
 
 
 def _sigma(cfg: EngineConfig, delta: float, q: float, steps: int) -> float:
     return accounting.calibrate_sigma(cfg.target_epsilon, delta, q, steps, accountant=cfg.accountant)
 
 
-def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats) -> TrainResult:
+def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=None) -> TrainResult:
+    """What happened; ``events`` (a custom noise) replace the Gaussian event, and epsilon is then the caller's."""
     gc = canaries.to_dict() if canaries is not None else None
+    more = canaries.more() if canaries is not None else []
     if not cfg.private:
-        return TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0, gc)
+        return TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0, gc, None, more)
+    if events is not None:
+        return TrainResult(True, steps, n, q, None, delta, None, events, losses, time.time() - t0, gc,
+                           stats.summary(), more)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
-    return TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0, gc, stats.summary())
+    return TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0, gc, stats.summary(),
+                       more)
 
 
 @dataclass(frozen=True)
@@ -164,11 +194,16 @@ def record_plan(n: int, cfg: EngineConfig) -> RecordPlan:
 
 
 def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int, max_len: int, *,
-          noise=None, sigma: float | None = None) -> tuple[nn.Module, TrainResult]:
+          noise=None, sigma: float | None = None, event=None) -> tuple[nn.Module, TrainResult]:
     """Record-level training of ``model`` on ``records``; returns (the plain model, what happened).
-    ``noise`` (:mod:`.noise`) replaces Opacus' Gaussian draw; the accounting is then the caller's. ``sigma``
-    fixes the noise multiplier instead of calibrating it to ``cfg.target_epsilon`` (a method that composes
-    this training with other mechanisms calibrates the whole; the result's epsilon is this training's)."""
+    ``noise`` (:mod:`.noise`) replaces Opacus' Gaussian draw; a non-Gaussian one comes with ``event(sample_rate,
+    steps)``, the privacy event of this training under the caller's accounting (the result's epsilon is then
+    None); without ``event`` the run is accounted as Gaussian with multiplier sigma. ``sigma``
+    fixes the Gaussian noise multiplier instead of calibrating it to ``cfg.target_epsilon`` (a method that
+    composes this training with other mechanisms calibrates the whole; the result's epsilon is this training's)."""
+    if event is not None and noise is None:
+        raise DpauditError("a privacy event replaces the Gaussian's only with the noise it describes (engine.train("
+                           "noise=..., event=...))")
     n = len(records)
     if n == 0:
         raise DpauditError("the training set is empty; check the task data and n_train")
@@ -189,7 +224,9 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
                           progress=cfg.progress, desc="train")
         return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None)
     delta, steps = plan.delta, plan.steps
-    if sigma is None:
+    if event is not None:
+        sigma = 0.0  # Opacus' own Gaussian draw is replaced by ``noise``
+    elif sigma is None:
         sigma = _sigma(cfg, delta, q, steps)
     elif not sigma > 0:
         raise DpauditError(f"a fixed noise multiplier must be > 0, got {sigma}")
@@ -201,7 +238,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     stats = ClipStats(cfg.clipping_norm)
     losses = loop.run(module, dp_opt, data_seam.logical_batches(dp_loader, dp_opt, cfg.max_physical_batch_size),
                       RecordStep(module, crit, choices), steps, stats=stats, progress=cfg.progress, desc="DP train")
-    return mechanism.release(module), _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats)
+    return mechanism.release(module), _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats,
+                                              [event(q, steps)] if event is not None else None)
 
 
 def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: EngineConfig, pad_id: int,

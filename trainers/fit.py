@@ -47,5 +47,7 @@ def run_record(cfg, variant, eng, res, data, trainer: dict, data_counts: dict) -
 def write(out: Path, model, tok, card, manifest, run: dict, res, tc, base) -> Path:
     """The checkpoint directory; a LoRA adapter keeps its base, white-box canaries their record."""
     extra = {"gradient_canaries.json": res.gradient_canaries} if res.gradient_canaries else {}
+    for more in res.gradient_canaries_more:
+        extra[f"gradient_canaries_{more['kind']}.json"] = more
     return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None,
                             extra_files=extra)

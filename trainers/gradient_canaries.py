@@ -1,8 +1,9 @@
 """White-box gradient canaries (Nasr et al. 2023; Steinke, Nasr, Jagielski 2023), for any DP method.
 
 m canaries, each a clipped "example" whose gradient is C times a fixed unit direction u_i: a Dirac
-coordinate of the trainable parameters (``dirac``), or a unit vector spread with random signs over 16
-random coordinates (``sparse``). Each canary gets S_i = +1 (inserted) or -1 with probability 1/2, drawn
+coordinate of the trainable parameters (``dirac``), a unit vector spread with random signs over 16
+random coordinates (``sparse``), or over all of them (``dense``, :class:`DenseGradientCanaries`). A run may
+plant several kinds (``dirac+dense``): each is its own set of m canaries, scored and audited separately. Each canary gets S_i = +1 (inserted) or -1 with probability 1/2, drawn
 before training. An inserted canary joins each batch with the same Poisson probability q as a record,
 and its gradient is added to the clipped sum *before* the noise, exactly as a real record's would be.
 
@@ -41,6 +42,8 @@ class GradientCanaries:
     @classmethod
     def plan(cls, m: int, kind: str, seed: int, params: list[torch.nn.Parameter], clipping_norm: float,
              sample_rate: float) -> GradientCanaries:
+        if kind == "dense" and cls is GradientCanaries:
+            return DenseGradientCanaries.plan(m, kind, seed, params, clipping_norm, sample_rate)
         if kind not in KINDS:
             raise DpauditError(f"gradient canary kind must be one of {KINDS}, got {kind!r}")
         if m < 2:
@@ -144,3 +147,72 @@ class GradientCanaries:
             "scores": [float(s) for s in self.scores],
             "score": "sum over steps of <noisy update, u_i> * B / C (white-box, every update observed)",
         }
+
+
+class DenseGradientCanaries(GradientCanaries):
+    """``dense`` canaries: u_i = C / sqrt(d) * s_j * H[i, j mod n] on *every* one of the d trainable coordinates
+    (s_j random signs, H the n x n Sylvester-Hadamard matrix, n the power of two >= m). Rows of H are
+    orthogonal, so the canaries are orthogonal up to the uneven bucket sizes (|<u_i, u_l>| <= n / d). This is
+    the direction in which per-coordinate noise with a heavy-tailed law leaks the most (LMO-DP's d-dimensional
+    flaw); a Dirac canary probes one coordinate, which is what a scalar analysis covers. Injection and
+    scoring cost O(d + n^2) per step: the update is folded into n buckets, then multiplied by H."""
+
+    @classmethod
+    def plan(cls, m: int, kind: str, seed: int, params: list[torch.nn.Parameter], clipping_norm: float,
+             sample_rate: float) -> GradientCanaries:
+        if m < 2:
+            raise DpauditError(f"gradient canaries need m >= 2, got {m}")
+        rng = np.random.default_rng([seed, 31337])
+        gc = cls(m, "dense", seed, clipping_norm, sample_rate, rng.choice([-1, 1], size=m), None, np.zeros(m),
+                 np.zeros(m, dtype=int))
+        gc._params_shape = [(p.numel(), p.device) for p in params]
+        return gc
+
+    def start(self, seed: int) -> None:
+        from scipy.linalg import hadamard
+
+        self._rng = np.random.default_rng([seed, self.seed, 99991])
+        self._inserted = np.flatnonzero(self.signs > 0)
+        self.n = 1 << max(1, (self.m - 1).bit_length())
+        sizes = [n for n, _ in self._params_shape]
+        self.d = int(sum(sizes))
+        self._offsets = np.cumsum([0] + sizes[:-1])
+        self._H = {}
+        self._signs = []
+        for k, (n, dev) in enumerate(self._params_shape):
+            g = torch.Generator(device=dev).manual_seed(int(self.seed) * 1_000_003 + k)
+            self._signs.append((torch.randint(0, 2, (n,), generator=g, device=dev, dtype=torch.int8) * 2 - 1))
+        self._hadamard = torch.tensor(hadamard(self.n), dtype=torch.float32)
+        self._index = {k: None for k in range(len(sizes))}
+
+    def _h(self, device) -> torch.Tensor:
+        if device not in self._H:
+            self._H[device] = self._hadamard.to(device)
+        return self._H[device]
+
+    def _buckets(self, k: int, device) -> torch.Tensor:
+        return (torch.arange(self._params_shape[k][0], device=device) + int(self._offsets[k])) % self.n
+
+    def inject(self, target, scale: float = 1.0) -> None:
+        sampled = self._inserted[self._rng.random(self._inserted.size) < self.sample_rate]
+        self.times_sampled[sampled] += 1
+        if sampled.size == 0:
+            return
+        for k in self._index:
+            t = target(k).view(-1)
+            mask = torch.zeros(self.n, device=t.device)
+            mask[torch.as_tensor(sampled, device=t.device)] = 1.0
+            v = self._h(t.device) @ mask  # sum of the sampled canaries' rows of H (H is symmetric)
+            add = v[self._buckets(k, t.device)] * self._signs[k].to(t.dtype) * (self.clipping_norm * scale / self.d ** 0.5)
+            t.add_(add.to(t.dtype))
+
+    def score(self, grad, expected_batch_size: float) -> None:
+        with torch.no_grad():
+            folded = None
+            for k in self._index:
+                g = grad(k).reshape(-1)
+                if folded is None:
+                    folded = torch.zeros(self.n, device=g.device, dtype=torch.float64)
+                folded.index_add_(0, self._buckets(k, g.device), (g * self._signs[k].to(g.dtype)).double())
+            proj = (self._h(folded.device).double() @ folded)[: self.m] / self.d ** 0.5
+            self.scores += proj.cpu().numpy() * expected_batch_size / self.clipping_norm

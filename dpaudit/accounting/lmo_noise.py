@@ -63,6 +63,13 @@ class LmoNoise:
                                f"got a = {self.u_low}, b = {self.u_high}")
 
     @property
+    def point_mass(self) -> float | None:
+        """The fixed inverse scale when Y is (to 1e-6 relative) a constant: a plain Laplace of scale 1 / Y."""
+        if self.a1 == 0 and self.a2 == 0 and self.u_high - self.u_low <= 1e-6 * self.u_low:
+            return self.a3 * 0.5 * (self.u_low + self.u_high) if self.form == "sum" else 0.5 * (self.u_low + self.u_high)
+        return None
+
+    @property
     def weights(self) -> tuple[float, float, float]:
         return (self.a1, self.a2, self.a3)
 
@@ -78,7 +85,7 @@ class LmoNoise:
         if unknown:
             raise DpauditError(f"unknown LMO noise parameter(s) {', '.join(unknown)}; known: "
                                f"{', '.join(cls.__dataclass_fields__)}")
-        return cls(**d)
+        return cls(**{k: (float(v) if isinstance(v, int) and not isinstance(v, bool) else v) for k, v in d.items()})
 
     # ---- the MGF of Y --------------------------------------------------------------------------------
     def t_max(self) -> float:

@@ -61,6 +61,8 @@ def exact_scalar_rdp(noise: LmoNoise, shift: float, alpha: float) -> float:
     a, s = float(alpha), abs(float(shift))
     if s == 0:
         return 0.0
+    if noise.point_mass is not None:  # plain Laplace: Mironov's closed form
+        return laplace_rdp(s * noise.point_mass, a)
 
     def g(x):  # f(x)^(1-a) f(x-s)^a / f(x) - 1, times f(x): integrates to exp((a-1) D) - 1
         lf, ls = noise.log_density(x), noise.log_density(x - s)
@@ -74,6 +76,13 @@ def exact_scalar_rdp(noise: LmoNoise, shift: float, alpha: float) -> float:
         val, _ = integrate.quad(g, lo, hi, limit=400, epsabs=1e-14, epsrel=1e-10)
         total += val
     return float(math.log1p(total) / (a - 1)) if total > -1 else math.inf
+
+
+def laplace_rdp(u: float, alpha: float) -> float:
+    """RDP of Laplace(scale 1) shifted by u (Mironov 2017, Prop. 6)."""
+    a = float(alpha)
+    return float(np.logaddexp(math.log(a / (2 * a - 1)) + (a - 1) * u, math.log((a - 1) / (2 * a - 1)) - a * u)
+                 / (a - 1))
 
 
 def step_curve(noise: LmoNoise, C: float, orders=ORDERS) -> dict[int, float]:
@@ -197,18 +206,30 @@ def search(target_epsilon: float, delta: float, sample_rate: float, steps: int, 
 
 def _scale_for(base: LmoNoise, target: float, delta: float, q: float, steps: int, C: float,
                conversion: str) -> float | None:
-    """Largest c (within 0.5%) such that claim(scaled(base, c)) <= target; None if none in [1e-6, 1e6]."""
-    def ok(c):
-        return claim(scaled(base, c), C, q, steps, delta, conversion).epsilon <= target
-
-    lo, hi = 1e-6, 1.0
-    if not ok(lo):
+    try:
+        return scale_to(base, lambda nz: claim(nz, C, q, steps, delta, conversion).epsilon, target)
+    except DpauditError:
         return None
-    while ok(hi):
-        lo, hi = hi, hi * 4
-        if hi > 1e6:
-            return None
-    while hi / lo > 1.005:
+
+
+def scale_to(base: LmoNoise, epsilon_of, target: float, rel_tol: float = 0.005) -> float:
+    """Largest c (to ``rel_tol``, the safe end) with epsilon_of(scaled(base, c)) <= target: epsilon grows with Y
+    (less noise). An error when no c in [1e-6, 1e6] meets the target."""
+    def ok(c):
+        return epsilon_of(scaled(base, c)) <= target
+
+    lo, hi = 1.0, 1.0
+    if ok(1.0):
+        while ok(hi):
+            lo, hi = hi, hi * 4
+            if hi > 1e6:
+                raise DpauditError(f"the noise shape meets epsilon {target} at every scale up to 1e6; check the target")
+    else:
+        while not ok(lo):
+            hi, lo = lo, lo / 4
+            if lo < 1e-6:
+                raise DpauditError(f"no scale of this noise shape reaches epsilon {target}; raise epsilon or delta")
+    while hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo

@@ -48,9 +48,14 @@ def _fill(ladder_values: dict[int, float]) -> dict[int, float]:
 
 
 # ---- per-coordinate draws ------------------------------------------------------------------------------
+@lru_cache(maxsize=64)
 def fisher_information(noise: LmoNoise) -> float:
-    """I_f = int f'^2 / f of one coordinate's density, f' by central differences of log f (f' / f = (log f)')."""
+    """I_f = int f'^2 / f of one coordinate's density, f' by central differences of log f (f' / f = (log f)');
+    y0^2 for a plain Laplace of scale 1 / y0."""
     from scipy import integrate
+
+    if noise.point_mass is not None:
+        return noise.point_mass ** 2
 
     def integrand(x):
         h = 1e-6 * max(1.0, abs(x))
@@ -89,10 +94,11 @@ def per_coordinate_curve(noise: LmoNoise, C: float) -> tuple[dict[int, float], d
 def laplace_ratio_sup(alpha: int) -> float:
     """L_a = sup_{u > 0} R^Lap_a(u) / u^2 for Laplace of scale 1 shifted by u (closed form, Mironov 2017),
     over a fine log grid with the u -> 0 limit a / 2."""
+    from dpaudit.accounting.lmo_paper import laplace_rdp
+
     u = np.geomspace(1e-4, 1e3, 4000)
-    a = float(alpha)
-    r = np.logaddexp(math.log(a / (2 * a - 1)) + (a - 1) * u, math.log((a - 1) / (2 * a - 1)) - a * u) / (a - 1)
-    return float(max(a / 2, np.max(r / u ** 2)))
+    r = np.array([laplace_rdp(x, alpha) for x in u])
+    return float(max(alpha / 2, np.max(r / u ** 2)))
 
 
 def _part_laws(noise: LmoNoise):

@@ -39,12 +39,22 @@ class Plan:
     whitebox_delta: float = 0.0  # the claim's delta: one record per gradient canary
 
 
-def attack_rows(scores: dict, signs, whitebox: dict | None) -> dict:
-    """AUC, TPR at low FPR (with bootstrap intervals), ROC points and raw scores of every attack."""
+def _sets(whitebox) -> list[dict]:
+    """The white-box canary sets as a list (one dict, as earlier callers pass, is one set named whitebox_gradient)."""
+    if not whitebox:
+        return []
+    if isinstance(whitebox, dict):
+        return [{"name": "whitebox_gradient", **whitebox}]
+    return list(whitebox)
+
+
+def attack_rows(scores: dict, signs, whitebox) -> dict:
+    """AUC, TPR at low FPR (with bootstrap intervals), ROC points and raw scores of every attack and of every
+    white-box canary set."""
     rows = {name: _metrics(sc, signs) for name, sc in scores.items()}
-    if whitebox:
-        rows["whitebox_gradient"] = {**_metrics(whitebox["scores"], whitebox["signs"]), "kind": whitebox["kind"],
-                                     "m": len(whitebox["signs"]), "signs": [int(x) for x in whitebox["signs"]]}
+    for wb in _sets(whitebox):
+        rows[wb["name"]] = {**_metrics(wb["scores"], wb["signs"]), "kind": wb["kind"], "m": len(wb["signs"]),
+                            "signs": [int(x) for x in wb["signs"]]}
     return rows
 
 
@@ -54,9 +64,11 @@ def _metrics(sc, signs) -> dict:
             "scores": [float(x) for x in sc]}
 
 
-def one_run_rows(scores: dict, plan: Plan, whitebox: dict | None) -> list[dict]:
-    """Bounds of the black-box and white-box tests, at every delta of the plan, one correction for all."""
-    n_tests = (len(scores) if plan.rule == "bonferroni" else 1) + (1 if whitebox else 0)
+def one_run_rows(scores: dict, plan: Plan, whitebox) -> list[dict]:
+    """Bounds of the black-box and white-box tests (one per canary set), at every delta of the plan, one correction
+    for all."""
+    sets = _sets(whitebox)
+    n_tests = (len(scores) if plan.rule == "bonferroni" else 1) + len(sets)
     per_test = 1 - (1 - plan.confidence) / n_tests
     rows = []
     for label, d in plan.deltas:
@@ -67,12 +79,13 @@ def one_run_rows(scores: dict, plan: Plan, whitebox: dict | None) -> list[dict]:
         else:
             name, r = selection.held_out(scores, plan.signs, d, per_test, seed=plan.seed, group_size=plan.group_size)
             rows.append(row(name, label, r, plan.confidence, n_tests))
-        if whitebox:
-            m = len(whitebox["signs"])
-            r = one_run.audit(whitebox["scores"], whitebox["signs"], m // 4, m // 4,
+        for wb in sets:
+            m = len(wb["signs"])
+            r = one_run.audit(wb["scores"], wb["signs"], m // 4, m // 4,
                               delta=plan.whitebox_delta if label == "claimed" else 0.0, confidence=per_test)
-            r = replace(r, threshold_rule="white-box gradient canaries; guesses m/4 + m/4 fixed in advance")
-            rows.append(row("whitebox_gradient", label, r, plan.confidence, n_tests))
+            r = replace(r, threshold_rule=f"white-box gradient canaries ({wb['kind']}); guesses m/4 + m/4 fixed in "
+                                          "advance")
+            rows.append(row(wb["name"], label, r, plan.confidence, n_tests))
     return rows
 
 
