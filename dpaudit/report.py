@@ -232,7 +232,8 @@ def _task_metric(m: dict) -> str:
     base = f" (before fine-tuning {_task_metric(m['base_model'])})" if m.get("base_model") else ""
     pre = "validation " if m.get("split") == "validation" else ""  # never mistaken for a test number
     if "accuracy" in m:
-        return f"{pre}accuracy {m['accuracy']:.3f}" + base
+        const = f" (constant predictor {m['constant_predictor_accuracy']:.3f})" if "constant_predictor_accuracy" in m else ""
+        return f"{pre}accuracy {m['accuracy']:.3f}{const}" + base
     return pre + (" / ".join(f"{k} {m[k]:.{1 if k != 'nist' and k != 'cider' else 2}f}" for k in TASK_METRICS[1:]
                        if k in m) or "—") + base
 

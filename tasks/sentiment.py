@@ -228,4 +228,15 @@ def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_l
 
 
 def metrics(model, tokenizer, test: list[dict], batch_size: int = 64, max_len: int = 64) -> dict:
-    return {"accuracy": accuracy(model, tokenizer, test, batch_size, max_len), "n_test": len(test), "task": "sentiment"}
+    """Accuracy, and beside it the constant predictor's (the majority label of the test set): a DP model at that
+    number has learnt nothing."""
+    return {"accuracy": accuracy(model, tokenizer, test, batch_size, max_len), "n_test": len(test), "task": "sentiment",
+            "constant_predictor_accuracy": majority_accuracy(test)}
+
+
+def majority_accuracy(examples: list[dict]) -> float:
+    """Accuracy of always predicting the most frequent label."""
+    if not examples:
+        return 0.0
+    labels = [e["label"] for e in examples]
+    return max(labels.count(y) for y in set(labels)) / len(labels)

@@ -127,3 +127,10 @@ def test_user_level_training_refuses_label_word_records(tiny_model_factory):
     rec = sentiment.encode_example({"sentence": "a fine film", "label": 1}, tok, "label_words", 32)
     with pytest.raises(DpauditError, match="closed-choice"):
         engine.train_users(model, {"u0": [rec]}, engine.EngineConfig(progress=False), tok.pad_token_id, 32)
+
+
+def test_constant_predictor_accuracy_is_the_majority_label_share():
+    from dpaudit.tasks.sentiment import majority_accuracy
+
+    assert majority_accuracy([{"label": 1}, {"label": 0}, {"label": 1}, {"label": 1}]) == 0.75
+    assert majority_accuracy([]) == 0.0
