@@ -18,7 +18,9 @@ Laplace noise of scale 1 / Y. Two ways of drawing Y (recorded on the card as ``d
 Then Poisson subsampling (general bound of Zhu & Wang 2019, :mod:`.rdp_general`), T-fold composition and the
 Balle et al. conversion. RDP is non-decreasing in the order, so the per-step curve is computed at a ladder of
 orders and each integer order takes the value of the next computed one above it (an upper bound).
-Upper bound only: this accountant certifies, it never refutes (the gradient-canary audits do that).
+The lower value comes from :mod:`.lmo_pld`: the exact privacy-loss distribution of particular neighbouring
+pairs (C on one coordinate, or spread over m coordinates), every approximation rounding the loss down, so the true
+epsilon is at least that. With per-step draws only the one-coordinate pair is used (its marginal is exact).
 """
 
 from __future__ import annotations
@@ -223,15 +225,26 @@ def epsilon_for(noise: LmoNoise, C: float, draw: str, sample_rate: float, steps:
                       "or bound Y")
 
 
+LOWER_SPREADS = (1, 4, 16, 64)  # the pairs of the lower value: C spread over m coordinates
+
+
 def interval(events, delta: float, relation: str = "add_remove", dataset_size=None) -> tuple:
+    from dpaudit.accounting import lmo_pld
+
     require(events, ("poisson",), "dpaudit LMO vector accountant", relation, kinds=("subsampled_laplace_mixture",))
     if len(events) != 1:
         from dpaudit.accounting.events import NotApplicable
 
         raise NotApplicable("the LMO vector accountant analyses one LMO training phase")
     ev = events[0]
-    eps, detail = epsilon_for(_noise_of(ev), ev.clipping_norm, ev.draw, ev.sample_rate, ev.steps, delta)
-    return None, eps, detail
+    nz = _noise_of(ev)
+    eps, detail = epsilon_for(nz, ev.clipping_norm, ev.draw, ev.sample_rate, ev.steps, delta)
+    spreads = LOWER_SPREADS if ev.draw == "per_coordinate" else (1,)
+    if ev.dimension:
+        spreads = tuple(m for m in spreads if m <= ev.dimension)
+    lo, m = lmo_pld.best_lower(nz, ev.clipping_norm, ev.sample_rate, ev.steps, delta, spreads)
+    where = "one coordinate" if m == 1 else f"C spread over {m} coordinates"
+    return lo, eps, f"{detail}; lower value: exact PLD of the pair with {where} (rounded down)"
 
 
 def epsilon(events, delta: float) -> float:
