@@ -24,7 +24,9 @@ TABLES = [
     ("rows_table2text.py", "li_repro_smollm2_table2text_n2000"),
     ("rows_table2text_pilot.py", "li_repro_smollm2_table2text_pilot"),
     ("rows_table2text_pilot.py", "li_repro_table2text_data_pilot"),
+    ("rows_dp_frost.py", "dp_frost_sentiment"),
 ]
+ROWS_FILE = {"dp_frost_sentiment": "rows.md", "lmo_dp": "rows.md"}  # the others: rows.txt
 
 # READMEs that show the table verbatim (the others quote rows from it in prose or in their own layout)
 VERBATIM = {"li_repro_smollm2_table2text", "li_repro_smollm2_table2text_n2000", "li_repro_smollm2_table2text_pilot"}
@@ -39,7 +41,8 @@ def _run(script: Path, *args) -> subprocess.CompletedProcess:
 def test_rows_txt_is_what_the_script_prints(script, run_dir):
     out = _run(SCRIPTS / script, REPORTS / run_dir)
     assert out.returncode == 0, out.stderr
-    assert out.stdout == (REPORTS / run_dir / "rows.txt").read_text(), f"regenerate {run_dir}/rows.txt with {script}"
+    rows = ROWS_FILE.get(run_dir, "rows.txt")
+    assert out.stdout == (REPORTS / run_dir / rows).read_text(), f"regenerate {run_dir}/{rows} with {script}"
     if run_dir in VERBATIM:
         assert out.stdout.strip() in (REPORTS / run_dir / "README.md").read_text(), f"paste rows.txt into {run_dir}/README.md"
 
