@@ -80,8 +80,12 @@ def account_noise(noise_json, delta, steps, sample_rate, clipping_norm, draw, as
         raise DpauditError(f"--noise is not valid JSON ({e.msg}); pass an object like '{{\"a3\": 1, \"u_low\": 1, "
                            "\"u_high\": 2}'") from None
     nz = LmoNoise.from_dict(d)
-    _print(nz, lmo_paper.claim(nz, clipping_norm, sample_rate, steps, delta), clipping_norm, draw, sample_rate, steps,
-           delta, as_json, {})
+    claim = lmo_paper.claim(nz, clipping_norm, sample_rate, steps, delta)
+    if not math.isfinite(claim.epsilon):
+        raise DpauditError(f"the MGF of Y diverges at every order the paper's analysis needs (M_Y(t) is finite only for "
+                           f"t < {nz.t_max():.4g}, and order 2 needs t = C = {clipping_norm:g}); make Y's Gamma and Exp "
+                           "parts lighter (smaller a1 * theta, larger lambda / a2) or C smaller")
+    _print(nz, claim, clipping_norm, draw, sample_rate, steps, delta, as_json, {})
 
 
 def _print(nz, claim, C, draw, q, T, delta, as_json, extra):

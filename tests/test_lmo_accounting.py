@@ -202,3 +202,12 @@ def test_pair_loss_distribution_against_monte_carlo():
     assert float((p * L).sum()) <= mc.mean() + 4 * se and float((p * L).sum()) > mc.mean() - 4 * se - 0.01
     t = np.quantile(mc, 0.99)
     assert float(p[L > t].sum()) <= 0.01 + 4 * math.sqrt(0.01 * 0.99 / mc.size)
+
+
+def test_lmo_account_cli_refuses_a_noise_whose_mgf_diverges_at_every_order():
+    from dpaudit.cli import main
+
+    assert main(["lmo", "account", "--noise", '{"a1": 1, "gamma_k": 2, "gamma_theta": 5}', "--delta", "1e-5",
+                 "--steps", "10", "--sample-rate", "0.1"]) == 2
+    assert main(["lmo", "account", "--noise", "{not json", "--delta", "1e-5", "--steps", "10",
+                 "--sample-rate", "0.1"]) == 2
