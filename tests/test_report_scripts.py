@@ -25,6 +25,7 @@ TABLES = [
     ("rows_table2text_pilot.py", "li_repro_smollm2_table2text_pilot"),
     ("rows_table2text_pilot.py", "li_repro_table2text_data_pilot"),
     ("rows_dp_frost.py", "dp_frost_sentiment"),
+    ("rows_lmo_dp.py", "lmo_dp"),
 ]
 ROWS_FILE = {"dp_frost_sentiment": "rows.md", "lmo_dp": "rows.md"}  # the others: rows.txt
 
