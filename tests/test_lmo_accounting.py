@@ -51,8 +51,9 @@ def test_fixed_laplace_at_equal_paper_rdp_has_less_noise_than_the_mixture():
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if lmo_paper.scalar_rdp(fixed(mid), 1.0, 2) < target else (lo, mid)
     y0 = lo
-    assert 1 / y0 == pytest.approx(1.13, abs=0.01) and 2 / y0 ** 2 == pytest.approx(2.56, abs=0.02)
-    assert 1 / y0 < BRIEF.mean_abs_noise()
+    assert 1 / y0 == pytest.approx(1.13, abs=0.01)  # E|Z| of the fixed scale (the brief: 1.13 vs the mixture's 1.31)
+    assert 2 / y0 ** 2 == pytest.approx(2.56, abs=0.02)  # Var Z (the brief: 2.56 vs 3.80)
+    assert BRIEF.mean_abs_noise() - 1 / y0 > 0.15
 
 
 def test_general_c_rdp_matches_quadrature_and_the_printed_eq4_only_at_c_1():

@@ -43,9 +43,6 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
     card = PrivacyCard(claim=claim, events=res.events, clipping_norm=eng.clipping_norm if res.private else None,
                        expected_batch_size=min(eng.batch_size, len(records)), dataset_size=len(records),
                        group_size=1, method="dp_adam" if res.private else "non_private", trainable=tc.trainable)
-    run = common.run_record(cfg, variant, eng, res, data,
-                            {"method": tc.method, "trainable": tc.trainable, "lora_r": tc.lora_r,
-                             "lora_alpha": tc.lora_alpha, "lora_targets": tc.lora_targets},
-                            {"n_train": len(data.train), "n_test": len(data.test),
-                             "n_records_with_canaries": len(records)})
+    run = common.run_record(cfg, variant, eng, res, data, common.trainable_fields(tc),
+                            common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, tc, base)

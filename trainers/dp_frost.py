@@ -140,8 +140,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
                             {"method": tc.method, "trainable": "subset",
                              **{k: getattr(tc, k) for k in vars(tc) if k.startswith("frost_")},
                              "selection": selections, "sigma_ps": budget.sigma_ps, "sigma_sgd": budget.sigma_sgd},
-                            {"n_train": len(data.train), "n_test": len(data.test),
-                             "n_records_with_canaries": len(records)})
+                            common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, dataclasses.replace(tc, trainable="full"), None)
 
 

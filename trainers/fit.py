@@ -27,6 +27,16 @@ def choose_trainable(model, tc, grad_sample_mode: str):
     return trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha, tc.lora_targets)
 
 
+def trainable_fields(tc) -> dict:
+    """The trainable-axis settings every record-level method writes into run.json."""
+    return {"method": tc.method, "trainable": tc.trainable, "lora_r": tc.lora_r, "lora_alpha": tc.lora_alpha,
+            "lora_targets": tc.lora_targets}
+
+
+def data_counts(data, records: list) -> dict:
+    return {"n_train": len(data.train), "n_test": len(data.test), "n_records_with_canaries": len(records)}
+
+
 def run_record(cfg, variant, eng, res, data, trainer: dict, data_counts: dict) -> dict:
     """The ``run.json`` of a checkpoint: the resolved config, trainer settings, seeds, data and what happened."""
     return {

@@ -106,14 +106,10 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
                      "noise_std": math.sqrt(cal.noise.noise_variance()), "search": cal.search}}
     card = PrivacyCard(claim=Claim(epsilon=cal.claim_epsilon, delta=res.delta, unit="record",
                                    accountant=cal.claim_accountant),
-                       events=res.events, clipping_norm=eng.clipping_norm, expected_batch_size=min(eng.batch_size,
-                                                                                                   len(records)),
+                       events=res.events, clipping_norm=eng.clipping_norm, expected_batch_size=plan.batch,
                        dataset_size=len(records), group_size=1, method="lmo_dp", trainable=tc.trainable, extra=extra)
     run = common.run_record(cfg, variant, eng, res, data,
-                            {"method": tc.method, "trainable": tc.trainable, "lora_r": tc.lora_r,
-                             "lora_alpha": tc.lora_alpha, "lora_targets": tc.lora_targets,
-                             **{k: getattr(tc, k) for k in vars(tc) if k.startswith("lmo_")},
+                            {**common.trainable_fields(tc), **{k: getattr(tc, k) for k in vars(tc) if k.startswith("lmo_")},
                              "lmo_noise_used": cal.noise.to_dict()},
-                            {"n_train": len(data.train), "n_test": len(data.test),
-                             "n_records_with_canaries": len(records)})
+                            common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, tc, base)

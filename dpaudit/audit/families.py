@@ -39,16 +39,12 @@ class Plan:
     whitebox_delta: float = 0.0  # the claim's delta: one record per gradient canary
 
 
-def _sets(whitebox) -> list[dict]:
-    """The white-box canary sets as a list (one dict, as earlier callers pass, is one set named whitebox_gradient)."""
-    if not whitebox:
-        return []
-    if isinstance(whitebox, dict):
-        return [{"name": "whitebox_gradient", **whitebox}]
-    return list(whitebox)
+def _sets(whitebox: list[dict] | None) -> list[dict]:
+    """The white-box canary sets (:func:`dpaudit.scoring.whitebox`: each with its ``name``), or none."""
+    return list(whitebox or [])
 
 
-def attack_rows(scores: dict, signs, whitebox) -> dict:
+def attack_rows(scores: dict, signs, whitebox: list[dict] | None) -> dict:
     """AUC, TPR at low FPR (with bootstrap intervals), ROC points and raw scores of every attack and of every
     white-box canary set."""
     rows = {name: _metrics(sc, signs) for name, sc in scores.items()}
@@ -64,7 +60,7 @@ def _metrics(sc, signs) -> dict:
             "scores": [float(x) for x in sc]}
 
 
-def one_run_rows(scores: dict, plan: Plan, whitebox) -> list[dict]:
+def one_run_rows(scores: dict, plan: Plan, whitebox: list[dict] | None) -> list[dict]:
     """Bounds of the black-box and white-box tests (one per canary set), at every delta of the plan, one correction
     for all."""
     sets = _sets(whitebox)
