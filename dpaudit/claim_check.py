@@ -27,7 +27,7 @@ def interval(results: list[dict], delta: float, relation: str) -> tuple[dict | N
     """(the result with the largest valid lower value, the one with the smallest sound upper value)."""
     same = [r for r in results if r.get("relation", "add_remove") == relation]
     lowers = [r for r in same if r.get("lower") is not None and r["delta"] >= delta * (1 - _REL)]
-    uppers = [r for r in same if r["delta"] <= delta * (1 + _REL)]
+    uppers = [r for r in same if r.get("epsilon") is not None and r["delta"] <= delta * (1 + _REL)]  # None: lower only
     return (max(lowers, key=lambda r: r["lower"]) if lowers else None,
             min(uppers, key=lambda r: r["epsilon"]) if uppers else None)
 

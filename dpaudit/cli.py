@@ -114,7 +114,18 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
     files at its root, or a LoRA adapter whose base_model_name_or_path is a local folder)."""
     from dpaudit import report
     from dpaudit.evaluate import evaluate as run_eval
+    from dpaudit.pmixed.deployment import is_deployment
 
+    if is_deployment(checkpoint):  # a PMixED deployment is audited through its outputs (dpaudit/pmixed)
+        from dpaudit.pmixed import evaluate as pmixed_eval
+        from dpaudit.pmixed import report as pmixed_report
+
+        r = pmixed_eval.evaluate_deployment(checkpoint, confidence=confidence, command=_command_line(),
+                                            progress=not quiet)
+        pmixed_report.write(r, out, redact=redact)
+        click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
+        click.echo(f"report: {Path(out) / 'REPORT.md'}")
+        return
     r = run_eval(checkpoint, attacks=[a.strip() for a in attacks.split(",") if a.strip()],
                  n_references=n_references, confidence=confidence, command=_command_line(), rule=rule,
                  reference=reference_model, enumerate_limit=enumerate_limit, progress=not quiet,
@@ -402,8 +413,10 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
 
 
 from dpaudit.cli_lmo import lmo  # noqa: E402
+from dpaudit.cli_pmixed import pmixed  # noqa: E402
 
 cli.add_command(lmo)
+cli.add_command(pmixed)
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,7 @@ trained on the same data and canaries)::
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +88,13 @@ class TrainerConfig:
     lmo_draw: str = "per_coordinate"  # one Y per coordinate, or one per step for all coordinates
     lmo_form: str = "sum"  # Y as the weighted sum of its parts, or one part picked with probability a_k
     lmo_objective: str = "mean_abs"  # what the search minimises: E|Z| or Var Z
+    # PMixED (dpaudit/pmixed; Flemings et al.): N adapters trained non-privately on hash partitions of the users;
+    # target_epsilon and delta are eps_G and delta of the deployment's T queries
+    pmixed_models: int = 8  # N
+    pmixed_queries: int = 1024  # T, the query budget
+    pmixed_sample_rate: float = 0.03  # q, the Poisson rate of models per query
+    pmixed_alpha: int = 3  # the one Rényi order of the analysis
+    pmixed_reading: str = "code"  # how Thm C.4 is evaluated: code (base loss at alpha) | theorem (at k)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
@@ -104,6 +112,21 @@ class TrainerConfig:
                 raise DpauditError(f"train.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
         self._check_frost()
         self._check_lmo()
+        self._check_pmixed()
+
+    def _check_pmixed(self) -> None:
+        if self.method != "pmixed":
+            return
+        from dpaudit.pmixed.deployment import PMixedSpec
+
+        e = self.engine
+        if not math.isfinite(e.target_epsilon) or e.delta is None:
+            raise DpauditError("method = 'pmixed' needs a finite train.target_epsilon (eps_G) and train.delta; PMixED "
+                               "without privacy is the non-private ensemble its report already shows")
+        if self.trainable != "lora":
+            raise DpauditError("method = 'pmixed' fine-tunes one LoRA adapter per partition: set trainable = 'lora'")
+        PMixedSpec(n_models=self.pmixed_models, epsilon=e.target_epsilon, delta=e.delta, alpha=self.pmixed_alpha,
+                   queries=self.pmixed_queries, sample_rate=self.pmixed_sample_rate, reading=self.pmixed_reading)
 
     def _check_lmo(self) -> None:
         if not isinstance(self.lmo_fixed, bool):
@@ -156,6 +179,7 @@ class EvalConfig:
     rule: str = "bonferroni"  # or held_out (dpaudit.audit.selection)
     enumerate_limit: int = 0  # rank exposure over the whole space when it is at most this large
     base_metrics: bool = False  # also measure the task metrics of the model before fine-tuning (zero-shot)
+    whitebox_queries: int = 64  # PMixED: logged canary queries whose exact per-query divergences are computed
 
     def __post_init__(self):
         if not isinstance(self.n_references, int) or self.n_references < 10:
@@ -168,6 +192,9 @@ class EvalConfig:
                                f"{', '.join(options.ATTACKS)}")
         if not isinstance(self.base_metrics, bool):
             raise DpauditError(f"evaluate.base_metrics must be true or false, got {self.base_metrics!r}")
+        if isinstance(self.whitebox_queries, bool) or not isinstance(self.whitebox_queries, int) or \
+                self.whitebox_queries < 0:
+            raise DpauditError(f"evaluate.whitebox_queries must be an integer >= 0, got {self.whitebox_queries!r}")
         if self.rule not in options.RULES:
             raise DpauditError(f"evaluate.rule must be one of {', '.join(options.RULES)}, got {self.rule!r}")
 
@@ -238,6 +265,8 @@ APPLIES = {
                  "frost_nu", "frost_pgm", "frost_alpha", "frost_clipping_norm", "frost_r_eps", "frost_reselect")},
     **{k: (lambda t, clf: t.method == "lmo_dp", "method = 'lmo_dp'")
        for k in ("lmo_accounting", "lmo_noise", "lmo_fixed", "lmo_draw", "lmo_form", "lmo_objective")},
+    **{k: (lambda t, clf: t.method == "pmixed", "method = 'pmixed'")
+       for k in ("pmixed_models", "pmixed_queries", "pmixed_sample_rate", "pmixed_alpha", "pmixed_reading")},
 }
 
 
@@ -277,9 +306,12 @@ def parse(d: dict) -> RunConfig:
     _refuse_inapplicable(base, [{k: x for k, x in v.items() if k != "name"} for v in variants_raw], variants,
                          model.is_classifier)
     for v in variants:
-        if v.trainer.user_level != (task.name == "userlm"):
-            raise DpauditError(f"variant {v.name!r}: method {v.trainer.method} does not fit task {task.name!r}; "
-                               "user_dp_sgd and group_privacy need task.name = 'userlm', which needs one of them")
+        m = v.trainer.method
+        on_users = m in options.USER_METHODS + options.PREDICTION_METHODS + ("dp_adam",)
+        if (m in options.USER_METHODS + options.PREDICTION_METHODS) != (task.name == "userlm") and not (
+                task.name == "userlm" and on_users):
+            raise DpauditError(f"variant {v.name!r}: method {m} does not fit task {task.name!r}; user_dp_sgd, "
+                               "group_privacy and pmixed need task.name = 'userlm', which takes those and dp_adam")
     plan = _build(CanaryPlan, d.get("canaries", {}), "canaries")
     if model.is_classifier != (task.objective == "classifier"):
         raise DpauditError(f"model {model.name!r} does not fit task.objective {task.objective!r}: classifier models "

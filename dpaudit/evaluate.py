@@ -146,10 +146,7 @@ def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, wh
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "checkpoint": {"path": None if ck.path is None else str(Path(ck.path)), "hash": ck.hash(),
                        "variant": ck.run.get("variant")},
-        "claim": {"epsilon": card.claim.epsilon, "delta": card.claim.delta, "unit": card.claim.unit,
-                  "neighbouring": card.claim.neighbouring, "accountant": card.claim.accountant,
-                  "method": card.method, "trainable": card.trainable, "private": card.is_private},
-        "mechanism": card.to_dict()["mechanism"],
+        **claim_section(card),
         "accounting": acct,
         "empirical": empirical + record_rows,
         "empirical_best": best,
@@ -173,6 +170,14 @@ def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, wh
             "machine": checkpoint.machine(),
         },
     }
+
+
+def claim_section(card) -> dict:
+    """The report's ``claim`` and ``mechanism`` entries, from the privacy card."""
+    return {"claim": {"epsilon": card.claim.epsilon, "delta": card.claim.delta, "unit": card.claim.unit,
+                      "neighbouring": card.claim.neighbouring, "accountant": card.claim.accountant,
+                      "method": card.method, "trainable": card.trainable, "private": card.is_private},
+            "mechanism": card.to_dict()["mechanism"]}
 
 
 def _exposure(man, exposure: scoring.ExposureScores, card, plan: families.Plan) -> dict:

@@ -11,8 +11,10 @@ from __future__ import annotations
 TASKS = ("sentiment", "table2text", "userlm")
 OBJECTIVES = ("lm", "label_words", "classifier")
 RECORD_METHODS = ("dp_adam", "dp_frost", "lmo_dp")
+# private prediction (dpaudit/pmixed): trained non-privately on partitions, privacy spent per query
+PREDICTION_METHODS = ("pmixed",)
 USER_METHODS = ("user_dp_sgd", "group_privacy")  # need task.name = "userlm"
-METHODS = RECORD_METHODS + USER_METHODS
+METHODS = RECORD_METHODS + USER_METHODS + PREDICTION_METHODS
 TRAINABLES = ("full", "lora", "head")  # head: a classifier's head only (linear probe)
 TIED_EMBEDDINGS = ("untie", "freeze")
 LORA_TARGETS = ("attention", "all-linear")
@@ -26,14 +28,14 @@ FROST_RATE_READINGS = ("text", "alg3")
 SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_chunk")  # user-level record choice
 
 # ---- privacy cards ----------------------------------------------------------------------------------
-UNITS = ("record", "user")
+UNITS = ("record", "user", "partition")  # partition: one model of an ensemble (PMixED)
 NEIGHBOURING = ("add_remove", "replace_one")
 SAMPLERS = ("poisson", "shuffle", "with_replacement", "other")  # other: fixed order or unknown
 GAUSSIAN_ACCOUNTANTS = ("rdp", "prv", "pld", "dpa_rdp")  # calibrate the Gaussian methods' noise
 # every re-accounting backend; lmo_vector analyses LMO-DP's noise on the d-dimensional gradient (upper only)
 ACCOUNTANTS = GAUSSIAN_ACCOUNTANTS + ("lmo_vector",)
 # what produced a card's claim; lmo_paper: LMO-DP's own (scalar) analysis, never a re-accounting backend
-CLAIM_SOURCES = ACCOUNTANTS + ("lmo_paper", "external", "none")
+CLAIM_SOURCES = ACCOUNTANTS + ("lmo_paper", "pmixed_paper", "external", "none")
 LMO_DRAWS = ("per_step", "per_coordinate")  # one inverse scale Y per step, or one per coordinate
 LMO_FORMS = ("sum", "mixture")
 LMO_OBJECTIVES = ("mean_abs", "variance")

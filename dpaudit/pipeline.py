@@ -14,9 +14,9 @@ from pathlib import Path
 from dpaudit import canaries, config, report
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import registry
-from dpaudit.trainers import dp_adam, dp_frost, lmo_dp, user_dp
+from dpaudit.trainers import dp_adam, dp_frost, lmo_dp, pmixed, user_dp
 
-TRAINERS = {"dp_frost": dp_frost, "lmo_dp": lmo_dp}  # record-level methods with their own module; else dp_adam
+TRAINERS = {"dp_frost": dp_frost, "lmo_dp": lmo_dp, "pmixed": pmixed}  # record-level methods with their own module; else dp_adam
 
 
 def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False,
@@ -30,6 +30,15 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
     for v in cfg.variants:
         trainer = user_dp if v.trainer.user_level else TRAINERS.get(v.trainer.method, dp_adam)
         ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress)
+        if v.trainer.method == "pmixed":  # a deployment, audited through its outputs
+            from dpaudit.pmixed import evaluate as pmixed_eval
+            from dpaudit.pmixed import report as pmixed_report
+
+            r = pmixed_eval.evaluate_deployment(ck, confidence=cfg.evaluate.confidence, command=command,
+                                                progress=progress, whitebox_queries=cfg.evaluate.whitebox_queries)
+            pmixed_report.write(r, out / v.name / "report", redact=redact)
+            reports[v.name] = r
+            continue
         r = evaluate(ck, n_references=cfg.evaluate.n_references, confidence=cfg.evaluate.confidence,
                      batch_size=cfg.evaluate.batch_size, command=command, progress=progress,
                      attacks=list(cfg.evaluate.attacks), rule=cfg.evaluate.rule,

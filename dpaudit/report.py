@@ -47,7 +47,8 @@ def privacy_rows(r: dict) -> list[str]:
             f"{c['neighbouring']}, accountant = {c['accountant']} |"]
     for a in r["accounting"]["results"]:
         lo = "—" if a.get("lower") is None else f"{a['lower']:.4g}"
-        rows.append(f"| re-accounted ε ({a['accountant']}) | [{lo}, {a['epsilon']:.4g}] | true ε of the stated mechanism "
+        hi = "no upper value" if a.get("epsilon") is None else f"{a['epsilon']:.4g}"
+        rows.append(f"| re-accounted ε ({a['accountant']}) | [{lo}, {hi}] | true ε of the stated mechanism "
                     f"in this interval; δ = {a['delta']:.3g}, {a.get('relation', 'add_remove')}"
                     f"{'; ' + a['detail'] if a.get('detail') else ''} |")
     for name, why in (r["accounting"].get("not_applicable") or {}).items():
@@ -231,11 +232,23 @@ def _task_metric(m: dict) -> str:
         return "—"
     base = f" (before fine-tuning {_task_metric(m['base_model'])})" if m.get("base_model") else ""
     pre = "validation " if m.get("split") == "validation" else ""  # never mistaken for a test number
+    if "perplexity" in m:
+        return f"{pre}perplexity {m['perplexity']:.2f}" + base
     if "accuracy" in m:
         const = f" (constant predictor {m['constant_predictor_accuracy']:.3f})" if "constant_predictor_accuracy" in m else ""
         return f"{pre}accuracy {m['accuracy']:.3f}{const}" + base
     return pre + (" / ".join(f"{k} {m[k]:.{1 if k != 'nist' and k != 'cider' else 2}f}" for k in TASK_METRICS[1:]
                        if k in m) or "—") + base
+
+
+def _reaccounted(r: dict) -> str:
+    if not r["claim"]["private"]:
+        return "—"
+    a = r["accounting"]
+    if a.get("reaccounted_epsilon") is None:
+        lo = a.get("lower_epsilon")
+        return "no accountant" + (f" (true ε ≥ {lo:.3g})" if lo is not None else "")
+    return fmt_eps(a["reaccounted_epsilon"])
 
 
 def _clipped_cell(r: dict) -> str:
@@ -266,7 +279,7 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
         ea = r["attacks"].get("exposure")
         L.append(
             f"| [{name}]({name}/report/REPORT.md) | `{r['verdict']['status']}` | {fmt_eps(r['claim']['epsilon'])} | "
-            f"{fmt_eps(r['accounting']['reaccounted_epsilon']) if r['claim']['private'] else '—'} | "
+            f"{_reaccounted(r)} | "
             f"{b['epsilon_lb']:.2f} ({b['attack']}, {b['family_confidence']:.0%}, ceiling {b['ceiling']:.2f}) | "
             + (f"{la['auc']:.3f} [{la['auc_ci'][0]:.2f}, {la['auc_ci'][1]:.2f}] | " if la else "— | ")
             + (f"{ea['auc']:.3f} | " if ea else "— | ")

@@ -70,7 +70,40 @@ class SubsampledLaplaceMixture:
         return asdict(self)
 
 
-EVENT_TYPES = {"subsampled_gaussian": SubsampledGaussian, "subsampled_laplace_mixture": SubsampledLaplaceMixture}
+@dataclass(frozen=True)
+class PMixedPrediction:
+    """``queries`` answers of PMixED (Flemings et al.): ``n_models`` models fine-tuned on disjoint partitions,
+    each query mixing a Poisson(``sample_rate``) subset of them towards a public model at one Rényi order
+    ``alpha``, calibrated so that each query is claimed ``per_query_rdp``-RDP (``reading``: how the paper's
+    subsampling theorem was evaluated). The privacy unit is one partition (add/remove one model). No
+    accountant of dpaudit analyses it (the claim rests on the paper's own per-query bound); the deployment's
+    exact per-query divergences are audited instead (dpaudit.pmixed.audit)."""
+
+    n_models: int
+    queries: int
+    sample_rate: float
+    alpha: int
+    per_query_rdp: float
+    reading: str = "code"
+    sampler: str = "poisson"
+    type: str = "pmixed_prediction"
+
+    def __post_init__(self):
+        for k in ("n_models", "queries", "alpha"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (2 if k == "alpha" else 1):
+                raise DpauditError(f"pmixed_prediction.{k} must be an integer >= {2 if k == 'alpha' else 1}, got {v!r}")
+        if not 0 < self.sample_rate <= 1:
+            raise DpauditError(f"pmixed_prediction.sample_rate must be in (0, 1], got {self.sample_rate!r}")
+        if not self.per_query_rdp > 0:
+            raise DpauditError(f"pmixed_prediction.per_query_rdp must be > 0, got {self.per_query_rdp!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+EVENT_TYPES = {"subsampled_gaussian": SubsampledGaussian, "subsampled_laplace_mixture": SubsampledLaplaceMixture,
+               "pmixed_prediction": PMixedPrediction}
 
 
 def event_from_dict(d: dict):

@@ -1,0 +1,252 @@
+"""A PMixED deployment: the public model, N LoRA adapters fine-tuned on disjoint partitions, the privacy
+parameters and the query budget, in one folder, answering queries only the way its guarantee covers.
+
+Folder (docs/contracts.md, "PMixED deployment")::
+
+    pmixed.json          what the deployment is: adapters, N, q, alpha, T, (eps_G, delta), partition rule
+    privacy_card.json    the claim (unit = partition, add/remove one partition) and its pmixed_prediction event
+    canaries.json        the canary manifest (which partition holds each inserted canary)
+    run.json             how it was trained
+    base_model/          the public model p0 (weights: never committed)
+    adapters/pNN/        one LoRA adapter per partition (weights: never committed)
+    ledger.json          the query budget: {"queries": T, "spent": k} (dpaudit.pmixed.ledger)
+    transcript.jsonl     every answered query: context ids, the realised subset, beta, lambdas, the token
+
+Answering (Alg. 1): S_t ~ Poisson(q) over the models without replacement (one independent coin per model),
+beta for the realised |S_t| (:func:`dpaudit.accounting.pmixed_rdp.beta_star`), lambda_i by the feasible-side
+bisection (:mod:`dpaudit.pmixed.mixing`), y_t drawn from the full mixture at temperature 1. Nothing else is
+released: no probabilities, no top-k, no other temperature. Every query is reserved in the ledger before
+its output is computed, so the (T+1)-th is refused, also from another process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import secrets
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+from dpaudit.accounting import pmixed_rdp
+from dpaudit.errors import DpauditError
+from dpaudit.io import read_json
+from dpaudit.pmixed import mixing
+from dpaudit.pmixed.ledger import Ledger
+from dpaudit.tokens import bos_id
+
+SPEC = "pmixed.json"
+TRANSCRIPT = "transcript.jsonl"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PMixedSpec:
+    """The privacy parameters of a deployment (Table 1 of the paper: eps_G = 8, delta = 1e-5, alpha = 3,
+    T = 1024, N = 80, q = 0.03)."""
+
+    n_models: int
+    epsilon: float = 8.0  # eps_G
+    delta: float = 1e-5
+    alpha: int = 3
+    queries: int = 1024  # T
+    sample_rate: float = 0.03  # q
+    reading: str = "code"  # how Thm C.4 is evaluated (dpaudit.accounting.pmixed_rdp.READINGS)
+    partition_rule: str = "sha256(salt:user) mod N"
+    partition_salt: str = "pmixed"
+    max_len: int = 64
+
+    def __post_init__(self):
+        if isinstance(self.n_models, bool) or not isinstance(self.n_models, int) or self.n_models < 1:
+            raise DpauditError(f"pmixed.n_models (N) must be an integer >= 1, got {self.n_models!r}")
+        if not (isinstance(self.epsilon, (int, float)) and 0 < self.epsilon < math.inf):
+            raise DpauditError(f"pmixed epsilon_G must be a finite number > 0, got {self.epsilon!r}")
+        if not 0 < self.delta < 1:
+            raise DpauditError(f"pmixed delta must be in (0, 1), got {self.delta!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int) or self.alpha < 2:
+            raise DpauditError(f"pmixed.alpha must be an integer >= 2 (the paper's Thm C.4 needs one), got {self.alpha!r}")
+        if isinstance(self.queries, bool) or not isinstance(self.queries, int) or self.queries < 1:
+            raise DpauditError(f"pmixed.queries (T) must be an integer >= 1, got {self.queries!r}")
+        if not (isinstance(self.sample_rate, (int, float)) and 0 < self.sample_rate <= 1):
+            raise DpauditError(f"pmixed.sample_rate (q) must be in (0, 1], got {self.sample_rate!r}")
+        if self.reading not in pmixed_rdp.READINGS:
+            raise DpauditError(f"pmixed.reading must be one of {', '.join(pmixed_rdp.READINGS)}, got {self.reading!r}")
+        if self.per_query <= 0:
+            raise DpauditError(f"eps_G = {self.epsilon} at delta = {self.delta} and alpha = {self.alpha} leaves no RDP "
+                               f"budget (eps_RDP = {self.rdp_budget:.3g} <= 0); raise epsilon or delta")
+
+    @property
+    def rdp_budget(self) -> float:
+        return pmixed_rdp.rdp_budget(self.epsilon, self.delta, self.alpha)
+
+    @property
+    def per_query(self) -> float:
+        return self.rdp_budget / self.queries
+
+    @cached_property
+    def betas(self) -> tuple[float, ...]:
+        """beta(n) for n = 1..N (the radius is recomputed for every realised |S_t|, as the paper's code)."""
+        return tuple(pmixed_rdp.beta_star(self.alpha, self.sample_rate, n, self.per_query, self.reading)
+                     for n in range(1, self.n_models + 1))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = SPEC) -> PMixedSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise DpauditError(f"{source}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**d)
+
+
+def partition_of(key: str, n_models: int, salt: str = "pmixed") -> int:
+    """The data-independent partition rule: a hash of the unit's id (never its index or its content), so
+    adding or removing one user changes one partition only."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{salt}:{key}".encode()).digest()[:8], "big") % n_models
+
+
+def is_deployment(path: Path) -> bool:
+    return (Path(path) / SPEC).is_file()
+
+
+def check_decoding(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                   greedy: bool = False) -> None:
+    """The guarantee covers ancestral sampling from the full mixture at temperature 1 only (§5.1)."""
+    if temperature != 1.0:
+        raise DpauditError(f"temperature {temperature} voids PMixED's guarantee (it covers sampling at temperature 1 "
+                           "only); drop the option")
+    if top_k is not None:
+        raise DpauditError("top-k sampling voids PMixED's guarantee (it covers the full mixture only); drop top_k")
+    if top_p is not None:
+        raise DpauditError("top-p sampling voids PMixED's guarantee (it covers the full mixture only); drop top_p")
+    if greedy:
+        raise DpauditError("greedy decoding voids PMixED's guarantee (it covers sampling only); drop greedy")
+
+
+class Deployment:
+    """Load with :meth:`load`; answer with :meth:`generate`. The evaluator's view (distributions, never
+    released) is :meth:`next_token_logprobs`."""
+
+    def __init__(self, path: Path, spec: PMixedSpec, model, tokenizer, adapters: list[str], device):
+        self.path, self.spec, self.model, self.tokenizer, self.adapters = Path(path), spec, model, tokenizer, adapters
+        self.device = device
+        self.ledger = Ledger(self.path)
+
+    @classmethod
+    def load(cls, path: Path, device: str | None = None) -> Deployment:
+        path = Path(path)
+        if not is_deployment(path):
+            raise DpauditError(f"{path} is not a PMixED deployment ({SPEC} missing); train one with "
+                               "`dpaudit run` and method = 'pmixed'")
+        d = read_json(path / SPEC, "PMixED deployment", "")
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise DpauditError(f"{path / SPEC}: schema_version {d.get('schema_version')!r} is not supported (this "
+                               f"dpaudit reads {SCHEMA_VERSION})")
+        spec = PMixedSpec.from_dict(d["spec"], str(path / SPEC))
+        adapters = list(d["adapters"])
+        if len(adapters) != spec.n_models:
+            raise DpauditError(f"{path / SPEC}: {len(adapters)} adapters listed for N = {spec.n_models}")
+        for a in adapters:
+            if not (path / a / "adapter_config.json").is_file():
+                raise DpauditError(f"{path}: adapter {a} is missing; the deployment is incomplete (retrain it)")
+        Ledger(path).state()  # a deployment without a readable ledger answers nothing
+        from peft import PeftModel
+
+        from dpaudit.tasks import models
+
+        base, tok = models.load_dir(path / "base_model")
+        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        with warnings.catch_warnings():  # transformers' deprecation notices inside peft: not the user's concern
+            warnings.simplefilter("ignore", FutureWarning)
+            model = PeftModel.from_pretrained(base, path / adapters[0], adapter_name="p0000")
+            for k, a in enumerate(adapters[1:], start=1):
+                model.load_adapter(path / a, adapter_name=f"p{k:04d}")
+        return cls(path, spec, model.to(dev).eval(), tok, adapters, dev)
+
+    def _name(self, k: int) -> str:
+        return f"p{k:04d}"
+
+    @torch.inference_mode()
+    def _logits(self, ids: torch.Tensor, k: int | None) -> torch.Tensor:
+        """Next-token logits at every position of ``ids`` (B, L) under model k (None = the public model)."""
+        if k is None:
+            with self.model.disable_adapter():
+                return self.model(input_ids=ids).logits
+        self.model.set_adapter(self._name(k))
+        return self.model(input_ids=ids).logits
+
+    def next_token_logprobs(self, ids: torch.Tensor, models: list[int] | None = None
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log p0, log p_k for k in ``models``) in float64 at every position of one sequence ``ids`` (L,):
+        shapes (L, V) and (len(models), L, V). The evaluator's view: never released by a deployment."""
+        models = list(range(self.spec.n_models)) if models is None else models
+        x = ids.to(self.device).view(1, -1)
+        lp0 = mixing.log_probs(self._logits(x, None)[0])
+        lps = [mixing.log_probs(self._logits(x, k)[0]) for k in models]
+        return lp0, (torch.stack(lps) if lps else lp0.new_empty((0,) + tuple(lp0.shape)))
+
+    def sample_subset(self, generator: torch.Generator) -> list[int]:
+        """S_t: every model kept independently with probability q (Poisson, no duplicates)."""
+        coins = torch.rand(self.spec.n_models, generator=generator, device=generator.device)
+        return [int(i) for i in torch.nonzero(coins < self.spec.sample_rate).flatten().tolist()]
+
+    def answer_distribution(self, lp0: torch.Tensor, lps: torch.Tensor, subset: list[int]
+                            ) -> tuple[torch.Tensor, float, list[float]]:
+        """Alg. 1 for one query: (log p of the mixture, beta, lambdas of the members) from the distributions of
+        the public model and of the subset's members (``lps`` in the order of ``subset``)."""
+        if not subset:
+            return lp0, 0.0, []
+        beta = self.spec.betas[len(subset) - 1]
+        lam = mixing.solve_lambda(lps, lp0, beta * self.spec.alpha, self.spec.alpha)
+        return mixing.mixture(lps, lp0, lam), beta, [float(x) for x in lam]
+
+    def generator(self, seed: int | None) -> torch.Generator:
+        """A generator on the deployment's device; ``seed=None`` seeds it from the OS's secure randomness
+        (release use: the seed is never stored), an integer makes a run reproducible (evaluation only)."""
+        g = torch.Generator(device=self.device)
+        g.manual_seed(secrets.randbits(63) if seed is None else int(seed))
+        return g
+
+    def generate(self, prompt: str, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, greedy: bool = False, seed: int | None = None) -> str:
+        """Continue ``prompt`` by ``max_new_tokens`` sampled tokens, each one query of the budget. Refuses,
+        before answering anything, what voids the guarantee or what the budget cannot cover."""
+        check_decoding(temperature, top_k, top_p, greedy)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise DpauditError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        steps = self.ledger.reserve(max_new_tokens)  # spent now, whatever happens next
+        g = self.generator(seed)
+        ids = [bos_id(self.tokenizer)] + self.tokenizer(prompt, add_special_tokens=False).input_ids
+        out = []
+        with open(self.path / TRANSCRIPT, "a") as log:
+            for t in steps:
+                subset = self.sample_subset(g)
+                x = torch.tensor(ids[-self.spec.max_len:], device=self.device)  # the last max_len tokens
+                lp0, lps = self.next_token_logprobs(x, subset)
+                logp, beta, lam = self.answer_distribution(lp0[-1], lps[:, -1], subset)
+                y = int(torch.multinomial(torch.exp(logp), 1, generator=g).item())
+                log.write(json.dumps({"t": t, "context": ids, "subset": subset, "beta": beta, "lambdas": lam,
+                                      "token": y}) + "\n")
+                ids.append(y)
+                out.append(y)
+                if y == self.tokenizer.eos_token_id:
+                    break
+        return self.tokenizer.decode(out)
+
+
+def read_transcript(path: Path) -> list[dict]:
+    f = Path(path) / TRANSCRIPT
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
+
+
+def write_spec(folder: Path, spec: PMixedSpec, adapters: list[str]) -> None:
+    (Path(folder) / SPEC).write_text(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "pmixed_deployment",
+                                                 "spec": spec.to_dict(), "adapters": adapters}, indent=1) + "\n")

@@ -1,0 +1,249 @@
+"""``dpaudit evaluate DEPLOYMENT`` for PMixED: utility through the protocol, the exact check of the per-query
+claim, and a black-box canary audit through the sampled tokens. Returns the report dict (the report.json
+contract of dpaudit.report, plus a ``pmixed`` section); writes nothing.
+
+* **Perplexity** (teacher-forced, the paper's evaluation): at every position of the held-out users' texts
+  (BOS + text + EOS, cut at max_len, the tokens :func:`dpaudit.tasks.userlm.metrics` scores) the public
+  model p0, the non-private ensemble (the mean of all N models) and PMixED's answer distribution (S_t
+  sampled, beta and lambdas as the deployment computes them). The positions are split into runs of T
+  queries, each run a fresh budget (as the paper's runs of T = 1024): the perplexity is that of a user who
+  spends whole budgets on this text. Distributions are the evaluator's view only.
+* **Exact check** (dpaudit.pmixed.audit) over the canary-secret queries of the inserted canaries: the real
+  per-query RDP against every partition, against the claimed eps_RDP / T; the worst query asked T times gives
+  a lower value of the true epsilon (an accounting result ``pmixed_exact``).
+* **Black-box audit**: every canary's secret tokens queried through the protocol with their true prefix
+  (one query per secret token, within one budget of T), score = how many of them the deployment emits (ties
+  broken by a seeded coin fixed before any query). Inserting a canary changes its partition's model only:
+  a replace-one-partition neighbour, two add/remove steps, so the one-run bound is taken at group size 2
+  against the claim (its delta by the group lemma); the paper's §5.3 reading (a record is protected at
+  eps_G itself) is a separate family at group size 1.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from dpaudit import checkpoint, claim_check
+from dpaudit.audit import families
+from dpaudit.canaries import load_manifest
+from dpaudit.card import load_card
+from dpaudit.errors import DpauditError
+from dpaudit.evaluate import claim_section
+from dpaudit.io import read_json
+from dpaudit.pmixed import audit as exact
+from dpaudit.pmixed import mixing
+from dpaudit.pmixed.deployment import Deployment, partition_of
+from dpaudit.reaccount import lemma_delta, reaccount
+from dpaudit.tokens import bos_id
+from dpaudit.verdict import judge
+
+SCHEMA_VERSION = 1
+ATTACK = "extraction"
+
+
+def _framed(tok, text: str, max_len: int) -> list[int]:
+    return ([bos_id(tok)] + tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id])[:max_len]
+
+
+def perplexity(dep: Deployment, texts: list[str], seed: int, progress: bool = True) -> dict:
+    """Token-weighted perplexity of p0, the non-private ensemble and PMixED over the same positions."""
+    g = dep.generator(seed)
+    nll = {"public": 0.0, "ensemble": 0.0, "pmixed": 0.0}
+    n_tok, subset_sizes, lambdas = 0, [], []
+    a, N = dep.spec.alpha, dep.spec.n_models
+    for text in tqdm(texts, desc="PMixED perplexity", disable=not progress):
+        ids = torch.tensor(_framed(dep.tokenizer, text, dep.spec.max_len), device=dep.device)
+        if len(ids) < 2:
+            continue
+        lp0, lps = dep.next_token_logprobs(ids)
+        y = ids[1:]
+        lp0, lps = lp0[:-1], lps[:, :-1]
+        nll["public"] -= float(lp0.gather(-1, y[:, None]).sum())
+        ens = torch.logsumexp(lps, dim=0) - math.log(N)
+        nll["ensemble"] -= float(ens.gather(-1, y[:, None]).sum())
+        subsets = [dep.sample_subset(g) for _ in range(len(y))]
+        rows = [(t, k) for t, s in enumerate(subsets) for k in s]
+        if rows:
+            tt = torch.tensor([r[0] for r in rows], device=dep.device)
+            kk = torch.tensor([r[1] for r in rows], device=dep.device)
+            radius = torch.tensor([dep.spec.betas[len(subsets[t]) - 1] * a for t, _ in rows], dtype=torch.float64,
+                                  device=dep.device)
+            lam = mixing.solve_lambda(lps[kk, tt], lp0[tt], radius, a)
+            comp = mixing.mollify(lps[kk, tt], lp0[tt], lam).gather(-1, y[tt][:, None]).squeeze(-1)
+            lambdas += lam.tolist()
+        for t, s in enumerate(subsets):
+            subset_sizes.append(len(s))
+            if not s:
+                nll["pmixed"] -= float(lp0[t, y[t]])
+                continue
+            mine = torch.tensor([j for j, r in enumerate(rows) if r[0] == t], device=dep.device)
+            nll["pmixed"] -= float(torch.logsumexp(comp[mine], 0) - math.log(len(s)))
+        n_tok += len(y)
+    if n_tok == 0:
+        raise DpauditError("no held-out tokens to evaluate perplexity on; check task.n_test")
+    out = {k: math.exp(v / n_tok) for k, v in nll.items()}
+    sizes = np.array(subset_sizes)
+    return {**out, "tokens": n_tok, "runs_of_T": math.ceil(n_tok / dep.spec.queries),
+            "mean_subset_size": float(sizes.mean()), "empty_subset_fraction": float(np.mean(sizes == 0)),
+            "mean_lambda": float(np.mean(lambdas)) if lambdas else 0.0,
+            "median_lambda": float(np.median(lambdas)) if lambdas else 0.0}
+
+
+def secret_span(tok, prefix: str, text: str, secret: str) -> tuple[list[int], int, int]:
+    """(framed ids of the canary, first and end index of the tokens that carry its secret)."""
+    full = [bos_id(tok)] + tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id]
+
+    def common(a, b):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    start = common(full, [bos_id(tok)] + tok(prefix, add_special_tokens=False).input_ids)
+    end = common(full, [bos_id(tok)] + tok(prefix + secret, add_special_tokens=False).input_ids)
+    end = max(end, start + 1)
+    return full, start, end
+
+
+def canary_audit(dep: Deployment, man, seed: int, whitebox_queries: int, progress: bool = True) -> dict:
+    """Black-box extraction scores of every canary (one budget of T) and the exact divergences of the
+    first ``whitebox_queries`` secret-token queries of the inserted canaries."""
+    tok, spec = dep.tokenizer, dep.spec
+    spans = [secret_span(tok, man.plan.prefix, c.text, c.secret) for c in man.canaries]
+    need = sum(e - s for _, s, e in spans)
+    if need > spec.queries:
+        raise DpauditError(f"the canary audit needs {need} queries ({man.plan.m} canaries x their secret tokens) but "
+                           f"one budget is T = {spec.queries}; use fewer canaries (canaries.m) or shorter secrets")
+    g = dep.generator(seed)
+    tie = np.random.default_rng([man.plan.seed, 11]).uniform(0, 0.5, len(man.canaries))  # fixed before any query
+    scores, whitebox, owners = [], [], []
+    for c, (ids, s, e), u in tqdm(list(zip(man.canaries, spans, tie)), desc="PMixED canaries", disable=not progress):
+        x = torch.tensor(ids, device=dep.device)
+        lp0, lps = dep.next_token_logprobs(x)
+        hits = 0
+        for j in range(s, e):  # query: context ids[:j], secret token ids[j]
+            subset = dep.sample_subset(g)
+            logp, _, _ = dep.answer_distribution(lp0[j - 1], lps[subset, j - 1], subset)
+            y = int(torch.multinomial(torch.exp(logp), 1, generator=g).item())
+            hits += int(y == ids[j])
+            if c.inserted and len(whitebox) < whitebox_queries:
+                d = exact.query_divergences(lp0[j - 1], lps[:, j - 1], spec.betas, spec.alpha, spec.sample_rate)
+                whitebox.append(d.detach().to("cpu").numpy())
+                owners.append((c.id, partition_of(c.user or c.id, spec.n_models, spec.partition_salt), j, lp0[j - 1],
+                               lps[:, j - 1]))
+        scores.append(hits + u)
+    return {"scores": np.array(scores), "queries": need, "whitebox": np.array(whitebox).reshape(-1, spec.n_models),
+            "owners": owners}
+
+
+def exact_check(dep: Deployment, wb: np.ndarray, owners: list, delta: float) -> dict:
+    spec = dep.spec
+    s = exact.summarise(wb, spec.per_query, spec.rdp_budget, spec.queries)
+    if not len(wb):
+        return {**s, "epsilon_lower": None}
+    q_idx, i = s["worst_query"], s["worst_partition"]
+    cid, owner, pos, lp0, lps = owners[q_idx]
+    log_p, log_q = exact.worst_pair(lp0, lps, spec.betas, spec.alpha, spec.sample_rate, i)
+    eps_lo = exact.repeated_query_epsilon(log_p, log_q, spec.queries, delta)
+    owner_d = [float(wb[k, o[1]]) for k, o in enumerate(owners)]
+    return {**s, "worst_query_canary": cid, "worst_query_position": pos, "worst_is_owner": bool(owner == i),
+            "owner_max_per_query": max(owner_d), "epsilon_lower": eps_lo}
+
+
+def accounting(card, ex: dict) -> dict:
+    acct = reaccount(card)
+    if ex.get("epsilon_lower") is not None:
+        acct["results"] = acct["results"] + [{
+            "accountant": "pmixed_exact", "epsilon": None, "lower": ex["epsilon_lower"], "delta": card.claim.delta,
+            "relation": "add_remove",
+            "detail": f"exact: the worst of {ex['queries_checked']} logged queries asked T = "
+                      f"{card.events[0].queries} times, PLD optimistic; no upper value exists"}]
+    check = claim_check.status(card.claim.epsilon_value, card.claim.delta, "add_remove", acct["results"],
+                               acct.get("findings", []), acct.get("not_applicable"))
+    reason = check["reason"]
+    if check["status"] == "unverifiable" and check["upper"] is None:
+        lo = check["lower"]
+        reason = ("no accountant gives PMixED an upper value (its claim rests on the paper's per-query bound, which "
+                  "needs the divergence bound at every Rényi order and enforces it at one)"
+                  + (f"; the exact check places the true epsilon at >= {lo:.3g}, not above the claim" if lo is not None
+                     else ""))
+    return {**acct, "status": check["status"], "reason": reason, "lower_epsilon": check["lower"],
+            "certified_epsilon": check["upper"]}
+
+
+def evaluate_deployment(path: Path, confidence: float = 0.95, command: str | None = None, progress: bool = True,
+                        seed: int = 0, whitebox_queries: int = 64) -> dict:
+    t0 = time.time()
+    path = Path(path)
+    dep = Deployment.load(path)
+    card, man = load_card(path / "privacy_card.json"), load_manifest(path / "canaries.json")
+    run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
+    metrics = {}
+    if run.get("task"):
+        from dpaudit.tasks import registry
+
+        data = registry.load_data(run["task"])
+        if run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
+            raise DpauditError(f"the task data no longer matches the deployment's fingerprint "
+                               f"{run['data']['fingerprint']}; restore the data it was trained on")
+        ppl = perplexity(dep, [r["text"] for r in data.test], seed, progress)
+        metrics = {"task": run["task"]["name"], "perplexity": ppl["pmixed"], "n_test": len(data.test),
+                   "source": data.source, "split": "validation" if run["task"].get("validation") else "test",
+                   "pmixed_perplexity": ppl}
+    aud = canary_audit(dep, man, seed + 1, whitebox_queries, progress)
+    ex = exact_check(dep, aud["whitebox"], aud["owners"], card.claim.delta)
+    acct = accounting(card, ex)
+    signs = man.signs()
+    k_pos, k_neg = man.plan.guesses
+    eps, dlt = card.claim.epsilon_value, card.claim.delta
+    plan = families.Plan(signs, k_pos, k_neg, 2, (("claimed", lemma_delta(eps, dlt, 2)), ("zero", 0.0)), confidence,
+                         "bonferroni", man.plan.seed)
+    scores = {ATTACK: aud["scores"]}
+    empirical = families.one_run_rows(scores, plan, None)
+    record_rows = families.record_level_rows(scores, plan, 1, dlt)
+    best = families.best(empirical, "claimed")
+    verdict = judge(card, acct, best, families.ceiling(empirical, "claimed"), families.best(record_rows, "record_claim"))
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "evaluation",
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "checkpoint": {"path": str(path), "hash": _hash(path), "variant": run.get("variant")},
+        **claim_section(card),
+        "accounting": acct,
+        "empirical": empirical + record_rows,
+        "empirical_best": best,
+        "threshold_rule": "bonferroni",
+        "notes": [],
+        "attacks": families.attack_rows(scores, signs, None),
+        "exposure": {},
+        "metrics": metrics,
+        "canary_plan": {"m": man.plan.m, "inserted": int(np.sum(signs > 0)), "repetitions":
+                        max(c.repetitions for c in man.canaries), "records_per_user": man.plan.records_per_user,
+                        "audit_group_size": 2, "k_pos": k_pos, "k_neg": k_neg, "space_size": man.plan.space_size},
+        "verdict": verdict,
+        "pmixed": {"spec": dep.spec.to_dict(), "betas": list(dep.spec.betas), "rdp_budget": dep.spec.rdp_budget,
+                   "per_query_rdp": dep.spec.per_query, "exact": ex, "canary_queries": aud["queries"],
+                   "ledger": dep.ledger.state(), "seed": seed},
+        "reproducibility": {"command": command, "config": run.get("config"), "seeds": run.get("seeds"),
+                            "data": run.get("data"), "train_result": run.get("train_result"),
+                            "checkpoint_hash": _hash(path), "versions": checkpoint.versions(),
+                            "machine": checkpoint.machine()},
+        "timings": {"total_s": time.time() - t0},
+    }
+
+
+def _hash(path: Path) -> str:
+    """sha256 over the deployment's weights, card, manifest and spec (not its ledger or transcript)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(Path(path).rglob("*")):
+        if f.is_file() and f.suffix in (".safetensors", ".json") and f.name not in ("run.json", "ledger.json"):
+            h.update(str(f.relative_to(path)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,89 @@
+"""The query budget of a PMixED deployment, persisted beside it and enforced across processes.
+
+``ledger.json`` holds ``{"queries": T, "spent": k}``. :meth:`Ledger.reserve` takes n queries under an
+exclusive ``fcntl`` lock on ``ledger.lock`` and rewrites the file atomically (write + fsync + rename), so two
+processes answering at once can never spend more than T between them, and a crash never leaves a ledger
+that under-counts: queries are reserved *before* any output is computed. A request for more queries than
+remain is refused whole, with a one-line error and nothing answered.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from dpaudit.errors import DpauditError
+
+LEDGER, LOCK = "ledger.json", "ledger.lock"
+
+
+class BudgetExhausted(DpauditError):
+    """The deployment's query budget cannot cover the request."""
+
+
+@contextmanager
+def _locked(folder: Path):
+    with open(folder / LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _write(path: Path, state: dict) -> None:
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(state) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+class Ledger:
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.path = self.folder / LEDGER
+
+    @classmethod
+    def create(cls, folder: Path, queries: int) -> Ledger:
+        if isinstance(queries, bool) or not isinstance(queries, int) or queries < 1:
+            raise DpauditError(f"the query budget T must be an integer >= 1, got {queries!r}")
+        led = cls(folder)
+        with _locked(led.folder):
+            _write(led.path, {"queries": queries, "spent": 0})
+        return led
+
+    def state(self) -> dict:
+        if not self.path.exists():
+            raise DpauditError(f"{self.folder}: no {LEDGER}; this is not a PMixED deployment (or its ledger was "
+                               "deleted: the budget cannot be restored, retrain)")
+        try:
+            s = json.loads(self.path.read_text())
+        except json.JSONDecodeError as e:
+            raise DpauditError(f"{self.path}: corrupt ledger ({e.msg}); refusing to answer") from None
+        if not (isinstance(s.get("queries"), int) and isinstance(s.get("spent"), int) and 0 <= s["spent"]):
+            raise DpauditError(f"{self.path}: ledger fields 'queries' and 'spent' must be integers; refusing to answer")
+        return s
+
+    @property
+    def remaining(self) -> int:
+        s = self.state()
+        return max(0, s["queries"] - s["spent"])
+
+    def reserve(self, n: int) -> range:
+        """Spend n queries now; returns their indices t (0-based). Refuses, spending nothing, if fewer remain."""
+        if n < 1:
+            raise DpauditError(f"reserve at least one query, got {n}")
+        with _locked(self.folder):
+            s = self.state()
+            left = s["queries"] - s["spent"]
+            if n > left:
+                raise BudgetExhausted(f"query budget exhausted: {s['spent']} of T = {s['queries']} queries spent, "
+                                      f"{left} left, {n} asked; the privacy guarantee covers no more (deploy again "
+                                      "with a new budget only under a new epsilon)")
+            _write(self.path, {**s, "spent": s["spent"] + n})
+            return range(s["spent"], s["spent"] + n)

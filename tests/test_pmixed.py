@@ -1,0 +1,322 @@
+"""PMixED: the paper's own accounting against its printed numbers, the mixing against brute force, the
+two-token counterexample to the per-query claim, the exact audit on mechanisms whose privacy is known, the
+budget across processes, and a tiny deployment end to end."""
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+from multiprocessing import get_context
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import brentq
+
+from dpaudit.accounting import pmixed_rdp as P
+from dpaudit.errors import DpauditError
+from dpaudit.pmixed import audit, mixing
+from dpaudit.pmixed.deployment import PMixedSpec, check_decoding, partition_of
+from dpaudit.pmixed.ledger import BudgetExhausted, Ledger
+
+
+def L(v):
+    return torch.log(torch.tensor(v, dtype=torch.float64))
+
+
+def test_budget_inversion_matches_the_papers_code():
+    # eps_G = 8, delta = 1e-5, alpha = 3 -> eps_RDP = 3.198, 0.003123 per query at T = 1024 (brief B1)
+    b = P.rdp_budget(8.0, 1e-5, 3)
+    assert b == pytest.approx(3.198, abs=5e-4)
+    assert b / 1024 == pytest.approx(0.003123, abs=1e-6)
+    assert P.to_epsilon(b, 1e-5, 3) == pytest.approx(8.0, abs=1e-12)
+
+
+def test_beta_per_subset_size_reproduces_the_brief_table():
+    per_query = P.rdp_budget(8.0, 1e-5, 3) / 1024
+    want = {1: 0.397, 2: 0.126, 3: 0.142, 5: 0.163, 10: 0.192}
+    for n, b in want.items():
+        got = P.beta_star(3, 0.03, n, per_query)
+        assert got == pytest.approx(b, abs=1e-3)
+        assert P.base_loss(3, got, n) == pytest.approx(1.191, abs=1e-3)  # the same base loss at every n
+        assert P.subsampled(3, 0.03, got, n) <= per_query  # the feasible side of the bisection
+    assert P.beta_no_subsampling(80, 3, per_query) == pytest.approx(0.0169, abs=1e-4)
+    # beta really depends on |S_t| (the neighbouring world has one model fewer): not one constant
+    assert len({round(P.beta_star(3, 0.03, n, per_query), 6) for n in (1, 2, 3)}) == 3
+
+
+def test_subsampled_bound_against_the_printed_formula():
+    a, q, beta, n = 4, 0.05, 0.02, 3
+    eps = {k: P.base_loss(k, beta, n) for k in range(2, a + 1)}
+    direct = (1 - q) ** (a - 1) * (1 + (a - 1) * q) + sum(
+        math.comb(a, k) * (1 - q) ** (a - k) * q ** k * math.exp((k - 1) * eps[k]) for k in range(2, a + 1))
+    assert P.subsampled(a, q, beta, n, reading="theorem") == pytest.approx(math.log(direct) / (a - 1), rel=1e-12)
+    # the code's reading puts eps(alpha) everywhere: larger, so a smaller beta
+    assert P.subsampled(a, q, beta, n, reading="code") > P.subsampled(a, q, beta, n, reading="theorem")
+
+
+def test_renyi_is_exact_with_zeros_and_never_nan():
+    p, q = np.array([0.2, 0.5, 0.3, 0.0]), np.array([0.1, 0.6, 0.2, 0.1])
+    want = math.log(np.sum(p[:3] ** 3 * q[:3] ** -2)) / 2
+    assert float(mixing.renyi(L(p.tolist()), L(q.tolist()), 3)) == pytest.approx(want, rel=1e-12)
+    assert math.isinf(float(mixing.renyi(L(q.tolist()), L(p.tolist()), 3)))  # mass where the other has none
+    assert float(mixing.renyi(L(p.tolist()), L(p.tolist()), 3)) == pytest.approx(0.0, abs=1e-15)
+
+
+def _random_dists(n, V, seed, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    lp0 = torch.log_softmax(torch.randn(V, generator=g, dtype=torch.float64) * scale, -1)
+    lps = torch.log_softmax(lp0 + torch.randn(n, V, generator=g, dtype=torch.float64) * scale, -1)
+    return lp0, lps
+
+
+def test_lambda_is_the_largest_feasible_value_never_above_it():
+    lp0, lps = _random_dists(6, 50, 0)
+    for radius in (1e-4, 0.01, 0.3):
+        lam = mixing.solve_lambda(lps, lp0, radius, 3)
+        for i in range(6):
+            d = float(mixing.sym_renyi(mixing.mollify(lps[i], lp0, lam[i]), lp0, 3))
+            assert d <= radius  # never infeasible (the paper's code does not clamp)
+            def f(x, i=i, radius=radius):
+                lam_x = torch.tensor(x, dtype=torch.float64)
+                return float(mixing.sym_renyi(mixing.mollify(lps[i], lp0, lam_x), lp0, 3)) - radius
+
+            if f(1.0) > 0:
+                assert float(lam[i]) == pytest.approx(brentq(f, 0.0, 1.0, xtol=1e-15), abs=1e-9)
+            else:
+                assert float(lam[i]) == 1.0
+
+
+def test_two_token_counterexample_breaks_the_per_query_claim():
+    """Brief B2.1: p0 = (1e-9, 1 - 1e-9), the canary's model (0.5, 0.5), the other (1e-12, 1 - 1e-12), |S| = 2,
+    beta = 0.126: D_3(p || p_-i) = 5.93 against the claimed 1.19 (the triangle inequality needs every order)."""
+    p0, pi, pj = L([1e-9, 1 - 1e-9]), L([0.5, 0.5]), L([1e-12, 1 - 1e-12])
+    beta, a = 0.126, 3
+    lam = mixing.solve_lambda(torch.stack([pi, pj]), p0, beta * a, a)
+    assert float(lam[0]) == pytest.approx(2.08e-6, rel=1e-2) and float(lam[1]) == 1.0
+    d = audit.conditional(torch.stack([pi, pj]), p0, beta, a, 0)
+    claimed = P.base_loss(a, beta, 2)
+    assert claimed == pytest.approx(1.189, abs=1e-3)
+    assert d == pytest.approx(5.93, abs=0.01) and d > 4.9 * claimed
+    pair = float(mixing.renyi(mixing.mollify(pi, p0, lam[0]), mixing.mollify(pj, p0, lam[1]), a))
+    assert pair == pytest.approx(6.97, abs=0.01) and pair > 4 * beta * a  # Thm C.5's 4 beta alpha = 1.51
+
+
+def _brute_marginal(lps, lp0, betas, a, q):
+    n = lps.shape[0]
+    out = torch.zeros_like(lp0)
+    for S in itertools.product([0, 1], repeat=n):
+        members = [i for i in range(n) if S[i]]
+        w = q ** len(members) * (1 - q) ** (n - len(members))
+        if not members:
+            out += w * torch.exp(lp0)
+            continue
+        lam = mixing.solve_lambda(lps[members], lp0, betas[len(members) - 1] * a, a)
+        out += w * torch.exp(mixing.mixture(lps[members], lp0, lam))
+    return torch.log(out)
+
+
+def test_marginal_and_leave_one_out_against_enumerating_every_subset():
+    lp0, lps = _random_dists(4, 30, 1)
+    betas, a, q = [0.05, 0.02, 0.03, 0.04], 3, 0.3
+    lam = mixing.lambda_table(lps, lp0, betas, a)
+    assert torch.allclose(mixing.marginal(lps, lp0, lam, q), _brute_marginal(lps, lp0, betas, a, q), atol=1e-12)
+    d = audit.query_divergences(lp0, lps, betas, a, q)
+    for i in range(4):
+        keep = [j for j in range(4) if j != i]
+        want = mixing.sym_renyi(_brute_marginal(lps, lp0, betas, a, q), _brute_marginal(lps[keep], lp0, betas, a, q), a)
+        assert float(d[i]) == pytest.approx(float(want), rel=1e-9)
+
+
+def test_exact_audit_finds_a_leak_and_invents_none():
+    lp0, lps = _random_dists(4, 40, 2)
+    a, q = 3, 0.5
+    # models equal to the public one: removing a partition changes nothing, exactly
+    assert float(audit.query_divergences(lp0, lp0.expand(4, -1), [0.1] * 4, a, q).max()) == pytest.approx(0, abs=1e-12)
+    # no mollification (radius huge: lambda = 1): the per-query divergence is large and the PLD bound sees it
+    leak = audit.query_divergences(lp0, lps, [50.0] * 4, a, q)
+    small = audit.query_divergences(lp0, lps, [1e-4] * 4, a, q)
+    assert float(leak.max()) > 100 * float(small.max())
+    # and a tight radius keeps every query within the paper's claim for that radius on this benign example
+    assert float(small.max()) <= P.subsampled(a, q, 1e-4, 4) * 1.0001
+
+
+def test_repeated_query_epsilon_on_randomized_response():
+    eps = 1.0
+    p = np.log([math.exp(eps) / (1 + math.exp(eps)), 1 / (1 + math.exp(eps))])
+    got = audit.repeated_query_epsilon(p, p[::-1].copy(), 1, 0.0)
+    assert eps - 2e-3 <= got <= eps + 1e-12  # the optimistic PLD rounds down, never up
+    # k answers of randomized response: exact epsilon at delta from the binomial privacy loss
+    k, delta = 10, 1e-3
+    got = audit.repeated_query_epsilon(p, p[::-1].copy(), k, delta)
+    from scipy.stats import binom
+
+    pp = math.exp(eps) / (1 + math.exp(eps))
+    j = np.arange(k + 1)
+    loss = (2 * j - k) * eps  # j agreeing answers
+
+    def d_of(e):
+        return float(np.sum(binom.pmf(j, k, pp) * np.maximum(0, 1 - np.exp(e - loss))))
+
+    exact = brentq(lambda e: d_of(e) - delta, 0, k * eps)
+    assert exact - 0.05 <= got <= exact + 1e-9
+
+
+def test_ledger_refuses_query_T_plus_one_and_spends_nothing_then(tmp_path):
+    led = Ledger.create(tmp_path, 5)
+    assert list(led.reserve(3)) == [0, 1, 2]
+    with pytest.raises(BudgetExhausted, match="3 of T = 5 queries spent, 2 left, 3 asked"):
+        led.reserve(3)
+    assert led.state()["spent"] == 3
+    led.reserve(2)
+    with pytest.raises(BudgetExhausted):
+        led.reserve(1)
+    (tmp_path / "ledger.json").write_text("{broken")
+    with pytest.raises(DpauditError, match="corrupt ledger"):
+        led.reserve(1)
+
+
+def _spend(folder, n):
+    ok = 0
+    for _ in range(n):
+        try:
+            Ledger(folder).reserve(1)
+            ok += 1
+        except BudgetExhausted:
+            pass
+    return ok
+
+
+def test_ledger_holds_across_processes(tmp_path):
+    Ledger.create(tmp_path, 50)
+    with get_context("spawn").Pool(4) as pool:
+        answered = sum(pool.starmap(_spend, [(tmp_path, 30)] * 4))
+    assert answered == 50 and Ledger(tmp_path).state()["spent"] == 50
+
+
+def test_decoding_that_voids_the_guarantee_is_refused():
+    check_decoding()
+    for kw, what in (({"temperature": 0.7}, "temperature"), ({"top_k": 50}, "top-k"), ({"top_p": 0.9}, "top-p"),
+                     ({"greedy": True}, "greedy")):
+        with pytest.raises(DpauditError, match=what):
+            check_decoding(**kw)
+
+
+def test_spec_and_partition_rule():
+    s = PMixedSpec(n_models=4, sample_rate=0.3, queries=64)
+    assert len(s.betas) == 4 and s.betas[0] > s.betas[1]
+    with pytest.raises(DpauditError, match="alpha"):
+        PMixedSpec(n_models=4, alpha=2.5)
+    with pytest.raises(DpauditError, match="no RDP budget"):
+        PMixedSpec(n_models=4, epsilon=0.01, delta=1e-10)
+    # data-independent: a user's partition depends on its id only
+    assert partition_of("alice", 8) == partition_of("alice", 8)
+    counts = np.bincount([partition_of(f"u{i}", 8) for i in range(4000)], minlength=8)
+    assert counts.min() > 400
+
+
+def test_subset_sampling_is_poisson_without_duplicates(tmp_path):
+    from dpaudit.pmixed.deployment import Deployment
+
+    dep = Deployment(tmp_path, PMixedSpec(n_models=10, sample_rate=0.3), None, None, [], torch.device("cpu"))
+    g = dep.generator(0)
+    sizes = []
+    for _ in range(3000):
+        s = dep.sample_subset(g)
+        assert len(s) == len(set(s)) and all(0 <= i < 10 for i in s)
+        sizes.append(len(s))
+    assert np.mean(sizes) == pytest.approx(3.0, abs=0.15)
+    assert np.var(sizes) == pytest.approx(10 * 0.3 * 0.7, rel=0.1)  # binomial, not with replacement
+
+
+TINY_PMIXED = """
+[task]
+name = "userlm"
+source = "chitchat"
+n_train = 40
+n_test = 4
+[model]
+name = "tiny-gpt2"
+vocab_size = 512
+n_embd = 64
+n_layer = 2
+n_head = 2
+max_len = 32
+[canaries]
+m = 20
+repetitions = 4
+length = 4
+[train]
+epochs = 1
+batch_size = 16
+lr = 1e-2
+delta = 1e-5
+trainable = "lora"
+[evaluate]
+whitebox_queries = 6
+[[variants]]
+name = "pm"
+method = "pmixed"
+target_epsilon = 8.0
+pmixed_models = 3
+pmixed_queries = 100
+pmixed_sample_rate = 0.4
+"""
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    from dpaudit import pipeline
+
+    root = tmp_path_factory.mktemp("pmixed")
+    (root / "c.toml").write_text(TINY_PMIXED)
+    reports = pipeline.run(root / "c.toml", root / "out", "test", progress=False)
+    return root / "out" / "pm" / "checkpoint", reports["pm"]
+
+
+def test_deployment_report_and_its_numbers(deployment):
+    path, r = deployment
+    assert r["claim"]["unit"] == "partition" and r["claim"]["accountant"] == "pmixed_paper"
+    ex = r["pmixed"]["exact"]
+    assert ex["queries_checked"] == 6 and ex["epsilon_lower"] is not None
+    assert r["accounting"]["status"] in ("unverifiable", "under-claim")
+    assert r["pmixed"]["betas"] == pytest.approx([P.beta_star(3, 0.4, n, P.rdp_budget(8, 1e-5, 3) / 100)
+                                                 for n in (1, 2, 3)])
+    pp = r["metrics"]["pmixed_perplexity"]
+    # p0 through the protocol's evaluator scores the same tokens as the task metric of the public model
+    from dpaudit.tasks import models, registry, userlm
+
+    data = registry.load_data(json.loads((path / "run.json").read_text())["task"])
+    base, tok = models.load_dir(path / "base_model")
+    assert pp["public"] == pytest.approx(userlm.metrics(base, tok, data.test, max_len=32)["perplexity"], rel=1e-5)
+    assert pp["tokens"] > 0 and 0 <= pp["empty_subset_fraction"] <= 1
+    assert (path.parent / "report" / "REPORT.md").read_text().count("Exact check") == 1
+
+
+def test_deployment_generates_within_budget_and_refuses_beyond_it(deployment):
+    from dpaudit.pmixed.deployment import Deployment, read_transcript
+
+    path, _ = deployment
+    dep = Deployment.load(path)
+    before = dep.ledger.state()["spent"]
+    text = dep.generate("hello", 4, seed=0)
+    assert isinstance(text, str) and dep.ledger.state()["spent"] == before + 4
+    log = read_transcript(path)
+    assert len(log) >= 1 and all(len(e["subset"]) == len(set(e["subset"])) for e in log)
+    assert all(e["beta"] == (dep.spec.betas[len(e["subset"]) - 1] if e["subset"] else 0.0) for e in log)
+    with pytest.raises(DpauditError, match="temperature"):
+        dep.generate("hello", 1, temperature=0.5)
+    # another process spends the rest; query T + 1 is then refused there and here, with one line, exit 2
+    left = dep.ledger.remaining
+    cmd = [sys.executable, "-m", "dpaudit.cli", "pmixed", "generate", str(path), "--prompt", "hi",
+           "--max-new-tokens"]
+    ok = subprocess.run(cmd + [str(left)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    no = subprocess.run(cmd + ["1"], capture_output=True, text=True)
+    assert no.returncode == 2 and no.stderr.strip().splitlines()[-1].startswith("error: query budget exhausted")
+    assert not no.stdout  # nothing answered
+    with pytest.raises(BudgetExhausted):
+        dep.generate("hello", 1)
+    top = subprocess.run(cmd + ["1", "--top-k", "5"], capture_output=True, text=True)
+    assert top.returncode == 2 and "top-k" in top.stderr
