@@ -292,6 +292,13 @@ def test_deployment_report_and_its_numbers(deployment):
     assert pp["public"] == pytest.approx(userlm.metrics(base, tok, data.test, max_len=32)["perplexity"], rel=1e-5)
     assert pp["tokens"] > 0 and 0 <= pp["empty_subset_fraction"] <= 1
     assert (path.parent / "report" / "REPORT.md").read_text().count("Exact check") == 1
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(resources.files("dpaudit").joinpath("schemas/report.schema.json").read_text())
+    jsonschema.validate(json.loads((path.parent / "report" / "report.json").read_text()), schema)
+    jsonschema.validate(json.loads((path.parents[1] / "report.json").read_text()), schema)  # the comparison
 
 
 def test_deployment_generates_within_budget_and_refuses_beyond_it(deployment):
@@ -320,3 +327,25 @@ def test_deployment_generates_within_budget_and_refuses_beyond_it(deployment):
         dep.generate("hello", 1)
     top = subprocess.run(cmd + ["1", "--top-k", "5"], capture_output=True, text=True)
     assert top.returncode == 2 and "top-k" in top.stderr
+
+
+def test_exact_check_refutes_a_deployment_configured_by_the_papers_own_analysis():
+    """The two-token pattern as a whole deployment without subsampling (q = 1, allowed by the paper): the real
+    per-query RDP is ~955x the claim, and asking that query T times proves epsilon > 8 at delta = 1e-5."""
+    import importlib.util
+    from pathlib import Path
+
+    from dpaudit import claim_check
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "pmixed_counterexample.py"
+    spec = importlib.util.spec_from_file_location("pmixed_counterexample", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    r = mod.row(2, 1.0)
+    assert r["exact"] > 500 * r["claimed"]
+    assert r["eps_lower"] > 8.0
+    res = [{"accountant": "pmixed_exact", "epsilon": None, "lower": r["eps_lower"], "delta": 1e-5}]
+    assert claim_check.status(8.0, 1e-5, "add_remove", res, [])["status"] == "under-claim"
+    # with the paper's subsampling the same pattern stays inside the claim: the check does not invent a leak
+    r = mod.row(80, 0.03)
+    assert r["exact"] < r["claimed"] and r["eps_lower"] < 8.0
