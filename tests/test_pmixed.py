@@ -327,6 +327,12 @@ def test_deployment_generates_within_budget_and_refuses_beyond_it(deployment):
         dep.generate("hello", 1)
     top = subprocess.run(cmd + ["1", "--top-k", "5"], capture_output=True, text=True)
     assert top.returncode == 2 and "top-k" in top.stderr
+    # the evaluation also checks the queries users asked, exactly, from the transcript
+    from dpaudit.pmixed import evaluate_deployment
+
+    r = evaluate_deployment(path, progress=False, whitebox_queries=3)
+    assert r["pmixed"]["exact"]["transcript_queries_checked"] == 3
+    assert r["pmixed"]["exact"]["queries_checked"] == 6
 
 
 def test_exact_check_refutes_a_deployment_configured_by_the_papers_own_analysis():

@@ -8,7 +8,8 @@ contract of dpaudit.report, plus a ``pmixed`` section); writes nothing.
   sampled, beta and lambdas as the deployment computes them). The positions are split into runs of T
   queries, each run a fresh budget (as the paper's runs of T = 1024): the perplexity is that of a user who
   spends whole budgets on this text. Distributions are the evaluator's view only.
-* **Exact check** (dpaudit.pmixed.audit) over the canary-secret queries of the inserted canaries: the real
+* **Exact check** (dpaudit.pmixed.audit) over the canary-secret queries of the inserted canaries and the first
+  queries users asked (the deployment's transcript.jsonl, when there is one): the real
   per-query RDP against every partition, against the claimed eps_RDP / T; the worst query asked T times gives
   a lower value of the true epsilon (an accounting result ``pmixed_exact``).
 * **Black-box audit**: every canary's secret tokens queried through the protocol with their true prefix
@@ -142,6 +143,20 @@ def canary_audit(dep: Deployment, man, seed: int, whitebox_queries: int, progres
             "owners": owners}
 
 
+def transcript_queries(dep: Deployment, limit: int, progress: bool = True) -> tuple[np.ndarray, list]:
+    """Exact divergences of the first ``limit`` queries users asked (the deployment's transcript.jsonl)."""
+    from dpaudit.pmixed.deployment import read_transcript
+
+    spec, wb, owners = dep.spec, [], []
+    for e in tqdm(read_transcript(dep.path)[:limit], desc="PMixED transcript", disable=not progress):
+        x = torch.tensor(e["context"][-spec.max_len:], device=dep.device)
+        lp0, lps = dep.next_token_logprobs(x)
+        wb.append(exact.query_divergences(lp0[-1], lps[:, -1], spec.betas, spec.alpha, spec.sample_rate)
+                  .detach().to("cpu").numpy())
+        owners.append((f"transcript t={e['t']}", -1, len(x) - 1, lp0[-1], lps[:, -1]))
+    return np.array(wb).reshape(-1, spec.n_models), owners
+
+
 def exact_check(dep: Deployment, wb: np.ndarray, owners: list, delta: float) -> dict:
     spec = dep.spec
     s = exact.summarise(wb, spec.per_query, spec.rdp_budget, spec.queries)
@@ -151,9 +166,9 @@ def exact_check(dep: Deployment, wb: np.ndarray, owners: list, delta: float) -> 
     cid, owner, pos, lp0, lps = owners[q_idx]
     log_p, log_q = exact.worst_pair(lp0, lps, spec.betas, spec.alpha, spec.sample_rate, i)
     eps_lo = exact.repeated_query_epsilon(log_p, log_q, spec.queries, delta)
-    owner_d = [float(wb[k, o[1]]) for k, o in enumerate(owners)]
+    owner_d = [float(wb[k, o[1]]) for k, o in enumerate(owners) if o[1] >= 0]
     return {**s, "worst_query_canary": cid, "worst_query_position": pos, "worst_is_owner": bool(owner == i),
-            "owner_max_per_query": max(owner_d), "epsilon_lower": eps_lo}
+            "owner_max_per_query": max(owner_d, default=None), "epsilon_lower": eps_lo}
 
 
 def accounting(card, ex: dict) -> dict:
@@ -197,7 +212,9 @@ def evaluate_deployment(path: Path, confidence: float = 0.95, command: str | Non
                    "source": data.source, "split": "validation" if run["task"].get("validation") else "test",
                    "pmixed_perplexity": ppl}
     aud = canary_audit(dep, man, seed + 1, whitebox_queries, progress)
-    ex = exact_check(dep, aud["whitebox"], aud["owners"], card.claim.delta)
+    logged, logged_owners = transcript_queries(dep, whitebox_queries, progress)
+    ex = exact_check(dep, np.concatenate([aud["whitebox"], logged]), aud["owners"] + logged_owners, card.claim.delta)
+    ex["transcript_queries_checked"] = len(logged)
     acct = accounting(card, ex)
     signs = man.signs()
     k_pos, k_neg = man.plan.guesses

@@ -40,7 +40,8 @@ def render(r: dict) -> str:
          "(the audit below plays its own adversary with one budget of T).", "",
          "## Exact check of the per-query claim", "",
          f"- {ex['queries_checked']} queries checked (the secret tokens of inserted canaries, each with its true "
-         "prefix): D_α^↔ of the deployment's output law against removing each partition, exact."]
+         f"prefix, and {ex.get('transcript_queries_checked', 0)} queries users asked, from the transcript): D_α^↔ "
+         "of the deployment's output law against removing each partition, exact."]
     if ex["queries_checked"]:
         L += [f"- Largest per-query divergence **{ex['max_per_query']:.4g}** against the claimed "
               f"{ex['claimed_per_query']:.4g} ({ex['per_query_ratio']:.3g}×); {ex['queries_over_claim']} of "
@@ -49,8 +50,10 @@ def render(r: dict) -> str:
               f"claimed {ex['claimed_total_for_these']:.4g}; the worst query asked T = {s['queries']} times: "
               f"{ex['repeat_worst_total']:.4g} against ε_RDP = {ex['claimed_rdp_budget']:.4g}.",
               f"- That repeated query gives true ε ≥ **{ex['epsilon_lower']:.4g}** at δ = {s['delta']:.3g} "
-              f"(exact PLD, rounded down) against the claimed {s['epsilon']:g}; worst query: canary "
-              f"{ex['worst_query_canary']}, partition {'holding' if ex['worst_is_owner'] else 'not holding'} it."]
+              f"(exact PLD, rounded down) against the claimed {s['epsilon']:g}; worst query: "
+              f"{ex['worst_query_canary']}" + (f", partition {'holding' if ex['worst_is_owner'] else 'not holding'} it"
+                                                if not str(ex['worst_query_canary']).startswith("transcript") else "")
+              + "."]
     L += ["", "## Privacy", "", "| quantity | ε | details |", "|---|---|---|", *common.privacy_rows(r), ""]
     for f in r["accounting"].get("findings", []):
         L.append(f"- Finding: {f}")
