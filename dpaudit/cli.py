@@ -105,13 +105,18 @@ def run(config_path, out, variants, redact, quiet):
               help="How a canary is tokenised for scoring, as the model saw its training records: bos_eos = BOS + "
                    "text + EOS (dpaudit's trainers), tokenizer = tokenizer(text) with the special tokens it adds "
                    "itself (a Hugging Face training loop); auto: bos_eos when the folder has dpaudit's run.json.")
+@click.option("--whitebox-queries", default=64, show_default=True, type=click.IntRange(min=0),
+              help="PMixED deployments only: how many canary queries (and as many logged user queries) get the exact "
+                   "per-query check (about 4 s each for N = 8 on a 49k vocabulary on a CPU).")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, base_metrics,
-             framing, redact, quiet):
+             framing, whitebox_queries, redact, quiet):
     """Audit CHECKPOINT: attacks, bounds, claim check, metrics. CHECKPOINT is a folder with privacy_card.json and
     canaries.json beside the model: dpaudit's model/ sub-folder, or a plain Hugging Face output folder (model
-    files at its root, or a LoRA adapter whose base_model_name_or_path is a local folder)."""
+    files at its root, or a LoRA adapter whose base_model_name_or_path is a local folder). A PMixED deployment
+    (a folder with pmixed.json) is audited through its outputs: the exact per-query check, black-box canary
+    extraction within one budget, and perplexity through the protocol (the attack options do not apply)."""
     from dpaudit import report
     from dpaudit.evaluate import evaluate as run_eval
     from dpaudit.pmixed.deployment import is_deployment
@@ -121,7 +126,7 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
         from dpaudit.pmixed import report as pmixed_report
 
         r = pmixed_eval.evaluate_deployment(checkpoint, confidence=confidence, command=_command_line(),
-                                            progress=not quiet)
+                                            progress=not quiet, whitebox_queries=whitebox_queries)
         pmixed_report.write(r, out, redact=redact)
         click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
         click.echo(f"report: {Path(out) / 'REPORT.md'}")
