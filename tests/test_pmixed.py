@@ -355,3 +355,18 @@ def test_exact_check_refutes_a_deployment_configured_by_the_papers_own_analysis(
     # with the paper's subsampling the same pattern stays inside the claim: the check does not invent a leak
     r = mod.row(80, 0.03)
     assert r["exact"] < r["claimed"] and r["eps_lower"] < 8.0
+
+
+def test_cli_evaluates_a_deployment_and_shows_its_budget(deployment, tmp_path):
+    path, _ = deployment
+    base = [sys.executable, "-m", "dpaudit.cli"]
+    out = subprocess.run(base + ["evaluate", str(path), "--out", str(tmp_path / "r"), "--whitebox-queries", "2",
+                                 "--quiet"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert r["pmixed"]["exact"]["queries_checked"] >= 2 and "## Exact check" in (tmp_path / "r" / "REPORT.md").read_text()
+    b = subprocess.run(base + ["pmixed", "budget", str(path), "--json"], capture_output=True, text=True)
+    s = json.loads(b.stdout)
+    assert b.returncode == 0 and s["queries"] == 100 and s["left"] == s["queries"] - s["spent"]
+    bad = subprocess.run(base + ["pmixed", "budget", str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "not a PMixED deployment" in bad.stderr
