@@ -3,8 +3,8 @@ retraining): for each q, a deployment with that q and otherwise the same claim (
 in memory, nothing written into the deployment — its perplexity through the protocol on the held-out tokens,
 and the exact per-query check on the first K secret-token queries of the inserted canaries.
 
-    python scripts/pmixed_sweep.py reports/pmixed/pmixed-eps8/checkpoint --out reports/pmixed/sweep.json \\
-        > reports/pmixed/sweep.md
+    python scripts/pmixed_sweep.py reports/pmixed/pmixed-eps8/checkpoint --rates 0.03,0.1,0.3,1 --max-texts 150 \\
+        --out reports/pmixed/sweep.json > reports/pmixed/sweep.md
     python scripts/pmixed_sweep.py --table reports/pmixed/sweep.json     # the table again, from the JSON
 """
 
@@ -29,7 +29,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(L) + "\n"
 
 
-def sweep(path: Path, rates, queries: int, seed: int) -> list[dict]:
+def sweep(path: Path, rates, queries: int, seed: int, max_texts: int | None = None) -> list[dict]:
     from dpaudit.canaries import load_manifest
     from dpaudit.io import read_json
     from dpaudit.pmixed import evaluate as ev
@@ -39,7 +39,7 @@ def sweep(path: Path, rates, queries: int, seed: int) -> list[dict]:
     dep = Deployment.load(path)
     man = load_manifest(path / "canaries.json")
     run = read_json(path / "run.json", "run record", "")
-    texts = [r["text"] for r in registry.load_data(run["task"]).test]
+    texts = [r["text"] for r in registry.load_data(run["task"]).test][:max_texts]
     rows = []
     for q in rates:
         dep.spec = PMixedSpec(**{**dataclasses.asdict(dep.spec), "sample_rate": q})
@@ -62,6 +62,8 @@ def main() -> None:
     ap.add_argument("--rates", default=",".join(map(str, RATES)), help="sampling rates q, comma-separated")
     ap.add_argument("--queries", type=int, default=16, help="canary queries checked exactly per q")
     ap.add_argument("--seed", type=int, default=0, help="evaluation seed (as dpaudit evaluate's)")
+    ap.add_argument("--max-texts", type=int, default=None,
+                    help="perplexity on the first N held-out records only (default: all, as dpaudit evaluate)")
     ap.add_argument("--table", type=Path, help="print the table of a sweep JSON and exit")
     a = ap.parse_args()
     if a.table:
@@ -69,9 +71,10 @@ def main() -> None:
         return
     if a.deployment is None:
         ap.error("give a deployment folder or --table SWEEP.json")
-    rows = sweep(a.deployment, [float(x) for x in a.rates.split(",")], a.queries, a.seed)
+    rows = sweep(a.deployment, [float(x) for x in a.rates.split(",")], a.queries, a.seed, a.max_texts)
     if a.out:
-        a.out.write_text(json.dumps({"deployment": str(a.deployment), "rows": rows}, indent=1) + "\n")
+        a.out.write_text(json.dumps({"deployment": str(a.deployment), "max_texts": a.max_texts, "rows": rows},
+                                    indent=1) + "\n")
     sys.stdout.write(table(rows))
 
 
