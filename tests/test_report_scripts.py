@@ -26,8 +26,9 @@ TABLES = [
     ("rows_table2text_pilot.py", "li_repro_table2text_data_pilot"),
     ("rows_dp_frost.py", "dp_frost_sentiment"),
     ("rows_lmo_dp.py", "lmo_dp"),
+    ("rows_pmixed.py", "pmixed"),
 ]
-ROWS_FILE = {"dp_frost_sentiment": "rows.md", "lmo_dp": "rows.md"}  # the others: rows.txt
+ROWS_FILE = {"dp_frost_sentiment": "rows.md", "lmo_dp": "rows.md", "pmixed": "rows.md"}  # the others: rows.txt
 
 # READMEs that show the table verbatim (the others quote rows from it in prose or in their own layout)
 VERBATIM = {"li_repro_smollm2_table2text", "li_repro_smollm2_table2text_n2000", "li_repro_smollm2_table2text_pilot"}
@@ -46,6 +47,13 @@ def test_rows_txt_is_what_the_script_prints(script, run_dir):
     assert out.stdout == (REPORTS / run_dir / rows).read_text(), f"regenerate {run_dir}/{rows} with {script}"
     if run_dir in VERBATIM:
         assert out.stdout.strip() in (REPORTS / run_dir / "README.md").read_text(), f"paste rows.txt into {run_dir}/README.md"
+
+
+def test_pmixed_counterexample_table_is_what_the_script_prints():
+    out = _run(SCRIPTS / "pmixed_counterexample.py")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (REPORTS / "pmixed" / "counterexample.md").read_text(), \
+        "regenerate reports/pmixed/counterexample.md with scripts/pmixed_counterexample.py"
 
 
 def _copy_reports(src: Path, dst: Path, names: list[str]) -> None:
