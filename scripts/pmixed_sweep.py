@@ -26,6 +26,9 @@ def table(rows: list[dict]) -> str:
         L.append(f"| {r['q']:g} | {r['betas'][0]:.4g} | {r['betas'][1]:.4g} | {r['mean_subset_size']:.2f} | "
                  f"{r['perplexity']:.2f} | {r['max_per_query']:.3g} ({r['median_per_query']:.3g}) | "
                  f"{r['claimed_per_query']:.3g} | {r['per_query_ratio']:.3g}× | {r['epsilon_lower']:.3g} |")
+    if rows:
+        L.append(f"\nOn the same held-out tokens: public model p0 {rows[0]['public']:.2f}, non-private ensemble "
+                 f"{rows[0]['ensemble']:.2f}; every q under the deployment's own claim (pmixed.json).")
     return "\n".join(L) + "\n"
 
 

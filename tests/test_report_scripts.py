@@ -56,6 +56,13 @@ def test_pmixed_counterexample_table_is_what_the_script_prints():
         "regenerate reports/pmixed/counterexample.md with scripts/pmixed_counterexample.py"
 
 
+def test_pmixed_sweep_table_is_what_the_script_prints_from_its_json():
+    out = _run(SCRIPTS / "pmixed_sweep.py", "--table", REPORTS / "pmixed" / "sweep.json")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (REPORTS / "pmixed" / "sweep.md").read_text(), \
+        "regenerate reports/pmixed/sweep.md with scripts/pmixed_sweep.py --table reports/pmixed/sweep.json"
+
+
 def _copy_reports(src: Path, dst: Path, names: list[str]) -> None:
     for name in names:
         (dst / name / "report").mkdir(parents=True)
