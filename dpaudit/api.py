@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dpaudit import options
 from dpaudit.canaries import Manifest, load_manifest
 from dpaudit.canaries import new as new_canaries
 from dpaudit.card import PrivacyCard, load_card
@@ -34,13 +33,15 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> P
 
 
 def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifest | str | Path, *,
-             attacks=options.ATTACKS, rule: str = "bonferroni", confidence: float = 0.95, n_references: int = 2000,
+             attacks=None, rule: str | None = None, confidence: float | None = None, n_references: int | None = None,
              reference_model=None, max_len: int = 64, batch_size: int = 64, progress: bool = False,
-             framing: str = "tokenizer") -> dict:
+             framing: str = "tokenizer", off_plan: bool = False) -> dict:
     """Audit a model held as objects: ``card`` and ``manifest`` are objects or paths to their JSON files.
     ``reference_model`` (a model object or a folder) calibrates the reference attack; without one that attack
     is skipped with a note. ``framing``: how the model saw a training record (``tokenizer``: ``tokenizer(text)``,
-    ``bos_eos``: BOS + text + EOS). Returns the report dict (the report.json contract); writes nothing."""
+    ``bos_eos``: BOS + text + EOS). ``attacks``, ``rule``, ``confidence`` and ``n_references`` default to the
+    evaluation plan of the manifest (:mod:`dpaudit.eval_plan`); departing from it needs ``off_plan``. Returns the
+    report dict (the report.json contract); writes nothing."""
     from dpaudit.checkpoint import Checkpoint
     from dpaudit.evaluate import evaluate_checkpoint
 
@@ -55,7 +56,7 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
                     objects=(model.eval(), tokenizer))
     return evaluate_checkpoint(ck, attacks=attacks, n_references=n_references, confidence=confidence,
                                batch_size=batch_size, progress=progress, rule=rule, reference=reference_model,
-                               framing=framing)
+                               framing=framing, off_plan=off_plan)
 
 
 def write_report(report: dict, out: str | Path, redact: bool = False) -> Path:

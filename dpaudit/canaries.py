@@ -63,6 +63,7 @@ class CanaryPlan:
     guess_fraction: float = 0.5  # r = guess_fraction * m guesses, split evenly between k_pos and k_neg
     records_per_user: int = 1  # > 1: m canary USERS, each owning this many canary records (all in or all out)
     labels: int = 0  # >= 2: classifier canaries, each with a random label in range(labels)
+    evaluation: dict | None = None  # the evaluation plan fixed before training (dpaudit/eval_plan.py)
 
     def __post_init__(self):
         if self.m < 2:
@@ -79,6 +80,10 @@ class CanaryPlan:
             raise DpauditError(f"canaries.labels must be 0 (text canaries) or an integer >= 2, got {self.labels!r}")
         if not 0 < self.guess_fraction <= 1:
             raise DpauditError(f"canaries.guess_fraction must be in (0, 1], got {self.guess_fraction}")
+        if self.evaluation is not None:
+            from dpaudit import eval_plan
+
+            eval_plan.check(self.evaluation, "canaries.json audit_plan.evaluation")
 
     @property
     def space_size(self) -> int:
@@ -159,7 +164,8 @@ class Manifest:
             "labels": p.labels,
             "audit_plan": {"k_pos": k_pos, "k_neg": k_neg, "guess_fraction": p.guess_fraction,
                            "rule": "fixed before training: guess member for the k_pos highest scores, "
-                                   "non-member for the k_neg lowest, abstain otherwise"},
+                                   "non-member for the k_neg lowest, abstain otherwise",
+                           **({"evaluation": p.evaluation} if p.evaluation is not None else {})},
             "canaries": [asdict(c) for c in self.canaries],
         }
 
@@ -228,11 +234,17 @@ def parse_template(template: str) -> tuple[str, str]:
 
 
 def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = DEFAULT_TEMPLATE,
-        alphabet: str = "0123456789", length: int = 6, guess_fraction: float = 0.5, labels: int = 0) -> Manifest:
+        alphabet: str = "0123456789", length: int = 6, guess_fraction: float = 0.5, labels: int = 0, *,
+        attacks=None, rule: str = "bonferroni", confidence: float = 0.95, n_references: int = 2000,
+        plan: bool = True) -> Manifest:
     """Canaries for a model trained anywhere: m canaries, each inserted (``repetitions`` copies) or held out by a
     fair coin, the audit's guess counts fixed now, before training. ``seed`` None draws a fresh one from the
-    operating system (recorded in the manifest, which regenerates from it)."""
+    operating system (recorded in the manifest, which regenerates from it). ``attacks`` (default: all), ``rule``,
+    ``confidence`` and ``n_references`` are the evaluation plan fixed with them (:mod:`dpaudit.eval_plan`;
+    ``plan=False`` fixes none)."""
     import secrets
+
+    from dpaudit import eval_plan
 
     for name, v, low in (("m", m, 2), ("repetitions", repetitions, 1), ("length", length, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
@@ -241,7 +253,9 @@ def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = D
         seed = secrets.randbits(31)
     prefix, suffix = parse_template(template)
     return generate(CanaryPlan(m=m, repetitions=repetitions, prefix=prefix, suffix=suffix, alphabet=alphabet,
-                               length=length, seed=seed, guess_fraction=guess_fraction, labels=labels))
+                               length=length, seed=seed, guess_fraction=guess_fraction, labels=labels,
+                               evaluation=eval_plan.planned(attacks or eval_plan.DEFAULTS["attacks"], rule, confidence,
+                                                            n_references) if plan else None))
 
 
 def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
@@ -253,7 +267,8 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
                           suffix=d["template"]["suffix"], alphabet=d["space"]["alphabet"],
                           length=d["space"]["length"], seed=d["seed"],
                           guess_fraction=d["audit_plan"]["guess_fraction"],
-                          records_per_user=d.get("records_per_user", 1), labels=d.get("labels", 0))
+                          records_per_user=d.get("records_per_user", 1), labels=d.get("labels", 0),
+                          evaluation=d["audit_plan"].get("evaluation"))
         canaries = [Canary(**c) for c in d["canaries"]]
     except KeyError as e:
         raise DpauditError(f"{source}: field {e} is missing") from None

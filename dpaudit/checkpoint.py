@@ -8,7 +8,8 @@
       canaries.json       the canary manifest (dpaudit.canaries)
       run.json            resolved config, seeds, data hash, package versions (optional for others' models)
       gradient_canaries.json  white-box canary plan and scores (optional; trainers/gradient_canaries.py);
-                              gradient_canaries_<kind>.json for a further kind of the same run
+                              gradient_canaries_<kind>.json for a further kind of the same run;
+                              <that name>.steps.npy: every update's projection on each canary, (steps, m)
 """
 
 from __future__ import annotations
@@ -152,7 +153,10 @@ def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, r
     manifest.save(tmp / "canaries.json")
     (tmp / "run.json").write_text(json.dumps(jsonable(run), indent=2, default=str) + "\n")
     for name, body in (extra_files or {}).items():
-        (tmp / name).write_text(json.dumps(jsonable(body)) + "\n")
+        if isinstance(body, bytes):
+            (tmp / name).write_bytes(body)
+        else:
+            (tmp / name).write_text(json.dumps(jsonable(body)) + "\n")
     if path.exists():
         import shutil
 

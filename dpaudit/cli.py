@@ -83,20 +83,28 @@ def run(config_path, out, variants, redact, quiet):
 @cli.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder for REPORT.md, report.json, plots.")
-@click.option("--attacks", default=",".join(options.ATTACKS), show_default=True,
-              help="Comma-separated attacks to run on the canaries (each scores every canary; higher = member).")
-@click.option("--rule", type=click.Choice(options.RULES), default="bonferroni", show_default=True,
+@click.option("--attacks", default=None,
+              help="Comma-separated attacks to run on the canaries (each scores every canary; higher = member). "
+                   f"Default: the manifest's evaluation plan, else all ({','.join(options.ATTACKS)}).")
+@click.option("--rule", type=click.Choice(options.RULES), default=None,
               help="How the one-run audit's choices stay valid: Bonferroni over attacks with the manifest's "
-                   "guess counts, or attack and guesses chosen on a held-out half of the canaries.")
-@click.option("--references", "n_references", default=2000, show_default=True, type=int,
-              help="Reference secrets sampled from the randomness space for exposure ranks.")
-@click.option("--enumerate-limit", default=0, show_default=True, type=int,
-              help="Rank exposure over the WHOLE randomness space when it has at most this many secrets "
-                   "(e.g. 1000000; slow on a CPU), instead of over sampled references.")
+                   "guess counts, or attack and guesses chosen on a held-out half of the canaries. Default: the "
+                   "plan's, else bonferroni.")
+@click.option("--references", "n_references", default=None, type=int,
+              help="Reference secrets sampled from the randomness space for exposure ranks. Default: the plan's, "
+                   "else 2000.")
+@click.option("--enumerate-limit", default=None, type=int,
+              help="Rank exposure over the WHOLE randomness space (exactly, by a token trie; the suffix is then not "
+                   "scored) when it has at most this many secrets. Default: whenever the trie fits its budget "
+                   "(spaces up to 10^6 secrets with models up to ~200M parameters); 0: never (sampled references).")
 @click.option("--reference-model", type=click.Path(path_type=Path),
               help="HF model folder for the reference attack (default: the checkpoint's base model).")
-@click.option("--confidence", default=0.95, show_default=True, type=float,
-              help="Confidence of the empirical lower bounds (family-wise over attacks).")
+@click.option("--confidence", default=None, type=float,
+              help="Confidence of the empirical lower bounds (family-wise over every test that can trigger a "
+                   "verdict). Default: the plan's, else 0.95.")
+@click.option("--off-plan", is_flag=True,
+              help="Allow settings that depart from the evaluation plan fixed in canaries.json before training; "
+                   "the report lists the departures, is marked exploratory, and `dpaudit check` fails it.")
 @click.option("--base-metrics", is_flag=True,
               help="Also measure the task metrics of the model before fine-tuning (the checkpoint's base_model/ "
                    "or its run.json model spec): the zero-shot reference for the fine-tuning gain.")
@@ -110,8 +118,8 @@ def run(config_path, out, variants, redact, quiet):
                    "per-query check (about 4 s each for N = 8 on a 49k vocabulary on a CPU).")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, base_metrics,
-             framing, whitebox_queries, redact, quiet):
+def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, off_plan,
+             base_metrics, framing, whitebox_queries, redact, quiet):
     """Audit CHECKPOINT: attacks, bounds, claim check, metrics. CHECKPOINT is a folder with privacy_card.json and
     canaries.json beside the model: dpaudit's model/ sub-folder, or a plain Hugging Face output folder (model
     files at its root, or a LoRA adapter whose base_model_name_or_path is a local folder). A PMixED deployment
@@ -126,15 +134,15 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
         from dpaudit.pmixed import report as pmixed_report
 
         r = pmixed_eval.evaluate_deployment(checkpoint, confidence=confidence, command=_command_line(),
-                                            progress=not quiet, whitebox_queries=whitebox_queries)
+                                            progress=not quiet, whitebox_queries=whitebox_queries, off_plan=off_plan)
         pmixed_report.write(r, out, redact=redact)
         click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
         click.echo(f"report: {Path(out) / 'REPORT.md'}")
         return
-    r = run_eval(checkpoint, attacks=[a.strip() for a in attacks.split(",") if a.strip()],
+    r = run_eval(checkpoint, attacks=None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()],
                  n_references=n_references, confidence=confidence, command=_command_line(), rule=rule,
                  reference=reference_model, enumerate_limit=enumerate_limit, progress=not quiet,
-                 base_metrics=base_metrics, framing=framing)
+                 base_metrics=base_metrics, framing=framing, off_plan=off_plan)
     report.write(r, out, redact=redact)
     click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")
@@ -243,7 +251,16 @@ def canaries():
               help="Also write the records to insert as JSONL, one {\"text\": ...} per line, each inserted canary "
                    "repeated --repetitions times (shuffle them into your training data).")
 @click.option("--force", is_flag=True, help="Overwrite existing files (a manifest must never change after training).")
-def canaries_new(m, repetitions, seed, template, alphabet, length, out, records, force):
+@click.option("--attacks", default=",".join(options.ATTACKS), show_default=True,
+              help="Evaluation plan: the attacks `dpaudit evaluate` will audit (fixed now, before training).")
+@click.option("--rule", type=click.Choice(options.RULES), default="bonferroni", show_default=True,
+              help="Evaluation plan: how the one-run audit's choices stay valid.")
+@click.option("--confidence", default=0.95, show_default=True, type=float,
+              help="Evaluation plan: family-wise confidence of the audit.")
+@click.option("--references", "n_references", default=2000, show_default=True, type=int,
+              help="Evaluation plan: reference secrets for exposure ranks (when the space is not enumerated).")
+def canaries_new(m, repetitions, seed, template, alphabet, length, out, records, force, attacks, rule, confidence,
+                 n_references):
     """Write a canary manifest (and the records to insert) before training, for any trainer."""
     from dpaudit import canaries as can
     from dpaudit import planting
@@ -254,12 +271,15 @@ def canaries_new(m, repetitions, seed, template, alphabet, length, out, records,
                                "(pass --force to overwrite)")
         if path is not None and not path.parent.is_dir():
             raise DpauditError(f"folder {path.parent} does not exist; create it first")
-    man = can.new(m, repetitions, seed, template, alphabet, length)
+    man = can.new(m, repetitions, seed, template, alphabet, length,
+                  attacks=[a.strip() for a in attacks.split(",") if a.strip()], rule=rule, confidence=confidence,
+                  n_references=n_references)
     write_atomic(out, man.save)
     n = planting.write_records(man, records) if records is not None else None
     k_pos, k_neg = man.plan.guesses
     click.echo(f"{out}: {m} canaries, {len(man.inserted)} to insert x {repetitions} (seed {man.plan.seed}); "
-               f"audit plan fixed: {k_pos} member + {k_neg} non-member guesses")
+               f"audit plan fixed: {k_pos} member + {k_neg} non-member guesses; evaluation: {attacks}, {rule}, "
+               f"confidence {confidence:g}, {n_references} references")
     if n is not None:
         click.echo(f"{records}: {n} records to shuffle into the training data")
 
@@ -351,19 +371,25 @@ def audit():
 @click.option("--confidence", default=0.95, show_default=True, type=float, help="Confidence level.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object with key epsilon_lb.")
 def one_run_cmd(m, r, v, delta, confidence, as_json):
-    """Steinke-Nasr-Jagielski one-run ε lower bound, with the ceiling r guesses allow."""
-    from dpaudit.audit import one_run
+    """Steinke-Nasr-Jagielski one-run ε lower bound, with the ceiling r guesses allow, and the f-DP readings of
+    the same counts (Mahloujifar, Melis, Chaudhuri 2024): the (ε, δ) trade-off bound and the Gaussian-DP estimate."""
+    from dpaudit.audit import fdp, one_run
 
     try:
         lb = one_run.epsilon_lower_bound(m, r, v, delta, confidence)
         cap = one_run.ceiling(m, r, delta, confidence)
+        f = fdp.audit(v, m, r // 2, r - r // 2, delta, confidence)
     except ValueError as e:
         raise DpauditError(str(e)) from None
     if as_json:
         click.echo(json.dumps({"epsilon_lb": lb, "ceiling": cap, "m": m, "r": r, "v": v, "delta": delta,
-                               "confidence": confidence}))
+                               "confidence": confidence, "fdp_epsilon_lb": f.epsilon_lb, "fdp_ceiling": f.ceiling,
+                               "gdp_mu_lb": f.gdp_mu_lb, "gdp_epsilon_estimate": f.gdp_epsilon_estimate}))
     else:
         click.echo(f"ε ≥ {lb:.3f} at {confidence:.0%} confidence (ceiling for {r} guesses: {cap:.3f})")
+        est = (f", ε ≈ {f.gdp_epsilon_estimate:.3f} at δ = {delta:g} if the mechanism is Gaussian-shaped (an "
+               "estimate)") if f.gdp_epsilon_estimate is not None else ""
+        click.echo(f"f-DP: ε ≥ {f.epsilon_lb:.3f} (ceiling {f.ceiling:.3f}); Gaussian-DP μ ≥ {f.gdp_mu_lb:.3f}{est}")
 
 
 @audit.command("many-run")

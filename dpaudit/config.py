@@ -177,7 +177,8 @@ class EvalConfig:
     batch_size: int = 64
     attacks: tuple = options.ATTACKS
     rule: str = "bonferroni"  # or held_out (dpaudit.audit.selection)
-    enumerate_limit: int = 0  # rank exposure over the whole space when it is at most this large
+    enumerate_limit: int | None = None  # rank exposure over the whole space when it is at most this large
+    # (None: whenever the token trie fits its budget, dpaudit.scoring.enumerate_whole_space; 0: never)
     base_metrics: bool = False  # also measure the task metrics of the model before fine-tuning (zero-shot)
     whitebox_queries: int = 64  # PMixED: logged canary queries whose exact per-query divergences are computed
 
@@ -190,6 +191,10 @@ class EvalConfig:
         if bad or not self.attacks:
             raise DpauditError(f"evaluate.attacks: unknown attack {bad[0] if bad else None!r}; choose from "
                                f"{', '.join(options.ATTACKS)}")
+        if self.enumerate_limit is not None and (isinstance(self.enumerate_limit, bool)
+                                                 or not isinstance(self.enumerate_limit, int) or self.enumerate_limit < 0):
+            raise DpauditError(f"evaluate.enumerate_limit must be an integer >= 0 (0: never enumerate; leave it out "
+                               f"for the default), got {self.enumerate_limit!r}")
         if not isinstance(self.base_metrics, bool):
             raise DpauditError(f"evaluate.base_metrics must be true or false, got {self.base_metrics!r}")
         if isinstance(self.whitebox_queries, bool) or not isinstance(self.whitebox_queries, int) or \

@@ -15,35 +15,43 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit import checkpoint, options, scoring
+from dpaudit import checkpoint, eval_plan, options, scoring
 from dpaudit.audit import families
 from dpaudit.errors import DpauditError
-from dpaudit.reaccount import group_delta, lemma_delta, reaccount
+from dpaudit.reaccount import claim_profile, group_delta, lemma_delta, reaccount
 from dpaudit.verdict import judge
 
 SCHEMA_VERSION = 1
 
 
-def evaluate(ckpt_dir: Path, attacks=options.ATTACKS, n_references: int = 2000, confidence: float = 0.95,
-             batch_size: int = 64, command: str | None = None, progress: bool = True, rule: str = "bonferroni",
-             reference: str | Path | None = None, enumerate_limit: int = 0, base_metrics: bool = False,
-             framing: str = "auto") -> dict:
-    """Audit one checkpoint. ``rule`` says how the one-run audit's choices are made (see
-    :mod:`dpaudit.audit.selection`); exposure ranks over the whole space when it has at most
-    ``enumerate_limit`` secrets, else over ``n_references`` sampled ones. ``base_metrics`` also
-    measures the task metrics of the model before fine-tuning (zero-shot for a pretrained LM), the
-    reference a fine-tuning gain is read against."""
+def evaluate(ckpt_dir: Path, attacks=None, n_references: int | None = None, confidence: float | None = None,
+             batch_size: int = 64, command: str | None = None, progress: bool = True, rule: str | None = None,
+             reference: str | Path | None = None, enumerate_limit: int | None = None, base_metrics: bool = False,
+             framing: str = "auto", off_plan: bool = False) -> dict:
+    """Audit one checkpoint. ``attacks``, ``rule`` (how the one-run audit's choices are made, see
+    :mod:`dpaudit.audit.selection`), ``confidence`` and ``n_references`` come from the evaluation plan fixed in
+    the manifest (:mod:`dpaudit.eval_plan`) when left None; a value that departs from it is refused unless
+    ``off_plan``. Exposure ranks over the whole space when it has at most ``enumerate_limit`` secrets (None:
+    whenever the token trie fits its budget, :func:`dpaudit.scoring.enumerate_whole_space`; 0: never), else
+    over ``n_references`` sampled ones. ``base_metrics`` also measures the task metrics of the model before
+    fine-tuning (zero-shot for a pretrained LM), the reference a fine-tuning gain is read against."""
     return evaluate_checkpoint(checkpoint.load(ckpt_dir), attacks=attacks, n_references=n_references,
                                confidence=confidence, batch_size=batch_size, command=command, progress=progress,
                                rule=rule, reference=reference, enumerate_limit=enumerate_limit,
-                               base_metrics=base_metrics, framing=framing)
+                               base_metrics=base_metrics, framing=framing, off_plan=off_plan)
 
 
-def evaluate_checkpoint(ck: checkpoint.Checkpoint, attacks=options.ATTACKS, n_references: int = 2000,
-                        confidence: float = 0.95, batch_size: int = 64, command: str | None = None,
-                        progress: bool = True, rule: str = "bonferroni", reference=None, enumerate_limit: int = 0,
-                        base_metrics: bool = False, framing: str = "auto") -> dict:
+def evaluate_checkpoint(ck: checkpoint.Checkpoint, attacks=None, n_references: int | None = None,
+                        confidence: float | None = None, batch_size: int = 64, command: str | None = None,
+                        progress: bool = True, rule: str | None = None, reference=None, enumerate_limit: int | None = None,
+                        base_metrics: bool = False, framing: str = "auto", off_plan: bool = False) -> dict:
     """:func:`evaluate` of a loaded checkpoint (a folder, or a model held as objects: dpaudit.api.evaluate)."""
+    if attacks is not None:
+        attacks = _check_choices(attacks, rule or "bonferroni")
+    used, plan_entry = eval_plan.resolve(ck.manifest.plan.evaluation, off_plan, attacks=attacks, rule=rule,
+                                         confidence=confidence, n_references=n_references)
+    attacks, rule, confidence, n_references = (used["attacks"], used["rule"], used["confidence"],
+                                               used["n_references"])
     attacks = _check_choices(attacks, rule)
     if not 0.5 <= confidence < 1:
         raise DpauditError(f"confidence must be in [0.5, 1), got {confidence}")
@@ -61,8 +69,14 @@ def evaluate_checkpoint(ck: checkpoint.Checkpoint, attacks=options.ATTACKS, n_re
                            n_references=n_references, enumerate_limit=enumerate_limit, progress=progress,
                            framing=framing)
     t_attacks = time.time() - t0 - t_load - t_metrics
-    report = build_report(ck, acct, metrics, scored, scoring.whitebox(ck.path), confidence, rule)
+    report = build_report(ck, acct, metrics, scored, scoring.whitebox(ck.path, ck.card.to_dict()["mechanism"]), confidence,
+                          rule)
     report["canary_plan"]["framing"] = framing
+    report["audit_plan"] = plan_entry
+    if plan_entry["status"] == "off-plan":
+        report["verdict"] = {**report["verdict"], "off_plan": True,
+                             "reason": "EXPLORATORY, off the evaluation plan fixed before training ("
+                                       + "; ".join(plan_entry["departures"]) + "): " + report["verdict"]["reason"]}
     report["reproducibility"]["command"] = command
     report["timings"] = {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks,
                          "total_s": time.time() - t0}
@@ -113,7 +127,8 @@ def audit_plan(card, man, confidence: float, rule: str) -> tuple[families.Plan, 
     deltas = ((("claimed", group_delta(card, reps)),) if card.is_private else ()) + (("zero", 0.0),)
     k_pos, k_neg = man.plan.guesses
     plan = families.Plan(signs, k_pos, k_neg, reps, deltas, confidence, rule, man.plan.seed,
-                         whitebox_delta=card.claim.delta if card.is_private else 0.0)
+                         whitebox_delta=card.claim.delta if card.is_private else 0.0,
+                         claim_profile=claim_profile(card))
     return plan, record_reps
 
 
@@ -130,7 +145,8 @@ def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, wh
                  confidence: float, rule: str) -> dict:
     """The report dict from the pipeline's results (audit and verdict computed here, nothing mutated)."""
     card, man = ck.card, ck.manifest
-    plan, record_reps = audit_plan(card, man, confidence, rule)
+    n_families = 2 if record_claim(card) else 1  # every test that can trigger a verdict shares one correction
+    plan, record_reps = audit_plan(card, man, families.per_family(confidence, n_families), rule)
     expo = _exposure(man, scored.exposure, card, plan) if scored.exposure is not None else {}
     scores = per_audit_unit(man, scored.scores)
     attack_rows = families.attack_rows(scores, plan.signs, whitebox)
@@ -139,7 +155,8 @@ def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, wh
     best = families.best(empirical, primary)
     record_rows = _record_level(card, man, scores, plan, record_reps)
     verdict = judge(card, acct, best, families.ceiling(empirical, primary),
-                    families.best(record_rows, "record_claim") if record_rows else None)
+                    families.best(record_rows, "record_claim") if record_rows else None,
+                    families.curve_rejection(empirical))
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "evaluation",
@@ -150,6 +167,9 @@ def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, wh
         "accounting": acct,
         "empirical": empirical + record_rows,
         "empirical_best": best,
+        "family_wise": {"confidence": confidence, "families": n_families,
+                        "per_family_confidence": plan.confidence},
+        "audit_limits": families.limits(empirical, card.claim.epsilon_value) if card.is_private else [],
         "threshold_rule": rule,
         "notes": list(scored.notes),
         "attacks": attack_rows,
@@ -185,15 +205,21 @@ def _exposure(man, exposure: scoring.ExposureScores, card, plan: families.Plan) 
                 for c in man.canaries]
     return families.exposure_report(canaries, exposure.canary_bits, exposure.reference_bits, man.signs(),
                                     man.plan.space_size, exposure.enumerated, group_delta(card, plan.group_size),
-                                    plan.confidence, plan.group_size)
+                                    plan.confidence, plan.group_size, exposure.suffix_scored)
 
 
 def _record_level(card, man, scores: dict, plan: families.Plan, record_reps: int) -> list[dict]:
     """Group privacy also claims a record-level guarantee: audit it too. A canary user's records share one
     coin, so each audit unit is a group of (records per user x repetitions) records; the bound is divided
     by that group size and uses the group's delta under the record-level claim."""
-    rl = (card.extra or {}).get("record_level") if card.is_private else None
-    if not rl or card.claim.unit != "user":
+    rl = record_claim(card)
+    if not rl:
         return []
     g = record_reps * man.plan.records_per_user
     return families.record_level_rows(scores, plan, g, lemma_delta(rl["epsilon"], rl["delta"], g))
+
+
+def record_claim(card) -> dict | None:
+    """Group privacy's second claim (record level, ``extra.record_level``) of a user-level card, else None."""
+    rl = (card.extra or {}).get("record_level") if card.is_private else None
+    return rl if rl and card.claim.unit == "user" else None

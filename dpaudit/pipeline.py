@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dpaudit import canaries, config, report
+from dpaudit import canaries, config, eval_plan, report
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import registry
 from dpaudit.trainers import dp_adam, dp_frost, lmo_dp, pmixed, user_dp
@@ -23,7 +23,9 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
         only: tuple[str, ...] = ()) -> dict:
     cfg = config.load(cfg_path, only)  # fails before any work on bad input
     data = registry.load_data(dataclasses.asdict(cfg.task))
-    manifest = canaries.generate(cfg.canaries)
+    ev = cfg.evaluate  # the evaluation plan is fixed with the canaries, before any training
+    manifest = canaries.generate(dataclasses.replace(cfg.canaries, evaluation=eval_plan.planned(
+        ev.attacks, ev.rule, ev.confidence, ev.n_references)))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     reports = {}

@@ -124,6 +124,11 @@ def check(r: dict, p: Policy) -> list[str]:
             if worst["exposure"] > p.max_exposure:
                 fails.append(f"{name}: canary {worst['id']} has exposure {worst['exposure']:.2f} bits, above "
                              f"the ceiling {p.max_exposure}")
+    plan = r.get("audit_plan") or {}
+    if plan.get("status") == "off-plan":
+        fails.append(f"{name}: the evaluation departs from the plan fixed before training "
+                     f"({'; '.join(plan.get('departures', []))}): exploratory, not a gate result; re-evaluate "
+                     "without --off-plan")
     if p.allowed_verdicts and r["verdict"]["status"] not in p.allowed_verdicts:
         fails.append(f"{name}: verdict '{r['verdict']['status']}' is not allowed ({r['verdict']['reason']})")
     return fails
@@ -140,7 +145,8 @@ def empirical_check(r: dict, claim: float) -> dict:
     """The report's empirical check, re-derived from its rows (reports written before it was recorded too)."""
     rows = [e for e in r["empirical"] if e["delta_kind"] == "claimed"]
     best = max(rows, key=lambda e: e["epsilon_lb"]) if rows else None
-    return verdict.empirical(claim, best, max((e["ceiling"] for e in rows), default=0.0))
+    curve = next((e for e in rows if e.get("claim_curve_rejected")), None)
+    return verdict.empirical(claim, best, max((e["ceiling"] for e in rows), default=0.0), curve)
 
 
 def _accounting(name: str, r: dict, claim: float, p: Policy) -> list[str]:

@@ -105,3 +105,22 @@ def lemma_delta(epsilon: float, delta: float, group_size: int) -> float:
     """The delta an (epsilon, delta) guarantee gives a group of ``group_size`` units (group privacy lemma),
     capped below 1 so that an audit at it stays defined."""
     return float(min(0.999, group.lemma(epsilon, delta, group_size)[1]))
+
+
+def claim_profile(card, points: int = 400) -> tuple | None:
+    """The card's mechanism as a privacy profile (eps_j, delta_j), delta_j from dp_accounting's pessimistic PLD
+    on a grid up to 3 x the claimed epsilon (+ 4), for the f-DP test of the card's whole trade-off curve
+    (:func:`dpaudit.audit.fdp.rejects_profile`). None where that curve is not the audit unit's: no claim, group
+    privacy (group_size > 1), a sampler or noise the PLD does not model, replace-one neighbours."""
+    if not card.is_private or card.group_size > 1 or card.claim.neighbouring != "add_remove":
+        return None
+    events = card.events
+    if not events or any(not isinstance(e, accounting.SubsampledGaussian) or e.sampler != "poisson"
+                         or not e.noise_multiplier for e in events):
+        return None
+    import numpy as np
+
+    from dpaudit.accounting import dpa_pld
+
+    eps = np.linspace(0.0, 3.0 * card.claim.epsilon_value + 4.0, points)
+    return eps, dpa_pld.privacy_profile(events, eps)

@@ -54,17 +54,70 @@ def privacy_rows(r: dict) -> list[str]:
     for name, why in (r["accounting"].get("not_applicable") or {}).items():
         rows.append(f"| re-accounted ε ({name}) | — | not applicable: {why} |")
     for e in r["empirical"]:
-        kind = "record-level claim" if e["delta_kind"] == "record_claim" else f"δ {e['delta_kind']}"
+        kind = {"record_claim": "record-level claim", "claimed": "δ claimed"}.get(e["delta_kind"], "δ = 0")
+        if e["delta_kind"] == "zero" and c["private"]:
+            kind = "δ = 0: a pure-DP bound, not comparable with the (ε, δ) claim and not in the verdict"
         rows.append(f"| empirical ε lower bound (one-run, {e['attack']}, {kind}) | "
                     f"{e['epsilon_lb']:.2f} | {e['family_confidence']:.0%} confidence (Bonferroni over "
                     f"{e['bonferroni_tests']}), ceiling {e['ceiling']:.2f}, {e['v']}/{e['r']} guesses correct "
-                    f"of m = {e['m']}, δ = {e['delta']:.3g}, group size {e['group_size']} |")
+                    f"of m = {e['m']}, δ = {e['delta']:.3g}, group size {e['group_size']}{_analysis_note(e)} |")
     ex = (r.get("exposure") or {}).get("epsilon_lb")
     if ex:
-        rows.append(f"| empirical ε lower bound (exposure ≥ {ex['threshold_bits']:.2f} bits) | {ex['value']:.2f} | "
-                    f"{ex['confidence']:.0%} confidence, ceiling {ex['ceiling']:.2f}, δ = {ex['delta']:.3g}, "
-                    f"group size {ex['group_size']} |")
+        rows.append(f"| ε estimate from exposure ≥ {ex['threshold_bits']:.2f} bits (not a bound) | {ex['value']:.2f} | "
+                    f"Clopper–Pearson at {ex['confidence']:.0%} over the canaries of one run, as if they were "
+                    f"independent trials, which they are not: an estimate, never in the verdict; δ = "
+                    f"{ex['delta']:.3g}, group size {ex['group_size']} |")
+    fw = r.get("family_wise")
+    if fw and fw["families"] > 1:
+        rows.append(f"| one correction over every test that can trigger a verdict | — | {fw['families']} families "
+                    f"at {fw['per_family_confidence']:.1%} each: {fw['confidence']:.0%} together |")
     return rows
+
+
+def _analysis_note(e: dict) -> str:
+    """What else the same guesses say (reports written before the f-DP analysis have none of it)."""
+    if "analysis" not in e:
+        return "; Steinke et al. analysis"
+    out = [f"; {e['analysis']}, (ε, δ) trade-off (assumption-free); Steinke et al. on the same guesses "
+           f"{e['steinke_epsilon_lb']:.2f}"]
+    if e.get("statistic"):
+        out.append(f"; statistic: {'per-step likelihood ratio' if e['statistic'] == 'likelihood_ratio' else 'sum of projections'}")
+    if e.get("gdp_epsilon_estimate") is not None:
+        out.append(f"; Gaussian trade-off reading μ ≥ {e['gdp_mu_lb']:.2f}, ε ≈ {e['gdp_epsilon_estimate']:.2f} "
+                   "(an estimate: assumes a Gaussian curve)")
+    if e.get("claim_curve_rejected") is not None:
+        out.append("; the card's whole trade-off curve: " + ("**rejected**" if e["claim_curve_rejected"] else "not rejected"))
+    return "".join(out)
+
+
+def limit_lines(r: dict) -> list[str]:
+    """How close each test of the claim came to the best possible one-run audit with the same canaries."""
+    L = []
+    for x in r.get("audit_limits") or []:
+        frac = f"{x['fraction']:.0%}" if x.get("fraction") is not None else "—"
+        gdp = (f"; Gaussian reading {x['reached_gdp_epsilon_estimate']:.2f} of {x['gdp_epsilon_estimate']:.2f} "
+               f"({x['fraction_gdp']:.0%})" if x.get("fraction_gdp") is not None else "")
+        L.append(f"- {x['attack']}: reaches {x['reached_epsilon_lb']:.2f} of the {x['epsilon_lb']:.2f} that the best "
+                 f"possible one-run audit with these {x['m']} canaries and {x['k_pos']} + {x['k_neg']} guesses shows "
+                 f"about a mechanism of exactly the claimed ε = {x['epsilon']:.3g} (μ = {x['mu']:.3f} GDP, median "
+                 f"of {x['simulations']} simulated audits) — {frac}{gdp}.")
+    return L
+
+
+def plan_lines(r: dict) -> list[str]:
+    """Whether the evaluation followed the plan fixed in the manifest before training (dpaudit/eval_plan.py)."""
+    p = r.get("audit_plan")
+    if not p:
+        return []
+    u = p["used"]
+    used = (f"attacks {', '.join(u['attacks'])}; rule {u['rule']}; confidence {u['confidence']:g}; "
+            f"{u['n_references']} reference secrets")
+    if p["status"] == "as planned":
+        return [f"- Evaluation plan: as fixed in canaries.json before training ({used})."]
+    if p["status"] == "off-plan":
+        return [f"- **Exploratory: off the evaluation plan** fixed before training ({'; '.join(p['departures'])}); "
+                "`dpaudit check` fails this report."]
+    return [f"- Evaluation plan: none in the manifest; these choices were made at evaluation time ({used})."]
 
 
 def check_lines(v: dict) -> list[str]:
@@ -85,11 +138,22 @@ def check_lines(v: dict) -> list[str]:
 def attack_rows(r: dict) -> list[str]:
     rows = ["| attack | AUC | AUC 95% interval | TPR @ 0.1% FPR | TPR @ 1% FPR | one-run ε lb |",
             "|---|---|---|---|---|---|"]
+    coarse = set()
     for name, a in r["attacks"].items():
         lb = [e["epsilon_lb"] for e in r["empirical"] if e["attack"] == name
               and e["delta_kind"] == ("claimed" if r["claim"]["private"] else "zero")]
+        n_out = a.get("n_nonmembers") or 0
+        cells = []
+        for key, fpr in (("tpr_at_0_1_fpr", 1e-3), ("tpr_at_1_fpr", 1e-2)):
+            mark = "†" if n_out and 1.0 / n_out > fpr else ""
+            if mark:
+                coarse.add(n_out)
+            cells.append(f"{a[key]:.3f}{mark}")
         rows.append(f"| {name} | {a['auc']:.3f} | [{a['auc_ci'][0]:.3f}, {a['auc_ci'][1]:.3f}] | "
-                    f"{a['tpr_at_0_1_fpr']:.3f} | {a['tpr_at_1_fpr']:.3f} | {lb[0]:.2f} |")
+                    f"{cells[0]} | {cells[1]} | {lb[0] if lb else 0.0:.2f} |")
+    for n in sorted(coarse):
+        rows.append(f"\n† {n} held-out canaries resolve no FPR below 1/{n} = {1 / n:.2%}: a TPR at a smaller FPR is "
+                    "the TPR at zero false positives.")
     return rows
 
 
@@ -138,10 +202,13 @@ def training_lines(tr: dict | None) -> list[str]:
 def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     v = r["verdict"]
     L = [f"# dpaudit report: {r['checkpoint'].get('variant') or r['checkpoint']['path']}", "",
-         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", *check_lines(v), "", "## Privacy", "",
+         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", *check_lines(v), *plan_lines(r), "", "## Privacy", "",
          "| quantity | ε | details |", "|---|---|---|", *privacy_rows(r), ""]
     for f in r["accounting"].get("findings", []):
         L.append(f"- Finding: {f}")
+    lim = limit_lines(r)
+    if lim:
+        L += ["", "What these canaries could show at best (the audit's own limit, not the claim's):", "", *lim]
     L += ["", "## Training", "", *training_lines(r["reproducibility"].get("train_result"))]
     L += ["", "## Task metrics", ""]
     if r["metrics"]:
@@ -164,7 +231,11 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     L += [f"- Note: {n}" for n in r.get("notes", [])] + ([""] if r.get("notes") else [])
     if r["exposure"]:
         ex = r["exposure"]
-        L.append(f"Exposure: mean {ex['mean_inserted']:.2f} bits for inserted canaries vs "
+        how = ("ranked over the whole space by a token trie (log P(secret | prefix); the suffix is not scored)"
+               if ex.get("enumerated") and ex.get("suffix_scored") is False else
+               "ranked over the whole space" if ex.get("enumerated") else
+               f"ranked among {ex['n_references']} sampled reference secrets")
+        L.append(f"Exposure ({how}): mean {ex['mean_inserted']:.2f} bits for inserted canaries vs "
                  f"{ex['mean_held_out']:.2f} held out; {ex['rank1_inserted']} inserted canaries rank first among "
                  f"{ex['n_references']} reference secrets (max {ex['max_rank_exposure']:.2f} bits by ranks, "
                  f"log2|R| = {ex['max_exposure']:.2f}); skew-normal extrapolation gives "

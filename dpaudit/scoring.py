@@ -22,6 +22,20 @@ class ExposureScores:
     canary_bits: np.ndarray  # log-perplexity (bits) of each canary's secret
     reference_bits: np.ndarray  # of each reference secret
     enumerated: bool  # the references are the whole randomness space (minus the canaries)
+    suffix_scored: bool = True  # False: log P(secret tokens | prefix) only (the token trie over the whole space)
+
+
+TRIE_SPACE_LIMIT = 10 ** 6  # ``enumerate_limit=None``: spaces up to this size are enumerated exactly by the trie ...
+TRIE_BUDGET = 2e13  # ... when (space / alphabet) forward passes x parameters stays under this (SmolLM2-135M at 10^6)
+
+
+def enumerate_whole_space(plan, model, enumerate_limit: int | None) -> bool:
+    """Whether exposure ranks over the whole space: ``enumerate_limit`` secrets at most, or, when None, the
+    space fits :data:`TRIE_SPACE_LIMIT` and the trie's cost estimate :data:`TRIE_BUDGET`."""
+    if enumerate_limit is not None:
+        return 0 < plan.space_size <= enumerate_limit
+    params = sum(p.numel() for p in model.parameters())
+    return plan.space_size <= TRIE_SPACE_LIMIT and plan.space_size / len(plan.alphabet) * params <= TRIE_BUDGET
 
 
 @dataclass(frozen=True)
@@ -138,35 +152,46 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
     from dpaudit.attacks import exposure as exposure_attack
 
     p = man.plan
-    enumerate_all = 0 < p.space_size <= enumerate_limit
-    if enumerate_all:
-        taken = {c.secret for c in man.canaries}
-        refs = [s for s in exposure_attack.enumerate_space(p.alphabet, p.length) if s not in taken]
-    else:
-        refs = man.reference_secrets(n_references)
+    if enumerate_whole_space(p, model, enumerate_limit):
+        from dpaudit.attacks import exposure_trie
+
+        space = list(exposure_attack.enumerate_space(p.alphabet, p.length))
+        bar = tqdm(desc="exposure: token trie over the whole space", unit=" nodes", disable=not progress, leave=False)
+        bits = exposure_trie.log_probs(model, tok, p.prefix, space, p.suffix, 4 * batch_size, framing=framing,
+                                       progress=bar.update)
+        bar.close()
+        index = {s: i for i, s in enumerate(space)}
+        can = np.array([index[c.secret] for c in man.canaries])
+        others = np.ones(len(space), dtype=bool)
+        others[can] = False
+        return ExposureScores(bits[can], bits[others], True, suffix_scored=False)
+    refs = man.reference_secrets(n_references)
     bar = tqdm(total=len(refs) + n_canaries, desc="exposure", disable=not progress, leave=False)
     px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
                                               4 * batch_size, progress=bar.update, framing=framing)
     px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, 4 * batch_size,
                                               progress=bar.update, framing=framing)
     bar.close()
-    return ExposureScores(np.asarray(px_can), np.asarray(px_ref), enumerate_all)
+    return ExposureScores(np.asarray(px_can), np.asarray(px_ref), False)
 
 
-def whitebox(path: Path | None) -> list[dict] | None:
+def whitebox(path: Path | None, mechanism: dict | None = None) -> list[dict] | None:
     """The white-box gradient canary sets a trainer recorded beside the checkpoint (None when there are none):
     ``gradient_canaries.json`` (audited as ``whitebox_gradient``) and any ``gradient_canaries_<kind>.json``
-    (``whitebox_gradient_<kind>``), each with its ``name``."""
+    (``whitebox_gradient_<kind>``), each with its ``name``. ``scores`` is the statistic
+    :func:`dpaudit.audit.whitebox_lr.choose` fixes from the record and the card's ``mechanism`` (the per-step
+    likelihood ratio when it can, else the sum), named in ``statistic``; the sum stays in ``sum_scores``."""
     if path is None:
         return None
     first = Path(path) / "gradient_canaries.json"
     files = ([first] if first.exists() else []) + sorted(Path(path).glob("gradient_canaries_*.json"))
-    out = [{**_read_whitebox(f), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
+    out = [{**_read_whitebox(f, mechanism), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
            for f in files]
     return out or None
 
 
-def _read_whitebox(f: Path) -> dict:
+def _read_whitebox(f: Path, mechanism: dict | None = None) -> dict:
+    from dpaudit.audit import whitebox_lr
     from dpaudit.io import read_json
 
     d = read_json(f, "gradient canary record", "")
@@ -176,4 +201,24 @@ def _read_whitebox(f: Path) -> dict:
         raise DpauditError(f"{f}: needs 'signs' (+1/-1) and 'scores' lists of equal length") from None
     if signs.size != scores.size or signs.size < 2:
         raise DpauditError(f"{f}: 'signs' and 'scores' must have the same length >= 2")
-    return {**d, "signs": signs, "scores": scores}
+    d = {**d, "signs": signs, "scores": scores}
+    if d.get("steps_file"):
+        d["steps_array"] = _read_steps(f.parent / d["steps_file"], signs.size, scores)
+    chosen, stat, params = whitebox_lr.scores(d, mechanism)
+    d.pop("steps_array", None)
+    return {**d, "scores": chosen, "sum_scores": scores, "statistic": stat, "statistic_params": params}
+
+
+def _read_steps(f: Path, m: int, sums: np.ndarray) -> np.ndarray:
+    """The (steps, m) per-step projections; they must add up to the recorded sums."""
+    try:
+        a = np.load(f, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DpauditError(f"{f}: cannot read the per-step canary projections ({e}); restore the file or drop "
+                           "'steps_file' from the record") from None
+    if a.ndim != 2 or a.shape[1] != m or not np.isfinite(a).all():
+        raise DpauditError(f"{f}: per-step projections must be a finite (steps, {m}) array, got shape {a.shape}")
+    if not np.allclose(a.astype(np.float64).sum(axis=0), sums, rtol=1e-3, atol=1e-3 * max(1, a.shape[0]) ** 0.5):
+        raise DpauditError(f"{f}: the per-step projections do not add up to the record's scores; the two files "
+                           "come from different runs")
+    return a

@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 
-def empirical(claimed: float, best: dict | None, ceiling: float) -> dict:
-    """The empirical check of a claim (``claimed`` = inf for a model without one)."""
+def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | None = None) -> dict:
+    """The empirical check of a claim (``claimed`` = inf for a model without one). ``curve`` is a test row whose
+    guesses reject the card's whole trade-off curve (f-DP, :mod:`dpaudit.audit.fdp`): an eps bound above the
+    claim implies that rejection, so either one is the same test and needs no further correction."""
     lb = best["epsilon_lb"] if best else 0.0
     conf = best["family_confidence"] if best else None
     base = {"epsilon_lb": lb, "ceiling": ceiling, "confidence": conf}
@@ -23,6 +25,11 @@ def empirical(claimed: float, best: dict | None, ceiling: float) -> dict:
         return {"status": "violated", **base,
                 "reason": f"empirical lower bound {lb:.3g} ({best.get('attack', 'audit')}) exceeds the claimed epsilon "
                           f"{claimed:.3g} at {conf:.0%} confidence"}
+    if curve is not None:
+        return {"status": "violated", **base,
+                "reason": f"the guesses of {curve.get('attack', 'the audit')} ({curve['v']} of {curve['r']} right) reject "
+                          f"the privacy card's mechanism: its whole trade-off curve (f-DP), of which the claimed "
+                          f"epsilon {claimed:.3g} is one point, at {curve['family_confidence']:.0%} confidence"}
     if best is None or ceiling <= 0.0:
         return {"status": "no-power", **base,
                 "reason": "the audit could give no bound at all: with these canaries even perfect guesses prove "
@@ -37,13 +44,14 @@ def empirical(claimed: float, best: dict | None, ceiling: float) -> dict:
                       f"{lb:.3g} at {conf:.0%} confidence: the claim survived a test able to refute it"}
 
 
-def judge(card, acct: dict, best: dict | None, ceiling: float | None = None, record_best: dict | None = None) -> dict:
+def judge(card, acct: dict, best: dict | None, ceiling: float | None = None, record_best: dict | None = None,
+          curve: dict | None = None) -> dict:
     """The headline verdict, its reason, and both checks. ``ceiling`` is the largest bound any of the audit's
     tests could have given; ``record_best`` the best bound of the record-level family (group privacy's second
-    claim)."""
+    claim); ``curve`` a test row that rejects the card's trade-off curve."""
     if ceiling is None:
         ceiling = best["ceiling"] if best else 0.0
-    emp = empirical(card.claim.epsilon_value, best, ceiling)
+    emp = empirical(card.claim.epsilon_value, best, ceiling, curve if card.is_private else None)
     accounting = {k: acct.get(k) for k in ("status", "reason")} | {"lower": acct.get("lower_epsilon"),
                                                                     "upper": acct.get("certified_epsilon")}
     checks = {"accounting": accounting, "empirical": emp}

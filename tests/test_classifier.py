@@ -158,7 +158,7 @@ def test_only_lm_attacks_on_a_classifier_is_a_clear_error(clf_run):
     from dpaudit.evaluate import evaluate
 
     with pytest.raises(DpauditError, match="need a causal LM"):
-        evaluate(clf_run / "dp" / "checkpoint", attacks=["zlib", "exposure"], progress=False)
+        evaluate(clf_run / "dp" / "checkpoint", attacks=["zlib", "exposure"], progress=False, off_plan=True)
 
 
 def test_lora_classifier_checkpoint_reloads_with_its_trained_head(clf_run):

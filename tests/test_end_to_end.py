@@ -3,13 +3,14 @@ come from the run (recomputed here from the saved scores, card and checkpoint)."
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
 from dpaudit import accounting
-from dpaudit.audit import one_run
+from dpaudit.audit import fdp, one_run
 from dpaudit.card import load_card
 from dpaudit.cli import main
 
@@ -44,7 +45,9 @@ def test_numbers_come_from_the_run(run_dir):
             assert a["auc"] == pytest.approx(roc_auc_score(s > 0, a["scores"]))
         for e in r["empirical"]:
             lb = one_run.epsilon_lower_bound(e["m"], e["r"], e["v"], e["delta"], e["confidence"]) / e["group_size"]
-            assert e["epsilon_lb"] == pytest.approx(lb)
+            assert e["steinke_epsilon_lb"] == pytest.approx(lb)
+            f = fdp.approx_dp_epsilon_lower_bound(e["m"], e["r"], e["v"], e["delta"], e["confidence"]) / e["group_size"]
+            assert e["epsilon_lb"] == pytest.approx(f) and abs(f - lb) < 0.06
             if e["attack"] == "whitebox_gradient":
                 assert e["k_pos"] == e["k_neg"] == e["m"] // 4
             else:
@@ -106,7 +109,8 @@ def test_base_metrics_measure_the_model_before_fine_tuning(run_dir, tmp_path):
 
     out = tmp_path / "base"
     ck_dir = run_dir / "non-private" / "checkpoint"
-    assert main(["evaluate", str(ck_dir), "--out", str(out), "--attacks", "loss", "--base-metrics", "--quiet"]) == 0
+    assert main(["evaluate", str(ck_dir), "--out", str(out), "--attacks", "loss", "--off-plan", "--base-metrics",
+                 "--quiet"]) == 0
     r = json.loads((out / "report.json").read_text())
     ck = checkpoint.load(ck_dir)
     start, tok = models.build(models.ModelSpec(**ck.run["model"]))
@@ -117,3 +121,23 @@ def test_base_metrics_measure_the_model_before_fine_tuning(run_dir, tmp_path):
     assert r["metrics"]["accuracy"] == _report(run_dir, "non-private")["metrics"]["accuracy"]
     assert "before fine-tuning" in (out / "REPORT.md").read_text()
     assert "base_model" not in _report(run_dir, "non-private")["metrics"]  # off by default
+
+
+def test_evaluation_follows_the_plan_fixed_before_training(run_dir, tmp_path, capsys):
+    ck = run_dir / "dp" / "checkpoint"
+    plan = json.loads((ck / "canaries.json").read_text())["audit_plan"]["evaluation"]
+    r = _report(run_dir, "dp")
+    assert r["audit_plan"]["status"] == "as planned" and r["audit_plan"]["used"] == plan
+    # a setting that departs from the plan is refused in one line, writing nothing
+    assert main(["evaluate", str(ck), "--out", str(tmp_path / "x"), "--confidence", "0.8", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--confidence" in err and "--off-plan" in err and not (tmp_path / "x").exists()
+    # allowed with --off-plan: marked exploratory, and the CI gate fails it
+    assert main(["evaluate", str(ck), "--out", str(tmp_path / "y"), "--confidence", "0.8", "--off-plan",
+                 "--quiet"]) == 0
+    y = json.loads((tmp_path / "y" / "report.json").read_text())
+    assert y["audit_plan"]["status"] == "off-plan" and y["verdict"]["reason"].startswith("EXPLORATORY")
+    assert "Exploratory: off the evaluation plan" in (tmp_path / "y" / "REPORT.md").read_text()
+    policy = Path(__file__).resolve().parents[1] / "configs" / "policy.toml"
+    assert main(["check", str(tmp_path / "y" / "report.json"), "--policy", str(policy)]) == 1
+    assert "departs from the plan" in capsys.readouterr().out

@@ -71,7 +71,7 @@ def _save(folder, model, tok, manifest, card):
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("external")
     tok = public_bpe_tokenizer(512)
-    manifest = api.new_canaries(m=200, repetitions=1, seed=11)
+    manifest = api.new_canaries(m=200, repetitions=1, seed=11, n_references=300)
     data = _tensors(tok, _data(manifest)["text"])
 
     # DP: Opacus picks sigma for epsilon = 1 over 6 epochs; Poisson sampling through its DPDataLoader
@@ -164,7 +164,7 @@ def test_canaries_are_scored_as_the_model_saw_them(trained, tmp_path):
     auc = {}
     for framing in ("tokenizer", "bos_eos"):
         out = tmp_path / framing
-        assert main(["evaluate", str(root / "np"), "--out", str(out), "--attacks", "loss", "--canary-framing", framing,
+        assert main(["evaluate", str(root / "np"), "--out", str(out), "--attacks", "loss", "--off-plan", "--canary-framing", framing,
                      "--quiet"]) == 0
         r = json.loads((out / "report.json").read_text())
         assert r["canary_plan"]["framing"] == framing
@@ -200,6 +200,6 @@ def test_python_evaluate_on_objects(trained):
     from dpaudit.tasks.models import load_dir
 
     model, tok = load_dir(root / "dp")
-    r = api.evaluate(model, tok, card, manifest, attacks=("loss", "zlib"), n_references=50)
+    r = api.evaluate(model, tok, card, manifest, attacks=("loss", "zlib"), n_references=50, off_plan=True)
     assert r["verdict"]["status"] == "consistent" and r["checkpoint"]["path"] is None
     assert len(r["checkpoint"]["hash"]) == 16

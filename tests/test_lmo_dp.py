@@ -75,7 +75,7 @@ def test_evaluator_audits_each_canary_set_separately(tmp_path):
     from dpaudit.evaluate import evaluate
 
     cfg, ck = _fit(tmp_path, "target_epsilon = 3.0\n")
-    r = evaluate(ck.path, n_references=20, attacks=["loss"], progress=False)
+    r = evaluate(ck.path, n_references=20, attacks=["loss"], progress=False)  # canaries.generate: no plan
     names = {e["attack"] for e in r["empirical"]}
     assert {"whitebox_gradient", "whitebox_gradient_dense"} <= names
     assert r["attacks"]["whitebox_gradient_dense"]["kind"] == "dense"

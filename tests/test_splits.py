@@ -83,6 +83,6 @@ target_epsilon = inf
     assert "validation accuracy" in (out / "REPORT.md").read_text()
     assert "the test split was not used" in (out / "np" / "report" / "REPORT.md").read_text()
     # evaluate re-loads the same validation split from run.json (the fingerprint check would fail otherwise)
-    assert main(["evaluate", str(out / "np" / "checkpoint"), "--out", str(tmp_path / "ev"), "--attacks", "loss",
+    assert main(["evaluate", str(out / "np" / "checkpoint"), "--out", str(tmp_path / "ev"), "--attacks", "loss", "--off-plan",
                  "--quiet"]) == 0
     assert json.loads((tmp_path / "ev" / "report.json").read_text())["metrics"]["accuracy"] == r["metrics"]["accuracy"]

@@ -224,5 +224,9 @@ def test_group_privacy_record_level_audit(user_run):
     assert rows and all(e["group_size"] == 2 * 2 for e in rows)  # records_per_user x repetitions
     card = json.loads((user_run / "group" / "checkpoint" / "privacy_card.json").read_text())
     assert all(e["epsilon_lb"] <= card["extra"]["record_level"]["epsilon"] for e in rows)
+    # two families can each trigger a verdict (user level, record level): one correction over both
+    assert gp["family_wise"] == {"confidence": 0.95, "families": 2, "per_family_confidence": pytest.approx(0.975)}
+    assert all(e["family_confidence"] == pytest.approx(0.975) for e in gp["empirical"])
     ud = _rep(user_run, "user-dp")
     assert not [e for e in ud["empirical"] if e["delta_kind"] == "record_claim"]  # user-wise claims no record level
+    assert ud["family_wise"]["families"] == 1 and ud["family_wise"]["per_family_confidence"] == 0.95

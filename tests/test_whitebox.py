@@ -11,7 +11,7 @@ from dpaudit.canaries import CanaryPlan, generate
 from dpaudit.card import Claim, PrivacyCard
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import sentiment
-from dpaudit.trainers import engine, mechanism
+from dpaudit.trainers import engine, fit, mechanism
 
 
 def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_path, name):
@@ -29,8 +29,7 @@ def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_pa
     man = generate(CanaryPlan(m=20, repetitions=1))
     card = PrivacyCard(claim=Claim(epsilon=res.epsilon if res.private else None, delta=1e-5 if res.private else 0.0),
                        events=res.events, clipping_norm=1.0, expected_batch_size=12, dataset_size=len(recs))
-    ck = checkpoint.write(tmp_path / name, model, tok, card, man, {}, extra_files={"gradient_canaries.json":
-                                                                                    res.gradient_canaries})
+    ck = checkpoint.write(tmp_path / name, model, tok, card, man, {}, extra_files=fit.canary_files(res))
     return ck, res
 
 
@@ -39,6 +38,7 @@ def test_whitebox_catches_too_little_noise(tiny_model_factory, tmp_path):
     r = evaluate(ck, attacks=["loss"], progress=False)
     wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
     assert wb["epsilon_lb"] > 1.0
+    assert wb["statistic"] == "likelihood_ratio" and wb["claim_curve_rejected"] is True
     assert r["verdict"]["status"] == "violated"
     report.write(r, tmp_path / "rep")
     assert json.loads((tmp_path / "rep" / "report.json").read_text())["verdict"]["status"] == "violated"
@@ -49,7 +49,12 @@ def test_whitebox_honest_noise_passes(tiny_model_factory, tmp_path):
     r = evaluate(ck, attacks=["loss"], progress=False)
     wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
     assert wb["epsilon_lb"] <= 1.0
+    assert wb["statistic"] == "likelihood_ratio" and wb["claim_curve_rejected"] is False
     assert r["verdict"]["status"] == "consistent"
+    steps = np.load(ck / "gradient_canaries.steps.npy")  # one row per applied update, adding up to the sums
+    gc = json.loads((ck / "gradient_canaries.json").read_text())
+    assert steps.shape == (gc["steps"], 1000) == (r["mechanism"]["events"][0]["steps"], 1000)
+    np.testing.assert_allclose(steps.astype(float).sum(axis=0), gc["scores"], rtol=1e-4, atol=1e-3)
 
 
 def test_whitebox_no_noise_reaches_ceiling(tiny_model_factory, tmp_path):

@@ -56,8 +56,32 @@ def run_record(cfg, variant, eng, res, data, trainer: dict, data_counts: dict) -
 
 def write(out: Path, model, tok, card, manifest, run: dict, res, tc, base) -> Path:
     """The checkpoint directory; a LoRA adapter keeps its base, white-box canaries their record."""
-    extra = {"gradient_canaries.json": res.gradient_canaries} if res.gradient_canaries else {}
-    for more in res.gradient_canaries_more:
-        extra[f"gradient_canaries_{more['kind']}.json"] = more
     return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None,
-                            extra_files=extra)
+                            extra_files=canary_files(res))
+
+
+def canary_files(res) -> dict:
+    """The white-box canary records of a run, as checkpoint files: ``gradient_canaries[_<kind>].json`` and,
+    beside each, its per-step projections ``<same name>.steps.npy`` ((steps, m) float32)."""
+    extra = {}
+    sets = ([("gradient_canaries", res.gradient_canaries)] if res.gradient_canaries else []) + \
+        [(f"gradient_canaries_{more['kind']}", more) for more in res.gradient_canaries_more]
+    for stem, record in sets:
+        record = dict(record)
+        steps = record.pop("step_projections", None)
+        if steps is not None:
+            record["steps_file"] = f"{stem}.steps.npy"
+            extra[record["steps_file"]] = npy_bytes(steps)
+        extra[f"{stem}.json"] = record
+    return extra
+
+
+def npy_bytes(a) -> bytes:
+    """``a`` as the bytes of a .npy file."""
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(a), allow_pickle=False)
+    return buf.getvalue()

@@ -81,6 +81,17 @@ class GradientCanaries:
         self._inserted = np.flatnonzero(self.signs > 0)
         self._index = self._by_param()
         self._mask = np.zeros(self.m, dtype=bool)
+        self.steps = []
+
+    def _record(self, step: np.ndarray) -> None:
+        """One applied update's projections <g_t, u_i> * B / C (all m canaries): summed into the score and kept
+        per step, for the likelihood-ratio statistic (dpaudit/audit/whitebox_lr.py)."""
+        self.scores += step
+        self.steps.append(step.astype(np.float32))
+
+    def step_projections(self) -> np.ndarray:
+        """(steps, m) float32: every applied update's projection on every canary direction, times B / C."""
+        return np.stack(self.steps) if self.steps else np.zeros((0, self.m), dtype=np.float32)
 
     def inject(self, target, scale: float = 1.0) -> None:
         """Add C * u_i * scale for each inserted canary sampled this step (rate q) to ``target(k)``, the
@@ -97,11 +108,13 @@ class GradientCanaries:
 
     def score(self, grad, expected_batch_size: float) -> None:
         """Accumulate <update, u_i> * B / C from ``grad(k)``, the noisy update applied to parameter k."""
+        step = np.zeros(self.m)
         with torch.no_grad():
             for k, (cids, w, v) in self._index.items():
                 g = grad(k).reshape(-1)
                 g = (g[w.to(g.device)] * v.to(g.device)).double().cpu().numpy()
-                np.add.at(self.scores, cids, g * expected_batch_size / self.clipping_norm)
+                np.add.at(step, cids, g * expected_batch_size / self.clipping_norm)
+        self._record(step)
 
     def attach(self, optimizer, params: list[torch.nn.Parameter], expected_batch_size: float, seed: int,
                private: bool = True) -> None:
@@ -146,6 +159,8 @@ class GradientCanaries:
             "times_sampled": [int(t) for t in self.times_sampled],
             "scores": [float(s) for s in self.scores],
             "score": "sum over steps of <noisy update, u_i> * B / C (white-box, every update observed)",
+            "steps": len(self.steps),
+            "step_projections": self.step_projections(),  # written beside the record as <name>.steps.npy
         }
 
 
@@ -173,6 +188,7 @@ class DenseGradientCanaries(GradientCanaries):
 
         self._rng = np.random.default_rng([seed, self.seed, 99991])
         self._inserted = np.flatnonzero(self.signs > 0)
+        self.steps = []
         self.n = 1 << max(1, (self.m - 1).bit_length())
         sizes = [n for n, _ in self._params_shape]
         self.d = int(sum(sizes))
@@ -215,4 +231,4 @@ class DenseGradientCanaries(GradientCanaries):
                     folded = torch.zeros(self.n, device=g.device, dtype=torch.float64)
                 folded.index_add_(0, self._buckets(k, g.device), (g * self._signs[k].to(g.dtype)).double())
             proj = (self._h(folded.device).double() @ folded)[: self.m] / self.d ** 0.5
-            self.scores += proj.cpu().numpy() * expected_batch_size / self.clipping_norm
+        self._record(proj.cpu().numpy() * expected_batch_size / self.clipping_norm)

@@ -31,7 +31,7 @@ def to_dp_event(events: list[SubsampledGaussian]) -> dp_accounting.DpEvent:
     return parts[0] if len(parts) == 1 else dp_accounting.ComposedDpEvent(parts)
 
 
-def _epsilon(events, delta: float, relation: str, disc: float, pessimistic: bool) -> float:
+def _pld(events, relation: str, disc: float, pessimistic: bool):
     total = None
     for ev in events:
         p = pld_lib.from_gaussian_mechanism(ev.noise_multiplier, pessimistic_estimate=pessimistic,
@@ -39,7 +39,11 @@ def _epsilon(events, delta: float, relation: str, disc: float, pessimistic: bool
                                             use_connect_dots=pessimistic, neighboring_relation=RELATIONS[relation]
                                             ).self_compose(ev.steps)
         total = p if total is None else total.compose(p)
-    return float(total.get_epsilon_for_delta(delta))
+    return total
+
+
+def _epsilon(events, delta: float, relation: str, disc: float, pessimistic: bool) -> float:
+    return float(_pld(events, relation, disc, pessimistic).get_epsilon_for_delta(delta))
 
 
 def interval(events, delta: float, relation: str = "add_remove", dataset_size=None) -> tuple:
@@ -56,3 +60,14 @@ def epsilon(events: list[SubsampledGaussian], delta: float) -> float:
     """The pessimistic value at dp_accounting's default discretisation (1e-4): one pass, for calibration."""
     require(events, ("poisson",), "dp_accounting PLD", "add_remove")
     return _epsilon(events, delta, "add_remove", DEFAULT, True)
+
+
+def privacy_profile(events: list[SubsampledGaussian], epsilons, relation: str = "add_remove"):
+    """delta(eps) at each of ``epsilons`` from the pessimistic PLD (an upper bound on the true delta, so the
+    trade-off curve built from it is never more private than the mechanism's): the claim's whole curve,
+    for :func:`dpaudit.audit.fdp.rejects_profile`."""
+    import numpy as np
+
+    require(events, ("poisson",), "dp_accounting PLD", relation, tuple(RELATIONS))
+    deltas = _pld(events, relation, DEFAULT, True).get_delta_for_epsilon(list(map(float, epsilons)))
+    return np.minimum(1.0, np.asarray(deltas, dtype=float))

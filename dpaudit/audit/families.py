@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dpaudit.audit import exposure as exposure_stats
-from dpaudit.audit import mia_metrics, one_run, selection
+from dpaudit.audit import fdp, mia_metrics, one_run, selection
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,15 @@ class Plan:
     rule: str  # selection.RULES
     seed: int  # the held-out split's seed (manifest)
     whitebox_delta: float = 0.0  # the claim's delta: one record per gradient canary
+    claim_profile: tuple | None = None  # (epsilons, deltas): the claim's privacy profile, for the curve test
+
+
+def per_family(confidence: float, n_families: int) -> float:
+    """The confidence of each of ``n_families`` test families that can each trigger a verdict (Bonferroni), so
+    that a false ``violated`` has probability at most 1 - ``confidence`` over all of them."""
+    if n_families < 1:
+        raise ValueError(f"need at least one family, got {n_families}")
+    return 1.0 - (1.0 - confidence) / n_families
 
 
 def _sets(whitebox: list[dict] | None) -> list[dict]:
@@ -71,24 +80,28 @@ def one_run_rows(scores: dict, plan: Plan, whitebox: list[dict] | None) -> list[
         if plan.rule == "bonferroni":
             for name, r in selection.bonferroni(scores, plan.signs, plan.k_pos, plan.k_neg, d, plan.confidence,
                                                 plan.group_size, n_tests=n_tests).items():
-                rows.append(row(name, label, r, plan.confidence, n_tests))
+                rows.append(row(name, label, r, plan.confidence, n_tests, plan))
         else:
             name, r = selection.held_out(scores, plan.signs, d, per_test, seed=plan.seed, group_size=plan.group_size)
-            rows.append(row(name, label, r, plan.confidence, n_tests))
+            rows.append(row(name, label, r, plan.confidence, n_tests, plan))
         for wb in sets:
             m = len(wb["signs"])
             r = one_run.audit(wb["scores"], wb["signs"], m // 4, m // 4,
                               delta=plan.whitebox_delta if label == "claimed" else 0.0, confidence=per_test)
-            r = replace(r, threshold_rule=f"white-box gradient canaries ({wb['kind']}); guesses m/4 + m/4 fixed in "
-                                          "advance")
-            rows.append(row(wb["name"], label, r, plan.confidence, n_tests))
+            stat = wb.get("statistic", "sum")
+            r = replace(r, threshold_rule=f"white-box gradient canaries ({wb['kind']}, {STAT_LABEL[stat]}); guesses "
+                                          "m/4 + m/4 fixed in advance")
+            rows.append(row(wb["name"], label, r, plan.confidence, n_tests, plan, statistic=stat))
     return rows
+
+
+STAT_LABEL = {"sum": "sum of the projections", "likelihood_ratio": "per-step likelihood ratio"}
 
 
 def record_level_rows(scores: dict, plan: Plan, group_size: int, delta: float) -> list[dict]:
     """The record-level claim of group privacy, tested on the same canaries: each audit unit is a group of
     ``group_size`` records (records per user x repetitions), at the group's ``delta`` under that claim."""
-    return [row(name, "record_claim", r, plan.confidence, len(scores))
+    return [row(name, "record_claim", r, plan.confidence, len(scores), None)
             for name, r in selection.bonferroni(scores, plan.signs, plan.k_pos, plan.k_neg, delta, plan.confidence,
                                                 group_size).items()]
 
@@ -99,18 +112,59 @@ def best(rows: list[dict], delta_kind: str) -> dict | None:
     return max(kept, key=lambda e: e["epsilon_lb"]) if kept else None
 
 
+def curve_rejection(rows: list[dict]) -> dict | None:
+    """The first row of the claim's tests whose guesses reject the card's whole trade-off curve (None if none)."""
+    return next((e for e in rows if e["delta_kind"] == "claimed" and e.get("claim_curve_rejected")), None)
+
+
+def limits(rows: list[dict], claimed: float) -> list[dict]:
+    """For every test of the claim (one record per audit unit): what the best possible one-run audit with the
+    same canaries, guesses, confidence and analysis shows about a mechanism of exactly the claimed epsilon
+    (:func:`dpaudit.audit.fdp.ideal_limit`), and the fraction of it this test reached."""
+    out = []
+    for e in rows:
+        if e["delta_kind"] != "claimed" or e["group_size"] != 1 or not e["delta"] > 0 or not claimed < float("inf"):
+            continue
+        ideal = fdp.ideal_limit(e["m"], e["k_pos"], e["k_neg"], claimed, e["delta"], e["confidence"])
+        est = e.get("gdp_epsilon_estimate")
+        out.append({"attack": e["attack"], **ideal,
+                    "reached_epsilon_lb": e["epsilon_lb"],
+                    "fraction": e["epsilon_lb"] / ideal["epsilon_lb"] if ideal["epsilon_lb"] > 0 else None,
+                    "reached_gdp_epsilon_estimate": est,
+                    "fraction_gdp": est / ideal["gdp_epsilon_estimate"]
+                    if est is not None and ideal["gdp_epsilon_estimate"] else None})
+    return out
+
+
 def ceiling(rows: list[dict], delta_kind: str) -> float:
     """The largest bound any of those tests could have given."""
     return max((e["ceiling"] for e in rows if e["delta_kind"] == delta_kind), default=0.0)
 
 
-def row(attack: str, delta_kind: str, r, confidence: float, n_tests: int) -> dict:
-    return {"method": "one_run", "attack": attack, "delta_kind": delta_kind, **r.to_dict(),
-            "bonferroni_tests": n_tests, "family_confidence": confidence, "kind": "lower bound"}
+def row(attack: str, delta_kind: str, r, confidence: float, n_tests: int, plan: Plan | None,
+        statistic: str | None = None) -> dict:
+    """One test's report row: the guesses of ``r`` (a Steinke et al. result) analysed through f-DP
+    (:mod:`dpaudit.audit.fdp`), which gives ``epsilon_lb`` and ``ceiling`` (assumption-free, at the row's
+    delta), the Gaussian-trade-off reading (an estimate, never used in a verdict) and, on the claim's own rows
+    (one record per audit unit), whether the claim's whole trade-off curve is rejected. The Steinke et al.
+    bound of the same guesses stays beside it for comparison."""
+    f = fdp.audit(r.v, r.m, r.k_pos, r.k_neg, r.delta, r.confidence, r.group_size)
+    curve = None
+    if plan is not None and plan.claim_profile is not None and delta_kind == "claimed" and r.group_size == 1:
+        curve = fdp.rejects_profile(r.m, r.r, r.v, *plan.claim_profile, confidence=r.confidence)
+    out = {"method": "one_run", "attack": attack, "delta_kind": delta_kind, **r.to_dict(),
+           "steinke_epsilon_lb": r.epsilon_lb, "steinke_ceiling": r.ceiling,
+           "epsilon_lb": f.epsilon_lb, "ceiling": f.ceiling, "analysis": f.analysis,
+           "gdp_mu_lb": f.gdp_mu_lb, "gdp_epsilon_estimate": f.gdp_epsilon_estimate,
+           "claim_curve_rejected": curve,
+           "bonferroni_tests": n_tests, "family_confidence": confidence, "kind": "lower bound"}
+    if statistic is not None:
+        out["statistic"] = statistic
+    return out
 
 
 def exposure_report(canaries: list[dict], canary_bits, reference_bits, signs, space_size: int, enumerated: bool,
-                    delta: float, confidence: float, group_size: int) -> dict:
+                    delta: float, confidence: float, group_size: int, suffix_scored: bool = True) -> dict:
     """Exposure of every canary (``canaries``: id, inserted, repetitions, secret, in manifest order) and the
     lower bound from the inserted canaries' exposures at a threshold fixed before scoring (rank <= 2)."""
     rank_exp = exposure_stats.rank_exposure(canary_bits, reference_bits)
@@ -121,6 +175,7 @@ def exposure_report(canaries: list[dict], canary_bits, reference_bits, signs, sp
     return {
         "n_references": n_refs,
         "enumerated": enumerated,
+        "suffix_scored": suffix_scored,  # False: log P(secret tokens | prefix), the token trie over the whole space
         "space_size": space_size,
         "max_rank_exposure": float(np.log2(n_refs + 1)),
         "max_exposure": float(np.log2(space_size)),
@@ -137,6 +192,8 @@ def exposure_report(canaries: list[dict], canary_bits, reference_bits, signs, sp
                                                              confidence, group_size=group_size),
             "rule": "P_in[exposure >= x] <= e^eps 2^-x + delta, Clopper-Pearson over inserted canaries; "
                     "x fixed at rank <= 2 before scoring",
+            "kind": "estimate",  # the canaries of one run are not independent trials: never in a verdict
+
         },
         "canaries": [{**c, "log_perplexity_bits": float(canary_bits[i]), "exposure": float(rank_exp[i]),
                       "exposure_extrapolated": float(extra_exp[i])} for i, c in enumerate(canaries)],

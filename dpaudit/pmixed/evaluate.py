@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from dpaudit import checkpoint, claim_check
+from dpaudit import checkpoint, claim_check, eval_plan
 from dpaudit.audit import families
 from dpaudit.canaries import load_manifest
 from dpaudit.card import load_card
@@ -192,12 +192,18 @@ def accounting(card, ex: dict) -> dict:
             "certified_epsilon": check["upper"]}
 
 
-def evaluate_deployment(path: Path, confidence: float = 0.95, command: str | None = None, progress: bool = True,
-                        seed: int = 0, whitebox_queries: int = 64) -> dict:
+def evaluate_deployment(path: Path, confidence: float | None = None, command: str | None = None, progress: bool = True,
+                        seed: int = 0, whitebox_queries: int = 64, off_plan: bool = False) -> dict:
+    """The report of one PMixED deployment; ``confidence`` defaults to the manifest's evaluation plan
+    (:mod:`dpaudit.eval_plan`; a departure needs ``off_plan``), the attacks and references do not apply."""
     t0 = time.time()
     path = Path(path)
     dep = Deployment.load(path)
     card, man = load_card(path / "privacy_card.json"), load_manifest(path / "canaries.json")
+    planned = man.plan.evaluation
+    _, plan_entry = eval_plan.resolve(planned, off_plan, confidence=confidence, attacks=None if planned is None
+                                      else planned["attacks"], rule=None, n_references=None)
+    confidence = plan_entry["used"]["confidence"]
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
     metrics = {}
     if run.get("task"):
@@ -219,8 +225,10 @@ def evaluate_deployment(path: Path, confidence: float = 0.95, command: str | Non
     signs = man.signs()
     k_pos, k_neg = man.plan.guesses
     eps, dlt = card.claim.epsilon_value, card.claim.delta
-    plan = families.Plan(signs, k_pos, k_neg, 2, (("claimed", lemma_delta(eps, dlt, 2)), ("zero", 0.0)), confidence,
-                         "bonferroni", man.plan.seed)
+    # two families can trigger a verdict (the partition claim at group size 2, the record-level reading): one
+    # correction over both
+    plan = families.Plan(signs, k_pos, k_neg, 2, (("claimed", lemma_delta(eps, dlt, 2)), ("zero", 0.0)),
+                         families.per_family(confidence, 2), "bonferroni", man.plan.seed)
     scores = {ATTACK: aud["scores"]}
     empirical = families.one_run_rows(scores, plan, None)
     record_rows = families.record_level_rows(scores, plan, 1, dlt)
@@ -234,6 +242,8 @@ def evaluate_deployment(path: Path, confidence: float = 0.95, command: str | Non
         "accounting": acct,
         "empirical": empirical + record_rows,
         "empirical_best": best,
+        "family_wise": {"confidence": confidence, "families": 2, "per_family_confidence": plan.confidence},
+        "audit_plan": plan_entry,
         "threshold_rule": "bonferroni",
         "notes": [],
         "attacks": families.attack_rows(scores, signs, None),

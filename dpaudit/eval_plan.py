@@ -1,0 +1,79 @@
+"""The evaluation plan: the audit's free choices, fixed in the canary manifest before training.
+
+Which attacks are audited, how the one-run audit's choices are made (``rule``), at what confidence, and how
+many reference secrets rank exposure: chosen at evaluation time, a user could re-run until a verdict suits
+them. ``dpaudit run`` (and ``dpaudit canaries new``) write them into ``canaries.json`` (``audit_plan.evaluation``)
+before any training; ``dpaudit evaluate`` then takes them from there. A setting passed explicitly that differs
+from the plan is refused, unless the caller says ``off_plan``: the report then lists every departure, the
+headline says the evaluation is exploratory, and ``dpaudit check`` fails it. A manifest written before plans
+existed has none: its report says the choices were made at evaluation time.
+
+No torch here.
+"""
+
+from __future__ import annotations
+
+from dpaudit import options
+from dpaudit.errors import DpauditError
+
+DEFAULTS = {"attacks": list(options.ATTACKS), "rule": "bonferroni", "confidence": 0.95, "n_references": 2000}
+FLAGS = {"attacks": "--attacks", "rule": "--rule", "confidence": "--confidence", "n_references": "--references"}
+
+
+def planned(attacks, rule: str, confidence: float, n_references: int) -> dict:
+    """The plan to write into a manifest (validated as an evaluation would be)."""
+    plan = {"attacks": _canonical(attacks), "rule": rule, "confidence": float(confidence),
+            "n_references": int(n_references)}
+    check(plan, "the evaluation plan")
+    return plan
+
+
+def check(plan: dict, source: str) -> None:
+    bad = [a for a in plan.get("attacks", []) if a not in options.ATTACKS]
+    if bad or not plan.get("attacks"):
+        raise DpauditError(f"{source}: unknown attack {bad[0] if bad else None!r}; choose from "
+                           f"{', '.join(options.ATTACKS)}")
+    if plan.get("rule") not in options.RULES:
+        raise DpauditError(f"{source}: rule must be one of {', '.join(options.RULES)}, got {plan.get('rule')!r}")
+    c = plan.get("confidence")
+    if not isinstance(c, (int, float)) or isinstance(c, bool) or not 0.5 <= c < 1:
+        raise DpauditError(f"{source}: confidence must be in [0.5, 1), got {c!r}")
+    n = plan.get("n_references")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 10:
+        raise DpauditError(f"{source}: n_references must be an integer >= 10, got {n!r}")
+
+
+def resolve(plan: dict | None, off_plan: bool = False, **given) -> tuple[dict, dict]:
+    """(the settings to use, the report's ``audit_plan`` entry). ``given`` holds attacks, rule, confidence and
+    n_references as the caller passed them (None = not passed: take the plan's, or the default)."""
+    base = plan or DEFAULTS
+    used = {k: (given.get(k) if given.get(k) is not None else base[k]) for k in DEFAULTS}
+    used["attacks"] = _canonical(used["attacks"])  # one order, whoever asks: the report's rows do not depend on it
+    if plan is None:
+        return used, {"status": "unplanned", "planned": None, "used": _norm(used), "departures": [],
+                      "note": "the manifest fixes no evaluation plan: attacks, rule, confidence and references were "
+                              "chosen at evaluation time"}
+    departures = [f"{k}: planned {_show(plan[k])}, used {_show(_norm(used)[k])}" for k in DEFAULTS
+                  if _norm(used)[k] != _norm(plan)[k]]
+    if departures and not off_plan:
+        k = next(k for k in DEFAULTS if _norm(used)[k] != _norm(plan)[k])
+        raise DpauditError(f"this evaluation departs from the plan fixed in canaries.json before training "
+                           f"({departures[0]}); drop {FLAGS[k]} to use the plan, or pass --off-plan to mark the "
+                           "report exploratory")
+    return used, {"status": "off-plan" if departures else "as planned", "planned": _norm(plan),
+                  "used": _norm(used), "departures": departures}
+
+
+def _canonical(attacks) -> list[str]:
+    """The attacks in dpaudit.options.ATTACKS order (unknown names kept at the end, for the error that follows)."""
+    given = list(dict.fromkeys(attacks))
+    return [a for a in options.ATTACKS if a in given] + [a for a in given if a not in options.ATTACKS]
+
+
+def _norm(s: dict) -> dict:
+    return {"attacks": _canonical(s["attacks"]), "rule": s["rule"], "confidence": float(s["confidence"]),
+            "n_references": int(s["n_references"])}
+
+
+def _show(v) -> str:
+    return ",".join(v) if isinstance(v, list) else str(v)
