@@ -71,21 +71,55 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
         idx = order[start:start + batch_size]
         seqs, masks = [all_seqs[i] for i in idx], [all_masks[i] for i in idx]
         ids, att, pos = pad_batch(seqs, tokenizer.pad_token_id, device)
-        logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, :-1].float()
-        lse = torch.logsumexp(logits, dim=-1)  # no full log-softmax tensor: log p = logit - lse
-        tgt = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse
+        # every position's statistics on the contiguous logits (the last position's are dropped after: slicing
+        # the logits first would copy them)
+        logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits.float()
         if moments:  # log p(z) = logit(z) - lse, so its mean is E_p[logit] - lse and its sd is sd_p[logit]
-            p = torch.softmax(logits, dim=-1)
-            m1 = (p * logits).sum(-1)
-            mu = m1 - lse
-            sd = ((p * logits.square()).sum(-1) - m1.square()).clamp_min(1e-12).sqrt()
-        for j, m in enumerate(masks):
-            sel = torch.tensor(m[1:], dtype=torch.bool, device=device)
-            n = len(m) - 1
-            results[idx[j]] = TokenFeatures(tgt[j, :n][sel].clone(),
-                                            mu[j, :n][sel].clone() if moments else None,
-                                            sd[j, :n][sel].clone() if moments else None)
+            lse, m1, var = softmax_moments(logits)
+            lse, mu, sd = lse[:, :-1], (m1 - lse)[:, :-1], var[:, :-1].clamp_min(1e-12).sqrt()
+        else:
+            lse = softmax_moments(logits, moments=False)[:, :-1]  # no full log-softmax tensor: log p = logit - lse
+        tgt = logits[:, :-1].gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse
+        width = tgt.shape[1]  # one mask for the batch (padding unscored), one selection per feature, split per text
+        sel = torch.tensor([m[1:] + [False] * (width - len(m) + 1) for m in masks], dtype=torch.bool, device=device)
+        counts = sel.sum(1).tolist()
+        parts = [x[sel].split(counts) if x is not None else [None] * len(masks)
+                 for x in (tgt, mu if moments else None, sd if moments else None)]
+        for j, (t, u, v) in enumerate(zip(*parts)):
+            results[idx[j]] = TokenFeatures(t, u, v)
     return [results[i] for i in range(len(texts))]
+
+
+def softmax_moments(logits: torch.Tensor, chunk_bytes: int = 1 << 20, moments: bool = True) -> tuple:
+    """(logsumexp, E_p[logit], Var_p[logit]) over the last axis, p = softmax(logits), in one sweep: rows are
+    taken ``chunk_bytes`` of logits at a time, shifted by their maximum, exponentiated once into a reused buffer,
+    and the three sums are read from it while it sits in cache (no vocabulary-sized temporary beyond the
+    chunk's; the variance does not lose digits to a large mean). With ``moments`` False only the logsumexp
+    (the same sweep, and faster than ``torch.logsumexp`` on a CPU). Float32 in, float32 out."""
+    shape, V = logits.shape[:-1], logits.shape[-1]
+    flat = logits.reshape(-1, V)
+    n = flat.shape[0]
+    rows = max(1, min(n, chunk_bytes // (4 * V)))
+    lse = torch.empty(n, device=flat.device, dtype=flat.dtype)
+    mean, var = (torch.empty_like(lse), torch.empty_like(lse)) if moments else (None, None)
+    d, e = torch.empty(rows, V, device=flat.device, dtype=flat.dtype), torch.empty(rows, V, device=flat.device,
+                                                                                    dtype=flat.dtype)
+    for a in range(0, n, rows):
+        x = flat[a:a + rows]
+        r = x.shape[0]
+        top = x.amax(dim=-1, keepdim=True)
+        dd = torch.sub(x, top, out=d[:r])  # <= 0
+        ee = torch.exp(dd, out=e[:r])  # unnormalised p
+        s0 = ee.sum(-1)
+        lse[a:a + r] = top.squeeze(-1) + s0.log()
+        if moments:
+            s1 = ee.mul_(dd).sum(-1) / s0
+            s2 = ee.mul_(dd).sum(-1) / s0
+            mean[a:a + r] = top.squeeze(-1) + s1
+            var[a:a + r] = s2 - s1.square()
+    if not moments:
+        return lse.view(shape)
+    return lse.view(shape), mean.view(shape), var.view(shape)
 
 
 def token_logprobs(model, tokenizer, texts, score_from_char=None, batch_size: int = 64, max_len=None):

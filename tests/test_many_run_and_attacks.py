@@ -91,3 +91,20 @@ def test_exposure_cache_equals_plain_scoring(tiny_model_factory):
 def test_enumeration_is_the_whole_space():
     space = list(exposure.enumerate_space("012", 3))
     assert len(space) == 27 and len(set(space)) == 27 and space[0] == "000" and space[-1] == "222"
+
+
+@pytest.mark.parametrize("chunk_bytes", [64, 1 << 12, 1 << 18])
+def test_softmax_moments_match_float64(chunk_bytes):
+    """The fused sweep Min-K%++ uses: logsumexp, mean and variance of the logits under p = softmax(logits),
+    against float64, also for logits with a large common offset (where E[l^2] - E[l]^2 loses every digit)."""
+    from dpaudit.attacks.scoring import softmax_moments
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 301, generator=g) * 4 + 60.0
+    lse, mean, var = softmax_moments(logits, chunk_bytes=chunk_bytes)
+    x = logits.double()
+    p = torch.softmax(x, -1)
+    m = (p * x).sum(-1)
+    torch.testing.assert_close(lse.double(), torch.logsumexp(x, -1), rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(mean.double(), m, rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(var.double(), (p * (x - m[..., None]) ** 2).sum(-1), rtol=1e-4, atol=1e-4)

@@ -80,7 +80,7 @@ def test_bad_gradient_canary_config():
 def test_whitebox_canaries_for_user_wise_dp_sgd(tiny_model_factory):
     """Gradient canaries join user-wise DP-SGD as extra clipped units at the users' sampling rate: with
     honest noise the audit stays below the claim, with no noise it separates them."""
-    from dpaudit.audit import one_run
+    from dpaudit.audit import one_run, whitebox_lr
 
     model, tok = tiny_model_factory()
     texts = [e["sentence"] for e in sentiment.load(n_train=60).train]
@@ -96,5 +96,11 @@ def test_whitebox_canaries_for_user_wise_dp_sgd(tiny_model_factory):
         r = one_run.audit(scores, signs, 125, 125, delta=1e-5 if res.private else 0.0)
         if res.private:
             assert r.epsilon_lb <= res.epsilon
+            # the per-step likelihood ratio of the user-level mechanism: the steps add up, and it stays valid
+            steps = gc["step_projections"]
+            assert steps.shape == (res.steps, 500)
+            np.testing.assert_allclose(steps.astype(float).sum(0), scores, rtol=1e-4, atol=1e-3)
+            llr = whitebox_lr.subsampled_gaussian_llr(steps, gc["sample_rate"], res.noise_multiplier)
+            assert one_run.audit(llr, signs, 125, 125, delta=1e-5).epsilon_lb <= res.epsilon
         else:
             assert r.epsilon_lb > 0.5 * r.ceiling

@@ -121,10 +121,15 @@ def limits(rows: list[dict], claimed: float) -> list[dict]:
     """For every test of the claim (one record per audit unit): what the best possible one-run audit with the
     same canaries, guesses, confidence and analysis shows about a mechanism of exactly the claimed epsilon
     (:func:`dpaudit.audit.fdp.ideal_limit`), and the fraction of it this test reached."""
-    out = []
+    best: dict = {}  # one test per canary set (same canaries and guesses): the one that reached the most
     for e in rows:
         if e["delta_kind"] != "claimed" or e["group_size"] != 1 or not e["delta"] > 0 or not claimed < float("inf"):
             continue
+        key = (e["m"], e["k_pos"], e["k_neg"], e["delta"], e["confidence"], e["attack"].startswith("whitebox"))
+        if key not in best or e["epsilon_lb"] > best[key]["epsilon_lb"]:
+            best[key] = e
+    out = []
+    for e in best.values():
         ideal = fdp.ideal_limit(e["m"], e["k_pos"], e["k_neg"], claimed, e["delta"], e["confidence"])
         est = e.get("gdp_epsilon_estimate")
         out.append({"attack": e["attack"], **ideal,
