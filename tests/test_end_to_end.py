@@ -141,3 +141,19 @@ def test_evaluation_follows_the_plan_fixed_before_training(run_dir, tmp_path, ca
     policy = Path(__file__).resolve().parents[1] / "configs" / "policy.toml"
     assert main(["check", str(tmp_path / "y" / "report.json"), "--policy", str(policy)]) == 1
     assert "departs from the plan" in capsys.readouterr().out
+
+
+def test_report_states_what_the_canaries_can_resolve(run_dir):
+    r = _report(run_dir, "dp")
+    md = (run_dir / "dp" / "report" / "REPORT.md").read_text()
+    # ~30 held-out canaries cannot resolve an FPR of 0.1% or 1%: the table says so
+    n_out = r["attacks"]["loss"]["n_nonmembers"]
+    assert f"{n_out} held-out canaries resolve no FPR below 1/{n_out}" in md
+    # the audit's own limit beside the claim's tests, and the estimates labelled as such
+    assert r["audit_limits"] and "the best possible one-run audit" in md
+    assert "not a bound" in md or not r["exposure"]
+    assert "δ = 0: a pure-DP bound, not comparable with the (ε, δ) claim" in md
+    wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
+    assert wb["statistic"] == "likelihood_ratio" and wb["claim_curve_rejected"] is False
+    lim = [x for x in r["audit_limits"] if x["attack"] == "whitebox_gradient"][0]
+    assert lim["m"] == 200 and lim["reached_epsilon_lb"] == wb["epsilon_lb"] <= lim["epsilon"]

@@ -63,6 +63,13 @@ def test_pmixed_sweep_table_is_what_the_script_prints_from_its_json():
         "regenerate reports/pmixed/sweep.md with scripts/pmixed_sweep.py --table reports/pmixed/sweep.json"
 
 
+def test_whitebox_statistics_table_is_what_the_script_prints():
+    out = _run(SCRIPTS / "whitebox_statistics.py", "reports/demo", "reports/li_repro_sentiment")
+    assert out.returncode == 0, out.stderr
+    assert (REPORTS / "bench" / "whitebox_statistics.md").read_text().endswith("\n\n" + out.stdout), \
+        "regenerate reports/bench/whitebox_statistics.md with scripts/whitebox_statistics.py"
+
+
 def _copy_reports(src: Path, dst: Path, names: list[str]) -> None:
     for name in names:
         (dst / name / "report").mkdir(parents=True)
