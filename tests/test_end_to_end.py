@@ -74,7 +74,8 @@ def test_nonprivate_leaks_more_than_dp(run_dir):
 
 def test_evaluate_is_deterministic_and_redacts(run_dir, tmp_path, capsys):
     out = tmp_path / "again"
-    assert main(["evaluate", str(run_dir / "non-private" / "checkpoint"), "--out", str(out), "--redact"]) == 0
+    assert main(["evaluate", str(run_dir / "non-private" / "checkpoint"), "--out", str(out), "--redact",
+                 "--enumerate-limit", "0"]) == 0  # as the run's config
     a = _report(run_dir, "non-private")
     b = json.loads((out / "report.json").read_text())
     for k in ("attacks", "empirical", "accounting", "metrics", "verdict"):
