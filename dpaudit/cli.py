@@ -116,25 +116,29 @@ def run(config_path, out, variants, redact, quiet):
 @click.option("--whitebox-queries", default=64, show_default=True, type=click.IntRange(min=0),
               help="PMixED deployments only: how many canary queries (and as many logged user queries) get the exact "
                    "per-query check (about 4 s each for N = 8 on a 49k vocabulary on a CPU).")
+@click.option("--device", "device_name", default="auto", show_default=True,
+              help="Where the model runs: auto (CUDA when visible), cpu, cuda or cuda:N.")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, off_plan,
-             base_metrics, framing, whitebox_queries, redact, quiet):
+             base_metrics, framing, whitebox_queries, device_name, redact, quiet):
     """Audit CHECKPOINT: attacks, bounds, claim check, metrics. CHECKPOINT is a folder with privacy_card.json and
     canaries.json beside the model: dpaudit's model/ sub-folder, or a plain Hugging Face output folder (model
     files at its root, or a LoRA adapter whose base_model_name_or_path is a local folder). A PMixED deployment
     (a folder with pmixed.json) is audited through its outputs: the exact per-query check, black-box canary
     extraction within one budget, and perplexity through the protocol (the attack options do not apply)."""
-    from dpaudit import report
+    from dpaudit import device, report
     from dpaudit.evaluate import evaluate as run_eval
     from dpaudit.pmixed.deployment import is_deployment
 
+    device.resolve(device_name, "--device")  # before any work
     if is_deployment(checkpoint):  # a PMixED deployment is audited through its outputs (dpaudit/pmixed)
         from dpaudit.pmixed import evaluate as pmixed_eval
         from dpaudit.pmixed import report as pmixed_report
 
         r = pmixed_eval.evaluate_deployment(checkpoint, confidence=confidence, command=_command_line(),
-                                            progress=not quiet, whitebox_queries=whitebox_queries, off_plan=off_plan)
+                                            progress=not quiet, whitebox_queries=whitebox_queries, off_plan=off_plan,
+                                            device=device_name)
         pmixed_report.write(r, out, redact=redact)
         click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
         click.echo(f"report: {Path(out) / 'REPORT.md'}")
@@ -142,7 +146,7 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
     r = run_eval(checkpoint, attacks=None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()],
                  n_references=n_references, confidence=confidence, command=_command_line(), rule=rule,
                  reference=reference_model, enumerate_limit=enumerate_limit, progress=not quiet,
-                 base_metrics=base_metrics, framing=framing, off_plan=off_plan)
+                 base_metrics=base_metrics, framing=framing, off_plan=off_plan, device=device_name)
     report.write(r, out, redact=redact)
     click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")

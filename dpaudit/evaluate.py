@@ -19,6 +19,7 @@ from dpaudit import checkpoint, eval_plan, options, scoring
 from dpaudit.audit import families
 from dpaudit.errors import DpauditError
 from dpaudit.reaccount import claim_profile, group_delta, lemma_delta, reaccount
+from dpaudit.tokens import model_device
 from dpaudit.verdict import judge
 
 SCHEMA_VERSION = 1
@@ -27,8 +28,8 @@ SCHEMA_VERSION = 1
 def evaluate(ckpt_dir: Path, attacks=None, n_references: int | None = None, confidence: float | None = None,
              batch_size: int = 64, command: str | None = None, progress: bool = True, rule: str | None = None,
              reference: str | Path | None = None, enumerate_limit: int | None = None, base_metrics: bool = False,
-             framing: str = "auto", off_plan: bool = False) -> dict:
-    """Audit one checkpoint. ``attacks``, ``rule`` (how the one-run audit's choices are made, see
+             framing: str = "auto", off_plan: bool = False, device: str = "auto") -> dict:
+    """Audit one checkpoint on ``device`` (auto: CUDA when visible, :mod:`dpaudit.device`). ``attacks``, ``rule`` (how the one-run audit's choices are made, see
     :mod:`dpaudit.audit.selection`), ``confidence`` and ``n_references`` come from the evaluation plan fixed in
     the manifest (:mod:`dpaudit.eval_plan`) when left None; a value that departs from it is refused unless
     ``off_plan``. Exposure ranks over the whole space when it has at most ``enumerate_limit`` secrets (None:
@@ -38,14 +39,20 @@ def evaluate(ckpt_dir: Path, attacks=None, n_references: int | None = None, conf
     return evaluate_checkpoint(checkpoint.load(ckpt_dir), attacks=attacks, n_references=n_references,
                                confidence=confidence, batch_size=batch_size, command=command, progress=progress,
                                rule=rule, reference=reference, enumerate_limit=enumerate_limit,
-                               base_metrics=base_metrics, framing=framing, off_plan=off_plan)
+                               base_metrics=base_metrics, framing=framing, off_plan=off_plan, device=device)
 
 
 def evaluate_checkpoint(ck: checkpoint.Checkpoint, attacks=None, n_references: int | None = None,
                         confidence: float | None = None, batch_size: int = 64, command: str | None = None,
                         progress: bool = True, rule: str | None = None, reference=None, enumerate_limit: int | None = None,
-                        base_metrics: bool = False, framing: str = "auto", off_plan: bool = False) -> dict:
-    """:func:`evaluate` of a loaded checkpoint (a folder, or a model held as objects: dpaudit.api.evaluate)."""
+                        base_metrics: bool = False, framing: str = "auto", off_plan: bool = False,
+                        device: str | None = None) -> dict:
+    """:func:`evaluate` of a loaded checkpoint (a folder, or a model held as objects: dpaudit.api.evaluate). The
+    model is moved to ``device`` first (None: left where it is); reference models follow it."""
+    if device is not None:
+        from dpaudit import device as devices
+
+        target = devices.resolve(device, "--device")
     if attacks is not None:
         attacks = _check_choices(attacks, rule or "bonferroni")
     used, plan_entry = eval_plan.resolve(ck.manifest.plan.evaluation, off_plan, attacks=attacks, rule=rule,
@@ -61,6 +68,8 @@ def evaluate_checkpoint(ck: checkpoint.Checkpoint, attacks=None, n_references: i
     t0 = time.time()
     acct = reaccount(ck.card)
     model, tok = ck.load_model()
+    if device is not None:
+        model = model.to(target)
     max_len = ck.run.get("model", {}).get("max_len") or ck.run.get("max_len", 64)
     t_load = time.time() - t0
     metrics = task_metrics(ck, model, tok, batch_size, max_len, base_metrics)
@@ -111,6 +120,8 @@ def task_metrics(ck, model, tok, batch_size: int, max_len: int, base_metrics: bo
                "split": "validation" if task.get("validation") else "test"}
     if base_metrics:
         base = scoring.base_model(ck)
+        if base is not None:
+            base = base.to(model_device(model))
         if base is None:
             raise DpauditError("base_metrics needs the model before fine-tuning: the checkpoint has no "
                                "base_model/ and run.json no model spec; drop the option")

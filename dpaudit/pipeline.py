@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dpaudit import canaries, config, eval_plan, report
+from dpaudit import canaries, config, device, eval_plan, report
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import registry
 from dpaudit.trainers import dp_adam, dp_frost, lmo_dp, pmixed, user_dp
@@ -22,6 +22,8 @@ TRAINERS = {"dp_frost": dp_frost, "lmo_dp": lmo_dp, "pmixed": pmixed}  # record-
 def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False,
         only: tuple[str, ...] = ()) -> dict:
     cfg = config.load(cfg_path, only)  # fails before any work on bad input
+    for v in cfg.variants:  # a device this machine does not have: before any work
+        device.resolve(v.trainer.engine.device, f"train.device of variant {v.name!r}")
     data = registry.load_data(dataclasses.asdict(cfg.task))
     ev = cfg.evaluate  # the evaluation plan is fixed with the canaries, before any training
     manifest = canaries.generate(dataclasses.replace(cfg.canaries, evaluation=eval_plan.planned(

@@ -15,6 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpaudit.errors import DpauditError
+from dpaudit.tokens import model_device
 
 
 @dataclass(frozen=True)
@@ -95,16 +96,17 @@ def base_model(ck):
     return None
 
 
-def _with_reference(ck, reference, wanted: list[str], score_fn) -> tuple[object, list[str], tuple]:
+def _with_reference(ck, reference, wanted: list[str], score_fn, device=None) -> tuple[object, list[str], tuple]:
     """(score_fn(reference model) or None, the attacks that can run, notes): the reference attack is dropped
-    with a note when no reference model is known."""
+    with a note when no reference model is known. The reference model is moved to ``device`` (the audited
+    model's)."""
     if "reference" not in wanted:
         return None, wanted, ()
     ref_model = _reference_model(ck, reference)
     if ref_model is None:
         return None, [a for a in wanted if a != "reference"], (
             "reference attack skipped: no base model known; pass --reference-model",)
-    return score_fn(ref_model), wanted, ()
+    return score_fn(ref_model.to(device) if device is not None else ref_model), wanted, ()
 
 
 def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference) -> CanaryScores:
@@ -120,7 +122,7 @@ def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference) 
     labels = ck.manifest.labels()
     lp = classifier.label_log_probs(model, tok, texts, labels, batch_size, max_len)
     ref_lp, use, more = _with_reference(ck, reference, use, lambda m: classifier.label_log_probs(
-        m, tok, texts, labels, batch_size, max_len))
+        m, tok, texts, labels, batch_size, max_len), model_device(model))
     return CanaryScores(classifier.scores(lp, ref_lp, use), None, notes + more)
 
 
@@ -136,7 +138,8 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
         moments = any(BLACK_BOX[a].NEEDS_MOMENTS for a in black)
         feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments, framing=framing)
         ref_feats, black, notes = _with_reference(
-            ck, reference, black, lambda m: token_features(m, tok, texts, batch_size=batch_size, framing=framing))
+            ck, reference, black, lambda m: token_features(m, tok, texts, batch_size=batch_size, framing=framing),
+            model_device(model))
         for a in black:
             scores[a] = BLACK_BOX[a].from_features(feats, texts, reference_feats=ref_feats)
     exposure = None

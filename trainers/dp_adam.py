@@ -34,7 +34,7 @@ def build_records(data, manifest: Manifest, tokenizer, objective: str, max_len: 
 def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True) -> Path:
     """Train one variant of a run config and write its checkpoint directory."""
     tc, eng = variant.trainer, common.engine_config(variant, progress)
-    model, tok = common.base_model(cfg)
+    model, tok = common.base_model(cfg, eng)
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from dpaudit import accounting
+from dpaudit import accounting, device
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.errors import DpauditError
 from dpaudit.options import GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS
@@ -52,6 +52,7 @@ class EngineConfig:
     max_physical_batch_size: int | None = None  # split logical batches (memory); noise once per logical batch
     gradient_canaries: int = 0  # white-box canaries (trainers/gradient_canaries.py); 0 = none
     gradient_canary_kind: str = "dirac"  # dirac | sparse | dense, or several joined by '+' (one set of m each)
+    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N (dpaudit/device.py)
     progress: bool = True
 
     def __post_init__(self):
@@ -80,6 +81,7 @@ class EngineConfig:
             raise DpauditError(f"train.max_physical_batch_size must be an integer >= 1, got {self.max_physical_batch_size!r}")
         if not isinstance(self.gradient_canaries, int) or self.gradient_canaries < 0 or self.gradient_canaries == 1:
             raise DpauditError(f"train.gradient_canaries must be 0 or an integer >= 2, got {self.gradient_canaries!r}")
+        device.check(self.device, "train.device")
         kinds = self.canary_kinds
         bad = [k for k in kinds if k not in GRADIENT_CANARY_KINDS]
         if bad or len(set(kinds)) != len(kinds):
@@ -155,6 +157,15 @@ def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, privat
     return sets
 
 
+def check_fp32(params, private: bool) -> None:
+    """DP steps run in float32: per-sample norms, clipping and noise in half precision would change the mechanism
+    the card describes (a norm computed in bf16 can exceed C after clipping)."""
+    bad = sorted({str(p.dtype) for p in params if p.dtype != torch.float32})
+    if private and bad:
+        raise DpauditError(f"DP training needs float32 trainable parameters, got {', '.join(bad)}; load the model in "
+                           "float32 (mixed precision is not supported for the DP step)")
+
+
 def _sigma(cfg: EngineConfig, delta: float, q: float, steps: int) -> float:
     return accounting.calibrate_sigma(cfg.target_epsilon, delta, q, steps, accountant=cfg.accountant)
 
@@ -211,6 +222,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     choices = run_choices(records)
     tensors = data_seam.collate(records, pad_id, max_len)
     params, opt = optim.adam(model, cfg.lr, cfg.weight_decay, cfg.head_lr)
+    check_fp32(params, cfg.private)
     plan = record_plan(n, cfg)
     batch, q = plan.batch, plan.sample_rate
     model.train()
@@ -268,6 +280,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     delta = (cfg.delta if cfg.delta is not None else 1.0 / (2 * U)) if cfg.private else None
     sigma = _sigma(cfg, delta, q, steps) if cfg.private else None
     params, opt = optim.adam(model, cfg.lr, cfg.weight_decay, cfg.head_lr)
+    check_fp32(params, cfg.private)
     if cfg.private:  # per-record gradients only when they are needed (to clip users)
         module, opt = mechanism.user_level(model, opt, sigma=sigma, clipping_norm=cfg.clipping_norm,
                                            expected_users=B, seed=cfg.seed, noise=noise)

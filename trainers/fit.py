@@ -16,9 +16,13 @@ def engine_config(variant, progress: bool):
     return dataclasses.replace(variant.trainer.engine, progress=progress)
 
 
-def base_model(cfg):
-    """(model, tokenizer) the variant starts from, before its trainable parameters are chosen."""
-    return models.build(cfg.model)
+def base_model(cfg, eng):
+    """(model, tokenizer) the variant starts from, before its trainable parameters are chosen, on the device of
+    ``eng.device`` (train.device)."""
+    from dpaudit import device
+
+    model, tok = models.build(cfg.model)
+    return model.to(device.resolve(eng.device, "train.device")), tok
 
 
 def choose_trainable(model, tc, grad_sample_mode: str):

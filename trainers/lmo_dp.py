@@ -85,7 +85,7 @@ def calibrate(tc, eng, plan: engine.RecordPlan, progress: bool = False) -> Calib
 def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True) -> Path:
     """Train one LMO-DP variant of a run config and write its checkpoint directory."""
     tc, eng = variant.trainer, common.engine_config(variant, progress)
-    model, tok = common.base_model(cfg)
+    model, tok = common.base_model(cfg, eng)
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = dp_adam.build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     plan = engine.record_plan(len(records), eng)

@@ -61,12 +61,12 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "adapters").mkdir(parents=True)
-    public, tok = common.base_model(cfg)
+    public, tok = common.base_model(cfg, eng)
     public.save_pretrained(tmp / "base_model")
     tok.save_pretrained(tmp / "base_model")
     adapters, results = [], []
     for k, part in enumerate(parts):
-        model, _ = common.choose_trainable(common.base_model(cfg)[0], tc, eng.grad_sample_mode)
+        model, _ = common.choose_trainable(common.base_model(cfg, eng)[0], tc, eng.grad_sample_mode)
         records = [encode_text(t, tok, cfg.model.max_len) for u in sorted(part) for t in part[u]]
         model, res = engine.train(model, records, dataclasses.replace(eng, seed=eng.seed + k), tok.pad_token_id,
                                   cfg.model.max_len)

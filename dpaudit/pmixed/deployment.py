@@ -163,7 +163,9 @@ class Deployment:
         from dpaudit.tasks import models
 
         base, tok = models.load_dir(path / "base_model")
-        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        from dpaudit import device as devices
+
+        dev = devices.resolve(device or "auto", "device")
         with warnings.catch_warnings():  # transformers' deprecation notices inside peft: not the user's concern
             warnings.simplefilter("ignore", FutureWarning)
             model = PeftModel.from_pretrained(base, path / adapters[0], adapter_name="p0000")

@@ -193,12 +193,13 @@ def accounting(card, ex: dict) -> dict:
 
 
 def evaluate_deployment(path: Path, confidence: float | None = None, command: str | None = None, progress: bool = True,
-                        seed: int = 0, whitebox_queries: int = 64, off_plan: bool = False) -> dict:
+                        seed: int = 0, whitebox_queries: int = 64, off_plan: bool = False,
+                        device: str = "auto") -> dict:
     """The report of one PMixED deployment; ``confidence`` defaults to the manifest's evaluation plan
     (:mod:`dpaudit.eval_plan`; a departure needs ``off_plan``), the attacks and references do not apply."""
     t0 = time.time()
     path = Path(path)
-    dep = Deployment.load(path)
+    dep = Deployment.load(path, device)
     card, man = load_card(path / "privacy_card.json"), load_manifest(path / "canaries.json")
     planned = man.plan.evaluation
     _, plan_entry = eval_plan.resolve(planned, off_plan, confidence=confidence, attacks=None if planned is None
