@@ -67,14 +67,21 @@ def assets(convert, wordnet, wordnet_source):
 @click.option("--variant", "variants", multiple=True, metavar="NAME",
               help="Run only this variant of CONFIG (repeatable); the data and canaries are those of the full "
                    "config, so rows from separate runs are comparable. Default: every variant.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted run in OUT: finished variants are kept, the interrupted one continues from "
+                   "its latest snapshot with the same batches and noise (same card, same ledger). Refused when CONFIG, "
+                   "the canaries or the data differ from the interrupted run's.")
+@click.option("--snapshot-every", default=100, show_default=True, type=int, metavar="STEPS",
+              help="Save the training state (weights, optimizer, random streams, privacy ledger) every STEPS logical "
+                   "steps into OUT/<variant>/train_state (removed once the checkpoint is written); 0: never.")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def run(config_path, out, variants, redact, quiet):
+def run(config_path, out, variants, resume, snapshot_every, redact, quiet):
     """Train every variant of CONFIG on the same data and canaries, audit each, and compare them."""
     from dpaudit.pipeline import run as run_pipeline
 
     reports = run_pipeline(config_path, out, _command_line(), progress=not quiet, redact=redact,
-                           only=tuple(variants))
+                           only=tuple(variants), resume=resume, snapshot_every=snapshot_every)
     for name, r in reports.items():
         click.echo(f"{name}: {r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")

@@ -4,36 +4,99 @@ one comparison report. Output layout::
     OUT/REPORT.md, OUT/report.json           the comparison
     OUT/<variant>/checkpoint/                 the checkpoint dir (docs/architecture.md)
     OUT/<variant>/report/                     that variant's REPORT.md, report.json and plots
+    OUT/<variant>/train_state/                while it trains: the latest snapshot (trainers/snapshot.py)
+
+``--resume`` continues an interrupted run in the same OUT: finished variants (checkpoint and report written by
+the same config) are kept, the interrupted one continues from its latest snapshot (dp_adam, lmo_dp, user_dp;
+dp_frost and pmixed variants write no snapshots and retrain from their start with the same seeds, which draws the
+same noise). A config, manifest or data that differ from the interrupted run's are refused before any work.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from pathlib import Path
 
 from dpaudit import canaries, config, device, eval_plan, report
+from dpaudit.errors import DpauditError
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import registry
 from dpaudit.trainers import dp_adam, dp_frost, lmo_dp, pmixed, user_dp
+from dpaudit.trainers.snapshot import Snapshots
 
 TRAINERS = {"dp_frost": dp_frost, "lmo_dp": lmo_dp, "pmixed": pmixed}  # record-level methods with their own module; else dp_adam
+SNAPSHOTTING = (dp_adam, lmo_dp, user_dp)  # one engine run per variant: snapshots every few steps
+
+
+def fingerprint(raw: dict, variant: str, data_fingerprint: str) -> str:
+    """What a variant's training is: the whole config (variants but this one left out) and the data."""
+    shared = {k: v for k, v in raw.items() if k != "variants"}
+    mine = [v for v in raw.get("variants", []) if v.get("name") == variant]
+    blob = json.dumps({"config": shared, "variant": mine, "data": data_fingerprint}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _finished(out: Path, v, fp: str) -> dict | None:
+    """The report of a variant this config already finished in ``out`` (None when it has to run)."""
+    run_json, rep = out / v.name / "checkpoint" / "run.json", out / v.name / "report" / "report.json"
+    if not (run_json.exists() and rep.exists()):
+        return None
+    done = json.loads(run_json.read_text())
+    if fingerprint(done.get("config", {}), v.name, done.get("data", {}).get("fingerprint")) != fp:
+        raise DpauditError(f"{out / v.name} was trained from a different config or data; resume with the config "
+                           f"that made {out}, or choose another --out")
+    return json.loads(rep.read_text())
+
+
+def _check_resumable(out: Path, cfg, fps: dict, resume: bool, every: int) -> None:
+    """Before any work: an interrupted variant's snapshot needs --resume, and must be this config's."""
+    for v in cfg.variants:
+        snaps = Snapshots(out / v.name / "train_state", every, fps[v.name], resume)
+        if snaps.latest() is None:
+            continue
+        if not resume:
+            raise DpauditError(f"{snaps.folder} holds an interrupted run; pass --resume to continue it, or remove the "
+                               "folder to start the variant over")
+        state = json.loads((snaps.latest() / "state.json").read_text())
+        if state.get("fingerprint") != fps[v.name]:
+            raise DpauditError(f"the snapshot in {snaps.folder} belongs to a different config, canaries or data; "
+                               f"resume with the config that made it, or remove {snaps.folder} to start over")
 
 
 def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False,
-        only: tuple[str, ...] = ()) -> dict:
+        only: tuple[str, ...] = (), resume: bool = False, snapshot_every: int = 100) -> dict:
+    """Train, audit and compare every variant of the config at ``cfg_path`` into ``out``; snapshots every
+    ``snapshot_every`` logical steps (0: none); ``resume`` continues an interrupted run in ``out``."""
+    if not isinstance(snapshot_every, int) or snapshot_every < 0:
+        raise DpauditError(f"--snapshot-every must be an integer >= 0, got {snapshot_every!r}")
     cfg = config.load(cfg_path, only)  # fails before any work on bad input
     for v in cfg.variants:  # a device this machine does not have: before any work
         device.resolve(v.trainer.engine.device, f"train.device of variant {v.name!r}")
+    out = Path(out)
+    if resume and not out.is_dir():
+        raise DpauditError(f"--resume: {out} is not the folder of an interrupted run; drop --resume to start one")
     data = registry.load_data(dataclasses.asdict(cfg.task))
+    fps = {v.name: fingerprint(cfg.to_dict(), v.name, data.fingerprint()) for v in cfg.variants}
+    _check_resumable(out, cfg, fps, resume, snapshot_every)
+    finished = {v.name: _finished(out, v, fps[v.name]) for v in cfg.variants} if resume else {}
     ev = cfg.evaluate  # the evaluation plan is fixed with the canaries, before any training
     manifest = canaries.generate(dataclasses.replace(cfg.canaries, evaluation=eval_plan.planned(
         ev.attacks, ev.rule, ev.confidence, ev.n_references)))
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     reports = {}
     for v in cfg.variants:
+        if finished.get(v.name) is not None:
+            reports[v.name] = finished[v.name]
+            continue
         trainer = user_dp if v.trainer.user_level else TRAINERS.get(v.trainer.method, dp_adam)
-        ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress)
+        if trainer in SNAPSHOTTING:
+            snaps = Snapshots(out / v.name / "train_state", snapshot_every, fps[v.name], resume)
+            ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress, snapshots=snaps)
+            snaps.clear()  # the checkpoint is written: the snapshots have served
+        else:
+            ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress)
         if v.trainer.method == "pmixed":  # a deployment, audited through its outputs
             from dpaudit.pmixed import evaluate as pmixed_eval
             from dpaudit.pmixed import report as pmixed_report

@@ -2,9 +2,10 @@
 physical batches.
 
 * records -> :func:`collate` -> fixed-length (input_ids, attention_mask, targets) tensors;
-* record-level batches: shuffled fixed-size batches (non-private) or Poisson sampling at q = B / N through
-  Opacus' DPDataLoader (private; made by :mod:`.mechanism`), split by Opacus' BatchMemoryManager when a
-  physical cap is set (noise still once per logical batch);
+* record-level batches: shuffled fixed-size batches (non-private, :class:`Shuffled`) or Poisson sampling at
+  q = B / N through Opacus' DPDataLoader (private; made by :mod:`.mechanism`, streamed by :class:`Poisson`),
+  split by Opacus' BatchMemoryManager when a physical cap is set (noise still once per logical batch); both
+  streams can resume mid-pass (trainers/snapshot.py);
 * user-level batches: :class:`UserBatches`, each user drawn independently at rate q = B / U per step.
 
 Batches stay on the CPU here; the unit step moves each physical part to the model's device.
@@ -40,18 +41,84 @@ def shuffled_loader(data: TensorDataset, batch: int, seed: int, drop_last: bool)
                       generator=torch.Generator().manual_seed(seed))
 
 
-def logical_batches(loader, optimizer=None, cap: int | None = None) -> Iterator:
-    """Endless stream of physical batches. With a cap and a DP optimizer, Opacus' BatchMemoryManager splits
-    each logical (Poisson) batch and makes the optimizer skip the step (and the noise) until its last part;
-    without an optimizer the loader's batches come whole (the unit step splits non-private batches)."""
-    while True:
-        if optimizer is not None and cap:
+class Poisson:
+    """Endless batches of Opacus' Poisson loader (its logical batches split into physical parts by
+    BatchMemoryManager when ``cap`` is set: the optimizer then skips the step, and the noise, until the last part)
+    that can resume mid-pass. Where the stream is: the sampler generator's state at the start of the current pass
+    (before the loader's own per-pass draw) and the logical batches taken from that pass. Resuming replays the
+    pass start, draws the taken batches' masks again through the sampler itself, and shortens that one pass by as
+    many, so every later draw falls where it fell in the uninterrupted run."""
+
+    def __init__(self, loader, optimizer=None, cap: int | None = None):
+        self.loader, self.optimizer, self.cap = loader, optimizer, cap
+        self.sampler = loader.batch_sampler  # opacus UniformWithReplacementSampler (one mask draw per batch)
+        self.gen = self.sampler.generator
+        if self.gen is None:
+            raise ValueError("the Poisson sampler has no generator to resume from")
+        self.pass_start, self.taken, self._skip = None, 0, 0
+
+    def restore(self, pass_start: torch.Tensor, taken: int) -> None:
+        self.gen.set_state(pass_start)
+        self._skip = int(taken)
+
+    def _loader(self):
+        if self.optimizer is not None and self.cap:
             from opacus.utils.batch_memory_manager import BatchMemoryManager
 
-            with BatchMemoryManager(data_loader=loader, max_physical_batch_size=cap, optimizer=optimizer) as mem:
-                yield from mem
-        else:
-            yield from loader
+            return BatchMemoryManager(data_loader=self.loader, max_physical_batch_size=self.cap,
+                                      optimizer=self.optimizer).__enter__()
+        return self.loader
+
+    def __iter__(self) -> Iterator:
+        full = self.sampler.steps
+        while True:
+            self.pass_start, self.taken = self.gen.get_state(), 0
+            skip, self._skip = self._skip, 0
+            it = iter(self._loader())  # the loader's per-pass draw happens here
+            for _ in range(skip):  # the masks of the batches taken before the snapshot, drawn again
+                next(iter(self.sampler))
+            self.taken = skip
+            self.sampler.steps = full - skip  # read when the pass's first batch is drawn
+            try:
+                first = True
+                for b in it:
+                    if first:
+                        self.sampler.steps, first = full, False
+                    if self._last_part():
+                        self.taken += 1
+                    yield b
+            finally:
+                self.sampler.steps = full
+
+    def _last_part(self) -> bool:
+        """Whether the batch just drawn ends a logical batch (always, without physical splitting)."""
+        if not (self.optimizer is not None and self.cap):
+            return True
+        queue = getattr(self.optimizer, "_step_skip_queue", None)
+        return not (queue and queue[-1])
+
+
+class Shuffled:
+    """Endless batches of a shuffled loader (the non-private baseline) that can resume mid-pass: where the
+    stream is = the generator's state at the start of the current pass and the batches taken from that pass."""
+
+    def __init__(self, loader: DataLoader):
+        self.loader, self.gen = loader, loader.generator
+        self.pass_start, self.taken, self._skip = None, 0, 0
+
+    def restore(self, pass_start: torch.Tensor, taken: int) -> None:
+        self.gen.set_state(pass_start)
+        self._skip = int(taken)
+
+    def __iter__(self) -> Iterator:
+        while True:
+            self.pass_start, self.taken = self.gen.get_state(), 0
+            for b in self.loader:
+                self.taken += 1
+                if self._skip:
+                    self._skip -= 1
+                    continue
+                yield b
 
 
 def parts(tensors, cap: int | None):
@@ -70,12 +137,12 @@ class UserBatches:
         self.users = sorted(records_by_user)
         self.data = {u: collate(records_by_user[u], pad_id, max_len).tensors for u in self.users}
         self.q = q
-        self._rng = np.random.default_rng([seed, 5150])
+        self.rng = np.random.default_rng([seed, 5150])
 
     def __iter__(self) -> Iterator[list[str]]:
         U = len(self.users)
         while True:
-            yield [self.users[i] for i in np.flatnonzero(self._rng.random(U) < self.q)]
+            yield [self.users[i] for i in np.flatnonzero(self.rng.random(U) < self.q)]
 
     def gather(self, sampled: list[str], mean_over_users: bool):
         """(ids, mask, targets, owner index, weight) of the sampled users' records; a record's weight is

@@ -31,13 +31,14 @@ def build_records(data, manifest: Manifest, tokenizer, objective: str, max_len: 
     return [recs[i] for i in order]
 
 
-def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True) -> Path:
+def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True,
+        snapshots=None) -> Path:
     """Train one variant of a run config and write its checkpoint directory."""
     tc, eng = variant.trainer, common.engine_config(variant, progress)
     model, tok = common.base_model(cfg, eng)
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
-    model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len)
+    model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len, snapshots=snapshots)
     claim = Claim(epsilon=res.epsilon if res.private else None,
                   delta=res.delta if res.private else 0.0, unit="record", accountant=eng.accountant)
     card = PrivacyCard(claim=claim, events=res.events, clipping_norm=eng.clipping_norm if res.private else None,

@@ -33,6 +33,7 @@ from dpaudit.trainers import data as data_seam
 from dpaudit.trainers import loop, mechanism, optim
 from dpaudit.trainers.clip_stats import ClipStats
 from dpaudit.trainers.loss import run_choices
+from dpaudit.trainers.snapshot import RunParts
 from dpaudit.trainers.units import RecordStep, UserStep
 
 
@@ -112,6 +113,7 @@ class TrainResult:
     gradient_canaries: dict | None = None
     clipping: dict | None = None  # trainers/clip_stats.py summary (private runs)
     gradient_canaries_more: list = field(default_factory=list)  # further kinds' sets (gradient_canary_kind 'a+b')
+    resumed_at: list = field(default_factory=list)  # logical steps this run was resumed from (trainers/snapshot.py)
 
     def summary(self) -> dict:
         d = asdict(self)
@@ -170,19 +172,44 @@ def _sigma(cfg: EngineConfig, delta: float, q: float, steps: int) -> float:
     return accounting.calibrate_sigma(cfg.target_epsilon, delta, q, steps, accountant=cfg.accountant)
 
 
-def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=None) -> TrainResult:
+def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=None, resumed=None) -> TrainResult:
     """What happened; ``events`` (a custom noise) replace the Gaussian event, and epsilon is then the caller's."""
     gc = canaries.to_dict() if canaries is not None else None
     more = canaries.more() if canaries is not None else []
+    resumed = list(resumed or [])
     if not cfg.private:
-        return TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0, gc, None, more)
+        return TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0, gc, None, more, resumed)
     if events is not None:
         return TrainResult(True, steps, n, q, None, delta, None, events, losses, time.time() - t0, gc,
-                           stats.summary(), more)
+                           stats.summary(), more, resumed)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
     return TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0, gc, stats.summary(),
-                       more)
+                       more, resumed)
+
+
+def _gaussian_ledger(q: float, sigma: float):
+    return lambda t: [SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=t, sampler="poisson").to_dict()]
+
+
+def _resumable(snapshots, parts, steps: int):
+    """(first step, losses so far, the after-step hook, the steps resumed from) for a run with ``snapshots``
+    (trainers/snapshot.py): the latest snapshot restored into ``parts`` when resuming, one saved every
+    ``snapshots.every`` logical steps."""
+    if snapshots is None:
+        return 0, None, None, []
+    loaded = snapshots.load()
+    start, losses, resumed = 0, None, []
+    if loaded is not None:
+        start, losses = parts.restore(*loaded)
+        resumed = [*loaded[0].get("resumed_at", []), start]
+
+    def after(done: int, so_far: list[float]) -> None:
+        if snapshots.due(done, done >= steps):
+            state, tensors = parts.collect(done, so_far)
+            snapshots.save(done, {**state, "resumed_at": resumed}, tensors)
+
+    return start, losses, after, resumed
 
 
 @dataclass(frozen=True)
@@ -205,13 +232,14 @@ def record_plan(n: int, cfg: EngineConfig) -> RecordPlan:
 
 
 def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int, max_len: int, *,
-          noise=None, sigma: float | None = None, event=None) -> tuple[nn.Module, TrainResult]:
+          noise=None, sigma: float | None = None, event=None, snapshots=None) -> tuple[nn.Module, TrainResult]:
     """Record-level training of ``model`` on ``records``; returns (the plain model, what happened).
     ``noise`` (:mod:`.noise`) replaces Opacus' Gaussian draw; a non-Gaussian one comes with ``event(sample_rate,
     steps)``, the privacy event of this training under the caller's accounting (the result's epsilon is then
     None); without ``event`` the run is accounted as Gaussian with multiplier sigma. ``sigma``
     fixes the Gaussian noise multiplier instead of calibrating it to ``cfg.target_epsilon`` (a method that
-    composes this training with other mechanisms calibrates the whole; the result's epsilon is this training's)."""
+    composes this training with other mechanisms calibrates the whole; the result's epsilon is this training's).
+    ``snapshots`` (:class:`.snapshot.Snapshots`) saves the run's state every few steps and resumes from the latest."""
     if event is not None and noise is None:
         raise DpauditError("a privacy event replaces the Gaussian's only with the noise it describes (engine.train("
                            "noise=..., event=...))")
@@ -228,13 +256,14 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     model.train()
     t0 = time.time()
     if not cfg.private:
-        loader = data_seam.shuffled_loader(tensors, batch, cfg.seed, drop_last=True)
+        stream = data_seam.Shuffled(data_seam.shuffled_loader(tensors, batch, cfg.seed, drop_last=True))
         steps = plan.steps
         canaries = _canaries(cfg, opt, params, q, batch, private=False)
-        losses = loop.run(model, opt, data_seam.logical_batches(loader),
-                          RecordStep(model, choices=choices, split_cap=cfg.max_physical_batch_size), steps,
-                          progress=cfg.progress, desc="train")
-        return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None)
+        start, so_far, after, resumed = _resumable(
+            snapshots, RunParts(model, opt, {}, {}, canaries, None, lambda t: [], stream), steps)
+        losses = loop.run(model, opt, stream, RecordStep(model, choices=choices, split_cap=cfg.max_physical_batch_size),
+                          steps, progress=cfg.progress, desc="train", start=start, losses=so_far, after_step=after)
+        return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None, resumed=resumed)
     delta, steps = plan.delta, plan.steps
     if event is not None:
         sigma = 0.0  # Opacus' own Gaussian draw is replaced by ``noise``
@@ -248,14 +277,18 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         seed=cfg.seed, noise=noise)
     canaries = _canaries(cfg, dp_opt, params, q, batch, private=True)
     stats = ClipStats(cfg.clipping_norm)
-    losses = loop.run(module, dp_opt, data_seam.logical_batches(dp_loader, dp_opt, cfg.max_physical_batch_size),
-                      RecordStep(module, crit, choices), steps, stats=stats, progress=cfg.progress, desc="DP train")
+    ledger = (lambda t: [event(q, t).to_dict()]) if event is not None else _gaussian_ledger(q, sigma)
+    stream = data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size)
+    start, so_far, after, resumed = _resumable(
+        snapshots, RunParts(module, dp_opt, {"noise": dp_opt.generator}, {}, canaries, stats, ledger, stream), steps)
+    losses = loop.run(module, dp_opt, stream, RecordStep(module, crit, choices), steps, stats=stats,
+                      progress=cfg.progress, desc="DP train", start=start, losses=so_far, after_step=after)
     return mechanism.release(module), _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats,
-                                              [event(q, steps)] if event is not None else None)
+                                              [event(q, steps)] if event is not None else None, resumed)
 
 
 def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: EngineConfig, pad_id: int,
-                max_len: int, *, noise=None) -> tuple[nn.Module, TrainResult]:
+                max_len: int, *, noise=None, snapshots=None) -> tuple[nn.Module, TrainResult]:
     """User-wise DP-SGD (Chua et al., Alg. 2): the privacy unit is the user.
 
     Users are Poisson-sampled at rate q = B / U (B = ``cfg.batch_size`` expected users); a sampled
@@ -292,8 +325,14 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     stats = ClipStats(cfg.clipping_norm) if cfg.private else None
     t0 = time.time()
     step = UserStep(module, batches, params, cfg.private, cfg.max_physical_batch_size or 64)
+    gens = {"noise": opt.generator} if cfg.private else {}
+    start, so_far, after, resumed = _resumable(
+        snapshots, RunParts(module, opt, gens, {"users": batches.rng}, canaries, stats,
+                            _gaussian_ledger(q, sigma) if cfg.private else (lambda t: [])), steps)
     losses = loop.run(module, opt, batches, step, steps, stats=stats, progress=cfg.progress,
-                      desc="user DP train" if cfg.private else "user train")
+                      desc="user DP train" if cfg.private else "user train", start=start, losses=so_far,
+                      after_step=after)
     for p in params:
         p.grad_sample = None
-    return mechanism.release(module), _result(cfg, steps, U, q, sigma, delta, losses, t0, canaries, stats)
+    return mechanism.release(module), _result(cfg, steps, U, q, sigma, delta, losses, t0, canaries, stats,
+                                              resumed=resumed)

@@ -147,6 +147,20 @@ class GradientCanaries:
 
         optimizer.step = step
 
+    def snapshot(self, prefix: str, tensors: dict) -> dict:
+        """What the rest of the run needs (trainers/snapshot.py): the sampling stream's state (JSON) and the
+        accumulated scores, counts and per-step projections (tensors, float64 scores kept exact)."""
+        tensors[f"{prefix}/scores"] = torch.from_numpy(np.asarray(self.scores, dtype=np.float64).copy())
+        tensors[f"{prefix}/times_sampled"] = torch.from_numpy(np.asarray(self.times_sampled, dtype=np.int64).copy())
+        tensors[f"{prefix}/steps"] = torch.from_numpy(self.step_projections().copy())
+        return {"rng": self._rng.bit_generator.state}
+
+    def restore(self, prefix: str, state: dict, tensors: dict) -> None:
+        self._rng.bit_generator.state = state["rng"]
+        self.scores = tensors[f"{prefix}/scores"].numpy().copy()
+        self.times_sampled = tensors[f"{prefix}/times_sampled"].numpy().copy()
+        self.steps = list(tensors[f"{prefix}/steps"].numpy().copy())
+
     def to_dict(self) -> dict:
         return {
             "schema_version": 1,

@@ -82,7 +82,8 @@ def calibrate(tc, eng, plan: engine.RecordPlan, progress: bool = False) -> Calib
     return Calibration(nz, eps, "lmo_vector", detail, None)
 
 
-def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True) -> Path:
+def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True,
+        snapshots=None) -> Path:
     """Train one LMO-DP variant of a run config and write its checkpoint directory."""
     tc, eng = variant.trainer, common.engine_config(variant, progress)
     model, tok = common.base_model(cfg, eng)
@@ -97,7 +98,8 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
         return SubsampledLaplaceMixture(sample_rate=q, steps=steps, noise=cal.noise.to_dict(),
                                         clipping_norm=eng.clipping_norm, draw=tc.lmo_draw, dimension=dim)
 
-    model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len, noise=noise, event=event)
+    model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len, noise=noise, event=event,
+                              snapshots=snapshots)
     paper = lmo_paper.claim(cal.noise, eng.clipping_norm, res.sample_rate, res.steps, res.delta)
     extra = {"lmo": {"noise": cal.noise.to_dict(), "draw": tc.lmo_draw, "accounting": tc.lmo_accounting,
                      "fixed_scale": tc.lmo_fixed, "dimension": dim, "claim_detail": cal.detail,

@@ -17,14 +17,17 @@ from dpaudit.trainers.clip_stats import ClipStats, module_norms
 
 
 def run(model, optimizer, batches: Iterable, unit_step: Callable[[object], tuple[float, int]], steps: int, *,
-        stats: ClipStats | None = None, progress: bool = True, desc: str = "train") -> list[float]:
-    """Run ``steps`` logical steps; returns one loss per logical step (the mean over its units; NaN when the
-    sampled batch was empty). ``stats`` records the per-unit gradient norms before clipping."""
+        stats: ClipStats | None = None, progress: bool = True, desc: str = "train", start: int = 0,
+        losses: list[float] | None = None, after_step: Callable[[int, list[float]], None] | None = None) -> list[float]:
+    """Run logical steps ``start`` .. ``steps`` - 1; returns one loss per logical step (the mean over its units;
+    NaN when the sampled batch was empty), after ``losses`` (those of the first ``start`` steps, when resuming).
+    ``stats`` records the per-unit gradient norms before clipping; ``after_step(done, losses)`` hears of every
+    completed logical step (snapshots)."""
     trainable = [p for p in model.parameters() if p.requires_grad]
-    losses: list[float] = []
+    losses = list(losses or [])
     part_sum, part_n = 0.0, 0  # a DP logical batch's physical parts, until the optimizer takes the noisy step
-    bar = tqdm(total=steps, desc=desc, disable=not progress, leave=False)
-    done = 0
+    bar = tqdm(total=steps, initial=start, desc=desc, disable=not progress, leave=False)
+    done = start
     for batch in batches:
         if done >= steps:
             break
@@ -41,6 +44,8 @@ def run(model, optimizer, batches: Iterable, unit_step: Callable[[object], tuple
         if stats is not None:
             stats.end_step()
         done += 1
+        if after_step is not None:
+            after_step(done, losses)
         bar.update(1)
         if done % 10 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")

@@ -33,7 +33,8 @@ def capped_users(data: userlm.UserData, manifest: Manifest, k: int, selection: s
     return userlm.select(by_user, k, selection, seed, model=model, tok=tok, max_len=max_len)
 
 
-def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, progress: bool = True) -> Path:
+def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, progress: bool = True,
+        snapshots=None) -> Path:
     tc, eng = variant.trainer, common.engine_config(variant, progress)
     model, tok = common.base_model(cfg, eng)
     base_for_selection = model if tc.selection in ("high_ppl", "low_ppl") else None
@@ -44,7 +45,7 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, prog
     n_records = sum(len(v) for v in records.values())
     extra: dict = {"user_cap": tc.user_cap, "selection": tc.selection, "n_users": len(records)}
     if tc.method == "user_dp_sgd" or not eng.private:
-        model, res = engine.train_users(model, records, eng, tok.pad_token_id, cfg.model.max_len)
+        model, res = engine.train_users(model, records, eng, tok.pad_token_id, cfg.model.max_len, snapshots=snapshots)
         user_eps, user_delta, events, grp = res.epsilon, res.delta, res.events, 1
         q_desc = "users"
     else:
@@ -53,7 +54,7 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, prog
         flat = [r for u in sorted(records) for r in records[u]]
         flat = [flat[i] for i in np.random.default_rng(eng.seed).permutation(len(flat))]
         model, res = engine.train(model, flat, dataclasses.replace(eng, target_epsilon=rec_eps, delta=rec_delta),
-                                  tok.pad_token_id, cfg.model.max_len)
+                                  tok.pad_token_id, cfg.model.max_len, snapshots=snapshots)
         user_eps, user_delta_achieved = group.lemma(res.epsilon, rec_delta, tc.user_cap)
         user_delta = max(user_delta, user_delta_achieved)
         events, grp = res.events, tc.user_cap
