@@ -82,6 +82,10 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet):
 
     reports = run_pipeline(config_path, out, _command_line(), progress=not quiet, redact=redact,
                            only=tuple(variants), resume=resume, snapshot_every=snapshot_every)
+    from dpaudit.trainers import distributed
+
+    if not distributed.is_main():
+        return
     for name, r in reports.items():
         click.echo(f"{name}: {r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")

@@ -23,7 +23,7 @@ from dpaudit import canaries, config, device, eval_plan, report
 from dpaudit.errors import DpauditError
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import registry
-from dpaudit.trainers import dp_adam, dp_frost, lmo_dp, pmixed, user_dp
+from dpaudit.trainers import distributed, dp_adam, dp_frost, lmo_dp, pmixed, user_dp
 from dpaudit.trainers.snapshot import Snapshots
 
 TRAINERS = {"dp_frost": dp_frost, "lmo_dp": lmo_dp, "pmixed": pmixed}  # record-level methods with their own module; else dp_adam
@@ -74,6 +74,13 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
     cfg = config.load(cfg_path, only)  # fails before any work on bad input
     for v in cfg.variants:  # a device this machine does not have: before any work
         device.resolve(v.trainer.engine.device, f"train.device of variant {v.name!r}")
+    distributed.init_from_env()
+    distributed.check_variants(cfg.variants)
+    if distributed.world()[1] > 1:
+        if resume:
+            raise DpauditError("--resume is not supported under torchrun yet (snapshots are per process); resume in "
+                               "one process or start over")
+        snapshot_every = 0  # snapshots hold one process's streams: none under torchrun (docs/scaling.md)
     out = Path(out)
     if resume and not out.is_dir():
         raise DpauditError(f"--resume: {out} is not the folder of an interrupted run; drop --resume to start one")
@@ -91,6 +98,9 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
             reports[v.name] = finished[v.name]
             continue
         trainer = user_dp if v.trainer.user_level else TRAINERS.get(v.trainer.method, dp_adam)
+        if not distributed.is_main():  # torchrun: the other ranks train; rank 0 writes and evaluates
+            trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=False)
+            continue
         if trainer in SNAPSHOTTING:
             snaps = Snapshots(out / v.name / "train_state", snapshot_every, fps[v.name], resume)
             ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress, snapshots=snaps)
@@ -112,5 +122,6 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
                      enumerate_limit=cfg.evaluate.enumerate_limit, base_metrics=cfg.evaluate.base_metrics)
         report.write(r, out / v.name / "report", redact=redact)
         reports[v.name] = r
-    report.write_comparison(reports, out, command, cfg.to_dict(), redact=redact)
+    if distributed.is_main():
+        report.write_comparison(reports, out, command, cfg.to_dict(), redact=redact)
     return reports

@@ -96,7 +96,7 @@ def _one_logical_step(tiny_model_factory, cap, sigma=0.0):
     calls = []
     orig = dp_opt.add_noise
     dp_opt.add_noise = lambda: (calls.append(1), orig())[1]
-    loop.run(gsm, dp_opt, data_seam.logical_batches(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1, progress=False)
+    loop.run(gsm, dp_opt, data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1, progress=False)
     return [p.grad.clone() for p in model.parameters()], len(calls)
 
 
@@ -123,10 +123,10 @@ def test_loss_is_recorded_once_per_logical_step(tiny_model_factory, mode):
         m, _ = tiny_model_factory()
         opt = torch.optim.SGD(list(m.parameters()), lr=0.0)
         gsm, dp_opt, crit, dp_loader = mechanism.record_level(m, opt, DataLoader(data, batch_size=len(data)), sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
-        got.append(loop.run(gsm, dp_opt, data_seam.logical_batches(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1, progress=False))
+        got.append(loop.run(gsm, dp_opt, data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1, progress=False))
         m, _ = tiny_model_factory()
         opt = torch.optim.SGD(list(m.parameters()), lr=0.0)
-        got.append(loop.run(m, opt, data_seam.logical_batches(DataLoader(data, batch_size=len(data))), units.RecordStep(m, split_cap=cfg.max_physical_batch_size), 1, progress=False))
+        got.append(loop.run(m, opt, DataLoader(data, batch_size=len(data)), units.RecordStep(m, split_cap=cfg.max_physical_batch_size), 1, progress=False))
     for losses in got:
         assert len(losses) == 1 and losses[0] == pytest.approx(direct, rel=1e-5)
 

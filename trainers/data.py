@@ -52,9 +52,7 @@ class Poisson:
     def __init__(self, loader, optimizer=None, cap: int | None = None):
         self.loader, self.optimizer, self.cap = loader, optimizer, cap
         self.sampler = loader.batch_sampler  # opacus UniformWithReplacementSampler (one mask draw per batch)
-        self.gen = self.sampler.generator
-        if self.gen is None:
-            raise ValueError("the Poisson sampler has no generator to resume from")
+        self.gen = self.sampler.generator  # None (an unseeded loader): streams, but cannot resume
         self.pass_start, self.taken, self._skip = None, 0, 0
 
     def restore(self, pass_start: torch.Tensor, taken: int) -> None:
@@ -72,7 +70,7 @@ class Poisson:
     def __iter__(self) -> Iterator:
         full = self.sampler.steps
         while True:
-            self.pass_start, self.taken = self.gen.get_state(), 0
+            self.pass_start, self.taken = (self.gen.get_state() if self.gen is not None else None), 0
             skip, self._skip = self._skip, 0
             it = iter(self._loader())  # the loader's per-pass draw happens here
             for _ in range(skip):  # the masks of the batches taken before the snapshot, drawn again

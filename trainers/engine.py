@@ -30,7 +30,7 @@ from dpaudit.accounting import SubsampledGaussian
 from dpaudit.errors import DpauditError
 from dpaudit.options import GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS
 from dpaudit.trainers import data as data_seam
-from dpaudit.trainers import loop, mechanism, optim
+from dpaudit.trainers import distributed, loop, mechanism, optim
 from dpaudit.trainers.clip_stats import ClipStats
 from dpaudit.trainers.loss import run_choices
 from dpaudit.trainers.snapshot import RunParts
@@ -271,10 +271,15 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         sigma = _sigma(cfg, delta, q, steps)
     elif not sigma > 0:
         raise DpauditError(f"a fixed noise multiplier must be > 0, got {sigma}")
-    loader = data_seam.shuffled_loader(tensors, batch, cfg.seed, drop_last=False)
-    module, dp_opt, crit, dp_loader = mechanism.record_level(
-        model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode,
-        seed=cfg.seed, noise=noise)
+    if distributed.world()[1] > 1:  # torchrun: this rank's shard, noise from rank 0 only
+        module, dp_opt, crit, dp_loader = distributed.record_level(
+            model, opt, tensors, sigma=sigma, clipping_norm=cfg.clipping_norm, expected_batch_size=batch,
+            sample_rate=q, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed, noise=noise)
+    else:
+        loader = data_seam.shuffled_loader(tensors, batch, cfg.seed, drop_last=False)
+        module, dp_opt, crit, dp_loader = mechanism.record_level(
+            model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode,
+            seed=cfg.seed, noise=noise)
     canaries = _canaries(cfg, dp_opt, params, q, batch, private=True)
     stats = ClipStats(cfg.clipping_norm)
     ledger = (lambda t: [event(q, t).to_dict()]) if event is not None else _gaussian_ledger(q, sigma)

@@ -59,7 +59,12 @@ def run_record(cfg, variant, eng, res, data, trainer: dict, data_counts: dict) -
 
 
 def write(out: Path, model, tok, card, manifest, run: dict, res, tc, base) -> Path:
-    """The checkpoint directory; a LoRA adapter keeps its base, white-box canaries their record."""
+    """The checkpoint directory; a LoRA adapter keeps its base, white-box canaries their record. Under torchrun
+    only rank 0 writes (every rank holds the same weights)."""
+    from dpaudit.trainers import distributed
+
+    if not distributed.is_main():
+        return Path(out)
     return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None,
                             extra_files=canary_files(res))
 

@@ -126,7 +126,8 @@ class GradientCanaries:
             orig_add_noise = optimizer.add_noise
 
             def add_noise():
-                self.inject(lambda k: params[k].summed_grad)
+                # under torchrun (trainers/distributed.py) the sum over ranks gets the canaries once: from rank 0
+                self.inject(lambda k: params[k].summed_grad, 1.0 if getattr(optimizer, "rank", 0) == 0 else 0.0)
                 orig_add_noise()
 
             optimizer.add_noise = add_noise

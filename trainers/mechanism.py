@@ -82,4 +82,7 @@ def release(module: nn.Module) -> nn.Module:
     """The plain model inside an Opacus wrapper, hooks removed (for save_pretrained)."""
     if hasattr(module, "remove_hooks"):
         module.remove_hooks()
-    return getattr(module, "_module", module)
+    inner = getattr(module, "_module", module)
+    from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
+
+    return inner.module if isinstance(inner, DPDDP) else inner  # torchrun: the model inside DPDDP

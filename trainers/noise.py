@@ -33,9 +33,10 @@ class Gaussian:
         return _generate_noise(std=self.std, reference=reference, generator=generator, secure_mode=secure_mode)
 
 
-def install(optimizer, noise: Noise | None) -> None:
+def install(optimizer, noise: Noise | None, only_rank0: bool = False) -> None:
     """Make ``optimizer.add_noise`` draw from ``noise`` (no-op for None: Opacus' Gaussian path). A noise with a
-    ``new_step()`` hears of every logical step first (LMO-DP's per-step scale)."""
+    ``new_step()`` hears of every logical step first (LMO-DP's per-step scale). ``only_rank0``: under torchrun
+    (trainers/distributed.py) the other ranks pass their clipped sum on unchanged, so the noise is added once."""
     if noise is None:
         return
     from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
@@ -43,9 +44,14 @@ def install(optimizer, noise: Noise | None) -> None:
     def add_noise():
         if hasattr(noise, "new_step"):
             noise.new_step()
+        draw = not only_rank0 or getattr(optimizer, "rank", 0) == 0
         for p in optimizer.params:
             _check_processed_flag(p.summed_grad)
-            p.grad = (p.summed_grad + noise.sample(p.summed_grad, optimizer.generator, optimizer.secure_mode)).view_as(p)
+            if draw:
+                p.grad = (p.summed_grad + noise.sample(p.summed_grad, optimizer.generator,
+                                                       optimizer.secure_mode)).view_as(p)
+            else:
+                p.grad = p.summed_grad.view_as(p)
             _mark_as_processed(p.summed_grad)
 
     optimizer.add_noise = add_noise

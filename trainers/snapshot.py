@@ -200,6 +200,8 @@ class RunParts:
             state["clip_stats"] = {"fraction_clipped": self.stats.fraction_clipped,
                                    "median_norm": self.stats.median_norm}
         if self.stream is not None:
+            if self.stream.pass_start is None:
+                raise DpauditError("the batch sampler has no seeded generator: this run cannot be snapshotted")
             tensors["rng/pass_start"] = self.stream.pass_start
             state["taken"] = self.stream.taken
         return state, tensors
