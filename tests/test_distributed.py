@@ -49,7 +49,7 @@ def _noise_worker(rank, world, port, out):
 
 def test_noise_is_added_once_per_logical_batch_across_ranks(tmp_path):
     torch.multiprocessing.spawn(_noise_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
-    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
     assert torch.equal(r0["delta"], r1["delta"])  # one update, the same on every rank
     std = float(r0["delta"].std())
     expected = SIGMA * C / B  # one process: N(0, sigma^2 C^2) on the sum, divided by B
