@@ -15,21 +15,30 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dpaudit.attacks.scoring import owns
+from dpaudit.tokens import model_device
+
 NAMES = ("loss", "reference")
 
 
 @torch.inference_mode()
-def label_log_probs(model, tokenizer, texts: list[str], labels, batch_size: int = 64, max_len: int = 64) -> np.ndarray:
-    """log p(labels[i] | texts[i]) under a sequence classifier, in nats."""
+def label_log_probs(model, tokenizer, texts: list[str], labels, batch_size: int = 64, max_len: int = 64,
+                    shard: tuple[int, int] | None = None) -> np.ndarray:
+    """log p(labels[i] | texts[i]) under a sequence classifier, in nats. ``shard = (i, n)``: only batches b with
+    b mod n = i (NaN elsewhere; :func:`dpaudit.attacks.scoring.owns`)."""
     model.eval()
-    labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
+    device = model_device(model)
+    labels = torch.as_tensor(np.asarray(labels), dtype=torch.long, device=device)
     out = []
-    for i in range(0, len(texts), batch_size):
+    for b, i in enumerate(range(0, len(texts), batch_size)):
+        if not owns(shard, b):
+            out.append(torch.full((len(texts[i:i + batch_size]),), float("nan"), device=device))
+            continue
         enc = tokenizer(texts[i:i + batch_size], truncation=True, max_length=max_len, padding=True, return_tensors="pt")
-        logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.float()
+        logits = model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device)).logits.float()
         lp = torch.log_softmax(logits, -1)
         out.append(lp.gather(1, labels[i:i + batch_size, None]).squeeze(1))
-    return torch.cat(out).numpy().astype(float) if out else np.zeros(0)
+    return torch.cat(out).to("cpu").numpy().astype(float) if out else np.zeros(0)
 
 
 def scores(target_lp: np.ndarray, reference_lp: np.ndarray | None, names) -> dict[str, np.ndarray]:

@@ -16,19 +16,22 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from dpaudit.attacks.scoring import encode
+from dpaudit.attacks.scoring import encode, owns
+from dpaudit.tokens import model_device
 
 NAME = "exposure"
 
 
 @torch.inference_mode()
 def log_perplexities(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 256,
-                     progress=None, framing: str = "bos_eos") -> np.ndarray:
+                     progress=None, framing: str = "bos_eos", shard: tuple[int, int] | None = None) -> np.ndarray:
     """Bits of -log2 P(secret + suffix + EOS | BOS + prefix) for each candidate secret (``framing``: see
-    :func:`dpaudit.attacks.scoring.encode`)."""
+    :func:`dpaudit.attacks.scoring.encode`). ``shard = (i, n)``: only chunks c with c mod n = i (NaN elsewhere)."""
     model.eval()
+    device = model_device(model)
     texts = [f"{prefix}{s}{suffix}" for s in secrets]
-    out = np.empty(len(texts))
+    out = np.full(len(texts), np.nan)
+    chunk_no = -1
     # tokenise in chunks; group candidates by their unscored (shared) token prefix, normally one group
     groups: dict[tuple, list[tuple[int, list[int]]]] = defaultdict(list)
     for start in range(0, len(texts), 4096):
@@ -39,23 +42,28 @@ def log_perplexities(model, tokenizer, prefix: str, secrets: list[str], suffix: 
             groups[tuple(s[:first])].append((start + j, s[first:]))
     for shared, members in groups.items():
         P = len(shared)
-        pre = model(input_ids=torch.tensor([shared]), attention_mask=torch.ones((1, P), dtype=torch.long), use_cache=True)
+        pre = model(input_ids=torch.tensor([shared], device=device),
+                    attention_mask=torch.ones((1, P), dtype=torch.long, device=device), use_cache=True)
         cache0 = pre.past_key_values
         first_logp = torch.log_softmax(pre.logits[0, -1].float(), -1)
         for start in range(0, len(members), batch_size):
             chunk = members[start:start + batch_size]
+            chunk_no += 1
+            if not owns(shard, chunk_no):
+                continue
             S = max(len(r) for _, r in chunk)
             ids = torch.full((len(chunk), S), tokenizer.pad_token_id, dtype=torch.long)
             valid = torch.zeros((len(chunk), S), dtype=torch.bool)
             for j, (_, r) in enumerate(chunk):
                 ids[j, : len(r)] = torch.tensor(r)
                 valid[j, : len(r)] = True
+            ids, valid = ids.to(device), valid.to(device)  # built on the host row by row, moved once
             total = first_logp[ids[:, 0]].double()
             if S > 1:
                 cache = copy.deepcopy(cache0)
                 cache.batch_repeat_interleave(len(chunk))
-                att = torch.cat([torch.ones((len(chunk), P), dtype=torch.long), valid.long()], 1)
-                pos = torch.arange(P, P + S).unsqueeze(0).repeat(len(chunk), 1)
+                att = torch.cat([torch.ones((len(chunk), P), dtype=torch.long, device=device), valid.long()], 1)
+                pos = torch.arange(P, P + S, device=device).unsqueeze(0).repeat(len(chunk), 1)
                 logits = model(input_ids=ids, past_key_values=cache, attention_mask=att, position_ids=pos).logits
                 lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
                 total = total + (lp * valid[:, 1:]).sum(1).double()

@@ -20,6 +20,7 @@ import math
 import numpy as np
 import torch
 
+from dpaudit.attacks.scoring import owns
 from dpaudit.tokens import bos_id, model_device
 
 
@@ -93,13 +94,17 @@ class _Trie:
 
 @torch.inference_mode()
 def log_probs(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 1024,
-              framing: str = "bos_eos", progress=None, stats: dict | None = None) -> np.ndarray:
+              framing: str = "bos_eos", progress=None, stats: dict | None = None,
+              shard: tuple[int, int] | None = None) -> np.ndarray:
     """Bits of -log2 P(secret tokens | BOS + prefix) for each secret (suffix not scored), exactly, by the trie.
-    ``stats``, when given, receives the number of forward passes (``nodes``) and of shared prefixes."""
+    ``stats``, when given, receives the number of forward passes (``nodes``) and of shared prefixes.
+    ``shard = (i, n)`` expands only the top-level batches b (of depth-1 nodes, ``batch_size`` at a time) with
+    b mod n = i, with everything under them batched as in one process (the same numbers); the secrets of other
+    shards are NaN, one-token secrets belong to shard 0."""
     model.eval()
     device = model_device(model)
     shared, group_of, paths = secret_paths(tokenizer, prefix, secrets, suffix, framing)
-    out = np.zeros(len(secrets))
+    out = np.full(len(secrets), np.nan)
     vocab = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None \
         else int(model.config.vocab_size)
     for g, key in enumerate(shared):
@@ -112,8 +117,9 @@ def log_probs(model, tokenizer, prefix: str, secrets: list[str], suffix: str, ba
             progress(1)
         if len(trie.count) > 1:
             _expand(model, trie, 1, 0, trie.count[1], pre.past_key_values, np.zeros(trie.count[1], dtype=np.int64),
-                    len(key), total, batch_size, device, progress)
-        out[idx] = -total / math.log(2)
+                    len(key), total, batch_size, device, progress, shard)
+        mine = _owned(trie, shard, batch_size)
+        out[idx[mine]] = -total[mine] / math.log(2)
         if stats is not None:
             stats["nodes"] = stats.get("nodes", 0) + trie.internal_nodes
     if stats is not None:
@@ -133,10 +139,13 @@ def _read(trie: _Trie, d: int, a: int, logp: torch.Tensor, total: np.ndarray) ->
 
 
 def _expand(model, trie: _Trie, d: int, a: int, b: int, parent_cache, parent_rows: np.ndarray, offset: int,
-            total: np.ndarray, batch_size: int, device, progress) -> None:
+            total: np.ndarray, batch_size: int, device, progress, shard: tuple[int, int] | None = None) -> None:
     """Forward depth-d nodes a .. b-1 (one token each on their parents' cache rows ``parent_rows``), read their
-    children's probabilities, and recurse into their internal children, ``batch_size`` nodes at a time."""
+    children's probabilities, and recurse into their internal children, ``batch_size`` nodes at a time (at the
+    top level only the batches ``shard`` owns)."""
     for s in range(a, b, batch_size):
+        if not owns(shard, s // batch_size):
+            continue
         e = min(b, s + batch_size)
         cache = copy.deepcopy(parent_cache)
         cache.batch_select_indices(torch.as_tensor(parent_rows[s - a:e - a], device=device))
@@ -153,3 +162,15 @@ def _expand(model, trie: _Trie, d: int, a: int, b: int, parent_cache, parent_row
                 _expand(model, trie, d + 1, int(c0), int(c1), res.past_key_values, par[c0:c1] - s, offset, total,
                         batch_size, device, progress)
         del cache, res
+
+
+def _owned(trie: _Trie, shard: tuple[int, int] | None, batch_size: int) -> np.ndarray:
+    """Which of the trie's secrets ``shard`` completes: those under its top-level batches of depth-1 nodes, and
+    (shard 0) the one-token secrets read from the root alone."""
+    n = len(trie.node[0])
+    if shard is None:
+        return np.ones(n, dtype=bool)
+    if len(trie.node) < 2:
+        return np.full(n, shard[0] == 0)
+    top = trie.node[1]
+    return np.where(top >= 0, (top // batch_size) % shard[1] == shard[0], shard[0] == 0)

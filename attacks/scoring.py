@@ -59,15 +59,19 @@ def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_l
 @torch.inference_mode()
 def token_features(model, tokenizer, texts: list[str], score_from_char: list[int] | None = None,
                    batch_size: int = 64, max_len: int | None = None, moments: bool = False,
-                   framing: str = "bos_eos") -> list[TokenFeatures]:
+                   framing: str = "bos_eos", shard: tuple[int, int] | None = None) -> list[TokenFeatures | None]:
     """Features of each text's scored tokens (all tokens after BOS, EOS included, unless
-    ``score_from_char[i] = c`` restricts them to tokens whose span ends after character c)."""
+    ``score_from_char[i] = c`` restricts them to tokens whose span ends after character c). ``shard = (i, n)``
+    runs only the batches b with b mod n = i of the one-process batching (the same batches, so the same numbers)
+    and leaves None for the other texts."""
     model.eval()
     device = model_device(model)
     all_seqs, all_masks = encode(tokenizer, texts, score_from_char, max_len, framing)  # one batched tokenizer call
     order = sorted(range(len(texts)), key=lambda i: len(all_seqs[i]))  # equal lengths batch together: less padding
     results: dict[int, TokenFeatures] = {}
-    for start in range(0, len(order), batch_size):
+    for b, start in enumerate(range(0, len(order), batch_size)):
+        if not owns(shard, b):
+            continue
         idx = order[start:start + batch_size]
         seqs, masks = [all_seqs[i] for i in idx], [all_masks[i] for i in idx]
         ids, att, pos = pad_batch(seqs, tokenizer.pad_token_id, device)
@@ -87,7 +91,12 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
                  for x in (tgt, mu if moments else None, sd if moments else None)]
         for j, (t, u, v) in enumerate(zip(*parts)):
             results[idx[j]] = TokenFeatures(t, u, v)
-    return [results[i] for i in range(len(texts))]
+    return [results.get(i) for i in range(len(texts))]
+
+
+def owns(shard: tuple[int, int] | None, batch: int) -> bool:
+    """Whether shard (i, n) runs batch number ``batch`` (round robin; None: one process runs all)."""
+    return shard is None or batch % shard[1] == shard[0]
 
 
 def softmax_moments(logits: torch.Tensor, chunk_bytes: int = 1 << 20, moments: bool = True) -> tuple:

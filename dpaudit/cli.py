@@ -129,10 +129,22 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet):
                    "per-query check (about 4 s each for N = 8 on a 49k vocabulary on a CPU).")
 @click.option("--device", "device_name", default="auto", show_default=True,
               help="Where the model runs: auto (CUDA when visible), cpu, cuda or cuda:N.")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Texts per forward pass when scoring (exposure: 4x as many candidate secrets); lower it when a GPU "
+                   "runs out of memory. Scores do not depend on it beyond float rounding.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Score only shard I of N (1 <= I <= N: every N-th batch of canaries, reference secrets and exposure "
+                   "trie, shard 1 also the task metrics) and write the partial scores to --out instead of a report; "
+                   "run the N shards anywhere (other processes, GPUs, machines) with the same options, then --merge.")
+@click.option("--merge", "merge_parts", multiple=True, type=click.Path(path_type=Path), metavar="PARTIAL",
+              help="Build the report from the partial folders of all N shards (repeat the option, or pass a glob): "
+                   "the same report as one process. The evaluation options are the shards'; only --out, --redact "
+                   "apply.")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, off_plan,
-             base_metrics, framing, whitebox_queries, device_name, redact, quiet):
+@click.pass_context
+def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, off_plan,
+             base_metrics, framing, whitebox_queries, device_name, batch_size, shard, merge_parts, redact, quiet):
     """Audit CHECKPOINT: attacks, bounds, claim check, metrics. CHECKPOINT is a folder with privacy_card.json and
     canaries.json beside the model: dpaudit's model/ sub-folder, or a plain Hugging Face output folder (model
     files at its root, or a LoRA adapter whose base_model_name_or_path is a local folder). A PMixED deployment
@@ -143,6 +155,12 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
     from dpaudit.pmixed.deployment import is_deployment
 
     device.resolve(device_name, "--device")  # before any work
+    if shard is not None or merge_parts:
+        _sharded(ctx, checkpoint, out, shard, merge_parts, redact, quiet, device_name, attacks=attacks, rule=rule,
+                 n_references=n_references, enumerate_limit=enumerate_limit, reference=reference_model,
+                 confidence=confidence, off_plan=off_plan, base_metrics=base_metrics, framing=framing,
+                 batch_size=batch_size)
+        return
     if is_deployment(checkpoint):  # a PMixED deployment is audited through its outputs (dpaudit/pmixed)
         from dpaudit.pmixed import evaluate as pmixed_eval
         from dpaudit.pmixed import report as pmixed_report
@@ -157,10 +175,44 @@ def evaluate(checkpoint, out, attacks, rule, n_references, enumerate_limit, refe
     r = run_eval(checkpoint, attacks=None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()],
                  n_references=n_references, confidence=confidence, command=_command_line(), rule=rule,
                  reference=reference_model, enumerate_limit=enumerate_limit, progress=not quiet,
-                 base_metrics=base_metrics, framing=framing, off_plan=off_plan, device=device_name)
+                 base_metrics=base_metrics, framing=framing, off_plan=off_plan, device=device_name, batch_size=batch_size)
     report.write(r, out, redact=redact)
     click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")
+
+
+def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, quiet, device_name, **evaluation):
+    """``evaluate --shard`` (write one shard's partial scores) or ``evaluate --merge`` (report from all of them)."""
+    from dpaudit import report, shards
+    from dpaudit.evaluate import merge, score_shard
+    from dpaudit.pmixed.deployment import is_deployment
+
+    if shard is not None and merge_parts:
+        raise DpauditError("--shard and --merge are two steps: score each shard with --shard, then --merge them")
+    if is_deployment(checkpoint):
+        raise DpauditError("a PMixED deployment is audited through its outputs in one process; drop --shard/--merge")
+    if merge_parts:
+        given = [f"--{k.replace('_', '-')}" for k in ("attacks", "rule", "n_references", "enumerate_limit",
+                                                        "reference_model", "confidence", "off_plan", "base_metrics",
+                                                        "framing", "batch_size")
+                 if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise DpauditError(f"{given[0]} cannot be combined with --merge: the shards' options are used; pass it "
+                               "to every --shard run instead")
+        r = merge(checkpoint, merge_parts, command=_command_line())
+        report.write(r, out, redact=redact)
+        click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
+        click.echo(f"report: {Path(out) / 'REPORT.md'}")
+        return
+    where = shards.parse(shard)
+    attacks = evaluation.pop("attacks")
+    ck, opts, metrics, scored, timings = score_shard(
+        checkpoint, where, progress=not quiet, device=device_name,
+        attacks=None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()], **evaluation)
+    shards.write(out, ck, where, {k: opts[k] for k in shards.OPTION_KEYS}, metrics, scored,
+                 timings)
+    click.echo(f"shard {shard}: partial scores in {out}; merge all {where[1]} with "
+               f"dpaudit evaluate {checkpoint} --merge PARTIAL ... --out REPORT")
 
 
 @cli.command()

@@ -49,46 +49,101 @@ def evaluate_checkpoint(ck: checkpoint.Checkpoint, attacks=None, n_references: i
                         device: str | None = None) -> dict:
     """:func:`evaluate` of a loaded checkpoint (a folder, or a model held as objects: dpaudit.api.evaluate). The
     model is moved to ``device`` first (None: left where it is); reference models follow it."""
-    if device is not None:
-        from dpaudit import device as devices
+    opts = options_of(ck, attacks=attacks, n_references=n_references, confidence=confidence, batch_size=batch_size,
+                      rule=rule, reference=reference, enumerate_limit=enumerate_limit, base_metrics=base_metrics,
+                      framing=framing, off_plan=off_plan)
+    acct = reaccount(ck.card)  # a card the accountants refuse fails before any model work
+    metrics, scored, timings = score_checkpoint(ck, opts, device, progress)
+    return finish(ck, opts, metrics, scored, command, timings, acct)
 
-        target = devices.resolve(device, "--device")
+
+def score_shard(ckpt_dir: Path, shard: tuple[int, int], progress: bool = True, device: str = "auto",
+                **evaluation) -> tuple[checkpoint.Checkpoint, dict, dict | None, scoring.CanaryScores, dict]:
+    """(checkpoint, options, task metrics (shard 0 only, else None), scores (NaN outside the shard), timings) of shard
+    ``shard = (i, n)`` of :func:`evaluate` with the same keyword options (:mod:`dpaudit.shards`)."""
+    ck = checkpoint.load(ckpt_dir)
+    if evaluation.get("reference") is not None and not isinstance(evaluation["reference"], (str, Path)):
+        raise DpauditError("sharded scoring takes the reference model as a path")
+    opts = options_of(ck, **evaluation)
+    return (ck, opts, *score_checkpoint(ck, opts, device, progress, shard))
+
+
+def merge(ckpt_dir: Path, part_folders, command: str | None = None) -> dict:
+    """The report of the checkpoint from the partials of its n shards: the one-process report (same scores, same
+    audit), with the evaluation plan re-derived from the checkpoint."""
+    from dpaudit import shards
+
+    ck = checkpoint.load(ckpt_dir)
+    used, metrics, scored, timings = shards.merge(ck, shards.read(part_folders))
+    opts = options_of(ck, **used)
+    if {k: opts[k] for k in shards.OPTION_KEYS} != used:
+        raise DpauditError("the partials' options do not resolve to themselves under this checkpoint's evaluation "
+                           "plan; re-run the shards on this checkpoint")
+    return finish(ck, opts, metrics, scored, command, timings)
+
+
+def options_of(ck, attacks=None, n_references: int | None = None, confidence: float | None = None,
+               batch_size: int = 64, rule: str | None = None, reference=None, enumerate_limit: int | None = None,
+               base_metrics: bool = False, framing: str = "auto", off_plan: bool = False) -> dict:
+    """The evaluation's options, resolved against the plan fixed in the manifest (:mod:`dpaudit.eval_plan`) and
+    checked; ``plan_entry`` says whether they follow it."""
     if attacks is not None:
         attacks = _check_choices(attacks, rule or "bonferroni")
     used, plan_entry = eval_plan.resolve(ck.manifest.plan.evaluation, off_plan, attacks=attacks, rule=rule,
                                          confidence=confidence, n_references=n_references)
-    attacks, rule, confidence, n_references = (used["attacks"], used["rule"], used["confidence"],
-                                               used["n_references"])
-    attacks = _check_choices(attacks, rule)
-    if not 0.5 <= confidence < 1:
-        raise DpauditError(f"confidence must be in [0.5, 1), got {confidence}")
-    if n_references < 10:
-        raise DpauditError(f"n_references must be at least 10, got {n_references}")
-    framing = scoring.framing_of(ck, framing)
+    attacks = _check_choices(used["attacks"], used["rule"])
+    if not 0.5 <= used["confidence"] < 1:
+        raise DpauditError(f"confidence must be in [0.5, 1), got {used['confidence']}")
+    if used["n_references"] < 10:
+        raise DpauditError(f"n_references must be at least 10, got {used['n_references']}")
+    return {"attacks": attacks, "rule": used["rule"], "confidence": used["confidence"],
+            "n_references": used["n_references"], "framing": scoring.framing_of(ck, framing),
+            "batch_size": batch_size, "enumerate_limit": enumerate_limit,
+            "reference": str(reference) if isinstance(reference, (str, Path)) else reference,
+            "base_metrics": base_metrics, "off_plan": off_plan, "plan_entry": plan_entry}
+
+
+def score_checkpoint(ck, opts: dict, device: str | None, progress: bool,
+                     shard: tuple[int, int] | None = None) -> tuple[dict | None, scoring.CanaryScores, dict]:
+    """(task metrics, canary scores, timings): the model's work. Sharded: shard 0 alone measures the metrics."""
+    if device is not None:
+        from dpaudit import device as devices
+
+        target = devices.resolve(device, "--device")
     t0 = time.time()
-    acct = reaccount(ck.card)
     model, tok = ck.load_model()
     if device is not None:
         model = model.to(target)
     max_len = ck.run.get("model", {}).get("max_len") or ck.run.get("max_len", 64)
     t_load = time.time() - t0
-    metrics = task_metrics(ck, model, tok, batch_size, max_len, base_metrics)
+    metrics = task_metrics(ck, model, tok, opts["batch_size"], max_len, opts["base_metrics"]) \
+        if shard is None or shard[0] == 0 else None
     t_metrics = time.time() - t0 - t_load
-    scored = scoring.score(ck, model, tok, attacks, batch_size=batch_size, max_len=max_len, reference=reference,
-                           n_references=n_references, enumerate_limit=enumerate_limit, progress=progress,
-                           framing=framing)
+    scored = scoring.score(ck, model, tok, opts["attacks"], batch_size=opts["batch_size"], max_len=max_len,
+                           reference=opts["reference"], n_references=opts["n_references"],
+                           enumerate_limit=opts["enumerate_limit"], progress=progress, framing=opts["framing"],
+                           shard=shard)
     t_attacks = time.time() - t0 - t_load - t_metrics
-    report = build_report(ck, acct, metrics, scored, scoring.whitebox(ck.path, ck.card.to_dict()["mechanism"]), confidence,
-                          rule)
-    report["canary_plan"]["framing"] = framing
+    return metrics, scored, {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks,
+                             "total_s": time.time() - t0}
+
+
+def finish(ck, opts: dict, metrics: dict, scored: scoring.CanaryScores, command: str | None, timings: dict,
+           acct: dict | None = None) -> dict:
+    """The report: audit, claim check (``acct``, computed here when None) and verdict from the scores."""
+    t0 = time.time()
+    acct = reaccount(ck.card) if acct is None else acct
+    report = build_report(ck, acct, metrics, scored, scoring.whitebox(ck.path, ck.card.to_dict()["mechanism"]),
+                          opts["confidence"], opts["rule"])
+    plan_entry = opts["plan_entry"]
+    report["canary_plan"]["framing"] = opts["framing"]
     report["audit_plan"] = plan_entry
     if plan_entry["status"] == "off-plan":
         report["verdict"] = {**report["verdict"], "off_plan": True,
                              "reason": "EXPLORATORY, off the evaluation plan fixed before training ("
                                        + "; ".join(plan_entry["departures"]) + "): " + report["verdict"]["reason"]}
     report["reproducibility"]["command"] = command
-    report["timings"] = {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks,
-                         "total_s": time.time() - t0}
+    report["timings"] = {**timings, "total_s": timings.get("total_s", 0.0) + time.time() - t0}
     return report
 
 

@@ -59,14 +59,16 @@ def framing_of(ck, framing: str = "auto") -> str:
 
 
 def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, reference: str | Path | None,
-          n_references: int, enumerate_limit: int, progress: bool, framing: str = "bos_eos") -> CanaryScores:
+          n_references: int, enumerate_limit: int, progress: bool, framing: str = "bos_eos",
+          shard: tuple[int, int] | None = None) -> CanaryScores:
+    """Every canary's scores; ``shard = (i, n)`` computes only shard i's batches (NaN elsewhere, :mod:`dpaudit.shards`)."""
     from dpaudit.tasks.models import is_classifier
 
     texts = [c.text for c in ck.manifest.canaries]
     if is_classifier(model):
-        return _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference)
+        return _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, shard)
     return _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit, progress,
-                      framing)
+                      framing, shard)
 
 
 def _reference_model(ck, reference: str | Path | None):
@@ -109,7 +111,7 @@ def _with_reference(ck, reference, wanted: list[str], score_fn, device=None) -> 
     return score_fn(ref_model.to(device) if device is not None else ref_model), wanted, ()
 
 
-def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference) -> CanaryScores:
+def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, shard=None) -> CanaryScores:
     from dpaudit.attacks import classifier
 
     use = [a for a in attacks if a in classifier.NAMES]
@@ -120,14 +122,14 @@ def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference) 
     notes = (f"{', '.join(skipped)} skipped: token-level attacks need a causal LM, this is a classifier",) \
         if skipped else ()
     labels = ck.manifest.labels()
-    lp = classifier.label_log_probs(model, tok, texts, labels, batch_size, max_len)
+    lp = classifier.label_log_probs(model, tok, texts, labels, batch_size, max_len, shard=shard)
     ref_lp, use, more = _with_reference(ck, reference, use, lambda m: classifier.label_log_probs(
-        m, tok, texts, labels, batch_size, max_len), model_device(model))
+        m, tok, texts, labels, batch_size, max_len, shard=shard), model_device(model))
     return CanaryScores(classifier.scores(lp, ref_lp, use), None, notes + more)
 
 
 def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit,
-               progress, framing) -> CanaryScores:
+               progress, framing, shard=None) -> CanaryScores:
     from dpaudit.attacks import BLACK_BOX
     from dpaudit.attacks.scoring import token_features
 
@@ -136,22 +138,28 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
     black = [a for a in attacks if a in BLACK_BOX]
     if black:
         moments = any(BLACK_BOX[a].NEEDS_MOMENTS for a in black)
-        feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments, framing=framing)
+        feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments, framing=framing,
+                               shard=shard)
         ref_feats, black, notes = _with_reference(
-            ck, reference, black, lambda m: token_features(m, tok, texts, batch_size=batch_size, framing=framing),
-            model_device(model))
+            ck, reference, black, lambda m: token_features(m, tok, texts, batch_size=batch_size, framing=framing,
+                                                           shard=shard), model_device(model))
+        mine = [i for i, f in enumerate(feats) if f is not None]  # all of them unless sharded
         for a in black:
-            scores[a] = BLACK_BOX[a].from_features(feats, texts, reference_feats=ref_feats)
+            col = np.full(len(texts), np.nan)
+            col[mine] = BLACK_BOX[a].from_features([feats[i] for i in mine], [texts[i] for i in mine],
+                                                   reference_feats=None if ref_feats is None else
+                                                   [ref_feats[i] for i in mine])
+            scores[a] = col
     exposure = None
     if "exposure" in attacks:
         exposure = _exposure(ck.manifest, model, tok, batch_size, n_references, enumerate_limit, len(texts), progress,
-                             framing)
+                             framing, shard)
         scores["exposure"] = -exposure.canary_bits
     return CanaryScores(scores, exposure, notes)
 
 
 def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_canaries, progress,
-              framing) -> ExposureScores:
+              framing, shard=None) -> ExposureScores:
     from dpaudit.attacks import exposure as exposure_attack
 
     p = man.plan
@@ -161,7 +169,7 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
         space = list(exposure_attack.enumerate_space(p.alphabet, p.length))
         bar = tqdm(desc="exposure: token trie over the whole space", unit=" nodes", disable=not progress, leave=False)
         bits = exposure_trie.log_probs(model, tok, p.prefix, space, p.suffix, 4 * batch_size, framing=framing,
-                                       progress=bar.update)
+                                       progress=bar.update, shard=shard)
         bar.close()
         index = {s: i for i, s in enumerate(space)}
         can = np.array([index[c.secret] for c in man.canaries])
@@ -169,11 +177,11 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
         others[can] = False
         return ExposureScores(bits[can], bits[others], True, suffix_scored=False)
     refs = man.reference_secrets(n_references)
-    bar = tqdm(total=len(refs) + n_canaries, desc="exposure", disable=not progress, leave=False)
+    bar = tqdm(total=None if shard else len(refs) + n_canaries, desc="exposure", disable=not progress, leave=False)
     px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
-                                              4 * batch_size, progress=bar.update, framing=framing)
+                                              4 * batch_size, progress=bar.update, framing=framing, shard=shard)
     px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, 4 * batch_size,
-                                              progress=bar.update, framing=framing)
+                                              progress=bar.update, framing=framing, shard=shard)
     bar.close()
     return ExposureScores(np.asarray(px_can), np.asarray(px_ref), False)
 

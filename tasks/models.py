@@ -70,7 +70,7 @@ class MeanPoolBertForSequenceClassification(BertForSequenceClassification):
                 **kwargs):
         h = self.bert(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                       token_type_ids=token_type_ids).last_hidden_state
-        mask = (torch.ones(h.shape[:2], dtype=h.dtype) if attention_mask is None
+        mask = (torch.ones(h.shape[:2], dtype=h.dtype, device=h.device) if attention_mask is None
                 else attention_mask.to(h.dtype)).unsqueeze(-1)
         pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         logits = self.classifier(self.dropout(pooled))

@@ -192,12 +192,14 @@ def encode_text(text: str, tokenizer, max_len: int) -> dict:
 def classifier_logits(model, tokenizer, texts: list[str], batch_size: int = 64, max_len: int = 64) -> torch.Tensor:
     """(n, labels) logits of a sequence classifier."""
     model.eval()
+    device = model_device(model)
     out = []
     for i in range(0, len(texts), batch_size):
         enc = tokenizer(texts[i:i + batch_size], truncation=True, max_length=max_len, padding=True,
                         return_tensors="pt")
-        out.append(model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.float())
-    return torch.cat(out) if out else torch.zeros((0, 2))
+        out.append(model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device))
+                   .logits.float())
+    return torch.cat(out) if out else torch.zeros((0, 2), device=device)
 
 
 @torch.inference_mode()
@@ -208,7 +210,7 @@ def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_l
 
     if is_classifier(model):
         pred = classifier_logits(model, tokenizer, [e["sentence"] for e in examples], batch_size, max_len).argmax(-1)
-        return float((pred == torch.tensor([e["label"] for e in examples])).float().mean())
+        return float((pred == torch.tensor([e["label"] for e in examples], device=pred.device)).float().mean())
     device = model_device(model)
     label_ids = torch.tensor(label_token_ids(tokenizer), device=device)
     bos = bos_id(tokenizer)

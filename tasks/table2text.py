@@ -20,7 +20,7 @@ import torch
 from dpaudit.errors import DpauditError
 from dpaudit.tasks.files import read_rows
 from dpaudit.tasks.splits import holdout
-from dpaudit.tokens import bos_id
+from dpaudit.tokens import bos_id, model_device
 
 SLOTS = ("name", "eatType", "food", "priceRange", "customer rating", "area", "familyFriendly", "near")
 _ADJ = ["Blue", "Golden", "Red", "Green", "Old", "Little", "Royal", "Silver", "Wild", "Happy", "Black", "Brave"]
@@ -171,9 +171,10 @@ def generate_texts(model, tok, mrs: list[str], max_new_tokens: int | None = None
     """Beam search from ``BOS table EOS`` until EOS or until the context (max_len, the training length) is full,
     as Li et al. decode (their max_seq_len bounds prompt + text). ``max_new_tokens`` caps it further if given."""
     model.eval()
+    device = model_device(model)
     out = []
     for mr in mrs:
-        ids = torch.tensor([prompt_ids(mr, tok, max_len)])
+        ids = torch.tensor([prompt_ids(mr, tok, max_len)], device=device)
         budget = max(1, max_len - ids.size(1) if max_new_tokens is None else min(max_new_tokens, max_len - ids.size(1)))
         gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget,
                              num_beams=num_beams, do_sample=False, eos_token_id=tok.eos_token_id,
