@@ -8,7 +8,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 
-.PHONY: demo test test-fast lint bench ci-audit clean-venv wordnet
+.PHONY: demo demo-refresh test test-fast lint bench ci-audit clean-venv wordnet
 
 $(BIN)/.installed: requirements.txt requirements-assets.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,13 @@ $(BIN)/.installed: requirements.txt requirements-assets.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
+# The demo writes into out/demo (ignored by git): a newcomer's first command leaves the repository clean.
 demo: $(BIN)/.installed
-	$(BIN)/dpaudit run configs/demo.toml --out reports/demo
+	$(BIN)/dpaudit run configs/demo.toml --out out/demo
+
+# Refresh the committed copy under reports/demo (cards, manifests, run records, reports; no weights: .gitignore).
+demo-refresh: $(BIN)/.installed
+	$(BIN)/dpaudit run configs/demo.toml --out reports/demo --quiet
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks scripts examples

@@ -35,6 +35,8 @@ from dpaudit.errors import DpauditError
 from dpaudit.io import read_json
 
 SCHEMA_VERSION = 1
+MAX_CANARIES = 10 ** 5  # canary records; more would take hours to score on a pretrained model
+MAX_REPETITIONS = 10 ** 4  # copies of one inserted canary
 
 
 @dataclass(frozen=True)
@@ -66,19 +68,25 @@ class CanaryPlan:
     evaluation: dict | None = None  # the evaluation plan fixed before training (dpaudit/eval_plan.py)
 
     def __post_init__(self):
-        if self.m < 2:
-            raise DpauditError(f"canaries.m must be >= 2, got {self.m}")
-        if self.repetitions < 1:
-            raise DpauditError(f"canaries.repetitions must be >= 1, got {self.repetitions}")
-        if len(set(self.alphabet)) < 2 or self.length < 1:
-            raise DpauditError("canaries.alphabet needs >= 2 distinct symbols and length >= 1")
+        for name, low, high in (("m", 2, MAX_CANARIES), ("repetitions", 1, MAX_REPETITIONS), ("length", 1, 64),
+                                ("records_per_user", 1, MAX_CANARIES), ("seed", 0, 2 ** 63 - 1)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+                raise DpauditError(f"canaries.{name} must be an integer from {low} to {high}, got {v!r}")
+        for name in ("prefix", "suffix", "alphabet"):
+            if not isinstance(getattr(self, name), str):
+                raise DpauditError(f"canaries.{name} must be a string, got {getattr(self, name)!r}")
+        if self.m * self.records_per_user > MAX_CANARIES:
+            raise DpauditError(f"canaries: m x records_per_user must be at most {MAX_CANARIES}")
+        if len(set(self.alphabet)) != len(self.alphabet) or len(self.alphabet) < 2:
+            raise DpauditError("canaries.alphabet needs >= 2 symbols, each once")
         if len(self.alphabet) ** self.length < 10 * self.m * self.records_per_user:
             raise DpauditError("canary randomness space is too small for m canaries; raise canaries.length")
         if not isinstance(self.records_per_user, int) or self.records_per_user < 1:
             raise DpauditError(f"canaries.records_per_user must be an integer >= 1, got {self.records_per_user!r}")
         if not isinstance(self.labels, int) or self.labels < 0 or self.labels == 1:
             raise DpauditError(f"canaries.labels must be 0 (text canaries) or an integer >= 2, got {self.labels!r}")
-        if not 0 < self.guess_fraction <= 1:
+        if not isinstance(self.guess_fraction, (int, float)) or not 0 < self.guess_fraction <= 1:
             raise DpauditError(f"canaries.guess_fraction must be in (0, 1], got {self.guess_fraction}")
         if self.evaluation is not None:
             from dpaudit import eval_plan
@@ -103,6 +111,15 @@ class Manifest:
     @property
     def inserted(self) -> list[Canary]:
         return [c for c in self.canaries if c.inserted]
+
+    def check_both_coins(self) -> None:
+        """The one-run audit compares inserted with held-out canaries: refuse a manifest with only one side (a
+        many-run audit's manifests, with one target canary in or out, are fine elsewhere)."""
+        n_in = sum(c.inserted for c in self.canaries)
+        if n_in == 0 or n_in == len(self.canaries):
+            raise DpauditError(f"{'every' if n_in else 'no'} canary is inserted; the one-run audit compares inserted "
+                               "with held-out canaries, so it needs both (make the manifest with `dpaudit canaries "
+                               "new`)")
 
     def signs(self) -> np.ndarray:
         """S_i per canary record."""
@@ -272,8 +289,8 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
         canaries = [Canary(**c) for c in d["canaries"]]
     except KeyError as e:
         raise DpauditError(f"{source}: field {e} is missing") from None
-    except TypeError as e:
-        raise DpauditError(f"{source}: malformed canary entry ({e})") from None
+    except (TypeError, AttributeError) as e:
+        raise DpauditError(f"{source}: malformed entry ({e})") from None
     if len(canaries) != plan.m * plan.records_per_user:
         raise DpauditError(f"{source}: lists {len(canaries)} canaries but m x records_per_user = "
                            f"{plan.m * plan.records_per_user}")
@@ -282,7 +299,45 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
             raise DpauditError(f"{source}: canary {c.id} has inconsistent 'inserted'/'sign'")
         if plan.labels and not (isinstance(c.label, int) and 0 <= c.label < plan.labels):
             raise DpauditError(f"{source}: canary {c.id} needs a label in 0..{plan.labels - 1} (labels = {plan.labels})")
+    _check_canaries(plan, canaries, d["audit_plan"], source)
     return Manifest(plan, canaries)
+
+
+def _check_canaries(plan: CanaryPlan, canaries: list[Canary], audit_plan: dict, source: str) -> None:
+    """What a hand-edited or hostile manifest could get wrong: duplicate ids or secrets, secrets outside the
+    declared space, texts that are not the template, repetition counts, a one-sided coin, guess counts that
+    differ from the ones the plan implies."""
+    for name in ("id", "secret"):
+        seen: set = set()
+        for c in canaries:
+            v = getattr(c, name)
+            if not isinstance(v, str):
+                raise DpauditError(f"{source}: canary {name} must be a string, got {v!r}")
+            if v in seen:
+                raise DpauditError(f"{source}: two canaries share the {name} {v!r}; each canary needs its own")
+            seen.add(v)
+    alphabet = set(plan.alphabet)
+    for c in canaries:
+        if len(c.secret) != plan.length or not set(c.secret) <= alphabet:
+            raise DpauditError(f"{source}: canary {c.id}'s secret {c.secret!r} is not in the declared space "
+                               f"({plan.length} symbols of {plan.alphabet!r})")
+        if c.text != f"{plan.prefix}{c.secret}{plan.suffix}":
+            raise DpauditError(f"{source}: canary {c.id}'s text is not the template with its secret")
+        low = 1 if c.inserted else 0
+        if not isinstance(c.repetitions, int) or isinstance(c.repetitions, bool) \
+                or not low <= c.repetitions <= MAX_REPETITIONS:
+            raise DpauditError(f"{source}: canary {c.id} has repetitions {c.repetitions!r}; an inserted canary needs "
+                               f"1..{MAX_REPETITIONS}, a held-out one 0..{MAX_REPETITIONS}")
+    users: dict = {}
+    for c in canaries:
+        users.setdefault(c.user, set()).add(c.sign)
+    if plan.records_per_user > 1 and any(len(v) > 1 for v in users.values()):
+        raise DpauditError(f"{source}: a canary user has both inserted and held-out records; a user is in or out")
+    want = plan.guesses
+    got = (audit_plan.get("k_pos", want[0]), audit_plan.get("k_neg", want[1]))
+    if got != want:
+        raise DpauditError(f"{source}: audit_plan k_pos/k_neg {got} differ from the {want} that guess_fraction "
+                           f"{plan.guess_fraction} of m = {plan.m} implies; fix one of them (dpaudit uses the latter)")
 
 
 def load_manifest(path: Path) -> Manifest:

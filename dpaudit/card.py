@@ -113,10 +113,10 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     eps = c.get("epsilon", "missing")
     if eps == "missing":
         raise DpauditError(f"{source}: claim.epsilon is missing (use null for a non-private model)")
-    if eps is not None and (not isinstance(eps, (int, float)) or not eps > 0):
-        raise DpauditError(f"{source}: claim.epsilon must be a number > 0 or null, got {eps!r}")
+    if eps is not None and (not _finite(eps) or not eps > 0):
+        raise DpauditError(f"{source}: claim.epsilon must be a finite number > 0, or null for no claim, got {eps!r}")
     delta = _need(c, "delta", source + ": claim", (int, float))
-    if not 0 <= delta < 1 or (eps is not None and delta <= 0):
+    if not _finite(delta) or not 0 <= delta < 1 or (eps is not None and delta <= 0):
         raise DpauditError(f"{source}: claim.delta must be in (0, 1), got {delta}")
     unit = c.get("unit", "record")
     if unit not in UNITS:
@@ -132,8 +132,20 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     if eps is not None and not events:
         raise DpauditError(f"{source}: a finite epsilon needs mechanism.events describing the noise")
     group = m.get("group_size", 1)
-    if not isinstance(group, int) or group < 1:
+    if not isinstance(group, int) or isinstance(group, bool) or group < 1:
         raise DpauditError(f"{source}: mechanism.group_size must be an integer >= 1, got {group!r}")
+    for key in ("clipping_norm", "expected_batch_size"):
+        v = m.get(key)
+        if v is not None and (not _finite(v) or not v > 0):
+            raise DpauditError(f"{source}: mechanism.{key} must be a finite number > 0 (or absent), got {v!r}")
+    n = m.get("dataset_size")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise DpauditError(f"{source}: mechanism.dataset_size must be an integer >= 1 (or absent), got {n!r}")
+    for key in ("method", "trainable"):
+        if not isinstance(d.get(key, ""), str):
+            raise DpauditError(f"{source}: {key} must be a string, got {d.get(key)!r}")
+    if not isinstance(d.get("extra", {}), dict):
+        raise DpauditError(f"{source}: extra must be an object")
     return PrivacyCard(
         claim=Claim(epsilon=eps, delta=float(delta), unit=unit, neighbouring=neigh, accountant=acc),
         events=events, clipping_norm=m.get("clipping_norm"), expected_batch_size=m.get("expected_batch_size"),
@@ -144,6 +156,10 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
 
 def load_card(path: Path) -> PrivacyCard:
     return card_from_dict(read_json(path, "privacy card", "write one with `dpaudit card`"), str(path))
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _need(d: dict, key: str, source: str, typ):

@@ -16,7 +16,7 @@ import click
 
 from dpaudit import options
 from dpaudit.errors import DpauditError
-from dpaudit.io import write_atomic
+from dpaudit.io import check_out, write_atomic
 
 
 def _command_line() -> str:
@@ -155,6 +155,7 @@ def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit,
     from dpaudit.pmixed.deployment import is_deployment
 
     device.resolve(device_name, "--device")  # before any work
+    out = check_out(out, [checkpoint, *merge_parts])
     if shard is not None or merge_parts:
         _sharded(ctx, checkpoint, out, shard, merge_parts, redact, quiet, device_name, attacks=attacks, rule=rule,
                  n_references=n_references, enumerate_limit=enumerate_limit, reference=reference_model,
@@ -442,6 +443,9 @@ def one_run_cmd(m, r, v, delta, confidence, as_json):
     the same counts (Mahloujifar, Melis, Chaudhuri 2024): the (ε, δ) trade-off bound and the Gaussian-DP estimate."""
     from dpaudit.audit import fdp, one_run
 
+    _audit_params(delta, confidence, canaries=m, guesses=r, correct=v)
+    if r > m:
+        raise DpauditError(f"--guesses {r} cannot exceed --canaries {m}")
     try:
         lb = one_run.epsilon_lower_bound(m, r, v, delta, confidence)
         cap = one_run.ceiling(m, r, delta, confidence)
@@ -473,6 +477,10 @@ def many_run_cmd(tp, fn, fp, tn, delta, confidence, as_json):
     The test's threshold must have been fixed on other runs than these."""
     from dpaudit.audit import many_run
 
+    _audit_params(delta, confidence, tp=tp, fn=fn, fp=fp, tn=tn)
+    if tp + fn == 0 or fp + tn == 0:
+        raise DpauditError("the many-run audit needs runs with the canary (--tp + --fn > 0) and runs without it "
+                           "(--fp + --tn > 0)")
     try:
         lb = many_run.clopper_pearson_epsilon(tp, fn, fp, tn, delta, confidence)
         mu = many_run.gdp_mu_lower(tp, fn, fp, tn, confidence)
@@ -501,6 +509,7 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
     half of them, Clopper-Pearson bound on the other half."""
     from dpaudit import checkpoint_audit
 
+    _audit_params(delta, confidence)
     scores, member, _ = checkpoint_audit.score_checkpoints(list(checkpoints), canary_id, attack)
     r = checkpoint_audit.audit(scores, member, delta, confidence, seed)
     if as_json:
@@ -508,6 +517,18 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
     else:
         click.echo(f"ε ≥ {r['epsilon_lb']:.3f} at {confidence:.0%} confidence from {r['n_audit']} audit runs "
                    f"(TP {r['tp']}, FN {r['fn']}, FP {r['fp']}, TN {r['tn']}; threshold from {r['n_tuning']} other runs)")
+
+
+def _audit_params(delta: float, confidence: float, **counts: int) -> None:
+    """The hypothesis and confidence of an audit bound, and its counts, before any work: a bound at an invalid δ
+    or at a confidence outside [0.5, 1) would be printed as if it were valid."""
+    if not 0 <= delta < 1:  # NaN fails too
+        raise DpauditError(f"--delta must be in [0, 1), got {delta}")
+    if not 0.5 <= confidence < 1:
+        raise DpauditError(f"--confidence must be in [0.5, 1) (e.g. 0.95), got {confidence}")
+    for name, n in counts.items():
+        if n < 0:
+            raise DpauditError(f"--{name} must be >= 0, got {n}")
 
 
 from dpaudit.cli_lmo import lmo  # noqa: E402
@@ -537,6 +558,15 @@ def main(argv=None) -> int:
         return 2
     except SystemExit as e:
         return int(e.code or 0)
+    except Exception as e:  # noqa: BLE001 - a bug must not read as "a check failed" (1) nor print a wall of text
+        import os
+
+        if os.environ.get("DPAUDIT_DEBUG"):
+            raise
+        msg = (str(e).strip().splitlines() or [""])[0][:300]
+        click.echo(f"error: internal error ({type(e).__name__}: {msg}); this is a dpaudit bug: please report it with "
+                   "the command (DPAUDIT_DEBUG=1 prints the traceback)", err=True)
+        return 3
     return 0
 
 

@@ -305,12 +305,16 @@ def parse(d: dict) -> RunConfig:
         over = {k: val for k, val in v.items() if k != "name"}
         variants.append(Variant(str(v["name"]), _trainer({**base, **over}, f"variants[{i}]")))
     if len({v.name for v in variants}) != len(variants):
-        raise DpauditError("variant names must be unique")
+        dup = next(n for n in [v.name for v in variants] if [v.name for v in variants].count(n) > 1)
+        raise DpauditError(f"two variants are named {dup!r}; variant names must be unique")
     task = _build(TaskConfig, d.get("task", {}), "task")
     model = _build(ModelSpec, d.get("model", {}), "model")
     _refuse_inapplicable(base, [{k: x for k, x in v.items() if k != "name"} for v in variants_raw], variants,
                          model.is_classifier)
     for v in variants:
+        if v.trainer.method == "pmixed" and v.trainer.engine.secure_rng:
+            raise DpauditError(f"variant {v.name!r}: train.secure_rng does not apply to pmixed (its adapters are "
+                               "trained without noise; its randomness is drawn by the deployment at prediction time)")
         m = v.trainer.method
         on_users = m in options.USER_METHODS + options.PREDICTION_METHODS + ("dp_adam",)
         if (m in options.USER_METHODS + options.PREDICTION_METHODS) != (task.name == "userlm") and not (

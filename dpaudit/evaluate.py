@@ -23,6 +23,7 @@ from dpaudit.tokens import model_device
 from dpaudit.verdict import judge
 
 SCHEMA_VERSION = 1
+MAX_REFERENCES = 10 ** 6  # sampled reference secrets: beyond this exposure scoring takes hours
 
 
 def evaluate(ckpt_dir: Path, attacks=None, n_references: int | None = None, confidence: float | None = None,
@@ -87,6 +88,7 @@ def options_of(ck, attacks=None, n_references: int | None = None, confidence: fl
                base_metrics: bool = False, framing: str = "auto", off_plan: bool = False) -> dict:
     """The evaluation's options, resolved against the plan fixed in the manifest (:mod:`dpaudit.eval_plan`) and
     checked; ``plan_entry`` says whether they follow it."""
+    ck.manifest.check_both_coins()
     if attacks is not None:
         attacks = _check_choices(attacks, rule or "bonferroni")
     used, plan_entry = eval_plan.resolve(ck.manifest.plan.evaluation, off_plan, attacks=attacks, rule=rule,
@@ -94,8 +96,11 @@ def options_of(ck, attacks=None, n_references: int | None = None, confidence: fl
     attacks = _check_choices(used["attacks"], used["rule"])
     if not 0.5 <= used["confidence"] < 1:
         raise DpauditError(f"confidence must be in [0.5, 1), got {used['confidence']}")
-    if used["n_references"] < 10:
-        raise DpauditError(f"n_references must be at least 10, got {used['n_references']}")
+    if not 10 <= used["n_references"] <= MAX_REFERENCES:
+        raise DpauditError(f"n_references (--references) must be from 10 to {MAX_REFERENCES:,} (the whole space of up "
+                           f"to 10^6 secrets is ranked exactly without it), got {used['n_references']}")
+    if batch_size < 1 or batch_size > 4096:
+        raise DpauditError(f"batch_size must be from 1 to 4096, got {batch_size}")
     return {"attacks": attacks, "rule": used["rule"], "confidence": used["confidence"],
             "n_references": used["n_references"], "framing": scoring.framing_of(ck, framing),
             "batch_size": batch_size, "enumerate_limit": enumerate_limit,
@@ -262,7 +267,8 @@ def claim_section(card) -> dict:
     """The report's ``claim`` and ``mechanism`` entries, from the privacy card."""
     return {"claim": {"epsilon": card.claim.epsilon, "delta": card.claim.delta, "unit": card.claim.unit,
                       "neighbouring": card.claim.neighbouring, "accountant": card.claim.accountant,
-                      "method": card.method, "trainable": card.trainable, "private": card.is_private},
+                      "method": card.method, "trainable": card.trainable, "private": card.is_private,
+                      "rng": (card.extra or {}).get("rng")},
             "mechanism": card.to_dict()["mechanism"]}
 
 

@@ -17,11 +17,26 @@ def read_json(path: Path, what: str, fix: str) -> dict:
     if not path.is_file():
         raise DpauditError(f"{what} not found at {path}; {fix}")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(), parse_constant=_no_constant)
     except (OSError, UnicodeDecodeError) as e:
         raise DpauditError(f"cannot read {what} {path}: {e}") from None
     except json.JSONDecodeError as e:
         raise DpauditError(f"{what} {path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except _NonFinite as e:
+        raise DpauditError(f"{what} {path} holds the non-finite number {e} (not JSON); write a finite number, or "
+                           "null where the field allows 'none' (e.g. claim.epsilon of a non-private model)") from None
+    except RecursionError:
+        raise DpauditError(f"{what} {path} is nested too deeply to be a dpaudit file") from None
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    """json's hook for the non-standard NaN / Infinity / -Infinity literals: refused (a NaN threshold switches a
+    rule off, an infinite epsilon reads as a claim)."""
+    raise _NonFinite(name)
 
 
 def read_toml(path: Path, what: str, fix: str) -> dict:
@@ -62,3 +77,64 @@ def jsonable(x):
 def number(x):
     """A value read back from strict JSON: "inf" is infinity again."""
     return math.inf if x == "inf" else x
+
+
+def check_out(out, protected=(), what: str = "--out") -> Path:
+    """``out`` as an absolute folder path, refused before any work when it cannot take a report: an existing file
+    (or a file on its way), a folder inside (or equal to) one of ``protected`` (the checkpoint being audited:
+    writing there would change its hash), or a place that cannot be written."""
+    import os
+
+    out = Path(out).expanduser().absolute()
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise DpauditError(f"{what} {out}: {p} is a file; pass a folder path")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise DpauditError(f"{what} {out}: {p} is not writable; pass a folder you can write")
+            break
+    for p in protected:
+        p = Path(p).expanduser().absolute()
+        if out == p or p in out.parents:
+            raise DpauditError(f"{what} {out} is inside the checkpoint {p} (it would change what is audited); write "
+                               "the report elsewhere")
+    return out
+
+
+class atomic_folder:
+    """``with atomic_folder(out) as tmp:`` write files into ``tmp``; on success they replace their namesakes in
+    ``out`` (other files there are kept), on failure ``tmp`` is removed and ``out`` is untouched. ``tmp`` lives
+    inside ``out`` when it exists (same filesystem as the target even when ``out`` is a mount point), else beside
+    it, so every move is a rename."""
+
+    def __init__(self, out):
+        self.out = Path(out).expanduser().absolute()
+
+    def __enter__(self) -> Path:
+        import tempfile
+
+        if self.out.is_dir():
+            self.tmp = Path(tempfile.mkdtemp(prefix=".dpaudit-partial-", dir=self.out))
+        else:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.partial-", dir=self.out.parent))
+        return self.tmp
+
+    def __exit__(self, kind, value, tb) -> bool:
+        import os
+        import shutil
+
+        if kind is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        if not self.out.exists():
+            os.replace(self.tmp, self.out)
+            os.chmod(self.out, 0o755)  # mkdtemp makes it private
+            return False
+        for f in sorted(self.tmp.iterdir()):
+            dest = self.out / f.name
+            if dest.is_dir() and not dest.is_symlink():
+                shutil.rmtree(dest)
+            os.replace(f, dest)
+        self.tmp.rmdir()
+        return False

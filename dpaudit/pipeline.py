@@ -22,6 +22,7 @@ from pathlib import Path
 from dpaudit import canaries, config, device, eval_plan, report
 from dpaudit.errors import DpauditError
 from dpaudit.evaluate import evaluate
+from dpaudit.io import check_out
 from dpaudit.tasks import registry
 from dpaudit.trainers import distributed, dp_adam, dp_frost, lmo_dp, pmixed, user_dp
 from dpaudit.trainers.snapshot import Snapshots
@@ -65,12 +66,30 @@ def _check_resumable(out: Path, cfg, fps: dict, resume: bool, every: int) -> Non
                                f"resume with the config that made it, or remove {snaps.folder} to start over")
 
 
+def _preflight(cfg, data, manifest) -> None:
+    """What a later variant would find only when it starts, found before the first one trains: a record-level
+    Gaussian target epsilon no noise reaches (the others calibrate on their own terms at their start)."""
+    from dpaudit import accounting
+    from dpaudit.tasks import assets
+    from dpaudit.trainers import engine
+
+    assets.cache_dir()  # an unusable cache folder is found now, not when the first model is built
+    n = len(data.train) + len(manifest.training_texts())
+    for v in cfg.variants:
+        eng = v.trainer.engine
+        if eng.private and v.trainer.method == "dp_adam" and not v.trainer.user_level and n > 0:
+            plan = engine.record_plan(n, eng)
+            accounting.check_reachable(eng.target_epsilon, plan.delta, plan.sample_rate, plan.steps,
+                                       f"variant {v.name!r}: ")
+
+
 def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False,
         only: tuple[str, ...] = (), resume: bool = False, snapshot_every: int = 100) -> dict:
     """Train, audit and compare every variant of the config at ``cfg_path`` into ``out``; snapshots every
     ``snapshot_every`` logical steps (0: none); ``resume`` continues an interrupted run in ``out``."""
     if not isinstance(snapshot_every, int) or snapshot_every < 0:
         raise DpauditError(f"--snapshot-every must be an integer >= 0, got {snapshot_every!r}")
+    out = check_out(out)
     cfg = config.load(cfg_path, only)  # fails before any work on bad input
     for v in cfg.variants:  # a device this machine does not have: before any work
         device.resolve(v.trainer.engine.device, f"train.device of variant {v.name!r}")
@@ -91,6 +110,7 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
     ev = cfg.evaluate  # the evaluation plan is fixed with the canaries, before any training
     manifest = canaries.generate(dataclasses.replace(cfg.canaries, evaluation=eval_plan.planned(
         ev.attacks, ev.rule, ev.confidence, ev.n_references)))
+    _preflight(cfg, data, manifest)
     out.mkdir(parents=True, exist_ok=True)
     reports = {}
     for v in cfg.variants:

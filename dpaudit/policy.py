@@ -21,6 +21,7 @@ Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad inpu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -50,8 +51,9 @@ class Policy:
             if f.name in ("no_empirical_above_claim", "require_claim") and not isinstance(v, bool):
                 raise DpauditError(f"policy rules.{f.name} must be true or false, got {v!r}")
             if f.name in ("accounting_tolerance", "max_claimed_epsilon", "min_accuracy", "max_exposure") and \
-                    v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
-                raise DpauditError(f"policy rules.{f.name} must be a number >= 0, got {v!r}")
+                    v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                                       or not 0 <= v < math.inf):
+                raise DpauditError(f"policy rules.{f.name} must be a finite number >= 0, got {v!r}")
         for key, known in (("allowed_verdicts", options.VERDICTS), ("accounting", options.ACCOUNTING_STATUSES),
                            ("empirical", options.EMPIRICAL_STATUSES)):
             bad = [v for v in getattr(self, key) if v not in known]
@@ -80,13 +82,44 @@ def load_policy(path: Path | None) -> Policy:
 
 
 def load_report(path: Path) -> dict:
+    """A report.json that matches its JSON Schema (dpaudit/schemas/report.schema.json), holds at least one
+    evaluation, and whose claims are finite or null; anything else is bad input (exit 2), never a pass."""
     r = read_json(path, "report", "pass the report.json written by `dpaudit evaluate`")
-    if not isinstance(r, dict) or r.get("schema_version") != REPORT_SCHEMA_VERSION:
-        got = r.get("schema_version") if isinstance(r, dict) else None
-        raise DpauditError(f"report {path} has schema_version {got!r}; this dpaudit reads {REPORT_SCHEMA_VERSION}")
+    if not isinstance(r, dict):
+        raise DpauditError(f"report {path} must hold a JSON object, not a {type(r).__name__}")
+    if r.get("schema_version") != REPORT_SCHEMA_VERSION:
+        raise DpauditError(f"report {path} has schema_version {r.get('schema_version')!r}; this dpaudit reads "
+                           f"{REPORT_SCHEMA_VERSION}")
     if r.get("kind") not in ("evaluation", "comparison"):
-        raise DpauditError(f"report {path} is neither an evaluation nor a comparison report")
+        raise DpauditError(f"report {path} has kind {r.get('kind')!r}, neither an evaluation nor a comparison report")
+    if r["kind"] == "comparison" and not r.get("variants"):
+        raise DpauditError(f"comparison report {path} has no variants: nothing was evaluated, so nothing can pass")
+    _validate(r, path)
+    for v in (r["variants"].values() if r["kind"] == "comparison" else [r]):
+        eps = v["claim"]["epsilon"]
+        if eps is not None and (isinstance(eps, str) or not 0 < eps < math.inf):
+            raise DpauditError(f"report {path}: claim.epsilon {eps!r} is not a claim (a finite number > 0, or null for "
+                               "none); fix the privacy card and re-evaluate")
     return r
+
+
+def _validate(r: dict, path: Path) -> None:
+    import json
+
+    import jsonschema
+
+    if r["kind"] not in _VALIDATORS:  # one validator per kind: the schema's oneOf would report the other branch
+        schema = json.loads((Path(__file__).parent / "schemas" / "report.schema.json").read_text())
+        schema.pop("oneOf")
+        _VALIDATORS[r["kind"]] = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{r['kind']}"})
+    err = jsonschema.exceptions.best_match(_VALIDATORS[r["kind"]].iter_errors(r))
+    if err is not None:
+        where = "/".join(str(x) for x in err.absolute_path) or "(top level)"
+        raise DpauditError(f"report {path} does not match the report schema at {where}: {err.message[:200]}; "
+                           "regenerate it with `dpaudit evaluate`")
+
+
+_VALIDATORS: dict = {}
 
 
 def check(r: dict, p: Policy) -> list[str]:

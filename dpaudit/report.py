@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 from dpaudit import plots
-from dpaudit.io import jsonable
+from dpaudit.io import atomic_folder, jsonable
 from dpaudit.options import TASK_METRICS
 from dpaudit.plots import clipping_summary
 
@@ -259,9 +258,21 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
           f"checkpoint hash: {rep.get('checkpoint_hash')}", f"seeds: {json.dumps(rep.get('seeds'))}",
           f"data: {json.dumps(rep.get('data'))}", f"versions: {json.dumps(rep.get('versions'))}",
           f"machine: {json.dumps(rep.get('machine'))}", "```", "", "Config:", "", "```json",
-          json.dumps(rep.get("config"), indent=1), "```", "", "## Limitations", ""]
+          json.dumps(rep.get("config"), indent=1), "```", "", *_rng_line(r), "## Limitations", ""]
     L += [f"- {x}" for x in LIMITATIONS]
     return "\n".join(L) + "\n"
+
+
+def _rng_line(r: dict) -> list[str]:
+    """Where the mechanism's randomness came from (the card's ``extra.rng``), when the trainer recorded it."""
+    rng = (r.get("claim") or {}).get("rng")
+    if not rng:
+        return []
+    if rng.get("mode") == "secure":
+        return ["Noise: secure (train.secure_rng): seeded from the operating system's entropy, the seed never written "
+                "anywhere.", ""]
+    return ["Noise: seeded from the published seed, reproducible for research: anyone with run.json can regenerate "
+            "the noise of this model, so it is not a release-grade run (set train.secure_rng = true).", ""]
 
 
 def _redact_json(r: dict) -> dict:
@@ -272,30 +283,13 @@ def _redact_json(r: dict) -> dict:
 
 
 def write(report: dict, out: Path, redact: bool = False) -> Path:
-    """Write report.json, REPORT.md and plots into ``out`` (replaced atomically)."""
-    out = Path(out)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    body = _redact_json(report) if redact else report
-    (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
-    files = plots.draw(report, tmp)
-    (tmp / "REPORT.md").write_text(render_markdown(report, files, redact))
-    _replace(tmp, out)
-    return out
-
-
-def _replace(tmp: Path, out: Path) -> None:
-    if out.exists():
-        # keep other things the user put there (e.g. checkpoints of a run); replace only our files
-        for f in tmp.iterdir():
-            dest = out / f.name
-            if dest.is_dir():
-                shutil.rmtree(dest)
-            f.replace(dest)
-        tmp.rmdir()
-    else:
-        tmp.rename(out)
+    """Write report.json, REPORT.md and plots into ``out`` (all or nothing: :class:`dpaudit.io.atomic_folder`)."""
+    with atomic_folder(out) as tmp:
+        body = _redact_json(report) if redact else report
+        (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
+        files = plots.draw(report, tmp)
+        (tmp / "REPORT.md").write_text(render_markdown(report, files, redact))
+    return Path(out)
 
 
 def _task_metric(m: dict) -> str:
@@ -331,43 +325,37 @@ def _clipped_cell(r: dict) -> str:
 
 def write_comparison(reports: dict[str, dict], out: Path, command: str, config: dict, redact: bool = False) -> Path:
     """One report comparing the variants of a run (each keeps its own folder and report)."""
-    out = Path(out)
-    tmp = out / ".comparison.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    body = {"schema_version": 1, "kind": "comparison", "command": command, "config": config,
-            "variants": {k: (_redact_json(v) if redact else v) for k, v in reports.items()}}
-    (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
-    L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
-         "| variant | verdict | claimed ε | re-accounted ε (max over accountants) | empirical ε lower bound "
-         "(best test, confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | white-box canary AUC | mean exposure "
-         "inserted / held out (bits) | units clipped per step (mean) | task metric |",
-         "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, r in reports.items():
-        b = r["empirical_best"]
-        ex = r["exposure"] or {}
-        la = r["attacks"].get("loss")
-        ea = r["attacks"].get("exposure")
-        L.append(
-            f"| [{name}]({name}/report/REPORT.md) | `{r['verdict']['status']}` | {fmt_eps(r['claim']['epsilon'])} | "
-            f"{_reaccounted(r)} | "
-            f"{b['epsilon_lb']:.2f} ({b['attack']}, {b['family_confidence']:.0%}, ceiling {b['ceiling']:.2f}) | "
-            + (f"{la['auc']:.3f} [{la['auc_ci'][0]:.2f}, {la['auc_ci'][1]:.2f}] | " if la else "— | ")
-            + (f"{ea['auc']:.3f} | " if ea else "— | ")
-            + (f"{r['attacks']['whitebox_gradient']['auc']:.3f} | " if "whitebox_gradient" in r["attacks"] else "— | ")
-            + (f"{ex['mean_inserted']:.2f} / {ex['mean_held_out']:.2f} | " if ex else "— | ")
-            + _clipped_cell(r)
-            + (_task_metric(r["metrics"]) + " |"))
-    L += ["", "Verdicts:", ""]
-    L += [f"- **{name}**: `{r['verdict']['status']}` — {r['verdict']['reason']}." for name, r in reports.items()]
-    first = next(iter(reports.values()))
-    cp = first["canary_plan"]
-    L += ["", f"Canaries: m = {cp['m']} ({cp['inserted']} inserted, each {cp['repetitions']}×), secrets from a "
-          f"space of {cp['space_size']:,}; one-run guesses fixed before training: k+ = {cp['k_pos']}, "
-          f"k- = {cp['k_neg']}.", "", "## Limitations", ""]
-    L += [f"- {x}" for x in LIMITATIONS]
-    (tmp / "REPORT.md").write_text("\n".join(L) + "\n")
-    for f in tmp.iterdir():
-        f.replace(out / f.name)
-    tmp.rmdir()
-    return out
+    with atomic_folder(out) as tmp:
+        body = {"schema_version": 1, "kind": "comparison", "command": command, "config": config,
+                "variants": {k: (_redact_json(v) if redact else v) for k, v in reports.items()}}
+        (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
+        L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
+             "| variant | verdict | claimed ε | re-accounted ε (max over accountants) | empirical ε lower bound "
+             "(best test, confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | white-box canary AUC | mean exposure "
+             "inserted / held out (bits) | units clipped per step (mean) | task metric |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, r in reports.items():
+            b = r["empirical_best"]
+            ex = r["exposure"] or {}
+            la = r["attacks"].get("loss")
+            ea = r["attacks"].get("exposure")
+            L.append(
+                f"| [{name}]({name}/report/REPORT.md) | `{r['verdict']['status']}` | {fmt_eps(r['claim']['epsilon'])} | "
+                f"{_reaccounted(r)} | "
+                f"{b['epsilon_lb']:.2f} ({b['attack']}, {b['family_confidence']:.0%}, ceiling {b['ceiling']:.2f}) | "
+                + (f"{la['auc']:.3f} [{la['auc_ci'][0]:.2f}, {la['auc_ci'][1]:.2f}] | " if la else "— | ")
+                + (f"{ea['auc']:.3f} | " if ea else "— | ")
+                + (f"{r['attacks']['whitebox_gradient']['auc']:.3f} | " if "whitebox_gradient" in r["attacks"] else "— | ")
+                + (f"{ex['mean_inserted']:.2f} / {ex['mean_held_out']:.2f} | " if ex else "— | ")
+                + _clipped_cell(r)
+                + (_task_metric(r["metrics"]) + " |"))
+        L += ["", "Verdicts:", ""]
+        L += [f"- **{name}**: `{r['verdict']['status']}` — {r['verdict']['reason']}." for name, r in reports.items()]
+        first = next(iter(reports.values()))
+        cp = first["canary_plan"]
+        L += ["", f"Canaries: m = {cp['m']} ({cp['inserted']} inserted, each {cp['repetitions']}×), secrets from a "
+              f"space of {cp['space_size']:,}; one-run guesses fixed before training: k+ = {cp['k_pos']}, "
+              f"k- = {cp['k_neg']}.", "", "## Limitations", ""]
+        L += [f"- {x}" for x in LIMITATIONS]
+        (tmp / "REPORT.md").write_text("\n".join(L) + "\n")
+    return Path(out)

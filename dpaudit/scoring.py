@@ -65,6 +65,8 @@ def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, 
     from dpaudit.tasks.models import is_classifier
 
     texts = [c.text for c in ck.manifest.canaries]
+    if not is_classifier(model):  # classifiers truncate to max_len, as in training
+        check_context(model, tok, texts, framing)
     if is_classifier(model):
         return _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, shard)
     return _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit, progress,
@@ -94,8 +96,29 @@ def base_model(ck):
         return models.load_dir(ck.adapter_base())[0].eval()
     spec = ck.run.get("model")
     if spec:
-        return models.build(models.ModelSpec(**spec))[0].eval()
+        try:
+            return models.build(models.ModelSpec(**spec))[0].eval()
+        except DpauditError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a hand-edited or hostile run.json is bad input
+            raise DpauditError(f"{ck.path}/run.json: its model spec cannot be rebuilt ({models.first_line(e)}); restore "
+                               "the run.json the trainer wrote, or pass --reference-model") from None
     return None
+
+
+def check_context(model, tok, texts: list[str], framing: str) -> None:
+    """Refuse canaries longer than the model's context (they would be cut, or crash the position embeddings)."""
+    from dpaudit.attacks.scoring import encode
+
+    limit = next((getattr(model.config, k) for k in ("n_positions", "max_position_embeddings")
+                  if isinstance(getattr(model.config, k, None), int)), None)
+    if limit is None or not texts:
+        return
+    seqs, _ = encode(tok, texts, None, None, framing)
+    longest = max(len(s) for s in seqs)
+    if longest > limit:
+        raise DpauditError(f"a canary is {longest} tokens long but the model's context is {limit}; make the canary "
+                           "template shorter (dpaudit canaries new --template)")
 
 
 def _with_reference(ck, reference, wanted: list[str], score_fn, device=None) -> tuple[object, list[str], tuple]:
@@ -210,8 +233,17 @@ def _read_whitebox(f: Path, mechanism: dict | None = None) -> dict:
         signs, scores = np.asarray(d["signs"], dtype=int), np.asarray(d["scores"], dtype=float)
     except (KeyError, ValueError, TypeError):
         raise DpauditError(f"{f}: needs 'signs' (+1/-1) and 'scores' lists of equal length") from None
-    if signs.size != scores.size or signs.size < 2:
-        raise DpauditError(f"{f}: 'signs' and 'scores' must have the same length >= 2")
+    if signs.ndim != 1 or signs.size != scores.size or signs.size < 2:
+        raise DpauditError(f"{f}: 'signs' and 'scores' must be lists of the same length >= 2")
+    if not np.isin(signs, (-1, 1)).all() or len(set(signs.tolist())) < 2:
+        raise DpauditError(f"{f}: 'signs' must be +1 (inserted) or -1 (held out), with both present")
+    if not np.isfinite(scores).all():
+        raise DpauditError(f"{f}: the white-box canary scores must be finite numbers; the run that wrote them "
+                           "diverged or the file is damaged")
+    from dpaudit.options import GRADIENT_CANARY_KINDS
+
+    if d.get("kind") not in GRADIENT_CANARY_KINDS:
+        raise DpauditError(f"{f}: 'kind' must be one of {', '.join(GRADIENT_CANARY_KINDS)}, got {d.get('kind')!r}")
     d = {**d, "signs": signs, "scores": scores}
     if d.get("steps_file"):
         d["steps_array"] = _read_steps(f.parent / d["steps_file"], signs.size, scores)

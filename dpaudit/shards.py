@@ -13,14 +13,12 @@ checkpoint, never from the partials.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from dpaudit.errors import DpauditError
-from dpaudit.io import jsonable, read_json
+from dpaudit.io import atomic_folder, jsonable, read_json
 
 KIND = "partial_scores"
 OPTION_KEYS = ("attacks", "rule", "confidence", "n_references", "framing", "batch_size", "enumerate_limit",
@@ -50,14 +48,9 @@ def write(out: Path, ck, shard: tuple[int, int], options: dict, metrics: dict | 
         arrays["exposure/canary_bits"] = np.asarray(e.canary_bits, dtype=np.float64)
         arrays["exposure/reference_bits"] = np.asarray(e.reference_bits, dtype=np.float64)
         meta["exposure"] = {"enumerated": bool(e.enumerated), "suffix_scored": bool(e.suffix_scored)}
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    np.savez(tmp / "scores.npz", **arrays)
-    (tmp / "partial.json").write_text(json.dumps(jsonable(meta), indent=1) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    with atomic_folder(out) as tmp:
+        np.savez(tmp / "scores.npz", **arrays)
+        (tmp / "partial.json").write_text(json.dumps(jsonable(meta), indent=1) + "\n")
     return out
 
 

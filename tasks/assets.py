@@ -49,8 +49,16 @@ ASSETS = {
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("DPAUDIT_CACHE", Path.home() / ".cache" / "dpaudit"))
-    d.mkdir(parents=True, exist_ok=True)
+    """Where converted assets and trained tokenizers are kept (``DPAUDIT_CACHE``, else ~/.cache/dpaudit); a folder
+    that cannot be made or written is one line of bad input naming the fix."""
+    d = Path(os.environ.get("DPAUDIT_CACHE", Path.home() / ".cache" / "dpaudit")).expanduser()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DpauditError(f"cannot use the cache folder {d} ({e.strerror}); set DPAUDIT_CACHE to a writable "
+                           "folder") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise DpauditError(f"the cache folder {d} is not writable; set DPAUDIT_CACHE to a writable folder")
     return d
 
 

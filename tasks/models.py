@@ -36,6 +36,7 @@ from transformers import (
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from dpaudit.errors import DpauditError
+from dpaudit.io import read_json
 from dpaudit.tasks import assets
 
 EOS = "<|endoftext|>"
@@ -222,10 +223,11 @@ def _pretrained_tiny(spec: ModelSpec, cfg, tok):
 
 def load_tokenizer(path: Path):
     """The tokenizer saved in a HF folder, with a pad token (the EOS token when it has none)."""
+    refuse_code(path)
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError) as e:
-        raise DpauditError(f"cannot load the tokenizer at {path}: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001 - a damaged tokenizer folder is bad input
+        raise DpauditError(f"cannot load the tokenizer at {path}: {first_line(e)}") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -237,15 +239,64 @@ def load_dir(path: Path):
     if not (path / "config.json").exists():
         raise DpauditError(f"no HF model at {path} (config.json missing); pass a checkpoint made with "
                            "save_pretrained")
-    import json
-
-    archs = json.loads((path / "config.json").read_text()).get("architectures") or []
+    refuse_code(path)
+    archs = read_json(path / "config.json", "model config", "").get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise DpauditError(f"{path}/config.json: 'architectures' must be a list of class names")
     auto = (MeanPoolBertForSequenceClassification if MeanPoolBertForSequenceClassification.__name__ in archs
             else AutoModelForSequenceClassification if any(a.endswith("ForSequenceClassification") for a in archs)
             else AutoModelForCausalLM)
     tok = load_tokenizer(path)
+    if not list(path.glob("*.safetensors")):
+        raise DpauditError(f"{path} has no .safetensors weights (dpaudit never unpickles .bin/.pt files, which can run "
+                           "code); convert them with save_pretrained(..., safe_serialization=True)")
     try:
-        model = auto.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
-    except (OSError, ValueError) as e:
-        raise DpauditError(f"cannot load the model at {path}: {str(e).splitlines()[0]}") from None
+        model = auto.from_pretrained(path, dtype=torch.float32, trust_remote_code=False, use_safetensors=True)
+    except Exception as e:  # noqa: BLE001 - any failure to read a hostile or damaged folder is bad input
+        raise DpauditError(f"cannot load the model at {path}: {first_line(e)}; check that the folder was written "
+                           "by save_pretrained and is complete") from None
+    check_model(model, tok, path)
     return model.eval(), tok
+
+
+def refuse_code(path: Path) -> None:
+    """Refuse a model folder that asks to run its own code: ``auto_map`` in its config, tokenizer or adapter
+    config, or Python files beside the weights. dpaudit loads only architectures transformers ships."""
+    for name in ("config.json", "tokenizer_config.json", "adapter_config.json", "processor_config.json"):
+        f = Path(path) / name
+        if f.is_file():
+            cfg = read_json(f, name, "")
+            if not isinstance(cfg, dict):
+                raise DpauditError(f"{f} must hold a JSON object")
+            if "auto_map" in cfg:
+                raise DpauditError(f"{f} has 'auto_map' (the model asks to run its own Python code); dpaudit never "
+                                   "runs checkpoint code: save the model with a built-in transformers architecture")
+    code = sorted(p.name for p in Path(path).glob("*.py"))
+    if code:
+        raise DpauditError(f"{path} holds Python files ({code[0]}); dpaudit never runs checkpoint code: remove them "
+                           "and use a built-in transformers architecture")
+
+
+def load_adapter_checked(path: Path) -> None:
+    """Refuse a LoRA adapter folder that is not plain safetensors weights with a config (no code, no pickle)."""
+    path = Path(path)
+    refuse_code(path)
+    if not (path / "adapter_model.safetensors").is_file():
+        raise DpauditError(f"{path} has no adapter_model.safetensors (dpaudit never unpickles adapter_model.bin, which "
+                           "can run code); save the adapter with save_pretrained(..., safe_serialization=True)")
+
+
+def check_model(model, tok, path) -> None:
+    """Refuse weights that are not finite and a tokenizer whose ids the model cannot embed."""
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p).all()):
+            raise DpauditError(f"the model at {path} has non-finite weights ({name}); the checkpoint is damaged or "
+                               "training diverged: re-train or restore it")
+    emb = model.get_input_embeddings()
+    if emb is not None and len(tok) > emb.num_embeddings:
+        raise DpauditError(f"the tokenizer at {path} has {len(tok)} tokens but the model embeds {emb.num_embeddings}; "
+                           "save the tokenizer the model was trained with beside it")
+
+
+def first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]

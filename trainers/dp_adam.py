@@ -43,7 +43,8 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
                   delta=res.delta if res.private else 0.0, unit="record", accountant=eng.accountant)
     card = PrivacyCard(claim=claim, events=res.events, clipping_norm=eng.clipping_norm if res.private else None,
                        expected_batch_size=min(eng.batch_size, len(records)), dataset_size=len(records),
-                       group_size=1, method="dp_adam" if res.private else "non_private", trainable=tc.trainable)
+                       group_size=1, method="dp_adam" if res.private else "non_private", trainable=tc.trainable,
+                       extra=common.rng_extra(eng) if res.private else {})
     run = common.run_record(cfg, variant, eng, res, data, common.trainable_fields(tc),
                             common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, tc, base)

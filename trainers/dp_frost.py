@@ -96,8 +96,9 @@ def select(model, tensors, choices, tc, eng, budget: Budget, k: int = 0) -> tupl
                                     variant=tc.frost_pgm, alpha=tc.frost_alpha, clipping_norm=tc.frost_clipping_norm,
                                     seed=eng.seed)
         device = next(model.parameters()).device
-        gen = torch.Generator(device=device).manual_seed(eng.seed * 7919 + 13 + k)
-        sel = psel.psel(psel.release(model, selection_batches(tensors, tc.frost_sample_rate, eng.seed, k, device),
+        mseed = engine.mechanism_seed(eng)  # secret under train.secure_rng
+        gen = torch.Generator(device=device).manual_seed(mseed * 7919 + 13 + k)
+        sel = psel.psel(psel.release(model, selection_batches(tensors, tc.frost_sample_rate, mseed, k, device),
                                      scfg, gen, choices), selectable, scfg)
         chosen, record = sel.chosen, {"rule": tc.frost_selection, **sel.to_dict()}
     if not chosen and not heads:
@@ -168,4 +169,4 @@ def _card(eng, tc, res, budget: Budget, selections: list, n: int) -> PrivacyCard
     eps = accounting.compute(events, res.delta, eng.accountant).epsilon
     return PrivacyCard(claim=Claim(epsilon=eps, delta=res.delta, unit="record", accountant=eng.accountant),
                        events=events, clipping_norm=eng.clipping_norm, expected_batch_size=res.sample_rate * n,
-                       dataset_size=n, method="dp_frost", trainable="subset", extra=extra)
+                       dataset_size=n, method="dp_frost", trainable="subset", extra={**extra, **common.rng_extra(eng)})

@@ -54,6 +54,7 @@ class EngineConfig:
     gradient_canaries: int = 0  # white-box canaries (trainers/gradient_canaries.py); 0 = none
     gradient_canary_kind: str = "dirac"  # dirac | sparse | dense, or several joined by '+' (one set of m each)
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N (dpaudit/device.py)
+    secure_rng: bool = False  # release runs: the mechanism's noise and sampling from a secret OS-entropy seed
     progress: bool = True
 
     def __post_init__(self):
@@ -83,6 +84,12 @@ class EngineConfig:
         if not isinstance(self.gradient_canaries, int) or self.gradient_canaries < 0 or self.gradient_canaries == 1:
             raise DpauditError(f"train.gradient_canaries must be 0 or an integer >= 2, got {self.gradient_canaries!r}")
         device.check(self.device, "train.device")
+        if not isinstance(self.secure_rng, bool):
+            raise DpauditError(f"train.secure_rng must be true or false, got {self.secure_rng!r}")
+        for name in ("epochs", "lr", "clipping_norm", "weight_decay"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                raise DpauditError(f"train.{name} must be a finite number, got {v!r}")
         kinds = self.canary_kinds
         bad = [k for k in kinds if k not in GRADIENT_CANARY_KINDS]
         if bad or len(set(kinds)) != len(kinds):
@@ -166,6 +173,25 @@ def check_fp32(params, private: bool) -> None:
     if private and bad:
         raise DpauditError(f"DP training needs float32 trainable parameters, got {', '.join(bad)}; load the model in "
                            "float32 (mixed precision is not supported for the DP step)")
+
+
+def mechanism_seed(cfg: EngineConfig) -> int:
+    """The seed of the mechanism's randomness (the noise and the Poisson sampling): ``cfg.seed``, reproducible and
+    published in run.json, or with ``secure_rng`` a fresh 62-bit seed from the operating system's entropy that is
+    never written anywhere (a report reader cannot regenerate the noise). Opacus' secure_mode noise (the
+    floating-point-attack fix) is switched on with it (:func:`secure_noise`)."""
+    if cfg.secure_rng:
+        import secrets
+
+        return secrets.randbits(62)
+    return cfg.seed
+
+
+def secure_noise(optimizer, cfg: EngineConfig):
+    """Opacus' secure_mode Gaussian (2n draws combined: no floating-point reconstruction) for secure runs."""
+    if cfg.secure_rng:
+        optimizer.secure_mode = True
+    return optimizer
 
 
 def _sigma(cfg: EngineConfig, delta: float, q: float, steps: int) -> float:
@@ -271,15 +297,17 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         sigma = _sigma(cfg, delta, q, steps)
     elif not sigma > 0:
         raise DpauditError(f"a fixed noise multiplier must be > 0, got {sigma}")
+    mseed = mechanism_seed(cfg)
     if distributed.world()[1] > 1:  # torchrun: this rank's shard, noise from rank 0 only
         module, dp_opt, crit, dp_loader = distributed.record_level(
             model, opt, tensors, sigma=sigma, clipping_norm=cfg.clipping_norm, expected_batch_size=batch,
-            sample_rate=q, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed, noise=noise)
+            sample_rate=q, grad_sample_mode=cfg.grad_sample_mode, seed=mseed, noise=noise)
     else:
-        loader = data_seam.shuffled_loader(tensors, batch, cfg.seed, drop_last=False)
+        loader = data_seam.shuffled_loader(tensors, batch, mseed, drop_last=False)
         module, dp_opt, crit, dp_loader = mechanism.record_level(
             model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode,
-            seed=cfg.seed, noise=noise)
+            seed=mseed, noise=noise)
+    secure_noise(dp_opt, cfg)
     canaries = _canaries(cfg, dp_opt, params, q, batch, private=True)
     stats = ClipStats(cfg.clipping_norm)
     ledger = (lambda t: [event(q, t).to_dict()]) if event is not None else _gaussian_ledger(q, sigma)
@@ -319,13 +347,15 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     sigma = _sigma(cfg, delta, q, steps) if cfg.private else None
     params, opt = optim.adam(model, cfg.lr, cfg.weight_decay, cfg.head_lr)
     check_fp32(params, cfg.private)
+    mseed = mechanism_seed(cfg)
     if cfg.private:  # per-record gradients only when they are needed (to clip users)
         module, opt = mechanism.user_level(model, opt, sigma=sigma, clipping_norm=cfg.clipping_norm,
-                                           expected_users=B, seed=cfg.seed, noise=noise)
+                                           expected_users=B, seed=mseed, noise=noise)
+        secure_noise(opt, cfg)
     else:
         module = model
     module.train()
-    batches = data_seam.UserBatches(records_by_user, pad_id, max_len, q, cfg.seed)
+    batches = data_seam.UserBatches(records_by_user, pad_id, max_len, q, mseed)
     canaries = _canaries(cfg, opt, params, q, B, private=cfg.private)  # extra USERS: one clipped unit each
     stats = ClipStats(cfg.clipping_norm) if cfg.private else None
     t0 = time.time()

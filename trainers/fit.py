@@ -31,6 +31,15 @@ def choose_trainable(model, tc, grad_sample_mode: str):
     return trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha, tc.lora_targets)
 
 
+def rng_extra(eng) -> dict:
+    """The privacy card's record of where the mechanism's randomness came from (``extra.rng``)."""
+    if eng.secure_rng:
+        return {"rng": {"mode": "secure", "source": "torch generators seeded from 62 bits of OS entropy, never "
+                        "recorded; Opacus secure_mode Gaussian (floating-point attack fix)"}}
+    return {"rng": {"mode": "seeded", "seed": eng.seed, "note": "reproducible from the published seed: anyone with "
+                    "run.json can regenerate the noise; not for release (set train.secure_rng = true)"}}
+
+
 def trainable_fields(tc) -> dict:
     """The trainable-axis settings every record-level method writes into run.json."""
     return {"method": tc.method, "trainable": tc.trainable, "lora_r": tc.lora_r, "lora_alpha": tc.lora_alpha,
@@ -50,7 +59,8 @@ def run_record(cfg, variant, eng, res, data, trainer: dict, data_counts: dict) -
         "model": cfg.model.to_dict(),
         "trainer": {**trainer, **{k: v for k, v in dataclasses.asdict(eng).items() if k != "progress"}},
         "seeds": {"task_split": cfg.task.seed, "canaries": cfg.canaries.seed, "train": eng.seed,
-                  "model_init": cfg.model.init_seed},
+                  "model_init": cfg.model.init_seed,
+                  "mechanism": "secret: OS entropy, never recorded (train.secure_rng)" if eng.secure_rng else eng.seed},
         "data": {"source": data.source, "fingerprint": data.fingerprint(), **data_counts},
         "train_result": res.summary(),
         "versions": checkpoint.versions(),

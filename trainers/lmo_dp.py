@@ -109,7 +109,8 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True
     card = PrivacyCard(claim=Claim(epsilon=cal.claim_epsilon, delta=res.delta, unit="record",
                                    accountant=cal.claim_accountant),
                        events=res.events, clipping_norm=eng.clipping_norm, expected_batch_size=plan.batch,
-                       dataset_size=len(records), group_size=1, method="lmo_dp", trainable=tc.trainable, extra=extra)
+                       dataset_size=len(records), group_size=1, method="lmo_dp", trainable=tc.trainable,
+                       extra={**extra, **common.rng_extra(eng)})
     run = common.run_record(cfg, variant, eng, res, data,
                             {**common.trainable_fields(tc), **{k: getattr(tc, k) for k in vars(tc) if k.startswith("lmo_")},
                              "lmo_noise_used": cal.noise.to_dict()},

@@ -66,7 +66,8 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, prog
     card = PrivacyCard(claim=claim, events=events, clipping_norm=eng.clipping_norm if eng.private else None,
                        expected_batch_size=min(eng.batch_size, res.dataset_size), dataset_size=res.dataset_size,
                        group_size=grp, method=tc.method if eng.private else "non_private", trainable=tc.trainable,
-                       extra={**extra, "sampled": q_desc, "n_records": n_records})
+                       extra={**extra, "sampled": q_desc, "n_records": n_records,
+                              **(common.rng_extra(eng) if eng.private else {})})
     run = common.run_record(cfg, variant, eng, res, data,
                             {"method": tc.method, "trainable": tc.trainable, "user_cap": tc.user_cap,
                              "selection": tc.selection},

@@ -135,6 +135,24 @@ def conservative(results: list[AccountingResult]) -> AccountingResult:
     return max(results, key=lambda r: r.epsilon)
 
 
+SIGMA_MAX = 1e4  # calibrate_sigma searches noise multipliers up to this
+
+
+def check_reachable(target_epsilon: float, delta: float, sample_rate: float, steps: int, what: str = "") -> None:
+    """Refuse, before any training, a target epsilon that no noise multiplier up to :data:`SIGMA_MAX` reaches
+    (the bracket :func:`calibrate_sigma` would fail on): integer-order RDP, a closed form, in milliseconds."""
+    from dpaudit.accounting import opacus_rdp
+
+    validate_delta(delta)
+    validate_mechanism(1.0, sample_rate, steps)
+    eps = opacus_rdp.epsilon([SubsampledGaussian(sample_rate, SIGMA_MAX, steps)], delta,
+                             orders=opacus_rdp.INTEGER_ORDERS)
+    if eps > target_epsilon:
+        raise DpauditError(f"{what}target epsilon {target_epsilon:g} is out of reach: even sigma = {SIGMA_MAX:g} gives "
+                           f"{eps:.3g} at delta {delta:g} over {steps} steps at q = {sample_rate:.4g}; raise the target "
+                           "or delta, or train fewer steps")
+
+
 def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int,
                     accountant: str = "prv", tol: float = 1e-3, sampler: str = "poisson") -> float:
     """Smallest sigma (to ``tol``) whose epsilon under ``accountant`` is <= target; conservative end."""
@@ -158,8 +176,8 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
     lo, hi = 0.1, 1.0
     while eps_bracket(hi) > target_epsilon:
         lo, hi = hi, hi * 2
-        if hi > 1e4:
-            raise DpauditError(f"no sigma below 1e4 reaches epsilon {target_epsilon}; raise epsilon or delta")
+        if hi > SIGMA_MAX:
+            raise DpauditError(f"no sigma below {SIGMA_MAX:g} reaches epsilon {target_epsilon}; raise epsilon or delta")
     hi = _bisect(lambda s: eps_bracket(s) > target_epsilon, lo, hi, tol)
     lo = 0.6 * hi
     if eps(lo) <= target_epsilon:

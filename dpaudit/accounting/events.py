@@ -8,6 +8,7 @@ fields are optional with a default, meanings never change.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass
 
 from dpaudit.errors import DpauditError
@@ -56,7 +57,7 @@ class SubsampledLaplaceMixture:
 
         validate_mechanism(1.0, self.sample_rate, self.steps)
         LmoNoise.from_dict(self.noise)
-        if not isinstance(self.clipping_norm, (int, float)) or not self.clipping_norm > 0:
+        if not _real(self.clipping_norm) or not 0 < self.clipping_norm < math.inf:
             raise DpauditError(f"clipping_norm must be > 0, got {self.clipping_norm!r}")
         if self.draw not in LMO_DRAWS:
             raise DpauditError(f"LMO draw must be one of {', '.join(LMO_DRAWS)}, got {self.draw!r}")
@@ -93,9 +94,9 @@ class PMixedPrediction:
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or v < (2 if k == "alpha" else 1):
                 raise DpauditError(f"pmixed_prediction.{k} must be an integer >= {2 if k == 'alpha' else 1}, got {v!r}")
-        if not 0 < self.sample_rate <= 1:
+        if not _real(self.sample_rate) or not 0 < self.sample_rate <= 1:
             raise DpauditError(f"pmixed_prediction.sample_rate must be in (0, 1], got {self.sample_rate!r}")
-        if not self.per_query_rdp > 0:
+        if not _real(self.per_query_rdp) or not 0 < self.per_query_rdp < math.inf:
             raise DpauditError(f"pmixed_prediction.per_query_rdp must be > 0, got {self.per_query_rdp!r}")
 
     def to_dict(self) -> dict:
@@ -139,15 +140,23 @@ def require(events: list, samplers: tuple, name: str, relation: str, relations: 
         raise NotApplicable(f"{name} analyses {' or '.join(samplers)} sampling only, not {bad[0]}")
 
 
+MAX_STEPS = 10 ** 8  # beyond this the accountants' compositions run for hours; no training run takes as many
+MIN_DELTA = 1e-30  # below this the PLD/PRV discretisations cannot resolve delta (and no claim uses one)
+
+
 def validate_mechanism(sigma: float, q: float, steps: int) -> None:
-    if not isinstance(sigma, (int, float)) or not sigma > 0:
-        raise DpauditError(f"noise multiplier sigma must be > 0, got {sigma}")
-    if not isinstance(q, (int, float)) or not 0 < q <= 1:
+    if not _real(sigma) or not 0 < sigma < math.inf:
+        raise DpauditError(f"noise multiplier sigma must be a finite number > 0, got {sigma}")
+    if not _real(q) or not 0 < q <= 1:
         raise DpauditError(f"sample rate q must be in (0, 1], got {q}")
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise DpauditError(f"steps must be an integer >= 1, got {steps}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
+        raise DpauditError(f"steps must be an integer from 1 to {MAX_STEPS:.0e}, got {steps}")
+
+
+def _real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
 
 
 def validate_delta(delta: float) -> None:
-    if not isinstance(delta, (int, float)) or not 0 < delta < 1:
-        raise DpauditError(f"delta must be in (0, 1), got {delta}")
+    if not _real(delta) or not MIN_DELTA <= delta < 1:
+        raise DpauditError(f"delta must be in [{MIN_DELTA:g}, 1), got {delta}")

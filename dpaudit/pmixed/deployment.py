@@ -168,6 +168,8 @@ class Deployment:
         dev = devices.resolve(device or "auto", "device")
         with warnings.catch_warnings():  # transformers' deprecation notices inside peft: not the user's concern
             warnings.simplefilter("ignore", FutureWarning)
+            for a in adapters:
+                models.load_adapter_checked(path / a)
             model = PeftModel.from_pretrained(base, path / adapters[0], adapter_name="p0000")
             for k, a in enumerate(adapters[1:], start=1):
                 model.load_adapter(path / a, adapter_name=f"p{k:04d}")

@@ -4,7 +4,6 @@ so ``dpaudit check`` and ``dpaudit run``'s comparison read it like any other), w
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from dpaudit import report as common
@@ -79,12 +78,9 @@ def render(r: dict) -> str:
 
 
 def write(r: dict, out: Path, redact: bool = False) -> Path:
-    out = Path(out)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    (tmp / "report.json").write_text(json.dumps(jsonable(r), indent=1) + "\n")
-    (tmp / "REPORT.md").write_text(render(r))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
+    from dpaudit.io import atomic_folder
+
+    with atomic_folder(out) as tmp:
+        (tmp / "report.json").write_text(json.dumps(jsonable(r), indent=1) + "\n")
+        (tmp / "REPORT.md").write_text(render(r))
+    return Path(out)

@@ -1,0 +1,495 @@
+"""Bad and hostile inputs, one table across every command: each case exits 2 with one line on stderr naming the
+problem (the `needle`), leaves nothing behind in its folder, and finishes within seconds (a hang would stop the
+suite; the 60 s guard catches a slow path, it is not a performance target)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TINY_RUN
+
+from dpaudit.cli import main
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+# ---------------------------------------------------------------- fixtures: one healthy checkpoint and its report
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory, tiny_model_factory):
+    from dpaudit import checkpoint
+    from dpaudit.accounting.events import SubsampledGaussian
+    from dpaudit.canaries import CanaryPlan, generate
+    from dpaudit.card import Claim, PrivacyCard
+    from dpaudit.evaluate import evaluate
+    from dpaudit.report import write
+
+    d = tmp_path_factory.mktemp("healthy")
+    model, tok = tiny_model_factory()
+    card = PrivacyCard(claim=Claim(epsilon=8.0, delta=1e-5), clipping_norm=1.0, expected_batch_size=10,
+                       dataset_size=100, method="dp_adam",
+                       events=[SubsampledGaussian(sample_rate=0.1, noise_multiplier=1.0, steps=100)])
+    ck = checkpoint.write(d / "ck", model, tok, card, generate(CanaryPlan(m=20, length=4)), {})
+    r = evaluate(ck, attacks=["loss"], progress=False)
+    write(r, d / "report")
+    return d
+
+
+def _mut_json(path: Path, edit) -> None:
+    d = json.loads(path.read_text())
+    edit(d)
+    path.write_text(json.dumps(d))
+
+
+def _set(path, keys, value):
+    def edit(d):
+        for k in keys[:-1]:
+            d = d[k]
+        d[keys[-1]] = value
+    return lambda ck: _mut_json(ck / path, edit)
+
+
+def _raw(path, text):
+    return lambda ck: (ck / path).write_text(text)
+
+
+def _canaries(edit):
+    return lambda ck: _mut_json(ck / "canaries.json", edit)
+
+
+def _weights(fn):
+    return lambda ck: fn(ck / "model" / "model.safetensors")
+
+
+def _bytes(b: bytes):
+    return _weights(lambda f: f.write_bytes(b))
+
+
+def _truncate(f: Path):
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def _pickle_only(ck):
+    (ck / "model" / "model.safetensors").unlink()
+    (ck / "model" / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
+
+
+def _nan_weights(ck):
+    from safetensors.torch import load_file, save_file
+
+    f = ck / "model" / "model.safetensors"
+    t = load_file(f)
+    k = sorted(t)[0]
+    t[k][0] = float("nan")
+    save_file(t, f, metadata={"format": "pt"})
+
+
+def _small_vocab(ck):
+    _mut_json(ck / "model" / "config.json", lambda d: d.update(vocab_size=64))
+    from safetensors.torch import load_file, save_file
+
+    f = ck / "model" / "model.safetensors"
+    t = {k: (v[:64].clone() if v.shape[0] == 512 else v) for k, v in load_file(f).items()}
+    save_file(t, f, metadata={"format": "pt"})
+
+
+def _long_canaries(ck):
+    def edit(d):
+        d["template"]["prefix"] = "word " * 200
+        for c in d["canaries"]:
+            c["text"] = d["template"]["prefix"] + c["secret"] + d["template"]["suffix"]
+    _mut_json(ck / "canaries.json", edit)
+
+
+def _all_inserted(d):
+    for c in d["canaries"]:
+        c.update(inserted=True, sign=1, repetitions=1)
+
+
+def _none_inserted(d):
+    for c in d["canaries"]:
+        c.update(inserted=False, sign=-1, repetitions=0)
+
+
+def _dup(field):
+    def edit(d):
+        d["canaries"][1][field] = d["canaries"][0][field]
+        if field == "secret":
+            d["canaries"][1]["text"] = d["canaries"][0]["text"]
+    return edit
+
+
+def _first_inserted(edit):
+    def run(d):
+        edit(next(c for c in d["canaries"] if c["inserted"]), d)
+    return run
+
+
+def _secret_outside(c, d):
+    c["secret"] = "x" * d["space"]["length"]
+    c["text"] = d["template"]["prefix"] + c["secret"] + d["template"]["suffix"]
+
+
+def _whitebox(scores, kind="dirac", signs=None):
+    def write(ck):
+        m = 20
+        (ck / "gradient_canaries.json").write_text(
+            json.dumps({"kind": kind, "signs": signs or [1, -1] * (m // 2), "scores": scores(m)}))
+    return write
+
+
+def _auto_map(ck):
+    _mut_json(ck / "model" / "config.json", lambda d: d.update(auto_map={"AutoModelForCausalLM": "evil.Model"},
+                                                                model_type="evil-model"))
+    (ck / "model" / "evil.py").write_text("raise SystemExit('checkpoint code ran')\n")
+
+
+def _py_file(ck):
+    (ck / "model" / "modeling_evil.py").write_text("raise SystemExit('checkpoint code ran')\n")
+
+
+def _tok_auto_map(ck):
+    _mut_json(ck / "model" / "tokenizer_config.json", lambda d: d.update(auto_map={"AutoTokenizer": ["evil.Tok", None]}))
+
+
+def _bad_run_spec(ck):
+    (ck / "run.json").write_text(json.dumps({"model": {"name": "tiny-gpt2", "n_embd": "wide"}}))
+
+
+def _unknown_model_type(ck):
+    _mut_json(ck / "model" / "config.json", lambda d: d.update(model_type="no-such-architecture"))
+
+
+EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate options, needle)
+    ("auto_map in config", _auto_map, [], "auto_map"),
+    ("python file beside the weights", _py_file, [], "never runs checkpoint code"),
+    ("auto_map in tokenizer config", _tok_auto_map, [], "auto_map"),
+    ("unknown model_type", _unknown_model_type, [], "cannot load the model"),
+    ("corrupt safetensors", _bytes(b"\x00" * 64), [], "cannot load the model"),
+    ("truncated safetensors", _weights(_truncate), [], "cannot load the model"),
+    ("empty safetensors", _bytes(b""), [], "cannot load the model"),
+    ("pickle weights only", _pickle_only, [], "never unpickles"),
+    ("config.json not JSON", _raw("model/config.json", "{not json"), [], "not valid JSON"),
+    ("config.json a list", _raw("model/config.json", "[1, 2]"), [], "JSON object"),
+    ("NaN weights", _nan_weights, [], "non-finite weights"),
+    ("tokenizer larger than the model", _small_vocab, [], "tokenizer"),
+    ("canary longer than the context", _long_canaries, [], "context"),
+    ("all canaries inserted", _canaries(_all_inserted), [], "every canary is inserted"),
+    ("no canary inserted", _canaries(_none_inserted), [], "no canary is inserted"),
+    ("duplicate canary ids", _canaries(_dup("id")), [], "share the id"),
+    ("duplicate secrets", _canaries(_dup("secret")), [], "share the secret"),
+    ("secret outside the space", _canaries(_first_inserted(_secret_outside)), [], "not in the declared space"),
+    ("negative repetitions", _canaries(_first_inserted(lambda c, d: c.update(repetitions=-3))), [], "repetitions"),
+    ("huge repetitions", _canaries(_first_inserted(lambda c, d: c.update(repetitions=10 ** 9))), [], "repetitions"),
+    ("audit_plan k_pos ignored", _set("canaries.json", ["audit_plan", "k_pos"], 3), [], "k_pos/k_neg"),
+    ("manifest m huge", _set("canaries.json", ["m"], 10 ** 9), [], "canaries.m"),
+    ("manifest NaN", _raw("canaries.json", '{"schema_version": 1, "m": NaN}'), [], "non-finite"),
+    ("canary text edited", _canaries(lambda d: d["canaries"][0].update(text="something else")), [], "template"),
+    ("card epsilon Infinity", _raw("privacy_card.json", '{"schema_version": 1, "claim": {"epsilon": Infinity, '
+                                                        '"delta": 1e-5}, "mechanism": {}}'), [], "non-finite"),
+    ("card infinite noise multiplier", _set("privacy_card.json", ["mechanism", "events", 0, "noise_multiplier"],
+                                             1e400), [], "non-finite"),
+    ("card noise multiplier 1e308", _set("privacy_card.json", ["mechanism", "events", 0, "noise_multiplier"], 1e308),
+     [], None),  # finite and legal: not bad input (checked apart below)
+    ("card negative clipping norm", _set("privacy_card.json", ["mechanism", "clipping_norm"], -1), [], "clipping_norm"),
+    ("card dataset size zero", _set("privacy_card.json", ["mechanism", "dataset_size"], 0), [], "dataset_size"),
+    ("card 10^9 steps", _set("privacy_card.json", ["mechanism", "events", 0, "steps"], 10 ** 9), [], "steps"),
+    ("card delta 1e-300", _set("privacy_card.json", ["claim", "delta"], 1e-300), [], "delta"),
+    ("card epsilon string", _set("privacy_card.json", ["claim", "epsilon"], "8"), [], "claim.epsilon"),
+    ("card missing", lambda ck: (ck / "privacy_card.json").unlink(), [], "privacy card not found"),
+    ("NaN white-box scores", _whitebox(lambda m: [float("nan")] * m), [], "finite"),
+    ("white-box record too short", _whitebox(lambda m: [0.0] * (m - 1)), [], "same length"),
+    ("white-box record without kind", _whitebox(lambda m: [0.0] * m, kind=None), [], "'kind'"),
+    ("white-box signs not +-1", _whitebox(lambda m: [0.0] * m, signs=[2] * 20), [], "'signs'"),
+    ("bad model spec in run.json", _bad_run_spec, ["--base-metrics"], "run.json"),
+    ("confidence above 1", None, ["--confidence", "1.5", "--off-plan"], "confidence"),
+    ("confidence NaN", None, ["--confidence", "nan", "--off-plan"], "confidence"),
+    ("references absurd", None, ["--references", "1000000000", "--off-plan"], "references"),
+    ("unknown attack", None, ["--attacks", "loss,telepathy", "--off-plan"], "unknown attack"),
+    ("device absent", None, ["--device", "cuda:7"], "cuda"),
+    ("shard malformed", None, ["--shard", "2of3"], "--shard"),
+]
+
+
+@pytest.fixture
+def work(tmp_path, healthy):
+    shutil.copytree(healthy / "ck", tmp_path / "ck")
+    shutil.copytree(healthy / "report", tmp_path / "report")
+    return tmp_path
+
+
+def _tree(d: Path) -> dict:
+    return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*")}
+
+
+def _expect_refused(argv, needle, work, capsys, before=None):
+    before = _tree(work) if before is None else before
+    capsys.readouterr()
+    t = time.time()
+    code = main([str(a) for a in argv])
+    took = time.time() - t
+    err = capsys.readouterr().err.strip()
+    assert code == 2, (code, err)
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert needle.lower() in err.lower(), err
+    assert _tree(work) == before, "the command left something behind or changed its inputs"
+    assert took < 60, took
+
+
+@pytest.mark.parametrize("name,damage,extra,needle", [c for c in EVALUATE if c[3]], ids=[c[0] for c in EVALUATE if c[3]])
+def test_evaluate_refuses(name, damage, extra, needle, work, capsys):
+    if damage is not None:
+        damage(work / "ck")
+    _expect_refused(["evaluate", work / "ck", "--out", work / "out", "--quiet", *extra], needle, work, capsys)
+
+
+def test_checkpoint_code_is_never_run_even_when_the_user_says_yes(work, monkeypatch, capsys):
+    """`yes y | dpaudit evaluate` on a checkpoint with auto_map: refused before transformers could ask."""
+    import io
+
+    _auto_map(work / "ck")
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n" * 10))
+    _expect_refused(["evaluate", work / "ck", "--out", work / "out", "--quiet"], "auto_map", work, capsys)
+
+
+# ---------------------------------------------------------------- --out
+def _file(path: Path, sub: str | None = None) -> Path:
+    path.write_text("x")
+    return path / sub if sub else path
+
+
+OUT = [
+    ("out is an existing file", lambda w: _file(w / "file.txt"), "is a file"),
+    ("out inside the checkpoint", lambda w: w / "ck" / "report", "inside the checkpoint"),
+    ("out is the checkpoint", lambda w: w / "ck", "inside the checkpoint"),
+    ("out under a file", lambda w: _file(w / "f", "sub"), "is a file"),
+]
+
+
+@pytest.mark.parametrize("name,target,needle", OUT, ids=[c[0] for c in OUT])
+def test_evaluate_out_refused_before_work(name, target, needle, work, capsys):
+    out = target(work)
+    _expect_refused(["evaluate", work / "ck", "--out", out, "--quiet"], needle, work, capsys)
+
+
+# ---------------------------------------------------------------- check / compare
+def _report_edit(edit):
+    def run(w):
+        _mut_json(w / "report" / "report.json", edit)
+        return w / "report" / "report.json"
+    return run
+
+
+def _report_raw(text):
+    def run(w):
+        (w / "report" / "report.json").write_text(text)
+        return w / "report" / "report.json"
+    return run
+
+
+def _policy(text):
+    def run(w):
+        (w / "policy.toml").write_text(text)
+        return ["--policy", w / "policy.toml"]
+    return run
+
+
+CHECK = [  # (id, report maker, extra args maker, needle)
+    ("report epsilon Infinity", _report_raw('{"kind": "evaluation", "claim": {"epsilon": Infinity}}'), None,
+     "non-finite"),
+    ("report epsilon_lb NaN", lambda w: _nan_lb(w), None, "non-finite"),
+    ("empty comparison", _report_raw('{"schema_version": 1, "kind": "comparison", "command": "x", "config": {}, '
+                                     '"variants": {}}'), None, "no variants"),
+    ("report missing verdict", _report_edit(lambda d: d.pop("verdict")), None, "verdict"),
+    ("report verdict wrong type", _report_edit(lambda d: d.update(verdict="consistent")), None, "verdict"),
+    ("report epsilon string inf with claim", _report_edit(lambda d: d["claim"].update(epsilon="inf")), None, "epsilon"),
+    ("report not JSON", _report_raw("{{"), None, "not valid JSON"),
+    ("report a list", _report_raw("[]"), None, "JSON object"),
+    ("report of unknown kind", _report_edit(lambda d: d.update(kind="poem")), None, "kind"),
+    ("report missing", lambda w: w / "nope.json", None, "not found"),
+    ("policy NaN threshold", None, _policy("[rules]\nmax_claimed_epsilon = nan\n"), "finite"),
+    ("policy inf threshold", None, _policy("[rules]\nmax_claimed_epsilon = inf\n"), "finite"),
+    ("policy unknown rule", None, _policy("[rules]\nmax_claimed_epsilonn = 8\n"), "unknown"),
+    ("policy not TOML", None, _policy("[rules\n"), "TOML"),
+    ("policy missing", None, lambda w: ["--policy", w / "none.toml"], "not found"),
+]
+
+
+def _nan_lb(w):
+    (w / "report" / "report.json").write_text(
+        (w / "report" / "report.json").read_text().replace('"epsilon_lb": ', '"epsilon_lb": NaN, "x": ', 1))
+    return w / "report" / "report.json"
+
+
+@pytest.mark.parametrize("name,report,extra,needle", CHECK, ids=[c[0] for c in CHECK])
+def test_check_refuses(name, report, extra, needle, work, capsys):
+    before = _tree(work)
+    path = report(work) if report else work / "report" / "report.json"
+    args = extra(work) if extra else []
+    before = _tree(work)
+    _expect_refused(["check", path, *args], needle, work, capsys, before)
+
+
+def test_check_without_policy_fails_an_infinite_claim_report(work, capsys):
+    """The default gate on a report whose card said epsilon = Infinity: refused as bad input, never exit 0."""
+    _report_raw(json.dumps({"kind": "evaluation"})[:-1] + ', "claim": {"epsilon": Infinity}}')(work)
+    _expect_refused(["check", work / "report" / "report.json"], "non-finite", work, capsys)
+
+
+COMPARE = [
+    ("compare a list", _report_raw("[]"), "JSON object"),
+    ("compare missing claim", _report_edit(lambda d: d.pop("claim")), "claim"),
+    ("compare NaN", lambda w: _nan_lb(w), "non-finite"),
+    ("compare unknown kind", _report_edit(lambda d: d.update(kind="poem")), "kind"),
+]
+
+
+@pytest.mark.parametrize("name,report,needle", COMPARE, ids=[c[0] for c in COMPARE])
+def test_compare_refuses(name, report, needle, work, capsys, healthy):
+    shutil.copy(healthy / "report" / "report.json", work / "old.json")
+    path = report(work)
+    _expect_refused(["compare", work / "old.json", path], needle, work, capsys)
+
+
+# ---------------------------------------------------------------- account / audit / card / canaries
+NUMERIC = [
+    (["account", "--sigma", "inf", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5", "--accountants",
+      "rdp"], "sigma"),
+    (["account", "--sigma", "nan", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"], "sigma"),
+    (["account", "--sigma", "-1", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"], "sigma"),
+    (["account", "--sigma", "1", "--sample-rate", "0", "--steps", "100", "--delta", "1e-5"], "sample rate"),
+    (["account", "--sigma", "1", "--sample-rate", "nan", "--steps", "100", "--delta", "1e-5"], "sample rate"),
+    (["account", "--sigma", "1", "--sample-rate", "0.01", "--steps", "1000000000", "--delta", "1e-5",
+      "--accountants", "prv"], "steps"),
+    (["account", "--sigma", "1", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-300", "--accountants",
+      "prv"], "delta"),
+    (["account", "--sigma", "1", "--sample-rate", "0.01", "--steps", "100", "--delta", "nan"], "delta"),
+    (["account", "--sigma", "1", "--sample-rate", "0.01", "--steps", "100", "--delta", "0"], "delta"),
+    (["account", "--target-epsilon", "inf", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"],
+     "target epsilon"),
+    (["account", "--target-epsilon", "nan", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"],
+     "target epsilon"),
+    (["audit", "many-run", "--tp", "50", "--fn", "0", "--fp", "0", "--tn", "50", "--delta", "-5"], "delta"),
+    (["audit", "many-run", "--tp", "50", "--fn", "0", "--fp", "0", "--tn", "50", "--delta", "nan"], "delta"),
+    (["audit", "many-run", "--tp", "50", "--fn", "0", "--fp", "0", "--tn", "50", "--confidence", "1.5"],
+     "confidence"),
+    (["audit", "many-run", "--tp", "50", "--fn", "0", "--fp", "0", "--tn", "50", "--confidence", "0.2"],
+     "confidence"),
+    (["audit", "many-run", "--tp", "-1", "--fn", "0", "--fp", "0", "--tn", "50"], "tp"),
+    (["audit", "many-run", "--tp", "0", "--fn", "0", "--fp", "0", "--tn", "0"], "runs"),
+    (["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "40", "--delta", "2"], "delta"),
+    (["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "40", "--confidence", "1"],
+     "confidence"),
+    (["audit", "one-run", "--canaries", "-100", "--guesses", "50", "--correct", "40"], "canaries"),
+    (["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "60"], "cannot exceed"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", NUMERIC, ids=[" ".join(a[:2]) + f" #{i}" for i, (a, _) in enumerate(NUMERIC)])
+def test_numeric_commands_refuse(argv, needle, tmp_path, capsys):
+    _expect_refused(argv, needle, tmp_path, capsys)
+
+
+def test_audit_checkpoints_validates_delta_and_confidence(work, capsys):
+    for extra, needle in ((["--delta", "-5"], "delta"), (["--confidence", "1.5"], "confidence")):
+        _expect_refused(["audit", "checkpoints", work / "ck", work / "ck", "--canary", "c00", *extra], needle, work,
+                        capsys)
+
+
+CARD = [
+    (["--epsilon", "inf"], "epsilon"),
+    (["--epsilon", "nan"], "epsilon"),
+    (["--sigma", "inf"], "sigma"),
+    (["--steps", "0"], "steps"),
+    (["--clipping-norm", "nan"], "clipping"),
+]
+
+
+@pytest.mark.parametrize("change,needle", CARD, ids=[" ".join(c) for c, _ in CARD])
+def test_card_refuses(change, needle, tmp_path, capsys):
+    base = {"--epsilon": "8", "--delta": "1e-5", "--sigma": "1", "--sample-rate": "0.01", "--steps": "100"}
+    base.update(dict(zip(change[::2], change[1::2])))
+    argv = ["card", *[x for kv in base.items() for x in kv], *[c for c in change if c not in base and
+                                                               c not in base.values()]]
+    _expect_refused([*argv, "--out", tmp_path / "card.json"], needle, tmp_path, capsys)
+
+
+CANARIES = [
+    (["--m", "1000000000"], "canaries.m"),
+    (["--m", "20", "--repetitions", "1000000"], "repetitions"),
+    (["--m", "20", "--length", "1000"], "length"),
+    (["--m", "20", "--alphabet", "aa"], "alphabet"),
+    (["--m", "20", "--confidence", "nan"], "confidence"),
+]
+
+
+@pytest.mark.parametrize("args,needle", CANARIES, ids=[" ".join(a) for a, _ in CANARIES])
+def test_canaries_new_refuses(args, needle, tmp_path, capsys):
+    _expect_refused(["canaries", "new", *args, "--out", tmp_path / "c.json"], needle, tmp_path, capsys)
+
+
+# ---------------------------------------------------------------- run: every variant validated before any work
+RUN_BASE = TINY_RUN.replace("[canaries]", "[train]\nepochs = 1\n[canaries]") + \
+    '[[variants]]\nname = "ok"\ntarget_epsilon = inf\n'
+
+RUN = [
+    ("later variant impossible epsilon", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = -1\n', "epsilon"),
+    ("later variant unreachable epsilon", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 1\n'
+     'batch_size = 1000\nepochs = 100000000\n', "out of reach"),
+    ("later variant NaN epsilon", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = nan\n', "epsilon"),
+    ("later variant unknown key", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilonn = 8\n', "unknown"),
+    ("later variant unknown method", RUN_BASE + '[[variants]]\nname = "bad"\nmethod = "magic"\n', "method"),
+    ("duplicate variant names", RUN_BASE + '[[variants]]\nname = "ok"\ntarget_epsilon = 8\n', "ok"),
+    ("secure_rng not a bool", RUN_BASE.replace("epochs = 1", "epochs = 1\nsecure_rng = \"yes\""), "secure_rng"),
+    ("NaN learning rate", RUN_BASE.replace("epochs = 1", "epochs = 1\nlr = nan"), "lr"),
+    ("absurd canary count", RUN_BASE.replace("m = 20", "m = 100000000"), "canaries.m"),
+    ("config not TOML", "[task\n", "TOML"),
+]
+
+
+@pytest.mark.parametrize("name,text,needle", RUN, ids=[c[0] for c in RUN])
+def test_run_refuses_before_training(name, text, needle, tmp_path, capsys):
+    (tmp_path / "cfg.toml").write_text(text)
+    _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], needle, tmp_path, capsys)
+
+
+def test_run_out_existing_file_refused_before_training(tmp_path, capsys):
+    (tmp_path / "cfg.toml").write_text(RUN_BASE)
+    (tmp_path / "out").write_text("x")
+    _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], "is a file", tmp_path,
+                    capsys)
+
+
+def test_the_table_has_at_least_sixty_cases():
+    n = (len([c for c in EVALUATE if c[3]]) + 2 + len(OUT) + len(CHECK) + 1 + len(COMPARE) + len(NUMERIC) + 2
+         + len(CARD) + len(CANARIES) + len(RUN) + 2)
+    assert n >= 60, n
+
+
+def test_rule_held_out_writes_a_schema_valid_report(work, capsys):
+    """The documented `--rule held_out` on a checkpoint with white-box canaries: a complete report, every attack row
+    and bound present, accepted by `dpaudit check`'s schema validation."""
+    import numpy as np
+
+    from dpaudit.policy import load_report
+
+    rng = np.random.default_rng(0)
+    signs = [1, -1] * 50
+    (work / "ck" / "gradient_canaries.json").write_text(json.dumps(
+        {"kind": "dirac", "signs": signs, "scores": [float(3 * x + rng.normal()) for x in signs]}))
+    assert main(["evaluate", str(work / "ck"), "--out", str(work / "ho"), "--rule", "held_out", "--off-plan",
+                 "--quiet"]) == 0
+    r = load_report(work / "ho" / "report.json")
+    assert r["threshold_rule"] == "held_out" and "whitebox_gradient" in r["attacks"]
+    assert any(e["attack"] == "whitebox_gradient" for e in r["empirical"])
+
+
+def test_unusable_cache_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "cfg.toml").write_text(RUN_BASE)
+    (tmp_path / "cache").write_text("a file, not a folder")
+    monkeypatch.setenv("DPAUDIT_CACHE", str(tmp_path / "cache" / "sub"))
+    _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], "DPAUDIT_CACHE", tmp_path,
+                    capsys)
