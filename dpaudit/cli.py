@@ -394,7 +394,7 @@ def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, u
 @cli.command()
 @click.argument("report_json", type=click.Path(path_type=Path))
 @click.option("--policy", type=click.Path(path_type=Path),
-              help="Policy TOML with a [rules] table (default rules if omitted; see configs/policy.toml).")
+              help="Policy TOML with a [rules] table. Omitted: the default policy, exactly configs/policy.toml.")
 def check(report_json, policy):
     """CI gate: exit 0 when REPORT_JSON satisfies every policy rule, 1 when one fails, 2 on bad input."""
     from dpaudit import policy as pol

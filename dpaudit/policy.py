@@ -39,7 +39,7 @@ class Policy:
     empirical: tuple = ("not-refuted", "underpowered")
     accounting_tolerance: float | None = options.ACCOUNTING_TOLERANCE
     accounting_reference: str = "certified"
-    max_claimed_epsilon: float | None = None
+    max_claimed_epsilon: float | None = 10.0  # the default policy is configs/policy.toml (test_configs.py)
     require_claim: bool = True
     min_accuracy: float | None = None
     max_exposure: float | None = None

@@ -493,3 +493,16 @@ def test_unusable_cache_folder_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DPAUDIT_CACHE", str(tmp_path / "cache" / "sub"))
     _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], "DPAUDIT_CACHE", tmp_path,
                     capsys)
+
+
+def test_out_dot_writes_into_the_current_folder_and_keeps_other_files(work, monkeypatch):
+    """`--out .` (the current folder, which exists): the report files land there, other files stay, no temporary
+    folder is left behind."""
+    here = work / "here"
+    here.mkdir()
+    (here / "notes.txt").write_text("mine")
+    monkeypatch.chdir(here)
+    assert main(["evaluate", str(work / "ck"), "--out", ".", "--attacks", "loss", "--off-plan", "--quiet"]) == 0
+    names = sorted(p.name for p in here.iterdir())
+    assert "report.json" in names and "REPORT.md" in names and "notes.txt" in names
+    assert not [n for n in names if "partial" in n]

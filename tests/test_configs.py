@@ -22,8 +22,9 @@ def test_run_config_parses(path):
     assert names and len(names) == len(set(names))
 
 
-def test_policy_parses():
-    load_policy(CONFIGS / "policy.toml")
+def test_policy_parses_and_is_the_default_one():
+    """`dpaudit check` without --policy applies exactly the documented default policy."""
+    assert load_policy(CONFIGS / "policy.toml") == load_policy(None)
 
 
 BASE = """

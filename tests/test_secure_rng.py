@@ -52,6 +52,8 @@ def test_secure_run_writes_no_noise_seed(tmp_path):
     assert card["extra"]["rng"]["mode"] == "secure" and "seed" not in card["extra"]["rng"]
     run = json.loads((ck / "run.json").read_text())
     assert run["seeds"]["mechanism"].startswith("secret")
+    tr = run["train_result"]  # un-noised statistics of the private data are not released either
+    assert tr["loss_per_step"] is None and tr["clipping"] is None and "un-noised" in tr["withheld"]
     report = json.loads((tmp_path / "out" / "dp" / "report" / "report.json").read_text())
     assert report["claim"]["rng"]["mode"] == "secure"
     assert report["reproducibility"]["seeds"]["mechanism"].startswith("secret")

@@ -121,6 +121,7 @@ class TrainResult:
     clipping: dict | None = None  # trainers/clip_stats.py summary (private runs)
     gradient_canaries_more: list = field(default_factory=list)  # further kinds' sets (gradient_canary_kind 'a+b')
     resumed_at: list = field(default_factory=list)  # logical steps this run was resumed from (trainers/snapshot.py)
+    release: bool = False  # a train.secure_rng run: un-noised statistics of the private data stay out of run.json
 
     def summary(self) -> dict:
         d = asdict(self)
@@ -128,6 +129,11 @@ class TrainResult:
         d.pop("gradient_canaries", None)
         d.pop("gradient_canaries_more", None)
         del d["losses"]
+        if self.release and self.private:  # the losses and clipping statistics are not noised: not released
+            d["loss_per_step"] = d["final_loss"] = d["final_loss_steps"] = d["clipping"] = None
+            d["withheld"] = ("loss_per_step, final_loss and clipping statistics: un-noised functions of the private "
+                             "data, left out of a release run (train.secure_rng)")
+            return d
         d["loss_per_step"] = [None if math.isnan(x) else round(x, 5) for x in self.losses]  # None: empty batch
         d["final_loss"], d["final_loss_steps"] = final_loss(self.losses)
         return d
@@ -207,11 +213,11 @@ def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=
         return TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0, gc, None, more, resumed)
     if events is not None:
         return TrainResult(True, steps, n, q, None, delta, None, events, losses, time.time() - t0, gc,
-                           stats.summary(), more, resumed)
+                           stats.summary(), more, resumed, cfg.secure_rng)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
     return TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0, gc, stats.summary(),
-                       more, resumed)
+                       more, resumed, cfg.secure_rng)
 
 
 def _gaussian_ledger(q: float, sigma: float):
