@@ -4,7 +4,7 @@ For every checkpoint under the given report folders that kept its per-step proje
 audited with the same guesses (m/4 + m/4), delta and confidence as its report's white-box row (the f-DP bound,
 the Steinke et al. bound and the Gaussian-DP estimate), from the committed files alone (no model is loaded).
 
-    python scripts/whitebox_statistics.py reports/demo reports/li_repro_sentiment > reports/bench/whitebox_statistics.md
+    python scripts/whitebox_statistics.py reports/demo_lm reports/li_repro_sentiment > reports/bench/whitebox_statistics.md
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def test_likelihood_ratio_matches_a_direct_for_loop():
 
 
 def test_likelihood_ratio_separates_better_than_the_sum():
-    """The demo's mechanism (q = 0.061, sigma = 0.97, T = 327): the sum separates by ~q sqrt(T) / sigma = 1.1,
+    """The LM demo's mechanism (reports/demo_lm: q = 0.061, sigma = 0.97, T = 327): the sum separates by ~q sqrt(T) / sigma = 1.1,
     the per-step likelihood ratio by more, and its one-run bound is higher on the same coins."""
     rng = np.random.default_rng(3)
     m, T, q, sig = 1000, 327, 0.0613, 0.972

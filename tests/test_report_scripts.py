@@ -64,7 +64,7 @@ def test_pmixed_sweep_table_is_what_the_script_prints_from_its_json():
 
 
 def test_whitebox_statistics_table_is_what_the_script_prints():
-    out = _run(SCRIPTS / "whitebox_statistics.py", "reports/demo", "reports/li_repro_sentiment")
+    out = _run(SCRIPTS / "whitebox_statistics.py", "reports/demo_lm", "reports/li_repro_sentiment")
     assert out.returncode == 0, out.stderr
     assert (REPORTS / "bench" / "whitebox_statistics.md").read_text().endswith("\n\n" + out.stdout), \
         "regenerate reports/bench/whitebox_statistics.md with scripts/whitebox_statistics.py"
