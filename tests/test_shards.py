@@ -1,4 +1,5 @@
-"""Sharded scoring: `evaluate --shard i/n` on every shard, then `--merge`, gives the one-process report."""
+"""Sharded scoring: `evaluate --shard i/n` on every shard, then `--merge`, gives the one-process report (the
+attack primitives are checked at 3 and 4 shards below)."""
 
 import json
 
@@ -19,16 +20,16 @@ def _stable(report: dict) -> dict:
     return r
 
 
-def test_three_shards_merge_to_the_one_process_report(run_dir, tmp_path):
+def test_shards_merge_to_the_one_process_report(run_dir, tmp_path):
     """Every black-box attack, the reference model and exposure over sampled references, on a DP checkpoint
     with white-box canaries: the merged report is the one-process report, number for number."""
     ck = run_dir / "dp" / "checkpoint"
     args = ["--batch-size", "16", "--quiet"]  # the plan of the manifest: every attack, 200 sampled references
     assert main(["evaluate", str(ck), "--out", str(tmp_path / "one"), *args]) in (0, None)
     parts = []
-    for i in (1, 2, 3):
+    for i in (1, 2):
         part = tmp_path / f"part{i}"
-        assert main(["evaluate", str(ck), "--out", str(part), "--shard", f"{i}/3", *args]) in (0, None)
+        assert main(["evaluate", str(ck), "--out", str(part), "--shard", f"{i}/2", *args]) in (0, None)
         parts += ["--merge", str(part)]
         meta = json.loads((part / "partial.json").read_text())
         assert (meta["metrics"] is not None) == (i == 1)  # the task metrics are measured once
@@ -38,7 +39,7 @@ def test_three_shards_merge_to_the_one_process_report(run_dir, tmp_path):
     assert main(["evaluate", str(ck), "--out", str(tmp_path / "merged"), *parts, "--quiet"]) in (0, None)
     one = json.loads((tmp_path / "one" / "report.json").read_text())
     merged = json.loads((tmp_path / "merged" / "report.json").read_text())
-    assert merged["timings"]["shards"] == 3
+    assert merged["timings"]["shards"] == 2
     assert _stable(merged) == _stable(one)
 
 
