@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpaudit.accounting.events import event_from_dict
+from dpaudit.checks import finite
 from dpaudit.errors import DpauditError
 from dpaudit.io import read_json
 from dpaudit.options import CLAIM_SOURCES, NEIGHBOURING, UNITS
@@ -113,10 +114,10 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     eps = c.get("epsilon", "missing")
     if eps == "missing":
         raise DpauditError(f"{source}: claim.epsilon is missing (use null for a non-private model)")
-    if eps is not None and (not _finite(eps) or not eps > 0):
+    if eps is not None and (not finite(eps) or not eps > 0):
         raise DpauditError(f"{source}: claim.epsilon must be a finite number > 0, or null for no claim, got {eps!r}")
     delta = _need(c, "delta", source + ": claim", (int, float))
-    if not _finite(delta) or not 0 <= delta < 1 or (eps is not None and delta <= 0):
+    if not finite(delta) or not 0 <= delta < 1 or (eps is not None and delta <= 0):
         raise DpauditError(f"{source}: claim.delta must be in (0, 1), got {delta}")
     unit = c.get("unit", "record")
     if unit not in UNITS:
@@ -136,7 +137,7 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
         raise DpauditError(f"{source}: mechanism.group_size must be an integer >= 1, got {group!r}")
     for key in ("clipping_norm", "expected_batch_size"):
         v = m.get(key)
-        if v is not None and (not _finite(v) or not v > 0):
+        if v is not None and (not finite(v) or not v > 0):
             raise DpauditError(f"{source}: mechanism.{key} must be a finite number > 0 (or absent), got {v!r}")
     n = m.get("dataset_size")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
@@ -156,10 +157,6 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
 
 def load_card(path: Path) -> PrivacyCard:
     return card_from_dict(read_json(path, "privacy card", "write one with `dpaudit card`"), str(path))
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _need(d: dict, key: str, source: str, typ):

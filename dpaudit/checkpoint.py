@@ -66,16 +66,10 @@ class Checkpoint:
 
         mdir = self.model_dir
         if (mdir / "adapter_config.json").exists():
-            from peft import PeftModel
-
             base, tok = models.load_dir(self.adapter_base())
             if (mdir / "tokenizer_config.json").exists():
                 tok = models.load_tokenizer(mdir)
-            models.load_adapter_checked(mdir)
-            try:
-                model = PeftModel.from_pretrained(base, mdir).merge_and_unload()  # adapter weights only, no code
-            except Exception as e:  # noqa: BLE001 - a damaged adapter folder is bad input
-                raise DpauditError(f"cannot load the LoRA adapter at {mdir}: {models.first_line(e)}") from None
+            model = models.load_adapters(base, [mdir], ["default"]).merge_and_unload()  # adapter weights only, no code
             models.check_model(model, tok, mdir)
             return model.eval(), tok
         return models.load_dir(mdir)

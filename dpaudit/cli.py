@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from dpaudit import options
-from dpaudit.errors import DpauditError
+from dpaudit import checks, options
+from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import check_out, write_atomic
 
 
@@ -524,8 +524,7 @@ def _audit_params(delta: float, confidence: float, **counts: int) -> None:
     or at a confidence outside [0.5, 1) would be printed as if it were valid."""
     if not 0 <= delta < 1:  # NaN fails too
         raise DpauditError(f"--delta must be in [0, 1), got {delta}")
-    if not 0.5 <= confidence < 1:
-        raise DpauditError(f"--confidence must be in [0.5, 1) (e.g. 0.95), got {confidence}")
+    checks.check_confidence(confidence, "--confidence")
     for name, n in counts.items():
         if n < 0:
             raise DpauditError(f"--{name} must be >= 0, got {n}")
@@ -563,8 +562,7 @@ def main(argv=None) -> int:
 
         if os.environ.get("DPAUDIT_DEBUG"):
             raise
-        msg = (str(e).strip().splitlines() or [""])[0][:300]
-        click.echo(f"error: internal error ({type(e).__name__}: {msg}); this is a dpaudit bug: please report it with "
+        click.echo(f"error: internal error ({type(e).__name__}: {first_line(e)}); this is a dpaudit bug: please report it with "
                    "the command (DPAUDIT_DEBUG=1 prints the traceback)", err=True)
         return 3
     return 0

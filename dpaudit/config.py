@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpaudit import options
+from dpaudit import checks, options
 from dpaudit.canaries import CanaryPlan
 from dpaudit.errors import DpauditError
 from dpaudit.io import jsonable, read_toml
@@ -185,8 +185,7 @@ class EvalConfig:
     def __post_init__(self):
         if not isinstance(self.n_references, int) or self.n_references < 10:
             raise DpauditError(f"evaluate.n_references must be an integer >= 10, got {self.n_references!r}")
-        if not 0.5 <= self.confidence < 1:
-            raise DpauditError(f"evaluate.confidence must be in [0.5, 1), got {self.confidence}")
+        checks.check_confidence(self.confidence, "evaluate.confidence")
         bad = [a for a in self.attacks if a not in options.ATTACKS]
         if bad or not self.attacks:
             raise DpauditError(f"evaluate.attacks: unknown attack {bad[0] if bad else None!r}; choose from "

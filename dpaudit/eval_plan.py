@@ -13,7 +13,7 @@ No torch here.
 
 from __future__ import annotations
 
-from dpaudit import options
+from dpaudit import checks, options
 from dpaudit.errors import DpauditError
 
 DEFAULTS = {"attacks": list(options.ATTACKS), "rule": "bonferroni", "confidence": 0.95, "n_references": 2000}
@@ -36,8 +36,7 @@ def check(plan: dict, source: str) -> None:
     if plan.get("rule") not in options.RULES:
         raise DpauditError(f"{source}: rule must be one of {', '.join(options.RULES)}, got {plan.get('rule')!r}")
     c = plan.get("confidence")
-    if not isinstance(c, (int, float)) or isinstance(c, bool) or not 0.5 <= c < 1:
-        raise DpauditError(f"{source}: confidence must be in [0.5, 1), got {c!r}")
+    checks.check_confidence(c, f"{source}: confidence")
     n = plan.get("n_references")
     if not isinstance(n, int) or isinstance(n, bool) or n < 10:
         raise DpauditError(f"{source}: n_references must be an integer >= 10, got {n!r}")

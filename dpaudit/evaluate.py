@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit import checkpoint, eval_plan, options, scoring
+from dpaudit import checkpoint, checks, eval_plan, options, scoring
 from dpaudit.audit import families
 from dpaudit.errors import DpauditError
 from dpaudit.reaccount import claim_profile, group_delta, lemma_delta, reaccount
@@ -94,8 +94,7 @@ def options_of(ck, attacks=None, n_references: int | None = None, confidence: fl
     used, plan_entry = eval_plan.resolve(ck.manifest.plan.evaluation, off_plan, attacks=attacks, rule=rule,
                                          confidence=confidence, n_references=n_references)
     attacks = _check_choices(used["attacks"], used["rule"])
-    if not 0.5 <= used["confidence"] < 1:
-        raise DpauditError(f"confidence must be in [0.5, 1), got {used['confidence']}")
+    checks.check_confidence(used["confidence"], "confidence")
     if not 10 <= used["n_references"] <= MAX_REFERENCES:
         raise DpauditError(f"n_references (--references) must be from 10 to {MAX_REFERENCES:,} (the whole space of up "
                            f"to 10^6 secrets is ranked exactly without it), got {used['n_references']}")

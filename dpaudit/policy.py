@@ -21,11 +21,10 @@ Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad inpu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from dpaudit import claim_check, options, verdict
+from dpaudit import checks, claim_check, options, verdict
 from dpaudit.errors import DpauditError
 from dpaudit.io import number, read_json, read_toml
 
@@ -51,8 +50,7 @@ class Policy:
             if f.name in ("no_empirical_above_claim", "require_claim") and not isinstance(v, bool):
                 raise DpauditError(f"policy rules.{f.name} must be true or false, got {v!r}")
             if f.name in ("accounting_tolerance", "max_claimed_epsilon", "min_accuracy", "max_exposure") and \
-                    v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
-                                       or not 0 <= v < math.inf):
+                    v is not None and (not checks.finite(v) or v < 0):
                 raise DpauditError(f"policy rules.{f.name} must be a finite number >= 0, got {v!r}")
         for key, known in (("allowed_verdicts", options.VERDICTS), ("accounting", options.ACCOUNTING_STATUSES),
                            ("empirical", options.EMPIRICAL_STATUSES)):
@@ -97,7 +95,7 @@ def load_report(path: Path) -> dict:
     _validate(r, path)
     for v in (r["variants"].values() if r["kind"] == "comparison" else [r]):
         eps = v["claim"]["epsilon"]
-        if eps is not None and (isinstance(eps, str) or not 0 < eps < math.inf):
+        if eps is not None and (not checks.finite(eps) or eps <= 0):
             raise DpauditError(f"report {path}: claim.epsilon {eps!r} is not a claim (a finite number > 0, or null for "
                                "none); fix the privacy card and re-evaluate")
     return r

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from dpaudit.errors import DpauditError
+from dpaudit.errors import DpauditError, first_line
 from dpaudit.tokens import model_device
 
 
@@ -101,7 +101,7 @@ def base_model(ck):
         except DpauditError:
             raise
         except Exception as e:  # noqa: BLE001 - a hand-edited or hostile run.json is bad input
-            raise DpauditError(f"{ck.path}/run.json: its model spec cannot be rebuilt ({models.first_line(e)}); restore "
+            raise DpauditError(f"{ck.path}/run.json: its model spec cannot be rebuilt ({first_line(e)}); restore "
                                "the run.json the trainer wrote, or pass --reference-model") from None
     return None
 

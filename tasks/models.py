@@ -35,7 +35,7 @@ from transformers import (
 )
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from dpaudit.errors import DpauditError
+from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import read_json
 from dpaudit.tasks import assets
 
@@ -251,7 +251,7 @@ def load_dir(path: Path):
         raise DpauditError(f"{path} has no .safetensors weights (dpaudit never unpickles .bin/.pt files, which can run "
                            "code); convert them with save_pretrained(..., safe_serialization=True)")
     try:
-        model = auto.from_pretrained(path, dtype=torch.float32, trust_remote_code=False, use_safetensors=True)
+        model = auto.from_pretrained(path, dtype=torch.float32, **SAFE_LOAD)
     except Exception as e:  # noqa: BLE001 - any failure to read a hostile or damaged folder is bad input
         raise DpauditError(f"cannot load the model at {path}: {first_line(e)}; check that the folder was written "
                            "by save_pretrained and is complete") from None
@@ -277,6 +277,9 @@ def refuse_code(path: Path) -> None:
                            "and use a built-in transformers architecture")
 
 
+SAFE_LOAD = {"use_safetensors": True, "trust_remote_code": False}  # every from_pretrained of a folder we did not write
+
+
 def load_adapter_checked(path: Path) -> None:
     """Refuse a LoRA adapter folder that is not plain safetensors weights with a config (no code, no pickle)."""
     path = Path(path)
@@ -284,6 +287,23 @@ def load_adapter_checked(path: Path) -> None:
     if not (path / "adapter_model.safetensors").is_file():
         raise DpauditError(f"{path} has no adapter_model.safetensors (dpaudit never unpickles adapter_model.bin, which "
                            "can run code); save the adapter with save_pretrained(..., safe_serialization=True)")
+
+
+def load_adapters(base, paths: list[Path], names: list[str]):
+    """``base`` with the LoRA adapters at ``paths`` loaded under ``names`` (PEFT), each checked first
+    (:func:`load_adapter_checked`) and read as safetensors only; a damaged folder is one line of bad input."""
+    from peft import PeftModel
+
+    for p in paths:
+        load_adapter_checked(p)
+    try:
+        model = PeftModel.from_pretrained(base, paths[0], adapter_name=names[0], **SAFE_LOAD)
+        for p, n in zip(paths[1:], names[1:]):
+            model.load_adapter(p, adapter_name=n, **SAFE_LOAD)
+    except Exception as e:  # noqa: BLE001 - a damaged adapter folder is bad input
+        where = paths[0] if len(paths) == 1 else paths[0].parent
+        raise DpauditError(f"cannot load the LoRA adapter at {where}: {first_line(e)}") from None
+    return model
 
 
 def check_model(model, tok, path) -> None:
@@ -297,6 +317,3 @@ def check_model(model, tok, path) -> None:
         raise DpauditError(f"the tokenizer at {path} has {len(tok)} tokens but the model embeds {emb.num_embeddings}; "
                            "save the tokenizer the model was trained with beside it")
 
-
-def first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]

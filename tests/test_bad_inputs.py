@@ -506,3 +506,38 @@ def test_out_dot_writes_into_the_current_folder_and_keeps_other_files(work, monk
     names = sorted(p.name for p in here.iterdir())
     assert "report.json" in names and "REPORT.md" in names and "notes.txt" in names
     assert not [n for n in names if "partial" in n]
+
+
+def test_an_internal_error_is_one_line_and_exit_3(monkeypatch, tmp_path, capsys):
+    """A bug (an unexpected exception) never reads as "a check failed" (1) nor as a pass: exit 3, one line."""
+    from dpaudit.audit import one_run
+
+    def boom(*a, **k):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(one_run, "epsilon_lower_bound", boom)
+    code = main(["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "40"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and len(err.splitlines()) == 1 and "RuntimeError: boom" in err and "DPAUDIT_DEBUG" in err
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_atomic_folder_leaves_the_target_as_it_was_on_failure(tmp_path, exists):
+    from dpaudit.io import atomic_folder
+
+    out = tmp_path / "out"
+    if exists:
+        out.mkdir()
+        (out / "report.json").write_text("old")
+    def contents():  # a folder's own mtime changes when the temporary folder inside it comes and goes
+        return {str(p.relative_to(tmp_path)): p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")}
+
+    before = contents()
+    with pytest.raises(RuntimeError):
+        with atomic_folder(out) as tmp:
+            (tmp / "report.json").write_text("new, half written")
+            raise RuntimeError("the work failed")
+    assert contents() == before
+    with atomic_folder(out) as tmp:
+        (tmp / "report.json").write_text("new")
+    assert (out / "report.json").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -131,3 +131,9 @@ def test_committed_learning_rate_choice_is_what_the_rule_picks_and_the_tuned_row
 def test_no_code_under_reports():
     """Scripts live in scripts/ (linted with the package); reports/ holds results only."""
     assert not [p for p in REPORTS.rglob("*.py")], "move scripts from reports/ to scripts/"
+
+
+def test_report_readmes_state_the_date_and_machine_of_their_reports():
+    """Every committed report README carries the "Date and machine" line its own report.json files give."""
+    out = _run(SCRIPTS / "report_provenance.py", "--check")
+    assert out.returncode == 0, out.stdout + out.stderr

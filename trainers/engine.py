@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from dpaudit import accounting, device
+from dpaudit import accounting, checks, device
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.errors import DpauditError
 from dpaudit.options import GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS
@@ -58,8 +58,11 @@ class EngineConfig:
     progress: bool = True
 
     def __post_init__(self):
+        for name in ("epochs", "lr", "clipping_norm", "weight_decay"):  # before any comparison below
+            if not checks.finite(getattr(self, name)):
+                raise DpauditError(f"train.{name} must be a finite number, got {getattr(self, name)!r}")
         e = self.target_epsilon
-        if not isinstance(e, (int, float)) or isinstance(e, bool) or not e > 0:
+        if not checks.number(e) or not e > 0:
             raise DpauditError(f"train.target_epsilon must be > 0 (inf for non-private), got {e!r}")
         if self.delta is not None:
             accounting.validate_delta(self.delta)
@@ -86,10 +89,6 @@ class EngineConfig:
         device.check(self.device, "train.device")
         if not isinstance(self.secure_rng, bool):
             raise DpauditError(f"train.secure_rng must be true or false, got {self.secure_rng!r}")
-        for name in ("epochs", "lr", "clipping_norm", "weight_decay"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-                raise DpauditError(f"train.{name} must be a finite number, got {v!r}")
         kinds = self.canary_kinds
         bad = [k for k in kinds if k not in GRADIENT_CANARY_KINDS]
         if bad or len(set(kinds)) != len(kinds):

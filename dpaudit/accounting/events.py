@@ -11,6 +11,7 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass
 
+from dpaudit.checks import number
 from dpaudit.errors import DpauditError
 from dpaudit.options import LMO_DRAWS, SAMPLERS
 
@@ -57,7 +58,7 @@ class SubsampledLaplaceMixture:
 
         validate_mechanism(1.0, self.sample_rate, self.steps)
         LmoNoise.from_dict(self.noise)
-        if not _real(self.clipping_norm) or not 0 < self.clipping_norm < math.inf:
+        if not number(self.clipping_norm) or not 0 < self.clipping_norm < math.inf:
             raise DpauditError(f"clipping_norm must be > 0, got {self.clipping_norm!r}")
         if self.draw not in LMO_DRAWS:
             raise DpauditError(f"LMO draw must be one of {', '.join(LMO_DRAWS)}, got {self.draw!r}")
@@ -94,9 +95,9 @@ class PMixedPrediction:
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or v < (2 if k == "alpha" else 1):
                 raise DpauditError(f"pmixed_prediction.{k} must be an integer >= {2 if k == 'alpha' else 1}, got {v!r}")
-        if not _real(self.sample_rate) or not 0 < self.sample_rate <= 1:
+        if not number(self.sample_rate) or not 0 < self.sample_rate <= 1:
             raise DpauditError(f"pmixed_prediction.sample_rate must be in (0, 1], got {self.sample_rate!r}")
-        if not _real(self.per_query_rdp) or not 0 < self.per_query_rdp < math.inf:
+        if not number(self.per_query_rdp) or not 0 < self.per_query_rdp < math.inf:
             raise DpauditError(f"pmixed_prediction.per_query_rdp must be > 0, got {self.per_query_rdp!r}")
 
     def to_dict(self) -> dict:
@@ -145,18 +146,14 @@ MIN_DELTA = 1e-30  # below this the PLD/PRV discretisations cannot resolve delta
 
 
 def validate_mechanism(sigma: float, q: float, steps: int) -> None:
-    if not _real(sigma) or not 0 < sigma < math.inf:
+    if not number(sigma) or not 0 < sigma < math.inf:
         raise DpauditError(f"noise multiplier sigma must be a finite number > 0, got {sigma}")
-    if not _real(q) or not 0 < q <= 1:
+    if not number(q) or not 0 < q <= 1:
         raise DpauditError(f"sample rate q must be in (0, 1], got {q}")
     if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
         raise DpauditError(f"steps must be an integer from 1 to {MAX_STEPS:.0e}, got {steps}")
 
 
-def _real(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
-
-
 def validate_delta(delta: float) -> None:
-    if not _real(delta) or not MIN_DELTA <= delta < 1:
+    if not number(delta) or not MIN_DELTA <= delta < 1:
         raise DpauditError(f"delta must be in [{MIN_DELTA:g}, 1), got {delta}")

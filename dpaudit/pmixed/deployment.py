@@ -158,8 +158,6 @@ class Deployment:
             if not (path / a / "adapter_config.json").is_file():
                 raise DpauditError(f"{path}: adapter {a} is missing; the deployment is incomplete (retrain it)")
         Ledger(path).state()  # a deployment without a readable ledger answers nothing
-        from peft import PeftModel
-
         from dpaudit.tasks import models
 
         base, tok = models.load_dir(path / "base_model")
@@ -168,11 +166,7 @@ class Deployment:
         dev = devices.resolve(device or "auto", "device")
         with warnings.catch_warnings():  # transformers' deprecation notices inside peft: not the user's concern
             warnings.simplefilter("ignore", FutureWarning)
-            for a in adapters:
-                models.load_adapter_checked(path / a)
-            model = PeftModel.from_pretrained(base, path / adapters[0], adapter_name="p0000")
-            for k, a in enumerate(adapters[1:], start=1):
-                model.load_adapter(path / a, adapter_name=f"p{k:04d}")
+            model = models.load_adapters(base, [path / a for a in adapters], [f"p{k:04d}" for k in range(len(adapters))])
         return cls(path, spec, model.to(dev).eval(), tok, adapters, dev)
 
     def _name(self, k: int) -> str:
