@@ -99,8 +99,19 @@ def limit_lines(r: dict) -> list[str]:
         L.append(f"- {x['attack']}: reaches {x['reached_epsilon_lb']:.2f} of the {x['epsilon_lb']:.2f} that the best "
                  f"possible one-run audit with these {x['m']} canaries and {x['k_pos']} + {x['k_neg']} guesses shows "
                  f"about a mechanism of exactly the claimed ε = {x['epsilon']:.3g} (μ = {x['mu']:.3f} GDP, median "
-                 f"of {x['simulations']} simulated audits) — {frac}{gdp}.")
+                 f"of {x['simulations']} simulated audits) — {frac}{gdp}{_mechanism_limit_text(x)}.")
     return L
+
+
+def _mechanism_limit_text(x: dict) -> str:
+    ml = x.get("mechanism_limit")
+    if not ml:
+        return ""
+    mech = ml["mechanism"]
+    frac = f"{ml['fraction']:.0%}" if ml.get("fraction") is not None else "—"
+    return (f"; of the mechanism on the card itself (subsampled Gaussian q = {mech['sample_rate']:.4g}, "
+            f"σ = {mech['noise_multiplier']:.4g}, {mech['steps']} steps; per-step likelihood ratio, median of "
+            f"{ml['simulations']} simulated audits) at most {ml['epsilon_lb']:.2f} — {frac}")
 
 
 def plan_lines(r: dict) -> list[str]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dpaudit.audit import exposure as exposure_stats
-from dpaudit.audit import fdp, mia_metrics, one_run, selection
+from dpaudit.audit import fdp, mechanism_limit, mia_metrics, one_run, selection
 
 
 @dataclass(frozen=True)
@@ -85,14 +85,26 @@ def one_run_rows(scores: dict, plan: Plan, whitebox: list[dict] | None) -> list[
             name, r = selection.held_out(scores, plan.signs, d, per_test, seed=plan.seed, group_size=plan.group_size)
             rows.append(row(name, label, r, plan.confidence, n_tests, plan))
         for wb in sets:
-            m = len(wb["signs"])
-            r = one_run.audit(wb["scores"], wb["signs"], m // 4, m // 4,
+            k, how = whitebox_guesses(wb, plan.whitebox_delta, per_test)
+            r = one_run.audit(wb["scores"], wb["signs"], k, k,
                               delta=plan.whitebox_delta if label == "claimed" else 0.0, confidence=per_test)
             stat = wb.get("statistic", "sum")
             r = replace(r, threshold_rule=f"white-box gradient canaries ({wb['kind']}, {STAT_LABEL[stat]}); guesses "
-                                          "m/4 + m/4 fixed in advance")
+                                          f"{k} + {k} {how}")
             rows.append(row(wb["name"], label, r, plan.confidence, n_tests, plan, statistic=stat))
     return rows
+
+
+def whitebox_guesses(wb: dict, delta: float, confidence: float) -> tuple[int, str]:
+    """(k, how it was fixed): the guesses per side of one white-box canary set, from the card, m, the claim's
+    delta and the test's confidence only (never from the scores). The per-step likelihood ratio of a private
+    run takes the k whose simulated best audit of the card's mechanism shows the most; anything else m/4."""
+    m = len(wb["signs"])
+    if wb.get("statistic") == "likelihood_ratio" and delta > 0:
+        k = mechanism_limit.best_k(m, wb["statistic_params"], delta, confidence)
+        if k is not None:
+            return k, "fixed before scoring from the card's mechanism (the most its simulated best audit shows)"
+    return max(1, m // 4), "(m/4 each) fixed in advance"
 
 
 STAT_LABEL = {"sum": "sum of the projections", "likelihood_ratio": "per-step likelihood ratio"}
@@ -117,10 +129,12 @@ def curve_rejection(rows: list[dict]) -> dict | None:
     return next((e for e in rows if e["delta_kind"] == "claimed" and e.get("claim_curve_rejected")), None)
 
 
-def limits(rows: list[dict], claimed: float) -> list[dict]:
+def limits(rows: list[dict], claimed: float, mechanism: dict | None = None) -> list[dict]:
     """For every test of the claim (one record per audit unit): what the best possible one-run audit with the
     same canaries, guesses, confidence and analysis shows about a mechanism of exactly the claimed epsilon
-    (:func:`dpaudit.audit.fdp.ideal_limit`), and the fraction of it this test reached."""
+    (:func:`dpaudit.audit.fdp.ideal_limit`, mu-GDP) and, when the card's mechanism is one subsampled Gaussian,
+    about that mechanism itself (:func:`dpaudit.audit.mechanism_limit.limit`); the fraction of each this test
+    reached."""
     best: dict = {}  # one test per canary set (same canaries and guesses): the one that reached the most
     for e in rows:
         if e["delta_kind"] != "claimed" or e["group_size"] != 1 or not e["delta"] > 0 or not claimed < float("inf"):
@@ -128,16 +142,28 @@ def limits(rows: list[dict], claimed: float) -> list[dict]:
         key = (e["m"], e["k_pos"], e["k_neg"], e["delta"], e["confidence"], e["attack"].startswith("whitebox"))
         if key not in best or e["epsilon_lb"] > best[key]["epsilon_lb"]:
             best[key] = e
+    from dpaudit.audit.whitebox_lr import gaussian_event
+
+    ev, _ = gaussian_event(mechanism)
+    if len((mechanism or {}).get("events") or []) != 1:
+        ev = None  # another phase (e.g. a private selection) is part of the mechanism: not simulated
     out = []
     for e in best.values():
         ideal = fdp.ideal_limit(e["m"], e["k_pos"], e["k_neg"], claimed, e["delta"], e["confidence"])
         est = e.get("gdp_epsilon_estimate")
-        out.append({"attack": e["attack"], **ideal,
-                    "reached_epsilon_lb": e["epsilon_lb"],
-                    "fraction": e["epsilon_lb"] / ideal["epsilon_lb"] if ideal["epsilon_lb"] > 0 else None,
-                    "reached_gdp_epsilon_estimate": est,
-                    "fraction_gdp": est / ideal["gdp_epsilon_estimate"]
-                    if est is not None and ideal["gdp_epsilon_estimate"] else None})
+        x = {"attack": e["attack"], **ideal,
+             "reached_epsilon_lb": e["epsilon_lb"],
+             "fraction": e["epsilon_lb"] / ideal["epsilon_lb"] if ideal["epsilon_lb"] > 0 else None,
+             "reached_gdp_epsilon_estimate": est,
+             "fraction_gdp": est / ideal["gdp_epsilon_estimate"]
+             if est is not None and ideal["gdp_epsilon_estimate"] else None}
+        mech = None
+        if ev is not None and e["k_pos"] == e["k_neg"]:
+            mech = mechanism_limit.limit(e["m"], e["k_pos"], ev, e["delta"], e["confidence"])
+        if mech is not None:
+            x["mechanism_limit"] = {**mech, "fraction": e["epsilon_lb"] / mech["epsilon_lb"]
+                                    if mech["epsilon_lb"] > 0 else None}
+        out.append(x)
     return out
 
 

@@ -43,6 +43,19 @@ def subsampled_gaussian_llr(steps, sample_rate: float, noise_multiplier: float) 
     return per_step.sum(axis=0)
 
 
+def gaussian_event(mechanism: dict | None) -> tuple[dict | None, str]:
+    """(the card's one subsampled Gaussian event with sigma > 0, or None; why not). The mechanism the
+    likelihood ratio and :mod:`dpaudit.audit.mechanism_limit` are about."""
+    events = (mechanism or {}).get("events") or []
+    gauss = [e for e in events if e.get("type") == "subsampled_gaussian"]
+    if len(gauss) != 1:
+        return None, f"the card's mechanism has {len(gauss)} subsampled Gaussian events, not one"
+    ev = gauss[0]
+    if not float(ev.get("noise_multiplier") or 0.0) > 0.0:
+        return None, "no noise (sigma = 0)"
+    return ev, ""
+
+
 def choose(record: dict, mechanism: dict | None) -> tuple[str, dict]:
     """(statistic, its parameters) for one white-box canary record, from the record and the card's mechanism
     only. The likelihood ratio needs the per-step projections (``record['steps_array']``, (T, m)) and a
@@ -50,17 +63,13 @@ def choose(record: dict, mechanism: dict | None) -> tuple[str, dict]:
     steps = record.get("steps_array")
     if steps is None:
         return "sum", {"why": "the record has no per-step projections"}
-    events = (mechanism or {}).get("events") or []
-    gauss = [e for e in events if e.get("type") == "subsampled_gaussian"]
-    if len(gauss) != 1:
-        return "sum", {"why": f"the card's mechanism has {len(gauss)} subsampled Gaussian events, not one"}
-    ev = gauss[0]
+    ev, why = gaussian_event(mechanism)
+    if ev is None:
+        return "sum", {"why": why}
     if int(ev.get("steps", -1)) != int(np.asarray(steps).shape[0]):
         return "sum", {"why": f"the card's Gaussian event has {ev.get('steps')} steps, the record "
                               f"{np.asarray(steps).shape[0]}"}
-    sigma = float(ev.get("noise_multiplier") or 0.0)
-    if sigma <= 0.0:
-        return "sum", {"why": "no noise (sigma = 0)"}
+    sigma = float(ev["noise_multiplier"])
     q = float(record.get("sample_rate", ev.get("sample_rate")))
     return "likelihood_ratio", {"sample_rate": q, "noise_multiplier": sigma, "steps": int(ev["steps"])}
 

@@ -1,0 +1,100 @@
+"""The best one-run audit of the card's own mechanism, and the white-box guess count fixed from it
+(dpaudit/audit/mechanism_limit.py): exact against mu-GDP where the mechanism is Gaussian, never above the
+mechanism's true epsilon, chosen from the card alone, and what it changes on the demo's mechanism."""
+
+import numpy as np
+import pytest
+
+from dpaudit.audit import families, fdp, many_run, mechanism_limit, one_run, whitebox_lr
+
+DEMO = {"sample_rate": 0.06264, "noise_multiplier": 0.6305, "steps": 32}  # reports/demo dp-eps8's card
+
+
+def test_without_subsampling_the_mechanism_is_gaussian_and_both_limits_agree():
+    # q = 1, one step: the likelihood ratio is monotone in x ~ N(1, sigma^2) vs N(0, sigma^2), i.e. exactly
+    # (1/sigma)-GDP: the simulated mechanism and ideal_limit's mu-GDP give the same median count
+    sigma, m, k, delta = 0.7, 1000, 100, 1e-5
+    eps = many_run.gdp_epsilon(1 / sigma, delta)
+    ideal = fdp.ideal_limit(m, k, k, eps, delta, sims=1000)
+    assert ideal["mu"] == pytest.approx(1 / sigma, rel=1e-6)
+    mech = mechanism_limit.limit(m, k, {"sample_rate": 1.0, "noise_multiplier": sigma, "steps": 1}, delta, 0.95)
+    assert mech["simulations"] == 1000
+    assert abs(mech["median_right"] - ideal["median_right"]) <= 2, (mech, ideal)
+    assert abs(mech["epsilon_lb"] - ideal["epsilon_lb"]) < 0.1
+
+
+def test_the_limit_of_a_few_step_mechanism_is_far_below_the_gdp_limit_of_its_epsilon():
+    # the demo's card: eps = 8 at delta 1e-5 comes from rare events; what an audit of 1000 canaries can show
+    # about this mechanism is far below what it shows about a 1.67-GDP mechanism of the same epsilon
+    lim = mechanism_limit.limit(1000, 250, DEMO, 1e-5, 1 - 0.05 / 3)
+    ideal = fdp.ideal_limit(1000, 250, 250, 8.0, 1e-5, 1 - 0.05 / 3, sims=400)
+    assert 0.6 < lim["epsilon_lb"] < 1.0 and ideal["epsilon_lb"] > 2.0
+
+
+def test_the_guess_count_is_the_best_of_its_grid_and_beats_a_quarter():
+    st = mechanism_limit.study(1000, DEMO["sample_rate"], DEMO["noise_multiplier"], DEMO["steps"], 1e-5,
+                               1 - 0.05 / 3)
+    assert st["k"][0] == 250 and st["best_k"] == st["k"][int(np.argmax(st["epsilon_lb"]))]
+    quarter = st["epsilon_lb"][0]
+    best = max(st["epsilon_lb"])
+    assert best > quarter + 0.2  # ~1.10 at k = 71 against 0.81 at m/4
+    # a function of the card, m, delta and confidence only: the same k every time, whatever the scores
+    assert mechanism_limit.best_k(1000, DEMO, 1e-5, 1 - 0.05 / 3) == st["best_k"]
+
+
+def test_bounds_at_the_chosen_guesses_stay_below_the_true_epsilon():
+    # simulated one-run audits of a subsampled Gaussian whose epsilon dp_accounting gives exactly; the guesses
+    # at the k the card fixes, the f-DP bound at 95%: never above the truth
+    from dpaudit.accounting import dpa_pld
+    from dpaudit.accounting.events import SubsampledGaussian
+
+    q, sigma, T, m, delta = 0.25, 0.6, 4, 400, 1e-5
+    true_eps = dpa_pld.epsilon([SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=T)], delta)
+    params = {"sample_rate": q, "noise_multiplier": sigma, "steps": T}
+    k = mechanism_limit.best_k(m, params, delta, 0.95)
+    rng = np.random.default_rng(7)
+    lbs = []
+    for _ in range(200):
+        signs = np.where(rng.random(m) < 0.5, 1, -1)
+        x = ((rng.random((T, m)) < q) & (signs > 0)) + sigma * rng.standard_normal((T, m))
+        r = one_run.audit(whitebox_lr.subsampled_gaussian_llr(x, q, sigma), signs, k, k, delta, 0.95)
+        lbs.append(fdp.audit(r.v, m, k, k, delta, 0.95).epsilon_lb)
+    lbs = np.asarray(lbs)
+    assert (lbs > true_eps).mean() <= 0.05 and np.median(lbs) > 0.5  # valid, and not vacuous
+
+
+def test_long_runs_beyond_the_budget_keep_a_quarter_and_print_no_mechanism_limit():
+    long = {"sample_rate": 0.01, "noise_multiplier": 1.0, "steps": 10 ** 6}
+    assert mechanism_limit.study(1000, 0.01, 1.0, 10 ** 6, 1e-5, 0.95) is None
+    wb = {"signs": np.array([1, -1] * 500), "statistic": "likelihood_ratio", "statistic_params": long}
+    assert families.whitebox_guesses(wb, 1e-5, 0.95)[0] == 250
+    assert mechanism_limit.limit(1000, 250, long, 1e-5, 0.95) is None
+    # the sum statistic (no per-step projections, or no noise) keeps m/4 + m/4 too
+    assert families.whitebox_guesses({**wb, "statistic": "sum"}, 1e-5, 0.95)[0] == 250
+
+
+def test_white_box_rows_use_the_fixed_guesses_and_limits_carry_the_mechanism():
+    rng = np.random.default_rng(3)
+    m, T = 400, DEMO["steps"]
+    signs = np.where(rng.random(m) < 0.5, 1, -1)
+    x = ((rng.random((T, m)) < DEMO["sample_rate"]) & (signs > 0)) + DEMO["noise_multiplier"] * \
+        rng.standard_normal((T, m))
+    wb = {"name": "whitebox_gradient", "kind": "dirac", "signs": signs, "statistic": "likelihood_ratio",
+          "statistic_params": DEMO,
+          "scores": whitebox_lr.subsampled_gaussian_llr(x, DEMO["sample_rate"], DEMO["noise_multiplier"])}
+    plan = families.Plan(signs=np.array([1, -1] * 10), k_pos=5, k_neg=5, group_size=1,
+                         deltas=(("claimed", 1e-5), ("zero", 0.0)), confidence=0.95, rule="bonferroni", seed=0,
+                         whitebox_delta=1e-5)
+    rows = families.one_run_rows({"loss": rng.normal(size=20)}, plan, [wb])
+    k = mechanism_limit.best_k(m, DEMO, 1e-5, 1 - 0.05 / 2)
+    w = [e for e in rows if e["attack"] == "whitebox_gradient"]
+    assert k != m // 4 and all(e["k_pos"] == e["k_neg"] == k for e in w)
+    assert "from the card's mechanism" in w[0]["threshold_rule"]
+    mech = {"events": [{"type": "subsampled_gaussian", **DEMO, "sampler": "poisson"}]}
+    lim = [x for x in families.limits(rows, 8.0, mech) if x["attack"] == "whitebox_gradient"][0]
+    ml = lim["mechanism_limit"]
+    assert ml["k_pos"] == k and ml["epsilon_lb"] < lim["epsilon_lb"]  # below the mu-GDP limit of eps = 8
+    assert ml["fraction"] == pytest.approx(w[0]["epsilon_lb"] / ml["epsilon_lb"])
+    # a mechanism with another phase (DP-FROST's selection) is not simulated
+    two = {"events": mech["events"] + [{"type": "laplace", "epsilon": 0.1}]}
+    assert "mechanism_limit" not in families.limits(rows, 8.0, two)[0]
