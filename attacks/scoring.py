@@ -75,19 +75,21 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
         idx = order[start:start + batch_size]
         seqs, masks = [all_seqs[i] for i in idx], [all_masks[i] for i in idx]
         ids, att, pos = pad_batch(seqs, tokenizer.pad_token_id, device)
-        # every position's statistics on the contiguous logits (the last position's are dropped after: slicing
-        # the logits first would copy them)
         logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits.float()
+        L, V = logits.shape[1], logits.shape[2]
+        # the positions that predict a scored token (padding, the last position and unscored ones are skipped):
+        # flat row b * L + t of the logits predicts token t + 1 of text b
+        sel = torch.tensor([m[1:] + [False] * (L - len(m)) for m in masks], dtype=torch.bool, device=device)
+        rows = sel.flatten().nonzero().squeeze(1)
+        rows = rows + rows // max(L - 1, 1)  # (b, t) in the (B, L - 1) mask -> b * L + t in the (B, L) logits
+        flat = logits.reshape(-1, V)
+        stats = softmax_moments(flat, moments=moments, rows=rows)
+        lse = stats[0] if moments else stats
+        tgt = flat[rows, ids[:, 1:][sel]] - lse  # log p = logit - lse: no full log-softmax tensor
         if moments:  # log p(z) = logit(z) - lse, so its mean is E_p[logit] - lse and its sd is sd_p[logit]
-            lse, m1, var = softmax_moments(logits)
-            lse, mu, sd = lse[:, :-1], (m1 - lse)[:, :-1], var[:, :-1].clamp_min(1e-12).sqrt()
-        else:
-            lse = softmax_moments(logits, moments=False)[:, :-1]  # no full log-softmax tensor: log p = logit - lse
-        tgt = logits[:, :-1].gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - lse
-        width = tgt.shape[1]  # one mask for the batch (padding unscored), one selection per feature, split per text
-        sel = torch.tensor([m[1:] + [False] * (width - len(m) + 1) for m in masks], dtype=torch.bool, device=device)
+            mu, sd = stats[1] - lse, stats[2].clamp_min(1e-12).sqrt()
         counts = sel.sum(1).tolist()
-        parts = [x[sel].split(counts) if x is not None else [None] * len(masks)
+        parts = [x.split(counts) if x is not None else [None] * len(masks)
                  for x in (tgt, mu if moments else None, sd if moments else None)]
         for j, (t, u, v) in enumerate(zip(*parts)):
             results[idx[j]] = TokenFeatures(t, u, v)
@@ -99,25 +101,37 @@ def owns(shard: tuple[int, int] | None, batch: int) -> bool:
     return shard is None or batch % shard[1] == shard[0]
 
 
-def softmax_moments(logits: torch.Tensor, chunk_bytes: int = 1 << 20, moments: bool = True) -> tuple:
+def softmax_moments(logits: torch.Tensor, chunk_bytes: int = 1 << 20, moments: bool = True,
+                    rows: torch.Tensor | None = None) -> tuple:
     """(logsumexp, E_p[logit], Var_p[logit]) over the last axis, p = softmax(logits), in one sweep: rows are
     taken ``chunk_bytes`` of logits at a time, shifted by their maximum, exponentiated once into a reused buffer,
     and the three sums are read from it while it sits in cache (no vocabulary-sized temporary beyond the
     chunk's; the variance does not lose digits to a large mean). With ``moments`` False only the logsumexp
-    (the same sweep, and faster than ``torch.logsumexp`` on a CPU). Float32 in, float32 out."""
+    (the same sweep, and faster than ``torch.logsumexp`` on a CPU). ``rows`` (indices into the flattened
+    leading axes) restricts the sweep to those rows and returns flat (len(rows),) results. Float32 in, float32
+    out."""
     shape, V = logits.shape[:-1], logits.shape[-1]
     flat = logits.reshape(-1, V)
-    n = flat.shape[0]
-    rows = max(1, min(n, chunk_bytes // (4 * V)))
+    if rows is not None:
+        shape = rows.shape
+    n = flat.shape[0] if rows is None else rows.numel()
+    step = max(1, min(max(n, 1), chunk_bytes // (4 * V)))
     lse = torch.empty(n, device=flat.device, dtype=flat.dtype)
     mean, var = (torch.empty_like(lse), torch.empty_like(lse)) if moments else (None, None)
-    d, e = torch.empty(rows, V, device=flat.device, dtype=flat.dtype), torch.empty(rows, V, device=flat.device,
+    d, e = torch.empty(step, V, device=flat.device, dtype=flat.dtype), torch.empty(step, V, device=flat.device,
                                                                                     dtype=flat.dtype)
-    for a in range(0, n, rows):
-        x = flat[a:a + rows]
-        r = x.shape[0]
-        top = x.amax(dim=-1, keepdim=True)
-        dd = torch.sub(x, top, out=d[:r])  # <= 0
+    for a in range(0, n, step):
+        if rows is None:
+            x = flat[a:a + step]
+            r = x.shape[0]
+            top = x.amax(dim=-1, keepdim=True)
+            dd = torch.sub(x, top, out=d[:r])  # <= 0
+        else:
+            idx = rows[a:a + step]
+            r = idx.numel()
+            dd = torch.index_select(flat, 0, idx, out=d[:r])
+            top = dd.amax(dim=-1, keepdim=True)
+            dd.sub_(top)
         ee = torch.exp(dd, out=e[:r])  # unnormalised p
         s0 = ee.sum(-1)
         lse[a:a + r] = top.squeeze(-1) + s0.log()

@@ -108,3 +108,21 @@ def test_softmax_moments_match_float64(chunk_bytes):
     torch.testing.assert_close(lse.double(), torch.logsumexp(x, -1), rtol=1e-6, atol=1e-5)
     torch.testing.assert_close(mean.double(), m, rtol=1e-6, atol=1e-4)
     torch.testing.assert_close(var.double(), (p * (x - m[..., None]) ** 2).sum(-1), rtol=1e-4, atol=1e-4)
+    # the same sweep over chosen rows only (token_features skips padding and the last position): the same values
+    rows = torch.tensor([20, 0, 5, 13, 6])
+    r_lse, r_mean, r_var = softmax_moments(logits, chunk_bytes=chunk_bytes, rows=rows)
+    for got, full in ((r_lse, lse), (r_mean, mean), (r_var, var)):
+        assert torch.equal(got, full.reshape(-1)[rows])
+    assert torch.equal(softmax_moments(logits, chunk_bytes=chunk_bytes, moments=False, rows=rows), r_lse)
+
+
+def test_token_features_skip_padding_without_changing_a_score(tiny_model_factory):
+    # texts of very different lengths in one batch: each text's features equal those it gets scored alone
+    model, tok = tiny_model_factory()
+    texts = ["a", "a small test of the scorer with a longer text than the others", "two words"]
+    together = scoring.token_features(model, tok, texts, [0, 5, -1], batch_size=3, moments=True)
+    for i, t in enumerate(texts):
+        alone = scoring.token_features(model, tok, [t], [[0, 5, -1][i]], batch_size=1, moments=True)[0]
+        for a, b in ((together[i].logp, alone.logp), (together[i].mu, alone.mu), (together[i].sigma, alone.sigma)):
+            assert a.shape == b.shape and a.numel() > 0
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
