@@ -148,7 +148,7 @@ def check_lines(v: dict) -> list[str]:
 def attack_rows(r: dict) -> list[str]:
     rows = ["| attack | AUC | AUC 95% interval | TPR @ 0.1% FPR | TPR @ 1% FPR | one-run ε lb |",
             "|---|---|---|---|---|---|"]
-    coarse = set()
+    coarse: dict[int, list[str]] = {}
     for name, a in r["attacks"].items():
         lb = [e["epsilon_lb"] for e in r["empirical"] if e["attack"] == name
               and e["delta_kind"] == ("claimed" if r["claim"]["private"] else "zero")]
@@ -156,14 +156,14 @@ def attack_rows(r: dict) -> list[str]:
         cells = []
         for key, fpr in (("tpr_at_0_1_fpr", 1e-3), ("tpr_at_1_fpr", 1e-2)):
             mark = "†" if n_out and 1.0 / n_out > fpr else ""
-            if mark:
-                coarse.add(n_out)
+            if mark and name not in coarse.setdefault(n_out, []):
+                coarse[n_out].append(name)
             cells.append(f"{a[key]:.3f}{mark}")
         rows.append(f"| {name} | {a['auc']:.3f} | [{a['auc_ci'][0]:.3f}, {a['auc_ci'][1]:.3f}] | "
                     f"{cells[0]} | {cells[1]} | {lb[0] if lb else 0.0:.2f} |")
     for n in sorted(coarse):
-        rows.append(f"\n† {n} held-out canaries resolve no FPR below 1/{n} = {1 / n:.2%}: a TPR at a smaller FPR is "
-                    "the TPR at zero false positives.")
+        rows.append(f"\n† {', '.join(coarse[n])}: {n} held-out canaries resolve no FPR below 1/{n} = {1 / n:.2%}: a "
+                    "TPR at a smaller FPR is the TPR at zero false positives.")
     return rows
 
 
@@ -259,8 +259,13 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
         L += [f"Scored as the model saw its training records: "
               f"{'BOS + text + EOS' if framing == 'bos_eos' else 'tokenizer(text), with the special tokens it adds'} "
               f"(`--canary-framing {framing}`).", ""]
-    L += ["| id | inserted | repetitions | secret | exposure | extrapolated |", "|---|---|---|---|---|---|"]
-    for c in r["exposure"].get("canaries", []) if r["exposure"] else []:
+    exposed = r["exposure"].get("canaries", []) if r["exposure"] else []
+    if exposed:
+        L += ["| id | inserted | repetitions | secret | exposure | extrapolated |", "|---|---|---|---|---|---|"]
+    else:
+        L.append("No exposure per canary: exposure is not among this evaluation's attacks; the canaries are audited by "
+                 "the attacks above.")
+    for c in exposed:
         sec = "▇" * len(c["secret"]) if redact else c["secret"]
         L.append(f"| {c['id']} | {'yes' if c['inserted'] else 'no'} | {c['repetitions']} | {sec} | "
                  f"{c['exposure']:.2f} | {c['exposure_extrapolated']:.2f} |")

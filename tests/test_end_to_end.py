@@ -149,7 +149,7 @@ def test_report_states_what_the_canaries_can_resolve(run_dir):
     md = (run_dir / "dp" / "report" / "REPORT.md").read_text()
     # ~30 held-out canaries cannot resolve an FPR of 0.1% or 1%: the table says so
     n_out = r["attacks"]["loss"]["n_nonmembers"]
-    assert f"{n_out} held-out canaries resolve no FPR below 1/{n_out}" in md
+    assert f": {n_out} held-out canaries resolve no FPR below 1/{n_out}" in md
     # the audit's own limit beside the claim's tests, and the estimates labelled as such
     assert r["audit_limits"] and "the best possible one-run audit" in md
     assert "not a bound" in md or not r["exposure"]
