@@ -98,3 +98,28 @@ def test_white_box_rows_use_the_fixed_guesses_and_limits_carry_the_mechanism():
     # a mechanism with another phase (DP-FROST's selection) is not simulated
     two = {"events": mech["events"] + [{"type": "laplace", "epsilon": 0.1}]}
     assert "mechanism_limit" not in families.limits(rows, 8.0, two)[0]
+
+
+def test_audits_resampled_from_a_pool_agree_with_whole_simulated_audits():
+    # the same mechanism both ways: whole audits (the budget allows them) and audits resampled from pools of
+    # per-canary scores (what many canaries over many steps get); the median counts agree within sampling noise
+    q, sigma, T, m = 0.1, 0.8, 30, 400
+    whole = mechanism_limit.study(m, q, sigma, T, 1e-5, 0.95)
+    budget = 2 * T * mechanism_limit.POOL_PER_CANARY * m * 3  # too small for MIN_SIMS whole audits: the pool path
+    assert mechanism_limit.n_sims(m, T, budget) == 0
+    pooled = mechanism_limit.study(m, q, sigma, T, 1e-5, 0.95, budget=budget)
+    assert whole["pool"] == 0 and pooled["pool"] == 3 * mechanism_limit.POOL_PER_CANARY * m
+    assert pooled["simulations"] == mechanism_limit.MAX_SIMS and pooled["k"] == whole["k"]
+    for k, a, b in zip(whole["k"], whole["median_right"], pooled["median_right"]):
+        assert abs(a - b) <= max(2, 0.03 * 2 * k), (k, a, b)
+
+
+def test_many_canaries_over_many_steps_get_a_limit_and_fixed_guesses_from_the_pool():
+    # reports/demo_lm dp-eps8-m5000's card: 5,000 canaries over 327 steps is beyond whole simulated audits
+    lm = {"sample_rate": 0.06133, "noise_multiplier": 0.9724, "steps": 327}
+    assert mechanism_limit.n_sims(5000, 327) == 0
+    st = mechanism_limit.study(5000, lm["sample_rate"], lm["noise_multiplier"], lm["steps"], 1e-5, 1 - 0.05 / 7)
+    assert st is not None and st["pool"] >= mechanism_limit.POOL_PER_CANARY * 5000
+    assert st["best_k"] < 1250 and max(st["epsilon_lb"]) > st["epsilon_lb"][0]
+    lim = mechanism_limit.limit(5000, st["best_k"], lm, 1e-5, 1 - 0.05 / 7)
+    assert lim["pool"] == st["pool"] and lim["epsilon_lb"] == max(st["epsilon_lb"])

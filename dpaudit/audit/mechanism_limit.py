@@ -15,8 +15,12 @@ The same simulation fixes the white-box guess count before any score is read: am
 k_neg = k), the one whose median simulated bound is largest. It is a function of the card, m, delta and the
 confidence only, never of the scores, so the guesses stay fixed in advance (the one-run analysis' condition).
 
-Cost: sims x steps x m normal draws; :data:`BUDGET` caps it (fewer simulated audits for long runs, none beyond
-:data:`MIN_SIMS`: the caller then keeps m/4 + m/4 and prints no mechanism limit). Pure NumPy.
+Cost: sims x steps x m normal draws; :data:`BUDGET` caps it (fewer simulated audits for long runs). Where the
+budget allows fewer than :data:`MIN_SIMS` whole audits (many canaries over many steps), the canaries' scores are
+simulated once into a pool per class (inserted / held out; the canaries of an audit are independent given their
+coins, so an audit is m draws from these two laws) and :data:`MAX_SIMS` audits are resampled from it; the pool
+must hold at least :data:`POOL_PER_CANARY` x m scores per class, else the caller keeps m/4 + m/4 and prints no
+mechanism limit. Pure NumPy.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ BUDGET = 6e7  # normal draws per study (a few seconds on one core)
 MAX_SIMS, MIN_SIMS = 1000, 100
 K_DIVISORS = (4, 6, 8, 10, 14, 20, 30, 40, 60, 100)  # k = m // d guesses on each side
 MIN_K = 5
+POOL_PER_CANARY = 10  # a resampled audit draws m scores from pools at least this many times larger
+POOL_CHUNK = 4096  # canaries simulated at a time into the pool
 
 
 def n_sims(m: int, steps: int, budget: float = BUDGET) -> int:
@@ -62,6 +68,38 @@ def _correct_counts(m: int, sample_rate: float, noise_multiplier: float, steps: 
     return out
 
 
+def pool_size(m: int, steps: int, budget: float = BUDGET) -> int:
+    """Scores per class the budget allows for resampled audits (0 when below POOL_PER_CANARY x m)."""
+    n = int(budget // (2 * max(1, steps)))
+    return n if n >= POOL_PER_CANARY * m else 0
+
+
+@lru_cache(maxsize=16)
+def _resampled_counts(m: int, sample_rate: float, noise_multiplier: float, steps: int, pool: int, sims: int,
+                      seed: int, ks: tuple) -> np.ndarray:
+    """As :func:`_correct_counts`, each audit's m scores drawn from pools of ``pool`` simulated scores per class."""
+    rng = np.random.default_rng([seed, 2026, m, steps])
+    scores = []
+    for inserted in (False, True):
+        col = np.empty(pool)
+        for a in range(0, pool, POOL_CHUNK):
+            n = min(POOL_CHUNK, pool - a)
+            x = noise_multiplier * rng.standard_normal((steps, n))
+            if inserted:
+                x += rng.random((steps, n)) < sample_rate
+            col[a:a + n] = subsampled_gaussian_llr(x, sample_rate, noise_multiplier)
+        scores.append(col)
+    held_out, ins = scores
+    out = np.empty((sims, len(ks)), dtype=np.int64)
+    for s in range(sims):
+        signs = rng.random(m) < 0.5
+        llr = np.where(signs, ins[rng.integers(0, pool, m)], held_out[rng.integers(0, pool, m)])
+        ranked = signs[np.argsort(llr, kind="stable")]
+        top, bottom = np.cumsum(ranked[::-1]), np.cumsum(~ranked)
+        out[s] = [top[k - 1] + bottom[k - 1] for k in ks]
+    return out
+
+
 def study(m: int, sample_rate: float, noise_multiplier: float, steps: int, delta: float, confidence: float,
           seed: int = 0, budget: float = BUDGET, extra_k: int | None = None) -> dict | None:
     """The simulated best audits of a subsampled Gaussian (q, sigma, T) with m canaries at every k of
@@ -71,12 +109,16 @@ def study(m: int, sample_rate: float, noise_multiplier: float, steps: int, delta
     q, s, T = float(sample_rate), float(noise_multiplier), int(steps)
     if not (0.0 < q <= 1.0 and s > 0.0 and T >= 1 and m >= 2):
         raise ValueError(f"need 0 < q <= 1, sigma > 0, steps >= 1, m >= 2; got {q}, {s}, {T}, {m}")
-    sims = n_sims(m, T, budget)
+    sims, pool = n_sims(m, T, budget), 0
     if sims == 0:
-        return None
+        pool = pool_size(m, T, budget)
+        if pool == 0:
+            return None
+        sims = MAX_SIMS
     grid = k_grid(m)
     ks = tuple(sorted(set(grid) | ({int(extra_k)} if extra_k and 0 < extra_k <= m // 2 else set()), reverse=True))
-    counts = _correct_counts(int(m), q, s, T, sims, int(seed), ks)
+    counts = (_resampled_counts(int(m), q, s, T, pool, sims, int(seed), ks) if pool
+              else _correct_counts(int(m), q, s, T, sims, int(seed), ks))
     med = np.median(counts, axis=0).astype(int)  # bounds are monotone in the count: the median audit's bound
     bounds = [fdp.approx_dp_epsilon_lower_bound(int(m), 2 * k, int(v), float(delta), float(confidence))
               for k, v in zip(ks, med)]
@@ -84,7 +126,7 @@ def study(m: int, sample_rate: float, noise_multiplier: float, steps: int, delta
     i = int(np.argmax(on_grid))  # first maximum: the largest k among ties
     return {"mechanism": {"type": "subsampled_gaussian", "sample_rate": q, "noise_multiplier": s, "steps": T},
             "m": int(m), "delta": float(delta), "confidence": float(confidence), "simulations": sims,
-            "seed": int(seed), "k": list(ks), "median_right": [int(v) for v in med],
+            "pool": pool, "seed": int(seed), "k": list(ks), "median_right": [int(v) for v in med],
             "epsilon_lb": [float(b) for b in bounds], "best_k": int(ks[i])}
 
 
@@ -103,4 +145,5 @@ def limit(m: int, k: int, params: dict, delta: float, confidence: float) -> dict
         return None
     j = st["k"].index(k)
     return {"mechanism": st["mechanism"], "m": st["m"], "k_pos": k, "k_neg": k, "median_right": st["median_right"][j],
-            "epsilon_lb": st["epsilon_lb"][j], "simulations": st["simulations"], "statistic": "likelihood_ratio"}
+            "epsilon_lb": st["epsilon_lb"][j], "simulations": st["simulations"], "pool": st["pool"],
+            "statistic": "likelihood_ratio"}
