@@ -137,3 +137,21 @@ def test_report_readmes_state_the_date_and_machine_of_their_reports():
     """Every committed report README carries the "Date and machine" line its own report.json files give."""
     out = _run(SCRIPTS / "report_provenance.py", "--check")
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_no_committed_bound_exceeds_a_verified_claim():
+    # an honest claim (its accounting verified from the committed card) is never accused: no record-level
+    # one-run bound at the claimed delta above the claimed epsilon, and no `violated` verdict, in any report
+    seen = 0
+    for f in sorted(REPORTS.rglob("report.json")):
+        r = json.loads(f.read_text())
+        verdict = r.get("verdict") or {}
+        if "claim" not in r or (verdict.get("accounting") or {}).get("status") != "verified":
+            continue
+        seen += 1
+        eps = r["claim"]["epsilon"]
+        assert verdict["status"] != "violated", f
+        for e in r.get("empirical", []):
+            if e["delta_kind"] == "claimed" and e["group_size"] == 1:
+                assert e["epsilon_lb"] <= eps, (f.relative_to(ROOT), e["attack"], e["epsilon_lb"], eps)
+    assert seen >= 20  # the Li et al. reproductions, the demos, DP-FROST, user-level DP
