@@ -1,5 +1,5 @@
 """What the best one-run audit can show about the mechanism written on the card, and the white-box guess count
-that shows the most (docs/architecture.md, "Audit").
+that shows the most (docs/architecture.md, "Two independent sources of truth").
 
 :func:`dpaudit.audit.fdp.ideal_limit` asks what a one-run audit shows about a mu-GDP mechanism with exactly the
 claimed epsilon. A Poisson-subsampled Gaussian over few steps is far from Gaussian: at delta = 1e-5 its epsilon
