@@ -1,4 +1,5 @@
-"""Scores of white-box gradient canaries from every update, not only their sum (docs/architecture.md, "Two independent sources of truth").
+"""Scores of white-box gradient canaries from every update, not only their sum (docs/architecture.md, "Two
+independent sources of truth").
 
 A gradient canary i is C times a unit direction u_i added to the clipped sum with the records' Poisson rate q;
 the auditor sees each noisy update, and its projection x_t = <g_t, u_i> B / C is, per step,
