@@ -241,6 +241,7 @@ def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, wh
                         "per_family_confidence": plan.confidence},
         "audit_limits": families.limits(empirical, card.claim.epsilon_value,
                                        card.to_dict()["mechanism"]) if card.is_private else [],
+        "noise_checks": noise_checks(whitebox, confidence),
         "threshold_rule": rule,
         "notes": list(scored.notes),
         "attacks": attack_rows,
@@ -261,6 +262,17 @@ def build_report(ck, acct: dict, metrics: dict, scored: scoring.CanaryScores, wh
             "machine": checkpoint.machine(),
         },
     }
+
+
+def noise_checks(whitebox: list | None, confidence: float) -> list[dict]:
+    """Per white-box canary set that allows it, how much noise its recorded updates carry at most
+    (dpaudit/audit/noise_check.py): a check of the card's sigma beside the verdict, not one of its tests."""
+    from dpaudit.audit import noise_check
+
+    return [{"attack": w["name"], "kind": w["kind"], **noise_check.from_sums(w["noise_check"],
+                                                                             w["noise_check"]["noise_multiplier"],
+                                                                             confidence)}
+            for w in whitebox or [] if w.get("noise_check")]
 
 
 def claim_section(card) -> dict:

@@ -103,6 +103,25 @@ def limit_lines(r: dict) -> list[str]:
     return L
 
 
+def noise_lines(r: dict) -> list[str]:
+    """The white-box noise checks (dpaudit/audit/noise_check.py); reports written before them have none."""
+    L = []
+    for c in r.get("noise_checks") or []:
+        head = (f"- {c['attack']}: the {c['values']:,} per-step projections on the {c['m']} {c['kind']} canary "
+                f"coordinates ({c['steps']} updates) have root mean square {c['rms']:.4g} (units of C/B), "
+                f"{c['ratio']:.3f} × the card's σ = {c['noise_multiplier']:.4g}; ")
+        if c["status"] == "below the card":
+            L.append(head + f"the noise actually added is at most **{c['upper']:.4g} at {c['confidence']:.0%} "
+                            f"confidence, below the card's σ**: these updates carry less noise than the card, and so "
+                            f"its ε, states.")
+        else:
+            extra = ("; the spread above σ is the records' own gradients on these coordinates, which the simulated "
+                     "limits above leave out" if c["ratio"] > 1 else "")
+            L.append(head + f"the noise actually added is at most {c['upper']:.4g} at {c['confidence']:.0%} "
+                            f"confidence, so the check finds no shortfall{extra}.")
+    return L
+
+
 def _mechanism_limit_text(x: dict) -> str:
     ml = x.get("mechanism_limit")
     if not ml:
@@ -220,6 +239,10 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     lim = limit_lines(r)
     if lim:
         L += ["", "What these canaries could show at best (the audit's own limit, not the claim's):", "", *lim]
+    noise = noise_lines(r)
+    if noise:
+        L += ["", "Noise in the recorded updates (a check of the card's σ beside the verdict, not one of its tests):",
+              "", *noise]
     L += ["", "## Training", "", *training_lines(r["reproducibility"].get("train_result"))]
     L += ["", "## Task metrics", ""]
     if r["metrics"]:

@@ -248,6 +248,10 @@ def _read_whitebox(f: Path, mechanism: dict | None = None) -> dict:
     if d.get("steps_file"):
         d["steps_array"] = _read_steps(f.parent / d["steps_file"], signs.size, scores)
     chosen, stat, params = whitebox_lr.scores(d, mechanism)
+    from dpaudit.audit import noise_check
+
+    if noise_check.applies(d, stat):  # what dpaudit/audit/noise_check.py needs of the per-step projections
+        d["noise_check"] = {**noise_check.summarise(d["steps_array"]), "noise_multiplier": params["noise_multiplier"]}
     d.pop("steps_array", None)
     return {**d, "scores": chosen, "sum_scores": scores, "statistic": stat, "statistic_params": params}
 

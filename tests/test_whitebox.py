@@ -40,7 +40,10 @@ def test_whitebox_catches_too_little_noise(tiny_model_factory, tmp_path):
     assert wb["epsilon_lb"] > 1.0
     assert wb["statistic"] == "likelihood_ratio" and wb["claim_curve_rejected"] is True
     assert r["verdict"]["status"] == "violated"
+    nc = r["noise_checks"][0]
+    assert nc["status"] == "below the card" and nc["upper"] < nc["noise_multiplier"]
     report.write(r, tmp_path / "rep")
+    assert "below the card's σ" in (tmp_path / "rep" / "REPORT.md").read_text()
     assert json.loads((tmp_path / "rep" / "report.json").read_text())["verdict"]["status"] == "violated"
 
 
@@ -51,10 +54,23 @@ def test_whitebox_honest_noise_passes(tiny_model_factory, tmp_path):
     assert wb["epsilon_lb"] <= 1.0
     assert wb["statistic"] == "likelihood_ratio" and wb["claim_curve_rejected"] is False
     assert r["verdict"]["status"] == "consistent"
+    nc = r["noise_checks"]
+    assert [c["attack"] for c in nc] == ["whitebox_gradient"] and nc[0]["status"] == "consistent"
+    assert nc[0]["ratio"] >= 1.0 and nc[0]["upper"] >= nc[0]["noise_multiplier"]
     steps = np.load(ck / "gradient_canaries.steps.npy")  # one row per applied update, adding up to the sums
     gc = json.loads((ck / "gradient_canaries.json").read_text())
     assert steps.shape == (gc["steps"], 1000) == (r["mechanism"]["events"][0]["steps"], 1000)
     np.testing.assert_allclose(steps.astype(float).sum(axis=0), gc["scores"], rtol=1e-4, atol=1e-3)
+
+
+def test_noise_check_finds_a_shortfall_the_one_run_audit_cannot(tiny_model_factory, tmp_path):
+    """80% of the card's noise: far too little excess leakage for a one-run audit to prove at ε = 1, but the
+    per-step projections show it (dpaudit/audit/noise_check.py); the verdict's tests are unchanged by it."""
+    ck, _ = _train(tiny_model_factory, sigma_scale=0.8, target_epsilon=1.0, tmp_path=tmp_path, name="short")
+    r = evaluate(ck, attacks=["loss"], progress=False)
+    nc = r["noise_checks"][0]
+    assert nc["status"] == "below the card" and nc["upper"] < nc["noise_multiplier"] and nc["ratio"] < 0.9
+    assert r["verdict"]["status"] != "violated"  # the one-run audit's own result: no proof above the claim
 
 
 def test_whitebox_no_noise_reaches_ceiling(tiny_model_factory, tmp_path):
@@ -80,7 +96,7 @@ def test_bad_gradient_canary_config():
 def test_whitebox_canaries_for_user_wise_dp_sgd(tiny_model_factory):
     """Gradient canaries join user-wise DP-SGD as extra clipped units at the users' sampling rate: with
     honest noise the audit stays below the claim, with no noise it separates them."""
-    from dpaudit.audit import one_run, whitebox_lr
+    from dpaudit.audit import noise_check, one_run, whitebox_lr
 
     model, tok = tiny_model_factory()
     texts = [e["sentence"] for e in sentiment.load(n_train=60).train]
@@ -102,5 +118,7 @@ def test_whitebox_canaries_for_user_wise_dp_sgd(tiny_model_factory):
             np.testing.assert_allclose(steps.astype(float).sum(0), scores, rtol=1e-4, atol=1e-3)
             llr = whitebox_lr.subsampled_gaussian_llr(steps, gc["sample_rate"], res.noise_multiplier)
             assert one_run.audit(llr, signs, 125, 125, delta=1e-5).epsilon_lb <= res.epsilon
+            # the user-level updates carry the card's noise in the same units (C / expected users per batch)
+            assert noise_check.check(steps, res.noise_multiplier)["status"] == "consistent"
         else:
             assert r.epsilon_lb > 0.5 * r.ceiling
