@@ -15,6 +15,9 @@ Policy TOML (every key optional; unknown keys are errors)::
     min_accuracy = 0.5                # task accuracy floor
     max_exposure = 12.0               # no canary's exposure above this many bits
     allowed_verdicts = ["consistent", "not-refuted"]
+    no_noise_shortfall = false        # fail when a white-box noise check bounds the noise actually added below the
+                                      # card's sigma (dpaudit/audit/noise_check.py; outside the verdict's family-wise
+                                      # correction, so on top of its false-failure rate)
 
 Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad input.
 """
@@ -43,11 +46,12 @@ class Policy:
     min_accuracy: float | None = None
     max_exposure: float | None = None
     allowed_verdicts: tuple = ("consistent", "not-refuted")
+    no_noise_shortfall: bool = False
 
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("no_empirical_above_claim", "require_claim") and not isinstance(v, bool):
+            if f.name in ("no_empirical_above_claim", "require_claim", "no_noise_shortfall") and not isinstance(v, bool):
                 raise DpauditError(f"policy rules.{f.name} must be true or false, got {v!r}")
             if f.name in ("accounting_tolerance", "max_claimed_epsilon", "min_accuracy", "max_exposure") and \
                     v is not None and (not checks.finite(v) or v < 0):
@@ -155,6 +159,12 @@ def check(r: dict, p: Policy) -> list[str]:
             if worst["exposure"] > p.max_exposure:
                 fails.append(f"{name}: canary {worst['id']} has exposure {worst['exposure']:.2f} bits, above "
                              f"the ceiling {p.max_exposure}")
+    if p.no_noise_shortfall:
+        for c in r.get("noise_checks") or []:
+            if c["status"] == "below the card":
+                fails.append(f"{name}: the updates recorded on the {c['attack']} canaries carry noise at most "
+                             f"{c['upper']:.4g} ({c['confidence']:.0%}), below the card's sigma "
+                             f"{c['noise_multiplier']:.4g}")
     plan = r.get("audit_plan") or {}
     if plan.get("status") == "off-plan":
         fails.append(f"{name}: the evaluation departs from the plan fixed before training "

@@ -95,6 +95,10 @@ def test_check_passes_dp_and_fails_nonprivate(run_dir, tmp_path, capsys):
     ("min_accuracy = 0.99", lambda r: None, "below the floor"),
     ("max_exposure = 0.5", lambda r: None, "exposure"),
     ("allowed_verdicts = ['consistent']", lambda r: r["verdict"].update(status="violated"), "not allowed"),
+    ("no_noise_shortfall = true", lambda r: r.update(noise_checks=[{
+        "attack": "whitebox_gradient", "kind": "dirac", "values": 61000, "steps": 61, "m": 1000,
+        "noise_multiplier": 0.77, "rms": 0.70, "ratio": 0.91, "upper": 0.71, "confidence": 0.95,
+        "status": "below the card"}]), "below the card's sigma"),
 ])
 def test_each_rule_fails_when_it_should(run_dir, tmp_path, capsys, rule, mutate, needle):
     base = _load(run_dir / "dp" / "report" / "report.json")
