@@ -78,3 +78,40 @@ def test_applies_only_to_orthonormal_canaries_with_the_likelihood_ratio():
     assert not noise_check.applies({**rec, "kind": "dense"}, "likelihood_ratio")
     assert not noise_check.applies(rec, "sum")
     assert not noise_check.applies({"kind": "dirac"}, "likelihood_ratio")
+
+
+def test_record_level_samples_at_the_cards_rate_when_the_batch_does_not_divide_the_data():
+    """Opacus alone samples at 1 / ceil(N / B) and divides by int(N q); the engine's mechanism is q = B / N, /B."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dpaudit.trainers import mechanism
+
+    model = torch.nn.Linear(3, 1)
+    data = TensorDataset(torch.randn(500, 3), torch.zeros(500, dtype=torch.long))
+    _, dp_opt, _, dp_loader = mechanism.record_level(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                                     DataLoader(data, batch_size=64), sigma=1.0, clipping_norm=1.0,
+                                                     grad_sample_mode="hooks", seed=0)
+    assert dp_opt.expected_batch_size == 64
+    assert dp_loader.sample_rate == dp_loader.batch_sampler.sample_rate == 64 / 500
+    sizes = [len(b) for _ in range(250) for b in dp_loader.batch_sampler]  # 2,000 batches; Opacus alone: 62.5
+    assert abs(np.mean(sizes) - 64) < 4 * np.sqrt(500 * 0.128 * 0.872 / len(sizes))  # 4 standard errors
+
+
+def test_honest_training_shows_the_cards_noise_when_the_batch_does_not_divide_the_data(tiny_model_factory):
+    """Held-out canaries' projections are the card's noise plus a little of the records' gradients: rms / sigma
+    just above 1 (it was 64 / 62 = 1.032 while Opacus divided by int(N / ceil(N / B)) instead of B)."""
+    from dpaudit.tasks import sentiment
+    from dpaudit.trainers import engine
+
+    model, tok = tiny_model_factory()
+    recs = [sentiment.encode_example(e, tok, "lm", 32) for e in sentiment.load(n_train=500, n_test=20).train]
+    cfg = engine.EngineConfig(target_epsilon=1.0, delta=1e-5, epochs=2, batch_size=64, lr=1e-3, clipping_norm=1.0,
+                              gradient_canaries=1000, progress=False)
+    _, res = engine.train(model, recs, cfg, tok.pad_token_id, 32)
+    gc = res.gradient_canaries
+    x, signs = gc["step_projections"].astype(float), np.array(gc["signs"])
+    assert res.sample_rate == pytest.approx(64 / len(recs))
+    ratio = np.sqrt((x[:, signs < 0] ** 2).mean()) / res.noise_multiplier
+    assert 0.98 < ratio < 1.015
+    assert noise_check.check(x, res.noise_multiplier)["status"] == "consistent"

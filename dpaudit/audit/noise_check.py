@@ -16,8 +16,9 @@ squares dominates sigma_true^2 chi^2_N. So
 holds with the stated confidence whatever the records' gradients were, and an upper bound below the card's
 sigma shows that the updates carry less noise than the card (and so its epsilon) says. The converse does
 not hold: the records' own gradients only add spread, so an upper bound above sigma proves nothing about
-the noise; the ratio ``rms / sigma`` says how much of the spread they are, which the simulated limits
-(:mod:`dpaudit.audit.mechanism_limit`) leave out. The labels S_i are never used.
+the noise; the ratio ``rms / sigma`` says how much the inserted canaries and the records' gradients
+spread the projections (the records' part is what the simulated limits, :mod:`dpaudit.audit.mechanism_limit`,
+leave out). The labels S_i are never used.
 
 Dense canaries are orthogonal only up to uneven buckets, so their projections' noise is not independent:
 not checked. Pure NumPy/SciPy.
