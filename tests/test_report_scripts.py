@@ -70,6 +70,15 @@ def test_whitebox_statistics_table_is_what_the_script_prints():
         "regenerate reports/bench/whitebox_statistics.md with scripts/whitebox_statistics.py"
 
 
+def test_noise_checks_table_is_what_the_script_prints_and_no_honest_run_is_short():
+    out = _run(SCRIPTS / "noise_checks.py", "reports/demo", "reports/demo_lm", "reports/li_repro_sentiment")
+    assert out.returncode == 0, out.stderr
+    assert (REPORTS / "bench" / "noise_checks.md").read_text().endswith("\n\n" + out.stdout), \
+        "regenerate reports/bench/noise_checks.md with scripts/noise_checks.py"
+    rows = [r for r in out.stdout.splitlines()[2:] if r.startswith("| ")]
+    assert len(rows) >= 9 and all(r.endswith("| consistent |") for r in rows)
+
+
 def _copy_reports(src: Path, dst: Path, names: list[str]) -> None:
     for name in names:
         (dst / name / "report").mkdir(parents=True)
