@@ -8,7 +8,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 
-.PHONY: demo demo-refresh test test-fast lint bench ci-audit clean-venv wordnet
+.PHONY: demo demo-refresh test test-fast lint bench ci-audit wheel-check clean-venv wordnet
 
 $(BIN)/.installed: requirements.txt requirements-assets.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,8 +26,10 @@ demo: $(BIN)/.installed
 demo-refresh: $(BIN)/.installed
 	$(BIN)/dpaudit run configs/demo.toml --out reports/demo --quiet
 
+# ruff, then the layer rules of docs/architecture.md as import-linter contracts (pyproject.toml)
 lint: $(BIN)/.installed
-	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks scripts examples
+	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks scripts examples setup.py
+	BIN=$(BIN) .ci/lint_imports.sh
 
 # Optional: WordNet for METEOR (Debian packages, no root needed). Failure only leaves METEOR out.
 wordnet: $(BIN)/.installed
@@ -43,6 +45,10 @@ test-fast: $(BIN)/.installed
 ci-audit: $(BIN)/.installed
 	$(BIN)/dpaudit run configs/tiny.toml --out out/ci-audit --quiet
 	$(BIN)/dpaudit check out/ci-audit/dp-eps1/report/report.json --policy configs/policy.toml
+
+# The built wheel in a fresh virtual environment: dpaudit check and dpaudit evaluate from the installed package.
+wheel-check: ci-audit
+	.ci/wheel_check.sh out/ci-audit/dp-eps1/checkpoint
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_scoring.py

@@ -97,7 +97,9 @@ def base_model(ck):
     spec = ck.run.get("model")
     if spec:
         try:
-            return models.build(models.ModelSpec(**spec))[0].eval()
+            from dpaudit.trainers import pretrain
+
+            return pretrain.build(models.ModelSpec(**spec))[0].eval()
         except DpauditError:
             raise
         except Exception as e:  # noqa: BLE001 - a hand-edited or hostile run.json is bad input

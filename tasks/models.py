@@ -144,8 +144,9 @@ def public_bpe_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast.from_pretrained(path, trust_remote_code=False)
 
 
-def build(spec: ModelSpec):
-    """(model, tokenizer) for a spec; a fresh random init for tiny-gpt2 (seeded)."""
+def build(spec: ModelSpec, pretrain=None):
+    """(model, tokenizer) for a spec; a fresh random init for tiny-gpt2 (seeded). ``pretrain``: how to
+    pre-train a tiny GPT-2 whose ``pretrain_steps`` is not cached yet (see :func:`_pretrained_tiny`)."""
     if spec.name == "tiny-gpt2":
         tok = public_bpe_tokenizer(spec.vocab_size)
         cfg = GPT2Config(vocab_size=len(tok), n_positions=spec.max_len, n_embd=spec.n_embd, n_layer=spec.n_layer,
@@ -153,7 +154,7 @@ def build(spec: ModelSpec):
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id,
                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         if spec.pretrain_steps:
-            return _pretrained_tiny(spec, cfg, tok), tok
+            return _pretrained_tiny(spec, cfg, tok, pretrain), tok
         with torch.random.fork_rng():
             torch.manual_seed(spec.init_seed)
             model = GPT2LMHeadModel(cfg)
@@ -196,14 +197,17 @@ def pretrained_key(spec: ModelSpec) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _pretrained_tiny(spec: ModelSpec, cfg, tok):
+def _pretrained_tiny(spec: ModelSpec, cfg, tok, pretrain):
     """A tiny GPT-2 pre-trained (non-privately) on public BBC news text, cached by its spec: a small
-    stand-in for a public pretrained model, so that fine-tuning (full or LoRA) starts from language."""
+    stand-in for a public pretrained model, so that fine-tuning (full or LoRA) starts from language. On a cache
+    miss ``pretrain(model, records, spec)`` trains it (:func:`dpaudit.trainers.pretrain.build` passes the engine:
+    tasks never import trainers, docs/architecture.md Layout)."""
     path = assets.cache_dir() / "pretrained" / f"tiny-gpt2-{pretrained_key(spec)}"
     if (path / "model.safetensors").exists():
         return GPT2LMHeadModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
-    from dpaudit.trainers import engine
-
+    if pretrain is None:
+        raise DpauditError(f"model.pretrain_steps = {spec.pretrain_steps}: the pre-trained tiny GPT-2 is not cached "
+                           f"at {path}; build it with dpaudit.trainers.pretrain.build (dpaudit run does)")
     with torch.random.fork_rng():
         torch.manual_seed(spec.init_seed)
         model = GPT2LMHeadModel(cfg)
@@ -211,10 +215,7 @@ def _pretrained_tiny(spec: ModelSpec, cfg, tok):
     L = spec.max_len - 1
     records = [{"input_ids": [tok.eos_token_id] + ids[i:i + L], "targets": [-100] + ids[i:i + L]}
                for i in range(0, len(ids) - L, L)]
-    batch = 32
-    epochs = spec.pretrain_steps * batch / len(records)
-    model, _ = engine.train(model, records, engine.EngineConfig(epochs=epochs, batch_size=batch, lr=1e-3,
-                                                                seed=spec.init_seed), tok.pad_token_id, spec.max_len)
+    model = pretrain(model, records, spec)
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)
     tmp.rename(path)

@@ -65,3 +65,32 @@ def run_dir(tmp_path_factory):
     return d / "out"
 
 
+
+
+def _working_tree() -> dict[str, str]:
+    """Every changed or untracked path of the checkout (git's view, ignored files excluded) with a hash of
+    its content: what a test must leave as it found it."""
+    import hashlib
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "-z"], cwd=root,
+                         capture_output=True, text=True)
+    if out.returncode != 0:  # not a git checkout (an unpacked sdist): nothing to compare
+        return {}
+    state = {}
+    for entry in filter(None, out.stdout.split("\0")):
+        path = root / entry[3:]
+        state[entry] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return state
+
+
+@pytest.fixture(scope="session", autouse=True)
+def working_tree_unchanged():
+    """Tests write only under their tmp_path: the suite fails if the checkout changed while it ran."""
+    before = _working_tree()
+    yield
+    after = _working_tree()
+    changed = sorted(set(before.items()) ^ set(after.items()))
+    assert not changed, f"the test suite changed the working tree: {sorted({c[0] for c in changed})[:10]}"

@@ -98,13 +98,16 @@ def test_public_pretraining_is_cached_and_helps(monkeypatch, tmp_path):
     import torch
 
     from dpaudit.tasks import assets, models
+    from dpaudit.trainers import pretrain
 
     monkeypatch.setenv("DPAUDIT_CACHE", str(tmp_path))
     spec = dict(name="tiny-gpt2", vocab_size=512, n_embd=32, n_layer=1, n_head=2, max_len=32)
     fresh, tok = models.build(models.ModelSpec(**spec))
-    pre, _ = models.build(models.ModelSpec(**spec, pretrain_steps=60))
+    with pytest.raises(DpauditError, match="not cached"):  # the task layer never trains (tasks do not import trainers)
+        models.build(models.ModelSpec(**spec, pretrain_steps=60))
+    pre, _ = pretrain.build(models.ModelSpec(**spec, pretrain_steps=60))
     assert list((tmp_path / "pretrained").iterdir())
-    again, _ = models.build(models.ModelSpec(**spec, pretrain_steps=60))
+    again, _ = models.build(models.ModelSpec(**spec, pretrain_steps=60))  # the cache, read by the task layer
     assert all(torch.equal(a, b) for a, b in zip(pre.state_dict().values(), again.state_dict().values()))
     text = assets.bbc_texts()[-1][:400]
     rec = sentiment.encode_text(text, tok, 32)

@@ -8,8 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from dpaudit import checkpoint
-from dpaudit.tasks import models
-from dpaudit.trainers import trainable
+from dpaudit.trainers import pretrain, trainable
 
 
 def engine_config(variant, progress: bool):
@@ -21,7 +20,7 @@ def base_model(cfg, eng):
     ``eng.device`` (train.device)."""
     from dpaudit import device
 
-    model, tok = models.build(cfg.model)
+    model, tok = pretrain.build(cfg.model)
     return model.to(device.resolve(eng.device, "train.device")), tok
 
 

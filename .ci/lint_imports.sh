@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Import contracts (pyproject.toml [tool.importlinter]) checked on the installed layout: trainers/, attacks/
+# and tasks/ are copied under dpaudit/ as the wheel installs them, so the graph is the one that ships.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-.venv/bin}
+tree=build/import-graph
+rm -rf "$tree" && mkdir -p "$tree"
+cp -r dpaudit "$tree/dpaudit"
+for sub in trainers attacks tasks; do cp -r "$sub" "$tree/dpaudit/$sub"; done
+find "$tree" -name __pycache__ -prune -exec rm -rf {} +
+cd "$tree" && PYTHONPATH=. "../../$BIN/lint-imports" ../../pyproject.toml --no-cache
