@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     base, tok = build(spec)
     recs = records(tok, args.n, 48)
     eng = engine.EngineConfig(target_epsilon=1.0, delta=1e-5, epochs=1, batch_size=256, max_physical_batch_size=64,
-                              clipping_norm=0.1, lr=5e-4, head_lr=3e-2, grad_sample_mode="ghost", progress=False)
+                              clipping_norm=0.1, lr=5e-4, head_lr=3e-2, grad_sample_mode="ghost")
     times: dict[str, list[float]] = {k: [] for k in ("full", "lora", "frost selection", "frost training")}
     steps = {}
 

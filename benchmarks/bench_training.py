@@ -74,7 +74,7 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
     loader = DataLoader(TensorDataset(ids, mask, targets), batch_size=batch)
     crit = None
     if mode != "none":
-        cfg = engine.EngineConfig(target_epsilon=8.0, clipping_norm=0.1, grad_sample_mode=mode, progress=False)
+        cfg = engine.EngineConfig(target_epsilon=8.0, clipping_norm=0.1, grad_sample_mode=mode)
         model, opt, crit, _ = mechanism.record_level(model, opt, loader, sigma=1.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
 
     def step(b):

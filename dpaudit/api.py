@@ -20,9 +20,10 @@ from dpaudit.canaries import Manifest, load_manifest
 from dpaudit.canaries import new as new_canaries
 from dpaudit.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
+from dpaudit.eval_options import EvalOptions
 from dpaudit.planting import insert_canaries, write_records
 
-__all__ = ["card_from_opacus", "evaluate", "insert_canaries", "new_canaries", "write_records", "write_report"]
+__all__ = ["EvalOptions", "card_from_opacus", "evaluate", "insert_canaries", "new_canaries", "write_records", "write_report"]
 
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:
@@ -32,18 +33,23 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> P
     return build(privacy_engine, data_loader, optimizer, **kwargs)
 
 
-def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifest | str | Path, *,
-             attacks=None, rule: str | None = None, confidence: float | None = None, n_references: int | None = None,
-             reference_model=None, max_len: int = 64, batch_size: int = 64, progress: bool = False,
-             framing: str = "tokenizer", off_plan: bool = False) -> dict:
+def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifest | str | Path,
+             options: EvalOptions | None = None, *, max_len: int = 64, **settings) -> dict:
     """Audit a model held as objects: ``card`` and ``manifest`` are objects or paths to their JSON files.
-    ``reference_model`` (a model object or a folder) calibrates the reference attack; without one that attack
-    is skipped with a note. ``framing``: how the model saw a training record (``tokenizer``: ``tokenizer(text)``,
-    ``bos_eos``: BOS + text + EOS). ``attacks``, ``rule``, ``confidence`` and ``n_references`` default to the
-    evaluation plan of the manifest (:mod:`dpaudit.eval_plan`); departing from it needs ``off_plan``. Returns the
-    report dict (the report.json contract); writes nothing."""
+    ``options`` (or the same settings as keywords, e.g. ``batch_size=32``) is a
+    :class:`dpaudit.eval_options.EvalOptions`: ``attacks``, ``rule``, ``confidence`` and ``n_references`` default
+    to the evaluation plan of the manifest (departing from it needs ``off_plan=True``); ``reference`` (a model
+    object or a folder) calibrates the reference attack, which is skipped with a note without one; ``framing``
+    (here ``tokenizer`` by default: ``tokenizer(text)``, as a Hugging Face loop saw its records; ``bos_eos``:
+    BOS + text + EOS); ``device`` None leaves the model where it is. ``max_len``: tokens per scored sequence.
+    Returns the report dict (the report.json contract); writes nothing."""
     from dpaudit.checkpoint import Checkpoint
     from dpaudit.evaluate import evaluate_checkpoint
+
+    if options is not None and settings:
+        raise DpauditError("pass either options or keyword settings to evaluate, not both")
+    if options is None:
+        options = EvalOptions(**{"framing": "tokenizer", "device": None, **settings})
 
     if isinstance(card, (str, Path)):
         card = load_card(Path(card))
@@ -52,11 +58,9 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
     if not isinstance(card, PrivacyCard) or not isinstance(manifest, Manifest):
         raise DpauditError("evaluate needs a PrivacyCard and a Manifest (or paths to privacy_card.json and "
                            "canaries.json)")
-    ck = Checkpoint(path=None, card=card, manifest=manifest, run={"max_len": max_len},
-                    objects=(model.eval(), tokenizer))
-    return evaluate_checkpoint(ck, attacks=attacks, n_references=n_references, confidence=confidence,
-                               batch_size=batch_size, progress=progress, rule=rule, reference=reference_model,
-                               framing=framing, off_plan=off_plan)
+    ck = Checkpoint(path=None, card=card, manifest=manifest, run={}, objects=(model.eval(), tokenizer),
+                    max_len=max_len)
+    return evaluate_checkpoint(ck, options)
 
 
 def write_report(report: dict, out: str | Path, redact: bool = False) -> Path:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from dpaudit.canaries import Manifest, load_manifest
@@ -26,23 +24,17 @@ from dpaudit.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
 from dpaudit.io import jsonable, read_json
 
-PACKAGES = ("dpaudit", "torch", "transformers", "peft", "opacus", "dp-accounting", "numpy", "scipy", "scikit-learn")
 
-
-def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for p in PACKAGES:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            out[p] = None
-    return out
-
-
-def machine() -> dict:
-    import os
-
-    return {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()}
+def content_hash(root: Path, files, skip=lambda f: False) -> str:
+    """sha256 over the names (relative to ``root``) and bytes of the ``.safetensors`` and ``.json`` files among
+    ``files``, in sorted order, less those ``skip`` names; the first 16 hex digits. The one hash of what a report
+    audited: a checkpoint's (:meth:`Checkpoint.hash`) or a PMixED deployment's."""
+    h = hashlib.sha256()
+    for f in sorted(files):
+        if f.is_file() and f.suffix in (".safetensors", ".json") and not skip(f):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -52,6 +44,12 @@ class Checkpoint:
     manifest: Manifest
     run: dict  # {} when run.json is absent (a checkpoint from another tool)
     objects: tuple | None = None  # (model, tokenizer) when the model is not in a folder
+    max_len: int | None = None  # the scoring context, when run.json does not give it (a model held as objects)
+
+    @property
+    def context_len(self) -> int:
+        """Tokens per scored sequence: the trainer's ``max_len`` from run.json, else :attr:`max_len`, else 64."""
+        return self.run.get("model", {}).get("max_len") or self.run.get("max_len") or self.max_len or 64
 
     @property
     def model_dir(self) -> Path:
@@ -96,16 +94,11 @@ class Checkpoint:
         digits. run.json and gradient_canaries*.json are left out: they hold timings and audit scores. A plain
         Hugging Face output folder is hashed at its top level (its checkpoint-*/ sub-folders are other models);
         a model given as objects by its parameters."""
-        h = hashlib.sha256()
         if self.path is None:
-            return _object_hash(h, self)
+            return _object_hash(hashlib.sha256(), self)
         files = self.path.rglob("*") if self.model_dir != self.path else self.path.glob("*")
-        for f in sorted(files):
-            if (f.is_file() and f.suffix in (".safetensors", ".json") and f.name != "run.json"
-                    and not f.name.startswith("gradient_canaries")):
-                h.update(str(f.relative_to(self.path)).encode())
-                h.update(f.read_bytes())
-        return h.hexdigest()[:16]
+        return content_hash(self.path, files, skip=lambda f: f.name == "run.json"
+                            or f.name.startswith("gradient_canaries"))
 
 
 def _object_hash(h, ck: Checkpoint) -> str:

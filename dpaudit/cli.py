@@ -78,9 +78,11 @@ def assets(convert, wordnet, wordnet_source):
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def run(config_path, out, variants, resume, snapshot_every, redact, quiet):
     """Train every variant of CONFIG on the same data and canaries, audit each, and compare them."""
+    from dpaudit import progress
     from dpaudit.pipeline import run as run_pipeline
 
-    reports = run_pipeline(config_path, out, _command_line(), progress=not quiet, redact=redact,
+    progress.set_quiet(quiet)
+    reports = run_pipeline(config_path, out, _command_line(), redact=redact,
                            only=tuple(variants), resume=resume, snapshot_every=snapshot_every)
     from dpaudit.trainers import distributed
 
@@ -150,39 +152,45 @@ def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit,
     files at its root, or a LoRA adapter whose base_model_name_or_path is a local folder). A PMixED deployment
     (a folder with pmixed.json) is audited through its outputs: the exact per-query check, black-box canary
     extraction within one budget, and perplexity through the protocol (the attack options do not apply)."""
-    from dpaudit import device, report
-    from dpaudit.evaluate import evaluate as run_eval
+    from dpaudit import device, progress
+    from dpaudit.eval_options import EvalOptions
     from dpaudit.pmixed.deployment import is_deployment
 
+    progress.set_quiet(quiet)
     device.resolve(device_name, "--device")  # before any work
     out = check_out(out, [checkpoint, *merge_parts])
+    opts = EvalOptions(attacks=attacks, rule=rule, confidence=confidence, n_references=n_references,
+                       enumerate_limit=enumerate_limit, batch_size=batch_size, framing=framing,
+                       reference=reference_model, base_metrics=base_metrics, off_plan=off_plan,
+                       whitebox_queries=whitebox_queries, device=device_name)
     if shard is not None or merge_parts:
-        _sharded(ctx, checkpoint, out, shard, merge_parts, redact, quiet, device_name, attacks=attacks, rule=rule,
-                 n_references=n_references, enumerate_limit=enumerate_limit, reference=reference_model,
-                 confidence=confidence, off_plan=off_plan, base_metrics=base_metrics, framing=framing,
-                 batch_size=batch_size)
+        _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts)
         return
     if is_deployment(checkpoint):  # a PMixED deployment is audited through its outputs (dpaudit/pmixed)
         from dpaudit.pmixed import evaluate as pmixed_eval
         from dpaudit.pmixed import report as pmixed_report
 
-        r = pmixed_eval.evaluate_deployment(checkpoint, confidence=confidence, command=_command_line(),
-                                            progress=not quiet, whitebox_queries=whitebox_queries, off_plan=off_plan,
-                                            device=device_name)
-        pmixed_report.write(r, out, redact=redact)
-        click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
-        click.echo(f"report: {Path(out) / 'REPORT.md'}")
+        r = pmixed_eval.evaluate_deployment(checkpoint, opts, command=_command_line())
+        _done(r, pmixed_report.write(r, out, redact=redact))
         return
-    r = run_eval(checkpoint, attacks=None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()],
-                 n_references=n_references, confidence=confidence, command=_command_line(), rule=rule,
-                 reference=reference_model, enumerate_limit=enumerate_limit, progress=not quiet,
-                 base_metrics=base_metrics, framing=framing, off_plan=off_plan, device=device_name, batch_size=batch_size)
-    report.write(r, out, redact=redact)
+    from dpaudit import report
+    from dpaudit.evaluate import evaluate as run_eval
+
+    r = run_eval(checkpoint, opts, command=_command_line())
+    _done(r, report.write(r, out, redact=redact))
+
+
+def _done(r: dict, out: Path) -> None:
     click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
     click.echo(f"report: {Path(out) / 'REPORT.md'}")
 
 
-def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, quiet, device_name, **evaluation):
+# evaluate's options a --merge takes from the shards (each name as click knows it)
+SHARD_OPTIONS = ("attacks", "rule", "n_references", "enumerate_limit", "reference_model", "confidence", "off_plan",
+                 "base_metrics", "framing", "batch_size")
+
+
+def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
     """``evaluate --shard`` (write one shard's partial scores) or ``evaluate --merge`` (report from all of them)."""
     from dpaudit import report, shards
     from dpaudit.evaluate import merge, score_shard
@@ -193,25 +201,17 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, quiet, device_nam
     if is_deployment(checkpoint):
         raise DpauditError("a PMixED deployment is audited through its outputs in one process; drop --shard/--merge")
     if merge_parts:
-        given = [f"--{k.replace('_', '-')}" for k in ("attacks", "rule", "n_references", "enumerate_limit",
-                                                        "reference_model", "confidence", "off_plan", "base_metrics",
-                                                        "framing", "batch_size")
+        given = [f"--{k.replace('_', '-')}" for k in SHARD_OPTIONS
                  if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
         if given:
             raise DpauditError(f"{given[0]} cannot be combined with --merge: the shards' options are used; pass it "
                                "to every --shard run instead")
         r = merge(checkpoint, merge_parts, command=_command_line())
-        report.write(r, out, redact=redact)
-        click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
-        click.echo(f"report: {Path(out) / 'REPORT.md'}")
+        _done(r, report.write(r, out, redact=redact))
         return
     where = shards.parse(shard)
-    attacks = evaluation.pop("attacks")
-    ck, opts, metrics, scored, timings = score_shard(
-        checkpoint, where, progress=not quiet, device=device_name,
-        attacks=None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()], **evaluation)
-    shards.write(out, ck, where, {k: opts[k] for k in shards.OPTION_KEYS}, metrics, scored,
-                 timings)
+    loaded, scored = score_shard(checkpoint, where, opts)
+    shards.write(out, loaded.ck, where, loaded.opts.shard_record(), scored.metrics, scored.canaries, scored.timings)
     click.echo(f"shard {shard}: partial scores in {out}; merge all {where[1]} with "
                f"dpaudit evaluate {checkpoint} --merge PARTIAL ... --out REPORT")
 

@@ -51,12 +51,11 @@ def search(epsilon, delta, steps, sample_rate, clipping_norm, draw, as_json, obj
     from dpaudit.accounting import lmo_paper, validate_delta
 
     validate_delta(delta)
-    bar = None
-    if not quiet and not as_json:
-        from tqdm.auto import tqdm
+    from dpaudit import progress
 
-        bar = lambda xs: tqdm(xs, desc="LMO search", leave=False)  # noqa: E731
-    res = lmo_paper.search(epsilon, delta, sample_rate, steps, clipping_norm, objective, form=form, progress=bar)
+    progress.set_quiet(quiet or as_json)
+    res = lmo_paper.search(epsilon, delta, sample_rate, steps, clipping_norm, objective, form=form,
+                           progress=lambda xs: progress.bar(xs, desc="LMO search"))
     _print(res.noise, res.claim, clipping_norm, draw, sample_rate, steps, delta, as_json,
            {"objective": objective, "objective_value": res.objective_value, "candidates": res.candidates,
             "feasible": res.feasible, "grid": lmo_paper.DEFAULT_GRID})

@@ -21,9 +21,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpaudit import checks, options
+from dpaudit import options
 from dpaudit.canaries import CanaryPlan
 from dpaudit.errors import DpauditError
+from dpaudit.eval_options import EvalOptions
 from dpaudit.io import jsonable, read_toml
 from dpaudit.tasks.models import ModelSpec
 from dpaudit.trainers.engine import EngineConfig
@@ -171,39 +172,6 @@ class TrainerConfig:
 
 
 @dataclass(frozen=True)
-class EvalConfig:
-    n_references: int = 2000
-    confidence: float = 0.95
-    batch_size: int = 64
-    attacks: tuple = options.ATTACKS
-    rule: str = "bonferroni"  # or held_out (dpaudit.audit.selection)
-    enumerate_limit: int | None = None  # rank exposure over the whole space when it is at most this large
-    # (None: whenever the token trie fits its budget, dpaudit.scoring.enumerate_whole_space; 0: never)
-    base_metrics: bool = False  # also measure the task metrics of the model before fine-tuning (zero-shot)
-    whitebox_queries: int = 64  # PMixED: logged canary queries whose exact per-query divergences are computed
-
-    def __post_init__(self):
-        if not isinstance(self.n_references, int) or self.n_references < 10:
-            raise DpauditError(f"evaluate.n_references must be an integer >= 10, got {self.n_references!r}")
-        checks.check_confidence(self.confidence, "evaluate.confidence")
-        bad = [a for a in self.attacks if a not in options.ATTACKS]
-        if bad or not self.attacks:
-            raise DpauditError(f"evaluate.attacks: unknown attack {bad[0] if bad else None!r}; choose from "
-                               f"{', '.join(options.ATTACKS)}")
-        if self.enumerate_limit is not None and (isinstance(self.enumerate_limit, bool)
-                                                 or not isinstance(self.enumerate_limit, int) or self.enumerate_limit < 0):
-            raise DpauditError(f"evaluate.enumerate_limit must be an integer >= 0 (0: never enumerate; leave it out "
-                               f"for the default), got {self.enumerate_limit!r}")
-        if not isinstance(self.base_metrics, bool):
-            raise DpauditError(f"evaluate.base_metrics must be true or false, got {self.base_metrics!r}")
-        if isinstance(self.whitebox_queries, bool) or not isinstance(self.whitebox_queries, int) or \
-                self.whitebox_queries < 0:
-            raise DpauditError(f"evaluate.whitebox_queries must be an integer >= 0, got {self.whitebox_queries!r}")
-        if self.rule not in options.RULES:
-            raise DpauditError(f"evaluate.rule must be one of {', '.join(options.RULES)}, got {self.rule!r}")
-
-
-@dataclass(frozen=True)
 class Variant:
     name: str
     trainer: TrainerConfig
@@ -214,7 +182,7 @@ class RunConfig:
     task: TaskConfig
     model: ModelSpec
     canaries: CanaryPlan
-    evaluate: EvalConfig
+    evaluate: EvalOptions  # the [evaluate] section: the evaluation plan fixed with the canaries, and how to score
     variants: list[Variant]
     raw: dict
 
@@ -233,6 +201,17 @@ def _build(cls, d: dict, section: str):
         return cls(**d)
     except TypeError as e:
         raise DpauditError(f"config section [{section}]: {e}") from None
+
+
+def _evaluate(d: dict) -> EvalOptions:
+    """The [evaluate] section (every key of :class:`EvalOptions` but ``off_plan``: a run follows its own plan)."""
+    if isinstance(d, dict) and "off_plan" in d:
+        raise DpauditError("config key 'evaluate.off_plan' is not allowed: a run evaluates by the plan it fixes; pass "
+                           "--off-plan to dpaudit evaluate for an exploratory re-evaluation")
+    try:
+        return _build(EvalOptions, d, "evaluate")
+    except DpauditError as e:
+        raise DpauditError(f"config section [evaluate]: {e}") from None
 
 
 ENGINE_KEYS = {f.name for f in dataclasses.fields(EngineConfig)} - {"progress"}
@@ -335,7 +314,7 @@ def parse(d: dict) -> RunConfig:
         task=task,
         model=model,
         canaries=plan,
-        evaluate=_build(EvalConfig, d.get("evaluate", {}), "evaluate"),
+        evaluate=_evaluate(d.get("evaluate", {})),
         variants=variants,
         raw=jsonable(d),
     )

@@ -13,7 +13,7 @@ No torch here.
 
 from __future__ import annotations
 
-from dpaudit import checks, options
+from dpaudit import options
 from dpaudit.errors import DpauditError
 
 DEFAULTS = {"attacks": list(options.ATTACKS), "rule": "bonferroni", "confidence": 0.95, "n_references": 2000}
@@ -29,17 +29,19 @@ def planned(attacks, rule: str, confidence: float, n_references: int) -> dict:
 
 
 def check(plan: dict, source: str) -> None:
-    bad = [a for a in plan.get("attacks", []) if a not in options.ATTACKS]
-    if bad or not plan.get("attacks"):
-        raise DpauditError(f"{source}: unknown attack {bad[0] if bad else None!r}; choose from "
-                           f"{', '.join(options.ATTACKS)}")
-    if plan.get("rule") not in options.RULES:
-        raise DpauditError(f"{source}: rule must be one of {', '.join(options.RULES)}, got {plan.get('rule')!r}")
-    c = plan.get("confidence")
-    checks.check_confidence(c, f"{source}: confidence")
-    n = plan.get("n_references")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 10:
-        raise DpauditError(f"{source}: n_references must be an integer >= 10, got {n!r}")
+    """Refuse a plan whose settings an evaluation would refuse (the bounds of :mod:`dpaudit.eval_options`)."""
+    from dpaudit.eval_options import EvalOptions
+
+    if not isinstance(plan.get("attacks"), list) or not plan["attacks"]:
+        raise DpauditError(f"{source}: attacks must be a non-empty list of {', '.join(options.ATTACKS)}")
+    for key in ("rule", "confidence", "n_references"):
+        if plan.get(key) is None:
+            raise DpauditError(f"{source}: {key} is missing")
+    try:
+        EvalOptions(attacks=tuple(plan["attacks"]), rule=plan["rule"], confidence=plan["confidence"],
+                    n_references=plan["n_references"])
+    except DpauditError as e:
+        raise DpauditError(f"{source}: {e}") from None
 
 
 def resolve(plan: dict | None, off_plan: bool = False, **given) -> tuple[dict, dict]:

@@ -19,7 +19,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from dpaudit import canaries, config, device, eval_plan, report
+from dpaudit import canaries, config, device, report
 from dpaudit.errors import DpauditError
 from dpaudit.evaluate import evaluate
 from dpaudit.io import check_out
@@ -83,7 +83,7 @@ def _preflight(cfg, data, manifest) -> None:
                                        f"variant {v.name!r}: ")
 
 
-def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: bool = False,
+def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
         only: tuple[str, ...] = (), resume: bool = False, snapshot_every: int = 100) -> dict:
     """Train, audit and compare every variant of the config at ``cfg_path`` into ``out``; snapshots every
     ``snapshot_every`` logical steps (0: none); ``resume`` continues an interrupted run in ``out``."""
@@ -107,9 +107,8 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
     fps = {v.name: fingerprint(cfg.to_dict(), v.name, data.fingerprint()) for v in cfg.variants}
     _check_resumable(out, cfg, fps, resume, snapshot_every)
     finished = {v.name: _finished(out, v, fps[v.name]) for v in cfg.variants} if resume else {}
-    ev = cfg.evaluate  # the evaluation plan is fixed with the canaries, before any training
-    manifest = canaries.generate(dataclasses.replace(cfg.canaries, evaluation=eval_plan.planned(
-        ev.attacks, ev.rule, ev.confidence, ev.n_references)))
+    # the evaluation plan is fixed with the canaries, before any training
+    manifest = canaries.generate(dataclasses.replace(cfg.canaries, evaluation=cfg.evaluate.plan()))
     _preflight(cfg, data, manifest)
     out.mkdir(parents=True, exist_ok=True)
     reports = {}
@@ -119,27 +118,23 @@ def run(cfg_path: Path, out: Path, command: str, progress: bool = True, redact: 
             continue
         trainer = user_dp if v.trainer.user_level else TRAINERS.get(v.trainer.method, dp_adam)
         if not distributed.is_main():  # torchrun: the other ranks train; rank 0 writes and evaluates
-            trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=False)
+            trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint")
             continue
         if trainer in SNAPSHOTTING:
             snaps = Snapshots(out / v.name / "train_state", snapshot_every, fps[v.name], resume)
-            ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress, snapshots=snaps)
+            ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", snapshots=snaps)
             snaps.clear()  # the checkpoint is written: the snapshots have served
         else:
-            ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", progress=progress)
+            ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint")
         if v.trainer.method == "pmixed":  # a deployment, audited through its outputs
             from dpaudit.pmixed import evaluate as pmixed_eval
             from dpaudit.pmixed import report as pmixed_report
 
-            r = pmixed_eval.evaluate_deployment(ck, confidence=cfg.evaluate.confidence, command=command,
-                                                progress=progress, whitebox_queries=cfg.evaluate.whitebox_queries)
+            r = pmixed_eval.evaluate_deployment(ck, cfg.evaluate, command=command)
             pmixed_report.write(r, out / v.name / "report", redact=redact)
             reports[v.name] = r
             continue
-        r = evaluate(ck, n_references=cfg.evaluate.n_references, confidence=cfg.evaluate.confidence,
-                     batch_size=cfg.evaluate.batch_size, command=command, progress=progress,
-                     attacks=list(cfg.evaluate.attacks), rule=cfg.evaluate.rule,
-                     enumerate_limit=cfg.evaluate.enumerate_limit, base_metrics=cfg.evaluate.base_metrics)
+        r = evaluate(ck, cfg.evaluate, command=command)
         report.write(r, out / v.name / "report", redact=redact)
         reports[v.name] = r
     if distributed.is_main():

@@ -27,11 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from dpaudit import checks, claim_check, options, verdict
+from dpaudit import checks, claim_check, options, report_build, verdict
 from dpaudit.errors import DpauditError
 from dpaudit.io import number, read_json, read_toml
-
-REPORT_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -89,9 +87,9 @@ def load_report(path: Path) -> dict:
     r = read_json(path, "report", "pass the report.json written by `dpaudit evaluate`")
     if not isinstance(r, dict):
         raise DpauditError(f"report {path} must hold a JSON object, not a {type(r).__name__}")
-    if r.get("schema_version") != REPORT_SCHEMA_VERSION:
+    if r.get("schema_version") != report_build.SCHEMA_VERSION:
         raise DpauditError(f"report {path} has schema_version {r.get('schema_version')!r}; this dpaudit reads "
-                           f"{REPORT_SCHEMA_VERSION}")
+                           f"{report_build.SCHEMA_VERSION}")
     if r.get("kind") not in ("evaluation", "comparison"):
         raise DpauditError(f"report {path} has kind {r.get('kind')!r}, neither an evaluation nor a comparison report")
     if r["kind"] == "comparison" and not r.get("variants"):

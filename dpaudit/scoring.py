@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from dpaudit import progress
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.tokens import model_device
 
@@ -59,7 +59,7 @@ def framing_of(ck, framing: str = "auto") -> str:
 
 
 def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, reference: str | Path | None,
-          n_references: int, enumerate_limit: int, progress: bool, framing: str = "bos_eos",
+          n_references: int, enumerate_limit: int, framing: str = "bos_eos",
           shard: tuple[int, int] | None = None) -> CanaryScores:
     """Every canary's scores; ``shard = (i, n)`` computes only shard i's batches (NaN elsewhere, :mod:`dpaudit.shards`)."""
     from dpaudit.tasks.models import is_classifier
@@ -69,7 +69,7 @@ def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, 
         check_context(model, tok, texts, framing)
     if is_classifier(model):
         return _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, shard)
-    return _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit, progress,
+    return _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit,
                       framing, shard)
 
 
@@ -154,7 +154,7 @@ def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, 
 
 
 def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit,
-               progress, framing, shard=None) -> CanaryScores:
+               framing, shard=None) -> CanaryScores:
     from dpaudit.attacks import BLACK_BOX
     from dpaudit.attacks.scoring import token_features
 
@@ -177,13 +177,13 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
             scores[a] = col
     exposure = None
     if "exposure" in attacks:
-        exposure = _exposure(ck.manifest, model, tok, batch_size, n_references, enumerate_limit, len(texts), progress,
+        exposure = _exposure(ck.manifest, model, tok, batch_size, n_references, enumerate_limit, len(texts),
                              framing, shard)
         scores["exposure"] = -exposure.canary_bits
     return CanaryScores(scores, exposure, notes)
 
 
-def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_canaries, progress,
+def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_canaries,
               framing, shard=None) -> ExposureScores:
     from dpaudit.attacks import exposure as exposure_attack
 
@@ -192,7 +192,7 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
         from dpaudit.attacks import exposure_trie
 
         space = list(exposure_attack.enumerate_space(p.alphabet, p.length))
-        bar = tqdm(desc="exposure: token trie over the whole space", unit=" nodes", disable=not progress, leave=False)
+        bar = progress.bar(desc="exposure: token trie over the whole space", unit=" nodes")
         bits = exposure_trie.log_probs(model, tok, p.prefix, space, p.suffix, 4 * batch_size, framing=framing,
                                        progress=bar.update, shard=shard)
         bar.close()
@@ -202,7 +202,7 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
         others[can] = False
         return ExposureScores(bits[can], bits[others], True, suffix_scored=False)
     refs = man.reference_secrets(n_references)
-    bar = tqdm(total=None if shard else len(refs) + n_canaries, desc="exposure", disable=not progress, leave=False)
+    bar = progress.bar(total=None if shard else len(refs) + n_canaries, desc="exposure")
     px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
                                               4 * batch_size, progress=bar.update, framing=framing, shard=shard)
     px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, 4 * batch_size,

@@ -45,10 +45,20 @@ def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | N
 
 
 def judge(card, acct: dict, best: dict | None, ceiling: float | None = None, record_best: dict | None = None,
-          curve: dict | None = None) -> dict:
+          curve: dict | None = None, plan_entry: dict | None = None) -> dict:
     """The headline verdict, its reason, and both checks. ``ceiling`` is the largest bound any of the audit's
     tests could have given; ``record_best`` the best bound of the record-level family (group privacy's second
-    claim); ``curve`` a test row that rejects the card's trade-off curve."""
+    claim); ``curve`` a test row that rejects the card's trade-off curve. An evaluation off the plan fixed before
+    training (``plan_entry``, :mod:`dpaudit.eval_plan`) keeps its headline but is marked exploratory."""
+    v = _headline(card, acct, best, ceiling, record_best, curve)
+    if plan_entry and plan_entry.get("status") == "off-plan":
+        v = {**v, "off_plan": True, "reason": "EXPLORATORY, off the evaluation plan fixed before training ("
+                                              + "; ".join(plan_entry["departures"]) + "): " + v["reason"]}
+    return v
+
+
+def _headline(card, acct: dict, best: dict | None, ceiling: float | None, record_best: dict | None,
+              curve: dict | None) -> dict:
     if ceiling is None:
         ceiling = best["ceiling"] if best else 0.0
     emp = empirical(card.claim.epsilon_value, best, ceiling, curve if card.is_private else None)

@@ -63,6 +63,9 @@ def main(argv=None) -> int:
     ap.add_argument("--canaries", type=int, default=200, help="Number of canaries m (about m/2 inserted).")
     ap.add_argument("--records", type=int, default=600, help="Public training records besides the canaries.")
     ap.add_argument("--epochs", type=int, default=8, help="Training epochs.")
+    ap.add_argument("--references", type=int, default=2000,
+                    help="Reference secrets that rank each canary's exposure: part of the evaluation plan fixed in "
+                         "canaries.json before training, so the evaluation takes it from there.")
     ap.add_argument("--seed", type=int, default=0, help="Seed of the data, canaries and initialisation.")
     ap.add_argument("--insecure-rng", action="store_true", help="Noise from torch's default RNG (not for release).")
     args = ap.parse_args(argv)
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
 
     # 1. canaries before training, inserted into the data
-    manifest = api.new_canaries(m=args.canaries, repetitions=1, seed=args.seed)
+    manifest = api.new_canaries(m=args.canaries, repetitions=1, seed=args.seed, n_references=args.references)
     model_dir = args.out / "model"
     model_dir.mkdir(exist_ok=True)
     manifest.save(model_dir / "canaries.json")
@@ -114,8 +117,8 @@ def main(argv=None) -> int:
     card = api.card_from_opacus(engine, loader, optimizer, delta=args.delta, method="opacus-dp-adam")
     card.save(model_dir / "privacy_card.json")
 
-    # 4. audit (the CLI equivalent: dpaudit evaluate OUT/model --out OUT/report)
-    report = api.evaluate(plain, tok, card, manifest, n_references=500, max_len=32)
+    # 4. audit by the plan fixed in step 1 (the CLI equivalent: dpaudit evaluate OUT/model --out OUT/report)
+    report = api.evaluate(plain, tok, card, manifest, max_len=32)
     md = api.write_report(report, args.out / "report")
     v = report["verdict"]
     print(f"{v['status']}: {v['reason']}")

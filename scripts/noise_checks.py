@@ -19,7 +19,7 @@ CONFIDENCE = 0.95
 
 def rows(folder: Path) -> list[str]:
     from dpaudit import scoring
-    from dpaudit.evaluate import noise_checks
+    from dpaudit.evidence import noise_checks
 
     out = []
     for card_file in sorted(folder.glob("*/checkpoint/privacy_card.json")):

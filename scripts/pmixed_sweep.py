@@ -46,8 +46,8 @@ def sweep(path: Path, rates, queries: int, seed: int, max_texts: int | None = No
     rows = []
     for q in rates:
         dep.spec = PMixedSpec(**{**dataclasses.asdict(dep.spec), "sample_rate": q})
-        ppl = ev.perplexity(dep, texts, seed, progress=False)
-        aud = ev.canary_audit(dep, man, seed + 1, queries, progress=False)
+        ppl = ev.perplexity(dep, texts, seed)
+        aud = ev.canary_audit(dep, man, seed + 1, queries)
         ex = ev.exact_check(dep, aud["whitebox"], aud["owners"], dep.spec.delta)
         rows.append({"q": q, "betas": list(dep.spec.betas), "perplexity": ppl["pmixed"],
                      "mean_subset_size": ppl["mean_subset_size"], "public": ppl["public"],

@@ -47,6 +47,6 @@ def test_smollm2_converts_and_generates(monkeypatch, tmp_path):
 
     model, _ = trainable.apply(model, "lora", lora_r=4, lora_alpha=8)
     recs = [sentiment.encode_example(e, tok, "lm", 32) for e in sentiment.load(n_train=16).train]
-    cfg = engine.EngineConfig(target_epsilon=8.0, delta=1e-5, epochs=0.25, batch_size=4, progress=False)
+    cfg = engine.EngineConfig(target_epsilon=8.0, delta=1e-5, epochs=0.25, batch_size=4)
     model, res = engine.train(model, recs, cfg, tok.pad_token_id, 32)
     assert res.steps == 1 and res.epsilon <= 8.0 and torch.isfinite(torch.tensor(res.losses[0]))

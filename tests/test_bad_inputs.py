@@ -24,6 +24,7 @@ def healthy(tmp_path_factory, tiny_model_factory):
     from dpaudit.accounting.events import SubsampledGaussian
     from dpaudit.canaries import CanaryPlan, generate
     from dpaudit.card import Claim, PrivacyCard
+    from dpaudit.eval_options import EvalOptions
     from dpaudit.evaluate import evaluate
     from dpaudit.report import write
 
@@ -33,7 +34,7 @@ def healthy(tmp_path_factory, tiny_model_factory):
                        dataset_size=100, method="dp_adam",
                        events=[SubsampledGaussian(sample_rate=0.1, noise_multiplier=1.0, steps=100)])
     ck = checkpoint.write(d / "ck", model, tok, card, generate(CanaryPlan(m=20, length=4)), {})
-    r = evaluate(ck, attacks=["loss"], progress=False)
+    r = evaluate(ck, EvalOptions(attacks=("loss",)))
     write(r, d / "report")
     return d
 

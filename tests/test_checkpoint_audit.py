@@ -30,8 +30,7 @@ def runs(tmp_path_factory, tiny_model_factory):
         man = Manifest(base.plan, [target, other])
         model, tok = tiny_model_factory(seed=i)
         recs = dp_adam.build_records(data, man, tok, "lm", 32, seed=i)
-        model, res = engine.train(model, recs, engine.EngineConfig(epochs=8, batch_size=8, lr=5e-3, seed=i,
-                                                                   progress=False), tok.pad_token_id, 32)
+        model, res = engine.train(model, recs, engine.EngineConfig(epochs=8, batch_size=8, lr=5e-3, seed=i), tok.pad_token_id, 32)
         card = PrivacyCard(claim=Claim(epsilon=None, delta=0.0))
         paths.append(checkpoint.write(root / f"run{i}", model, tok, card, man, {}))
     return paths

@@ -155,10 +155,11 @@ def test_reported_accuracy_is_recomputed_from_the_checkpoint(clf_run):
 
 
 def test_only_lm_attacks_on_a_classifier_is_a_clear_error(clf_run):
+    from dpaudit.eval_options import EvalOptions
     from dpaudit.evaluate import evaluate
 
     with pytest.raises(DpauditError, match="need a causal LM"):
-        evaluate(clf_run / "dp" / "checkpoint", attacks=["zlib", "exposure"], progress=False, off_plan=True)
+        evaluate(clf_run / "dp" / "checkpoint", EvalOptions(attacks=("zlib", "exposure"), off_plan=True))
 
 
 def test_lora_classifier_checkpoint_reloads_with_its_trained_head(clf_run):
@@ -256,7 +257,7 @@ def test_head_lr_moves_the_head_at_its_own_rate(which):
 
     model, tok = _tiny_bert()
     model, _ = trainable.apply(model, which, lora_r=4, lora_alpha=8)
-    cfg = engine.EngineConfig(lr=1e-4, head_lr=1e-2, progress=False)
+    cfg = engine.EngineConfig(lr=1e-4, head_lr=1e-2)
     params, opt = optim.adam(model, cfg.lr, cfg.weight_decay, cfg.head_lr)
     assert len(params) == sum(len(g["params"]) for g in opt.param_groups)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}

@@ -36,7 +36,7 @@ def test_recorded_norms_match_the_loop(tiny_model_factory, mode):
     ref.load_state_dict(model.state_dict())
     data = data_seam.collate([sentiment.encode_text(t, tok, 32) for t in SENTS], tok.pad_token_id, 32)
     expected = _loop_norms(ref, data)
-    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode=mode, progress=False)
+    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode=mode)
     opt = torch.optim.SGD(list(model.parameters()), lr=0.0)
     gsm, dp_opt, crit, _ = mechanism.record_level(model, opt, DataLoader(data, batch_size=len(data)), sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
     lossmod.batch_loss(gsm, *data.tensors, crit).backward()
@@ -56,7 +56,7 @@ def _train(tiny_model_factory, C, mode="hooks", cap=None):
     model, tok = tiny_model_factory()
     recs = [sentiment.encode_text(SENTS[i % len(SENTS)], tok, 32) for i in range(24)]
     cfg = engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=1, batch_size=8, clipping_norm=C,
-                              grad_sample_mode=mode, max_physical_batch_size=cap, progress=False)
+                              grad_sample_mode=mode, max_physical_batch_size=cap)
     _, res = engine.train(model, recs, cfg, tok.pad_token_id, 32)
     return res
 
@@ -82,8 +82,7 @@ def test_user_level_records_user_norms(tiny_model_factory):
     model, tok = tiny_model_factory()
     by_user = {f"u{i}": [sentiment.encode_text(SENTS[(i + k) % len(SENTS)], tok, 32) for k in range(2)]
                for i in range(12)}
-    cfg = engine.EngineConfig(target_epsilon=4.0, delta=1e-4, epochs=1, batch_size=4, clipping_norm=1e-6,
-                              progress=False)
+    cfg = engine.EngineConfig(target_epsilon=4.0, delta=1e-4, epochs=1, batch_size=4, clipping_norm=1e-6)
     _, res = engine.train_users(model, by_user, cfg, tok.pad_token_id, 32)
     c = res.clipping
     assert len(c["per_step"]["fraction_clipped"]) == res.steps
@@ -93,7 +92,7 @@ def test_user_level_records_user_norms(tiny_model_factory):
 def test_non_private_has_no_clipping_summary(tiny_model_factory):
     model, tok = tiny_model_factory()
     recs = [sentiment.encode_text(t, tok, 32) for t in SENTS]
-    _, res = engine.train(model, recs, engine.EngineConfig(batch_size=3, progress=False), tok.pad_token_id, 32)
+    _, res = engine.train(model, recs, engine.EngineConfig(batch_size=3), tok.pad_token_id, 32)
     assert res.summary()["clipping"] is None
     assert clipping_lines(None) == []
 

@@ -69,7 +69,7 @@ def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
     B = len(data)
     expected, ref_params = _reference(ref_model, data, C, B, choices)
 
-    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=C, grad_sample_mode=mode, progress=False)
+    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=C, grad_sample_mode=mode)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
     loader = DataLoader(data, batch_size=B)
     gsm, dp_opt, crit, _ = mechanism.record_level(model, opt, loader, sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
@@ -89,14 +89,14 @@ def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
 def _one_logical_step(tiny_model_factory, cap, sigma=0.0):
     model, tok = tiny_model_factory()
     data = data_seam.collate(_records(tok), tok.pad_token_id, 32)
-    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, max_physical_batch_size=cap, progress=False)
+    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, max_physical_batch_size=cap)
     opt = torch.optim.SGD(list(model.parameters()), lr=0.0)
     loader = DataLoader(data, batch_size=len(data))  # q = 1: every record in the (Poisson) batch
     gsm, dp_opt, crit, dp_loader = mechanism.record_level(model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
     calls = []
     orig = dp_opt.add_noise
     dp_opt.add_noise = lambda: (calls.append(1), orig())[1]
-    loop.run(gsm, dp_opt, data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1, progress=False)
+    loop.run(gsm, dp_opt, data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1)
     return [p.grad.clone() for p in model.parameters()], len(calls)
 
 
@@ -118,15 +118,14 @@ def test_loss_is_recorded_once_per_logical_step(tiny_model_factory, mode):
         direct = float(lossmod.per_sample_loss(lossmod.forward(model, ids, mask), tgt).mean())
     got = []
     for cap in (None, 2):
-        cfg = engine.EngineConfig(target_epsilon=1.0, max_physical_batch_size=cap, grad_sample_mode=mode,
-                                  progress=False)
+        cfg = engine.EngineConfig(target_epsilon=1.0, max_physical_batch_size=cap, grad_sample_mode=mode)
         m, _ = tiny_model_factory()
         opt = torch.optim.SGD(list(m.parameters()), lr=0.0)
         gsm, dp_opt, crit, dp_loader = mechanism.record_level(m, opt, DataLoader(data, batch_size=len(data)), sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
-        got.append(loop.run(gsm, dp_opt, data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1, progress=False))
+        got.append(loop.run(gsm, dp_opt, data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size), units.RecordStep(gsm, crit), 1))
         m, _ = tiny_model_factory()
         opt = torch.optim.SGD(list(m.parameters()), lr=0.0)
-        got.append(loop.run(m, opt, DataLoader(data, batch_size=len(data)), units.RecordStep(m, split_cap=cfg.max_physical_batch_size), 1, progress=False))
+        got.append(loop.run(m, opt, DataLoader(data, batch_size=len(data)), units.RecordStep(m, split_cap=cfg.max_physical_batch_size), 1))
     for losses in got:
         assert len(losses) == 1 and losses[0] == pytest.approx(direct, rel=1e-5)
 
@@ -154,7 +153,7 @@ def test_ghost_on_tied_embeddings_after_untying(tiny_model_factory):
     assert torch.equal(tied.lm_head.weight, tied.transformer.wte.weight)
     assert not trainable.untie_embeddings(tied)  # already untied
     data = data_seam.collate(_records(tok), tok.pad_token_id, 32)
-    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode="ghost", progress=False)
+    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode="ghost")
     opt = torch.optim.SGD(tied.parameters(), lr=0.0)
     gsm, dp_opt, crit, _ = mechanism.record_level(tied, opt, DataLoader(data, batch_size=len(data)), sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
     ids, mask, tgt = data.tensors
@@ -181,7 +180,7 @@ def test_ghost_on_tied_embeddings_frozen_matches_the_loop(tiny_model_factory):
     assert not model.transformer.wte.weight.requires_grad and model.lm_head.weight is model.transformer.wte.weight
     data = data_seam.collate(_records(tok), tok.pad_token_id, 32)
     expected, _ = _reference(ref, data, 0.05, len(data))
-    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode="ghost", progress=False)
+    cfg = engine.EngineConfig(target_epsilon=1.0, clipping_norm=0.05, grad_sample_mode="ghost")
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=0.0)
     gsm, dp_opt, crit, _ = mechanism.record_level(model, opt, DataLoader(data, batch_size=len(data)), sigma=0.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
@@ -210,8 +209,7 @@ def test_empty_poisson_batches_still_add_noise(tiny_model_factory):
 
     mechanism.record_level = spy
     try:
-        _, res = engine.train(model, recs, engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=5, batch_size=1,
-                                                               progress=False), tok.pad_token_id, 32)
+        _, res = engine.train(model, recs, engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=5, batch_size=1), tok.pad_token_id, 32)
     finally:
         mechanism.record_level = orig
     assert any(math.isnan(x) for x in res.losses)  # some batches were empty

@@ -66,7 +66,7 @@ def _train_tiny(tiny_model_factory, dev: str, seed: int = 0):
     model = model.to(device.resolve(dev))
     recs = [sentiment.encode_text(e["sentence"], tok, 32) for e in sentiment.load(n_train=64).train]
     cfg = EngineConfig(target_epsilon=4.0, delta=1e-5, epochs=1, batch_size=16, lr=1e-3, seed=seed,
-                       gradient_canaries=8, device=dev, progress=False)
+                       gradient_canaries=8, device=dev)
     return engine.train(model, recs, cfg, tok.pad_token_id, 32)
 
 

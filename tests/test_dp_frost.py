@@ -269,7 +269,7 @@ def _fit(tmp_path, extra: str, name: str = "v"):
 
     cfg = config.parse(tomllib.loads(FROST_CONFIG + f'[[variants]]\nname = "{name}"\n' + extra))
     data = registry.load_data(cfg.task.__dict__)
-    ck = dp_frost.fit(cfg, cfg.variants[0], data, canaries.generate(cfg.canaries), tmp_path / name, progress=False)
+    ck = dp_frost.fit(cfg, cfg.variants[0], data, canaries.generate(cfg.canaries), tmp_path / name)
     return cfg, load(ck)
 
 

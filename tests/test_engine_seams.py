@@ -43,14 +43,13 @@ def test_record_level_noise_is_drawn_once_per_parameter_per_logical_step(tiny_mo
     n_params = sum(p.requires_grad for p in model.parameters())
     counter = CountingNoise()
     cfg = engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=2, batch_size=2, grad_sample_mode=mode,
-                              max_physical_batch_size=cap, progress=False)
+                              max_physical_batch_size=cap)
     _, res = engine.train(model, _records(tok), cfg, tok.pad_token_id, 32, noise=counter)
     assert counter.calls == res.steps * n_params
 
 
 def test_gaussian_noise_object_reproduces_opacus_path(tiny_model_factory):
-    cfg = engine.EngineConfig(target_epsilon=4.0, delta=1e-4, epochs=1, batch_size=4, clipping_norm=0.5,
-                              progress=False)
+    cfg = engine.EngineConfig(target_epsilon=4.0, delta=1e-4, epochs=1, batch_size=4, clipping_norm=0.5)
     q, steps = 4 / 8, 2
     sigma = accounting.calibrate_sigma(4.0, 1e-4, q, steps, accountant=cfg.accountant)
     weights = []
@@ -66,7 +65,7 @@ def test_user_level_noise_plugs_into_the_same_optimizer(tiny_model_factory):
     model, tok = tiny_model_factory()
     by_user = {f"u{i}": _records(tok, 1 + i % 3) for i in range(10)}
     counter = CountingNoise()
-    cfg = engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=1, batch_size=5, progress=False)
+    cfg = engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=1, batch_size=5)
     _, res = engine.train_users(model, by_user, cfg, tok.pad_token_id, 32, noise=counter)
     assert counter.calls == res.steps * sum(p.requires_grad for p in model.parameters())
 
@@ -109,7 +108,7 @@ def test_selected_parameters_are_the_only_ones_trained(tiny_model_factory):
     names = [n for n, _ in model.named_parameters() if n.endswith("attn.c_attn.weight")]
     assert trainable.select(model, names) == names
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    cfg = engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=1, batch_size=4, progress=False)
+    cfg = engine.EngineConfig(target_epsilon=8.0, delta=1e-3, epochs=1, batch_size=4)
     model, res = engine.train(model, _records(tok), cfg, tok.pad_token_id, 32)
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert moved == set(names) and not math.isnan(res.epsilon)

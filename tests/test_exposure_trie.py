@@ -61,6 +61,7 @@ def test_evaluate_ranks_exposure_over_the_whole_space_by_default(tiny_model_fact
     from dpaudit import checkpoint
     from dpaudit.canaries import CanaryPlan, generate
     from dpaudit.card import Claim, PrivacyCard
+    from dpaudit.eval_options import EvalOptions
     from dpaudit.evaluate import evaluate
 
     model, tok = tiny_model_factory()
@@ -68,10 +69,10 @@ def test_evaluate_ranks_exposure_over_the_whole_space_by_default(tiny_model_fact
     card = PrivacyCard(claim=Claim(epsilon=None, delta=0.0), events=[], clipping_norm=1.0, expected_batch_size=8,
                        dataset_size=100)
     ck = checkpoint.write(tmp_path / "ck", model, tok, card, man, {})
-    r = evaluate(ck, attacks=["exposure"], progress=False)
+    r = evaluate(ck, EvalOptions(attacks=("exposure",)))
     ex = r["exposure"]
     assert ex["enumerated"] and ex["suffix_scored"] is False and ex["n_references"] == 10 ** 4 - 20
     want = exposure_trie.log_probs(model.eval(), tok, man.plan.prefix, [c.secret for c in man.canaries],
                                    man.plan.suffix, framing=r["canary_plan"]["framing"])
     np.testing.assert_allclose([c["log_perplexity_bits"] for c in ex["canaries"]], want, atol=1e-3)
-    assert evaluate(ck, attacks=["exposure"], progress=False, enumerate_limit=0)["exposure"]["enumerated"] is False
+    assert evaluate(ck, EvalOptions(attacks=("exposure",), enumerate_limit=0))["exposure"]["enumerated"] is False

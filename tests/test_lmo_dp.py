@@ -40,7 +40,7 @@ def _fit(tmp_path, extra: str, name: str = "v"):
 
     cfg = config.parse(tomllib.loads(LMO_CONFIG + f'[[variants]]\nname = "{name}"\n' + extra))
     data = registry.load_data(cfg.task.__dict__)
-    ck = lmo_dp.fit(cfg, cfg.variants[0], data, canaries.generate(cfg.canaries), tmp_path / name, progress=False)
+    ck = lmo_dp.fit(cfg, cfg.variants[0], data, canaries.generate(cfg.canaries), tmp_path / name)
     return cfg, load(ck)
 
 
@@ -72,10 +72,11 @@ def test_lmo_run_writes_the_papers_claim_and_dpaudit_reaccounts_the_mechanism(tm
 
 
 def test_evaluator_audits_each_canary_set_separately(tmp_path):
+    from dpaudit.eval_options import EvalOptions
     from dpaudit.evaluate import evaluate
 
     cfg, ck = _fit(tmp_path, "target_epsilon = 3.0\n")
-    r = evaluate(ck.path, n_references=20, attacks=["loss"], progress=False)  # canaries.generate: no plan
+    r = evaluate(ck.path, EvalOptions(n_references=20, attacks=("loss",)))  # canaries.generate: no plan
     names = {e["attack"] for e in r["empirical"]}
     assert {"whitebox_gradient", "whitebox_gradient_dense"} <= names
     assert r["attacks"]["whitebox_gradient_dense"]["kind"] == "dense"
@@ -120,7 +121,7 @@ def _whitebox_auc(y0: float, kind: str) -> float:
     recs = [encode_text(f"record {i} text", tok, 16) for i in range(64)]
     nz = LmoNoise(0, 0, 1.0, u_low=y0, u_high=y0 * (1 + 1e-9))
     cfg = engine.EngineConfig(target_epsilon=1.0, epochs=4, batch_size=16, lr=1e-3, clipping_norm=1.0,
-                              gradient_canaries=200, gradient_canary_kind=kind, progress=False)
+                              gradient_canaries=200, gradient_canary_kind=kind)
     ev = lambda q, steps: SubsampledLaplaceMixture(q, steps, nz.to_dict(), 1.0)  # noqa: E731
     _, res = engine.train(model, recs, cfg, tok.pad_token_id, 16, noise=LaplaceMixture(nz), event=ev)
     wb = res.gradient_canaries

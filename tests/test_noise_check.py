@@ -107,7 +107,7 @@ def test_honest_training_shows_the_cards_noise_when_the_batch_does_not_divide_th
     model, tok = tiny_model_factory()
     recs = [sentiment.encode_example(e, tok, "lm", 32) for e in sentiment.load(n_train=500, n_test=20).train]
     cfg = engine.EngineConfig(target_epsilon=1.0, delta=1e-5, epochs=2, batch_size=64, lr=1e-3, clipping_norm=1.0,
-                              gradient_canaries=1000, progress=False)
+                              gradient_canaries=1000)
     _, res = engine.train(model, recs, cfg, tok.pad_token_id, 32)
     gc = res.gradient_canaries
     x, signs = gc["step_projections"].astype(float), np.array(gc["signs"])

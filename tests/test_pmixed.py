@@ -271,7 +271,7 @@ def deployment(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("pmixed")
     (root / "c.toml").write_text(TINY_PMIXED)
-    reports = pipeline.run(root / "c.toml", root / "out", "test", progress=False)
+    reports = pipeline.run(root / "c.toml", root / "out", "test")
     return root / "out" / "pm" / "checkpoint", reports["pm"]
 
 
@@ -328,9 +328,10 @@ def test_deployment_generates_within_budget_and_refuses_beyond_it(deployment):
     top = subprocess.run(cmd + ["1", "--top-k", "5"], capture_output=True, text=True)
     assert top.returncode == 2 and "top-k" in top.stderr
     # the evaluation also checks the queries users asked, exactly, from the transcript
+    from dpaudit.eval_options import EvalOptions
     from dpaudit.pmixed import evaluate_deployment
 
-    r = evaluate_deployment(path, progress=False, whitebox_queries=3)
+    r = evaluate_deployment(path, EvalOptions(whitebox_queries=3))
     assert r["pmixed"]["exact"]["transcript_queries_checked"] == 3
     assert r["pmixed"]["exact"]["queries_checked"] == 6
 

@@ -58,7 +58,7 @@ CASES = {
 
 def _train(tiny_model_factory, case, snapshots=None):
     model, tok = tiny_model_factory()
-    cfg = EngineConfig(**{"epochs": 1.5, "batch_size": 8, "lr": 1e-3, "seed": 3, "progress": False, **CASES[case]})
+    cfg = EngineConfig(**{"epochs": 1.5, "batch_size": 8, "lr": 1e-3, "seed": 3, **CASES[case]})
     if case.startswith("user"):
         return engine.train_users(model, _users(tok), cfg, tok.pad_token_id, 32, snapshots=snapshots)
     return engine.train(model, _records(tok), cfg, tok.pad_token_id, 32, snapshots=snapshots)

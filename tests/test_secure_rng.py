@@ -16,7 +16,7 @@ TEXTS = ["a fine film", "dull and long", "great fun", "My account number is 1234
 def _train(factory, **kw):
     model, tok = factory()
     records = [sentiment.encode_text(TEXTS[i % len(TEXTS)], tok, 32) for i in range(24)]
-    cfg = engine.EngineConfig(target_epsilon=8.0, batch_size=6, epochs=1, lr=1e-2, progress=False, **kw)
+    cfg = engine.EngineConfig(target_epsilon=8.0, batch_size=6, epochs=1, lr=1e-2, **kw)
     model, _ = engine.train(model, records, cfg, tok.pad_token_id, 32)
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 

@@ -129,7 +129,7 @@ def test_user_level_training_refuses_label_word_records(tiny_model_factory):
     model, tok = tiny_model_factory()
     rec = sentiment.encode_example({"sentence": "a fine film", "label": 1}, tok, "label_words", 32)
     with pytest.raises(DpauditError, match="closed-choice"):
-        engine.train_users(model, {"u0": [rec]}, engine.EngineConfig(progress=False), tok.pad_token_id, 32)
+        engine.train_users(model, {"u0": [rec]}, engine.EngineConfig(), tok.pad_token_id, 32)
 
 
 def test_constant_predictor_accuracy_is_the_majority_label_share():

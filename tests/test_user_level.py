@@ -64,7 +64,7 @@ def test_each_user_moves_the_update_by_at_most_C(tiny_model_factory):
 def test_user_sampling_rate_matches_accounting(tiny_model_factory):
     model, tok = tiny_model_factory()
     by_user = {f"u{i}": [sentiment.encode_text(TEXTS[i % len(TEXTS)], tok, 32)] for i in range(40)}
-    cfg = engine.EngineConfig(target_epsilon=4.0, delta=1e-5, epochs=2, batch_size=8, progress=False)
+    cfg = engine.EngineConfig(target_epsilon=4.0, delta=1e-5, epochs=2, batch_size=8)
     model, res = engine.train_users(model, by_user, cfg, tok.pad_token_id, 32)
     assert res.sample_rate == pytest.approx(8 / 40) and res.steps == 10
     assert res.events[0].sample_rate == res.sample_rate and res.epsilon <= 4.0

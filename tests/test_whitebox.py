@@ -9,6 +9,7 @@ import pytest
 from dpaudit import checkpoint, report
 from dpaudit.canaries import CanaryPlan, generate
 from dpaudit.card import Claim, PrivacyCard
+from dpaudit.eval_options import EvalOptions
 from dpaudit.evaluate import evaluate
 from dpaudit.tasks import sentiment
 from dpaudit.trainers import engine, fit, mechanism
@@ -19,7 +20,7 @@ def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_pa
     data = sentiment.load(n_train=120, n_test=20)
     recs = [sentiment.encode_example(e, tok, "lm", 32) for e in data.train]
     cfg = engine.EngineConfig(target_epsilon=target_epsilon, delta=1e-5, epochs=4, batch_size=12, lr=1e-3,
-                              clipping_norm=1.0, gradient_canaries=1000, progress=False)
+                              clipping_norm=1.0, gradient_canaries=1000)
     orig = mechanism.record_level
     mechanism.record_level = lambda *a, sigma, **k: orig(*a, sigma=sigma * sigma_scale, **k)  # noqa: E731
     try:
@@ -35,7 +36,7 @@ def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_pa
 
 def test_whitebox_catches_too_little_noise(tiny_model_factory, tmp_path):
     ck, res = _train(tiny_model_factory, sigma_scale=0.05, target_epsilon=1.0, tmp_path=tmp_path, name="broken")
-    r = evaluate(ck, attacks=["loss"], progress=False)
+    r = evaluate(ck, EvalOptions(attacks=("loss",)))
     wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
     assert wb["epsilon_lb"] > 1.0
     assert wb["statistic"] == "likelihood_ratio" and wb["claim_curve_rejected"] is True
@@ -49,7 +50,7 @@ def test_whitebox_catches_too_little_noise(tiny_model_factory, tmp_path):
 
 def test_whitebox_honest_noise_passes(tiny_model_factory, tmp_path):
     ck, _ = _train(tiny_model_factory, sigma_scale=1.0, target_epsilon=1.0, tmp_path=tmp_path, name="honest")
-    r = evaluate(ck, attacks=["loss"], progress=False)
+    r = evaluate(ck, EvalOptions(attacks=("loss",)))
     wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
     assert wb["epsilon_lb"] <= 1.0
     assert wb["statistic"] == "likelihood_ratio" and wb["claim_curve_rejected"] is False
@@ -67,7 +68,7 @@ def test_noise_check_finds_a_shortfall_the_one_run_audit_cannot(tiny_model_facto
     """80% of the card's noise: far too little excess leakage for a one-run audit to prove at ε = 1, but the
     per-step projections show it (dpaudit/audit/noise_check.py); the verdict's tests are unchanged by it."""
     ck, _ = _train(tiny_model_factory, sigma_scale=0.8, target_epsilon=1.0, tmp_path=tmp_path, name="short")
-    r = evaluate(ck, attacks=["loss"], progress=False)
+    r = evaluate(ck, EvalOptions(attacks=("loss",)))
     nc = r["noise_checks"][0]
     assert nc["status"] == "below the card" and nc["upper"] < nc["noise_multiplier"] and nc["ratio"] < 0.9
     assert r["verdict"]["status"] != "violated"  # the one-run audit's own result: no proof above the claim
@@ -79,7 +80,7 @@ def test_whitebox_no_noise_reaches_ceiling(tiny_model_factory, tmp_path):
     signs, scores = np.array(gc["signs"]), np.array(gc["scores"])
     # inserted canaries score about (times sampled) > 0; held-out ones about 0 (only real-data gradients)
     assert np.all(np.array(gc["times_sampled"])[signs < 0] == 0)
-    r = evaluate(ck, attacks=["loss"], progress=False)
+    r = evaluate(ck, EvalOptions(attacks=("loss",)))
     wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient"][0]
     assert wb["epsilon_lb"] > 0.7 * wb["ceiling"]  # a few inserted canaries are never sampled
     assert r["attacks"]["whitebox_gradient"]["auc"] > 0.95
@@ -104,7 +105,7 @@ def test_whitebox_canaries_for_user_wise_dp_sgd(tiny_model_factory):
     for eps in (1.0, float("inf")):
         model, tok = tiny_model_factory()
         cfg = engine.EngineConfig(target_epsilon=eps, delta=1e-5, epochs=4, batch_size=5, clipping_norm=1.0,
-                                  gradient_canaries=500, progress=False)
+                                  gradient_canaries=500)
         model, res = engine.train_users(model, by_user, cfg, tok.pad_token_id, 32)
         gc = res.gradient_canaries
         signs, scores = np.array(gc["signs"]), np.array(gc["scores"])

@@ -31,10 +31,10 @@ def build_records(data, manifest: Manifest, tokenizer, objective: str, max_len: 
     return [recs[i] for i in order]
 
 
-def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True,
+def fit(cfg, variant, data, manifest: Manifest, out: Path,
         snapshots=None) -> Path:
     """Train one variant of a run config and write its checkpoint directory."""
-    tc, eng = variant.trainer, common.engine_config(variant, progress)
+    tc, eng = variant.trainer, common.engine_config(variant)
     model, tok = common.base_model(cfg, eng)
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)

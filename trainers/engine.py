@@ -55,7 +55,6 @@ class EngineConfig:
     gradient_canary_kind: str = "dirac"  # dirac | sparse | dense, or several joined by '+' (one set of m each)
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N (dpaudit/device.py)
     secure_rng: bool = False  # release runs: the mechanism's noise and sampling from a secret OS-entropy seed
-    progress: bool = True
 
     def __post_init__(self):
         for name in ("epochs", "lr", "clipping_norm", "weight_decay"):  # before any comparison below
@@ -293,7 +292,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         start, so_far, after, resumed = _resumable(
             snapshots, RunParts(model, opt, {}, {}, canaries, None, lambda t: [], stream), steps)
         losses = loop.run(model, opt, stream, RecordStep(model, choices=choices, split_cap=cfg.max_physical_batch_size),
-                          steps, progress=cfg.progress, desc="train", start=start, losses=so_far, after_step=after)
+                          steps, desc="train", start=start, losses=so_far, after_step=after)
         return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None, resumed=resumed)
     delta, steps = plan.delta, plan.steps
     if event is not None:
@@ -320,7 +319,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     start, so_far, after, resumed = _resumable(
         snapshots, RunParts(module, dp_opt, {"noise": dp_opt.generator}, {}, canaries, stats, ledger, stream), steps)
     losses = loop.run(module, dp_opt, stream, RecordStep(module, crit, choices), steps, stats=stats,
-                      progress=cfg.progress, desc="DP train", start=start, losses=so_far, after_step=after)
+                      desc="DP train", start=start, losses=so_far, after_step=after)
     return mechanism.release(module), _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats,
                                               [event(q, steps)] if event is not None else None, resumed)
 
@@ -369,7 +368,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     start, so_far, after, resumed = _resumable(
         snapshots, RunParts(module, opt, gens, {"users": batches.rng}, canaries, stats,
                             _gaussian_ledger(q, sigma) if cfg.private else (lambda t: [])), steps)
-    losses = loop.run(module, opt, batches, step, steps, stats=stats, progress=cfg.progress,
+    losses = loop.run(module, opt, batches, step, steps, stats=stats,
                       desc="user DP train" if cfg.private else "user train", start=start, losses=so_far,
                       after_step=after)
     for p in params:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dpaudit import checkpoint
+from dpaudit import checkpoint, report_build
 from dpaudit.trainers import pretrain, trainable
 
 
-def engine_config(variant, progress: bool):
-    return dataclasses.replace(variant.trainer.engine, progress=progress)
+def engine_config(variant):
+    return variant.trainer.engine
 
 
 def base_model(cfg, eng):
@@ -56,14 +56,14 @@ def run_record(cfg, variant, eng, res, data, trainer: dict, data_counts: dict) -
         "config": cfg.to_dict(),
         "task": dataclasses.asdict(cfg.task),
         "model": cfg.model.to_dict(),
-        "trainer": {**trainer, **{k: v for k, v in dataclasses.asdict(eng).items() if k != "progress"}},
+        "trainer": {**trainer, **dataclasses.asdict(eng)},
         "seeds": {"task_split": cfg.task.seed, "canaries": cfg.canaries.seed, "train": eng.seed,
                   "model_init": cfg.model.init_seed,
                   "mechanism": "secret: OS entropy, never recorded (train.secure_rng)" if eng.secure_rng else eng.seed},
         "data": {"source": data.source, "fingerprint": data.fingerprint(), **data_counts},
         "train_result": res.summary(),
-        "versions": checkpoint.versions(),
-        "machine": checkpoint.machine(),
+        "versions": report_build.versions(),
+        "machine": report_build.machine(),
     }
 
 

@@ -23,6 +23,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+from dpaudit import progress
 from dpaudit.accounting import SubsampledLaplaceMixture, lmo_paper, lmo_vector
 from dpaudit.accounting.lmo_noise import LmoNoise
 from dpaudit.canaries import Manifest
@@ -53,7 +54,7 @@ class Calibration:
     search: dict | None
 
 
-def calibrate(tc, eng, plan: engine.RecordPlan, progress: bool = False) -> Calibration:
+def calibrate(tc, eng, plan: engine.RecordPlan) -> Calibration:
     """The noise for this run and its claim, before any training (errors here cost nothing)."""
     if not eng.private:
         raise DpauditError("method = 'lmo_dp' needs a finite target_epsilon; the non-private baseline is "
@@ -62,12 +63,8 @@ def calibrate(tc, eng, plan: engine.RecordPlan, progress: bool = False) -> Calib
     shape = shape_of(tc)
     if tc.lmo_accounting == "paper":
         if shape is None:
-            bar = None
-            if progress:
-                from tqdm.auto import tqdm
-
-                bar = lambda xs: tqdm(xs, desc="LMO search", leave=False)  # noqa: E731
-            res = lmo_paper.search(eng.target_epsilon, delta, q, T, C, tc.lmo_objective, form=tc.lmo_form, progress=bar)
+            res = lmo_paper.search(eng.target_epsilon, delta, q, T, C, tc.lmo_objective, form=tc.lmo_form,
+                                   progress=lambda xs: progress.bar(xs, desc="LMO search"))
             return Calibration(res.noise, res.claim.epsilon, "lmo_paper", res.claim.detail, res.to_dict())
         c = lmo_paper.scale_to(shape, lambda nz: lmo_paper.claim(nz, C, q, T, delta).epsilon, eng.target_epsilon)
         nz = lmo_paper.scaled(shape, c)
@@ -82,15 +79,15 @@ def calibrate(tc, eng, plan: engine.RecordPlan, progress: bool = False) -> Calib
     return Calibration(nz, eps, "lmo_vector", detail, None)
 
 
-def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True,
+def fit(cfg, variant, data, manifest: Manifest, out: Path,
         snapshots=None) -> Path:
     """Train one LMO-DP variant of a run config and write its checkpoint directory."""
-    tc, eng = variant.trainer, common.engine_config(variant, progress)
+    tc, eng = variant.trainer, common.engine_config(variant)
     model, tok = common.base_model(cfg, eng)
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = dp_adam.build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     plan = engine.record_plan(len(records), eng)
-    cal = calibrate(tc, eng, plan, progress)
+    cal = calibrate(tc, eng, plan)
     dim = sum(p.numel() for p in model.parameters() if p.requires_grad)
     noise = LaplaceMixture(cal.noise, tc.lmo_draw)
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from tqdm.auto import tqdm
-
+from dpaudit import progress
+from dpaudit.trainers import distributed
 from dpaudit.trainers.clip_stats import ClipStats, module_norms
 
 
 def run(model, optimizer, batches: Iterable, unit_step: Callable[[object], tuple[float, int]], steps: int, *,
-        stats: ClipStats | None = None, progress: bool = True, desc: str = "train", start: int = 0,
+        stats: ClipStats | None = None, desc: str = "train", start: int = 0,
         losses: list[float] | None = None, after_step: Callable[[int, list[float]], None] | None = None) -> list[float]:
     """Run logical steps ``start`` .. ``steps`` - 1; returns one loss per logical step (the mean over its units;
     NaN when the sampled batch was empty), after ``losses`` (those of the first ``start`` steps, when resuming).
@@ -26,7 +26,7 @@ def run(model, optimizer, batches: Iterable, unit_step: Callable[[object], tuple
     trainable = [p for p in model.parameters() if p.requires_grad]
     losses = list(losses or [])
     part_sum, part_n = 0.0, 0  # a DP logical batch's physical parts, until the optimizer takes the noisy step
-    bar = tqdm(total=steps, initial=start, desc=desc, disable=not progress, leave=False)
+    bar = progress.bar(total=steps, initial=start, desc=desc, disable=not distributed.is_main())
     done = start
     for batch in batches:
         if done >= steps:

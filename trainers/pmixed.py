@@ -51,10 +51,10 @@ def training_users(data, manifest: Manifest) -> dict[str, list[str]]:
     return by_user
 
 
-def fit(cfg, variant, data, manifest: Manifest, out: Path, progress: bool = True) -> Path:
+def fit(cfg, variant, data, manifest: Manifest, out: Path) -> Path:
     tc = variant.trainer
     spec = spec_of(cfg, variant)
-    eng = dataclasses.replace(common.engine_config(variant, progress), target_epsilon=float("inf"),
+    eng = dataclasses.replace(common.engine_config(variant), target_epsilon=float("inf"),
                               gradient_canaries=0)
     parts = partitions(training_users(data, manifest), spec.n_models, spec.partition_salt)
     out = Path(out)

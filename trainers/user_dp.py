@@ -33,9 +33,9 @@ def capped_users(data: userlm.UserData, manifest: Manifest, k: int, selection: s
     return userlm.select(by_user, k, selection, seed, model=model, tok=tok, max_len=max_len)
 
 
-def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path, progress: bool = True,
+def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path,
         snapshots=None) -> Path:
-    tc, eng = variant.trainer, common.engine_config(variant, progress)
+    tc, eng = variant.trainer, common.engine_config(variant)
     model, tok = common.base_model(cfg, eng)
     base_for_selection = model if tc.selection in ("high_ppl", "low_ppl") else None
     capped = capped_users(data, manifest, tc.user_cap, tc.selection, eng.seed, base_for_selection, tok,

@@ -28,14 +28,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from dpaudit import checkpoint, claim_check, eval_plan
+from dpaudit import checkpoint, claim_check, eval_plan, progress, report_build
 from dpaudit.audit import families
 from dpaudit.canaries import load_manifest
 from dpaudit.card import load_card
 from dpaudit.errors import DpauditError
-from dpaudit.evaluate import claim_section
+from dpaudit.eval_options import EvalOptions
 from dpaudit.io import read_json
 from dpaudit.pmixed import audit as exact
 from dpaudit.pmixed import mixing
@@ -44,7 +43,6 @@ from dpaudit.reaccount import lemma_delta, reaccount
 from dpaudit.tokens import bos_id
 from dpaudit.verdict import judge
 
-SCHEMA_VERSION = 1
 ATTACK = "extraction"
 
 
@@ -52,13 +50,13 @@ def _framed(tok, text: str, max_len: int) -> list[int]:
     return ([bos_id(tok)] + tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id])[:max_len]
 
 
-def perplexity(dep: Deployment, texts: list[str], seed: int, progress: bool = True) -> dict:
+def perplexity(dep: Deployment, texts: list[str], seed: int) -> dict:
     """Token-weighted perplexity of p0, the non-private ensemble and PMixED over the same positions."""
     g = dep.generator(seed)
     nll = {"public": 0.0, "ensemble": 0.0, "pmixed": 0.0}
     n_tok, subset_sizes, lambdas = 0, [], []
     a, N = dep.spec.alpha, dep.spec.n_models
-    for text in tqdm(texts, desc="PMixED perplexity", disable=not progress):
+    for text in progress.bar(texts, desc="PMixED perplexity"):
         ids = torch.tensor(_framed(dep.tokenizer, text, dep.spec.max_len), device=dep.device)
         if len(ids) < 2:
             continue
@@ -112,7 +110,7 @@ def secret_span(tok, prefix: str, text: str, secret: str) -> tuple[list[int], in
     return full, start, end
 
 
-def canary_audit(dep: Deployment, man, seed: int, whitebox_queries: int, progress: bool = True) -> dict:
+def canary_audit(dep: Deployment, man, seed: int, whitebox_queries: int) -> dict:
     """Black-box extraction scores of every canary (one budget of T) and the exact divergences of the
     first ``whitebox_queries`` secret-token queries of the inserted canaries."""
     tok, spec = dep.tokenizer, dep.spec
@@ -124,7 +122,7 @@ def canary_audit(dep: Deployment, man, seed: int, whitebox_queries: int, progres
     g = dep.generator(seed)
     tie = np.random.default_rng([man.plan.seed, 11]).uniform(0, 0.5, len(man.canaries))  # fixed before any query
     scores, whitebox, owners = [], [], []
-    for c, (ids, s, e), u in tqdm(list(zip(man.canaries, spans, tie)), desc="PMixED canaries", disable=not progress):
+    for c, (ids, s, e), u in progress.bar(list(zip(man.canaries, spans, tie)), desc="PMixED canaries"):
         x = torch.tensor(ids, device=dep.device)
         lp0, lps = dep.next_token_logprobs(x)
         hits = 0
@@ -143,12 +141,12 @@ def canary_audit(dep: Deployment, man, seed: int, whitebox_queries: int, progres
             "owners": owners}
 
 
-def transcript_queries(dep: Deployment, limit: int, progress: bool = True) -> tuple[np.ndarray, list]:
+def transcript_queries(dep: Deployment, limit: int) -> tuple[np.ndarray, list]:
     """Exact divergences of the first ``limit`` queries users asked (the deployment's transcript.jsonl)."""
     from dpaudit.pmixed.deployment import read_transcript
 
     spec, wb, owners = dep.spec, [], []
-    for e in tqdm(read_transcript(dep.path)[:limit], desc="PMixED transcript", disable=not progress):
+    for e in progress.bar(read_transcript(dep.path)[:limit], desc="PMixED transcript"):
         x = torch.tensor(e["context"][-spec.max_len:], device=dep.device)
         lp0, lps = dep.next_token_logprobs(x)
         wb.append(exact.query_divergences(lp0[-1], lps[:, -1], spec.betas, spec.alpha, spec.sample_rate)
@@ -192,18 +190,19 @@ def accounting(card, ex: dict) -> dict:
             "certified_epsilon": check["upper"]}
 
 
-def evaluate_deployment(path: Path, confidence: float | None = None, command: str | None = None, progress: bool = True,
-                        seed: int = 0, whitebox_queries: int = 64, off_plan: bool = False,
-                        device: str = "auto") -> dict:
-    """The report of one PMixED deployment; ``confidence`` defaults to the manifest's evaluation plan
-    (:mod:`dpaudit.eval_plan`; a departure needs ``off_plan``), the attacks and references do not apply."""
+def evaluate_deployment(path: Path, options: EvalOptions | None = None, command: str | None = None,
+                        seed: int = 0) -> dict:
+    """The report of one PMixED deployment. Of ``options`` (:class:`dpaudit.eval_options.EvalOptions`) it reads
+    ``confidence`` (default: the manifest's evaluation plan; a departure needs ``off_plan``),
+    ``whitebox_queries`` and ``device``; the attacks and references do not apply."""
     t0 = time.time()
+    options = options or EvalOptions()
     path = Path(path)
-    dep = Deployment.load(path, device)
+    dep = Deployment.load(path, options.device or "auto")
     card, man = load_card(path / "privacy_card.json"), load_manifest(path / "canaries.json")
-    planned = man.plan.evaluation
-    _, plan_entry = eval_plan.resolve(planned, off_plan, confidence=confidence, attacks=None if planned is None
-                                      else planned["attacks"], rule=None, n_references=None)
+    _, plan_entry = eval_plan.resolve(man.plan.evaluation, options.off_plan, confidence=options.confidence,
+                                      attacks=None, rule=None, n_references=None)
+    whitebox_queries = options.whitebox_queries
     confidence = plan_entry["used"]["confidence"]
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
     metrics = {}
@@ -214,12 +213,12 @@ def evaluate_deployment(path: Path, confidence: float | None = None, command: st
         if run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
             raise DpauditError(f"the task data no longer matches the deployment's fingerprint "
                                f"{run['data']['fingerprint']}; restore the data it was trained on")
-        ppl = perplexity(dep, [r["text"] for r in data.test], seed, progress)
+        ppl = perplexity(dep, [r["text"] for r in data.test], seed)
         metrics = {"task": run["task"]["name"], "perplexity": ppl["pmixed"], "n_test": len(data.test),
                    "source": data.source, "split": "validation" if run["task"].get("validation") else "test",
                    "pmixed_perplexity": ppl}
-    aud = canary_audit(dep, man, seed + 1, whitebox_queries, progress)
-    logged, logged_owners = transcript_queries(dep, whitebox_queries, progress)
+    aud = canary_audit(dep, man, seed + 1, whitebox_queries)
+    logged, logged_owners = transcript_queries(dep, whitebox_queries)
     ex = exact_check(dep, np.concatenate([aud["whitebox"], logged]), aud["owners"] + logged_owners, card.claim.delta)
     ex["transcript_queries_checked"] = len(logged)
     acct = accounting(card, ex)
@@ -234,12 +233,11 @@ def evaluate_deployment(path: Path, confidence: float | None = None, command: st
     empirical = families.one_run_rows(scores, plan, None)
     record_rows = families.record_level_rows(scores, plan, 1, dlt)
     best = families.best(empirical, "claimed")
-    verdict = judge(card, acct, best, families.ceiling(empirical, "claimed"), families.best(record_rows, "record_claim"))
+    verdict = judge(card, acct, best, families.ceiling(empirical, "claimed"), families.best(record_rows, "record_claim"),
+                    plan_entry=plan_entry)
+    content_hash = _hash(path)
     return {
-        "schema_version": SCHEMA_VERSION, "kind": "evaluation",
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "checkpoint": {"path": str(path), "hash": _hash(path), "variant": run.get("variant")},
-        **claim_section(card),
+        **report_build.head(path, content_hash, run.get("variant"), card),
         "accounting": acct,
         "empirical": empirical + record_rows,
         "empirical_best": best,
@@ -257,21 +255,12 @@ def evaluate_deployment(path: Path, confidence: float | None = None, command: st
         "pmixed": {"spec": dep.spec.to_dict(), "betas": list(dep.spec.betas), "rdp_budget": dep.spec.rdp_budget,
                    "per_query_rdp": dep.spec.per_query, "exact": ex, "canary_queries": aud["queries"],
                    "ledger": dep.ledger.state(), "seed": seed},
-        "reproducibility": {"command": command, "config": run.get("config"), "seeds": run.get("seeds"),
-                            "data": run.get("data"), "train_result": run.get("train_result"),
-                            "checkpoint_hash": _hash(path), "versions": checkpoint.versions(),
-                            "machine": checkpoint.machine()},
+        "reproducibility": report_build.reproducibility(run, content_hash, command),
         "timings": {"total_s": time.time() - t0},
     }
 
 
 def _hash(path: Path) -> str:
-    """sha256 over the deployment's weights, card, manifest and spec (not its ledger or transcript)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for f in sorted(Path(path).rglob("*")):
-        if f.is_file() and f.suffix in (".safetensors", ".json") and f.name not in ("run.json", "ledger.json"):
-            h.update(str(f.relative_to(path)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+    """The deployment's weights, card, manifest and spec (not its run record, ledger or transcript)."""
+    return checkpoint.content_hash(Path(path), Path(path).rglob("*"),
+                                   skip=lambda f: f.name in ("run.json", "ledger.json"))

@@ -40,7 +40,6 @@ cfg = EngineConfig(
     clipping_norm=C,
     grad_sample_mode=mode,
     max_physical_batch_size=64,
-    progress=False,
 )
 t = time.time()
 try:

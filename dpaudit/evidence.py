@@ -1,0 +1,116 @@
+"""Step 3 of ``dpaudit evaluate`` (docs/architecture.md, "The flow"): the audit of one evaluation's scores.
+
+    load ─► score ─► **audit** ─► judge ─► render
+
+From the canary scores (and the white-box records) to every test family's one-run lower bounds under one
+correction, the bounds' limits, the exposure reading and the noise checks: an :class:`Evidence` value, which
+the judge (:mod:`dpaudit.verdict`) and the renderer (:mod:`dpaudit.report_build`) read and never change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpaudit.audit import families
+from dpaudit.reaccount import claim_profile, group_delta, lemma_delta
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the audit found. ``empirical``: the claim's test rows (``record_rows``: group privacy's second,
+    record-level claim); ``best``: the row the verdict reads; ``ceiling``: the most any test could show."""
+
+    plan: families.Plan
+    record_reps: int
+    n_families: int
+    empirical: list
+    record_rows: list
+    best: dict | None
+    ceiling: float
+    record_best: dict | None
+    curve: dict | None
+    attack_rows: list
+    exposure: dict
+    limits: list
+    noise_checks: list
+
+
+def audit(card, man, scored, whitebox: list | None, mechanism: dict, confidence: float, rule: str) -> Evidence:
+    """The evidence of ``scored`` (:class:`dpaudit.scoring.CanaryScores`) and the white-box records against the
+    claim of ``card``, with the canaries of ``man``."""
+    n_families = 2 if record_claim(card) else 1  # every test that can trigger a verdict shares one correction
+    plan, record_reps = audit_plan(card, man, families.per_family(confidence, n_families), rule)
+    expo = _exposure(man, scored.exposure, card, plan) if scored.exposure is not None else {}
+    scores = per_audit_unit(man, scored.scores)
+    empirical = families.one_run_rows(scores, plan, whitebox)
+    primary = "claimed" if card.is_private else "zero"
+    record_rows = _record_level(card, man, scores, plan, record_reps)
+    return Evidence(
+        plan=plan, record_reps=record_reps, n_families=n_families, empirical=empirical, record_rows=record_rows,
+        best=families.best(empirical, primary), ceiling=families.ceiling(empirical, primary),
+        record_best=families.best(record_rows, "record_claim") if record_rows else None,
+        curve=families.curve_rejection(empirical), attack_rows=families.attack_rows(scores, plan.signs, whitebox),
+        exposure=expo,
+        limits=families.limits(empirical, card.claim.epsilon_value, mechanism) if card.is_private else [],
+        noise_checks=noise_checks(whitebox, confidence))
+
+
+def audit_plan(card, man, confidence: float, rule: str) -> tuple[families.Plan, int]:
+    """(the audit plan, repetitions per inserted record). A canary user is a group of records for a
+    record-level claim; a user-level claim covers all of one user's records, however many."""
+    record_reps = max([c.repetitions for c in man.canaries] + [1])
+    reps = record_reps * man.plan.records_per_user if card.claim.unit == "record" else 1
+    signs = man.user_groups()[1] if man.per_user else man.signs()  # one coin per canary user
+    deltas = ((("claimed", group_delta(card, reps)),) if card.is_private else ()) + (("zero", 0.0),)
+    k_pos, k_neg = man.plan.guesses
+    plan = families.Plan(signs, k_pos, k_neg, reps, deltas, confidence, rule, man.plan.seed,
+                         whitebox_delta=card.claim.delta if card.is_private else 0.0,
+                         claim_profile=claim_profile(card))
+    return plan, record_reps
+
+
+def per_audit_unit(man, scores: dict) -> dict:
+    """Canary users are scored by the mean over their records; other canaries are their own unit."""
+    if not man.per_user:
+        return scores
+    _, _, owner = man.user_groups()
+    counts = np.bincount(owner)
+    return {a: np.bincount(owner, weights=sc) / counts for a, sc in scores.items()}
+
+
+def noise_checks(whitebox: list | None, confidence: float) -> list[dict]:
+    """Per white-box canary set that allows it, how much noise its recorded updates carry at most
+    (dpaudit/audit/noise_check.py): a check of the card's sigma beside the verdict, not one of its tests."""
+    from dpaudit.audit import noise_check
+
+    return [{"attack": w["name"], "kind": w["kind"], **noise_check.from_sums(w["noise_check"],
+                                                                             w["noise_check"]["noise_multiplier"],
+                                                                             confidence)}
+            for w in whitebox or [] if w.get("noise_check")]
+
+
+def record_claim(card) -> dict | None:
+    """Group privacy's second claim (record level, ``extra.record_level``) of a user-level card, else None."""
+    rl = (card.extra or {}).get("record_level") if card.is_private else None
+    return rl if rl and card.claim.unit == "user" else None
+
+
+def _exposure(man, exposure, card, plan: families.Plan) -> dict:
+    canaries = [{"id": c.id, "inserted": c.inserted, "repetitions": c.repetitions, "secret": c.secret}
+                for c in man.canaries]
+    return families.exposure_report(canaries, exposure.canary_bits, exposure.reference_bits, man.signs(),
+                                    man.plan.space_size, exposure.enumerated, group_delta(card, plan.group_size),
+                                    plan.confidence, plan.group_size, exposure.suffix_scored)
+
+
+def _record_level(card, man, scores: dict, plan: families.Plan, record_reps: int) -> list[dict]:
+    """Group privacy also claims a record-level guarantee: audit it too. A canary user's records share one
+    coin, so each audit unit is a group of (records per user x repetitions) records; the bound is divided
+    by that group size and uses the group's delta under the record-level claim."""
+    rl = record_claim(card)
+    if not rl:
+        return []
+    g = record_reps * man.plan.records_per_user
+    return families.record_level_rows(scores, plan, g, lemma_delta(rl["epsilon"], rl["delta"], g))
