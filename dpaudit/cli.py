@@ -154,7 +154,6 @@ def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit,
     extraction within one budget, and perplexity through the protocol (the attack options do not apply)."""
     from dpaudit import device, progress
     from dpaudit.eval_options import EvalOptions
-    from dpaudit.pmixed.deployment import is_deployment
 
     progress.set_quiet(quiet)
     device.resolve(device_name, "--device")  # before any work
@@ -166,18 +165,9 @@ def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit,
     if shard is not None or merge_parts:
         _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts)
         return
-    if is_deployment(checkpoint):  # a PMixED deployment is audited through its outputs (dpaudit/pmixed)
-        from dpaudit.pmixed import evaluate as pmixed_eval
-        from dpaudit.pmixed import report as pmixed_report
+    from dpaudit.evaluate import evaluate_folder
 
-        r = pmixed_eval.evaluate_deployment(checkpoint, opts, command=_command_line())
-        _done(r, pmixed_report.write(r, out, redact=redact))
-        return
-    from dpaudit import report
-    from dpaudit.evaluate import evaluate as run_eval
-
-    r = run_eval(checkpoint, opts, command=_command_line())
-    _done(r, report.write(r, out, redact=redact))
+    _done(evaluate_folder(checkpoint, opts, _command_line(), out, redact), out)
 
 
 def _done(r: dict, out: Path) -> None:

@@ -26,8 +26,8 @@ from dpaudit.canaries import CanaryPlan
 from dpaudit.errors import DpauditError
 from dpaudit.eval_options import EvalOptions
 from dpaudit.io import jsonable, read_toml
-from dpaudit.tasks.models import ModelSpec
-from dpaudit.trainers.engine import EngineConfig
+from dpaudit.tasks.model_spec import ModelSpec
+from dpaudit.trainers.engine_config import EngineConfig
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,7 @@ class TaskConfig:
         if self.name not in options.TASKS:
             raise DpauditError(f"task.name {self.name!r} unknown; choose one of {', '.join(options.TASKS)}")
         if self.source is None:
-            from dpaudit.tasks.registry import DEFAULT_SOURCE
-
-            object.__setattr__(self, "source", DEFAULT_SOURCE[self.name])
+            object.__setattr__(self, "source", options.DEFAULT_SOURCE[self.name])
         if self.objective not in options.OBJECTIVES:
             raise DpauditError(f"task.objective must be one of {', '.join(options.OBJECTIVES)}, got {self.objective!r}")
         if self.objective == "classifier" and self.name != "sentiment":
@@ -118,7 +116,7 @@ class TrainerConfig:
     def _check_pmixed(self) -> None:
         if self.method != "pmixed":
             return
-        from dpaudit.pmixed.deployment import PMixedSpec
+        from dpaudit.pmixed.spec import PMixedSpec
 
         e = self.engine
         if not math.isfinite(e.target_epsilon) or e.delta is None:

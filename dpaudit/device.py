@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import re
 
-import torch
-
 from dpaudit.errors import DpauditError
 
 CHOICES = ("auto", "cpu", "cuda")
@@ -24,9 +22,11 @@ def check(name: str, where: str = "device") -> str:
     return name
 
 
-def resolve(name: str = "auto", where: str = "device") -> torch.device:
+def resolve(name: str = "auto", where: str = "device"):
     """The torch device ``name`` stands for on this machine; asking for CUDA where none is visible is an error
     (not a silent fall-back to the CPU)."""
+    import torch
+
     check(name, where)
     if name == "cpu":
         return torch.device("cpu")

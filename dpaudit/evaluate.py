@@ -49,6 +49,25 @@ def evaluate(ckpt_dir: Path, options: EvalOptions | None = None, command: str | 
     return evaluate_checkpoint(checkpoint.load(ckpt_dir), options, command)
 
 
+def evaluate_folder(folder: Path, opts: EvalOptions, command: str | None, out: Path, redact: bool = False) -> dict:
+    """The report of what a method wrote, written into ``out``: a checkpoint's evaluation, or a PMixED
+    deployment's (audited through its outputs); the folder's files tell which."""
+    from dpaudit.pmixed.deployment import is_deployment
+
+    if is_deployment(folder):
+        from dpaudit.pmixed import evaluate as pmixed_eval
+        from dpaudit.pmixed import report as pmixed_report
+
+        r = pmixed_eval.evaluate_deployment(folder, opts, command=command)
+        pmixed_report.write(r, out, redact=redact)
+        return r
+    from dpaudit import report
+
+    r = evaluate(folder, opts, command=command)
+    report.write(r, out, redact=redact)
+    return r
+
+
 def evaluate_checkpoint(ck: checkpoint.Checkpoint, options: EvalOptions | None = None,
                         command: str | None = None) -> dict:
     """:func:`evaluate` of a loaded checkpoint (a folder, or a model held as objects: dpaudit.api.evaluate)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 # ---- runs -------------------------------------------------------------------------------------------
 TASKS = ("sentiment", "table2text", "userlm")
+DEFAULT_SOURCE = {"sentiment": "rotten-tomatoes", "table2text": "e2e-synthetic", "userlm": "chitchat"}  # per task
 OBJECTIVES = ("lm", "label_words", "classifier")
 RECORD_METHODS = ("dp_adam", "dp_frost", "lmo_dp")
 # private prediction (dpaudit/pmixed): trained non-privately on partitions, privacy spent per query

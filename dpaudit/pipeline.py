@@ -21,14 +21,11 @@ from pathlib import Path
 
 from dpaudit import canaries, config, device, report
 from dpaudit.errors import DpauditError
-from dpaudit.evaluate import evaluate
+from dpaudit.evaluate import evaluate_folder
 from dpaudit.io import check_out
 from dpaudit.tasks import registry
-from dpaudit.trainers import distributed, dp_adam, dp_frost, lmo_dp, pmixed, user_dp
+from dpaudit.trainers import distributed, methods
 from dpaudit.trainers.snapshot import Snapshots
-
-TRAINERS = {"dp_frost": dp_frost, "lmo_dp": lmo_dp, "pmixed": pmixed}  # record-level methods with their own module; else dp_adam
-SNAPSHOTTING = (dp_adam, lmo_dp, user_dp)  # one engine run per variant: snapshots every few steps
 
 
 def fingerprint(raw: dict, variant: str, data_fingerprint: str) -> str:
@@ -116,27 +113,16 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
         if finished.get(v.name) is not None:
             reports[v.name] = finished[v.name]
             continue
-        trainer = user_dp if v.trainer.user_level else TRAINERS.get(v.trainer.method, dp_adam)
+        method = methods.get(v.trainer.method)
         if not distributed.is_main():  # torchrun: the other ranks train; rank 0 writes and evaluates
-            trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint")
+            method.fit(cfg, v, data, manifest, out / v.name / "checkpoint")
             continue
-        if trainer in SNAPSHOTTING:
-            snaps = Snapshots(out / v.name / "train_state", snapshot_every, fps[v.name], resume)
-            ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint", snapshots=snaps)
+        snaps = Snapshots(out / v.name / "train_state", snapshot_every, fps[v.name], resume) \
+            if method.snapshots else None
+        folder = method.fit(cfg, v, data, manifest, out / v.name / "checkpoint", snapshots=snaps)
+        if snaps is not None:
             snaps.clear()  # the checkpoint is written: the snapshots have served
-        else:
-            ck = trainer.fit(cfg, v, data, manifest, out / v.name / "checkpoint")
-        if v.trainer.method == "pmixed":  # a deployment, audited through its outputs
-            from dpaudit.pmixed import evaluate as pmixed_eval
-            from dpaudit.pmixed import report as pmixed_report
-
-            r = pmixed_eval.evaluate_deployment(ck, cfg.evaluate, command=command)
-            pmixed_report.write(r, out / v.name / "report", redact=redact)
-            reports[v.name] = r
-            continue
-        r = evaluate(ck, cfg.evaluate, command=command)
-        report.write(r, out / v.name / "report", redact=redact)
-        reports[v.name] = r
+        reports[v.name] = evaluate_folder(folder, cfg.evaluate, command, out / v.name / "report", redact)
     if distributed.is_main():
         report.write_comparison(reports, out, command, cfg.to_dict(), redact=redact)
     return reports

@@ -6,12 +6,12 @@ one line here."""
 from __future__ import annotations
 
 from dpaudit.errors import DpauditError
+from dpaudit.options import DEFAULT_SOURCE  # noqa: F401 - read as registry.DEFAULT_SOURCE
 from dpaudit.options import TASKS as TASK_NAMES
 from dpaudit.tasks import sentiment, table2text, userlm
 
 TASKS = {"sentiment": sentiment, "table2text": table2text, "userlm": userlm}
 assert tuple(TASKS) == TASK_NAMES, "dpaudit.options.TASKS and the task registry disagree"
-DEFAULT_SOURCE = {"sentiment": "rotten-tomatoes", "table2text": "e2e-synthetic", "userlm": "chitchat"}
 
 
 def get(name: str):

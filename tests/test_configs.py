@@ -87,3 +87,22 @@ def test_check_reads_a_report_without_torch():
             "print(rc, heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "0 []", out.stdout + out.stderr
+
+
+def test_reading_every_config_imports_no_torch():
+    """Parsing and validating a run config is light (docs/architecture.md, Options): torch, transformers, opacus,
+    peft and datasets are blocked in a fresh interpreter and every committed config still loads."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys, glob\n"
+            "for m in ('torch', 'transformers', 'opacus', 'peft', 'datasets'): sys.modules[m] = None\n"
+            "from dpaudit import config\n"
+            f"files = [f for f in sorted(glob.glob({str(root / 'configs' / '*.toml')!r})) if 'policy' not in f]\n"
+            "for f in files: config.load(f)\n"
+            "print(len(files))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout) >= 15

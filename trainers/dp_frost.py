@@ -111,8 +111,9 @@ def select(model, tensors, choices, tc, eng, budget: Budget, k: int = 0) -> tupl
     return names, record
 
 
-def fit(cfg, variant, data, manifest: Manifest, out: Path) -> Path:
-    """Train one DP-FROST variant of a run config and write its checkpoint directory."""
+def fit(cfg, variant, data, manifest: Manifest, out: Path, snapshots=None) -> Path:
+    """Train one DP-FROST variant of a run config and write its checkpoint directory (no snapshots: see
+    :mod:`dpaudit.trainers.methods`)."""
     tc, eng = variant.trainer, common.engine_config(variant)
     model, tok = common.base_model(cfg, eng)
     trainable.prepare_tied(model, tc.tied_embeddings, eng.grad_sample_mode, "full")

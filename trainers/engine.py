@@ -25,82 +25,16 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from dpaudit import accounting, checks, device
+from dpaudit import accounting
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.errors import DpauditError
-from dpaudit.options import GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS
 from dpaudit.trainers import data as data_seam
 from dpaudit.trainers import distributed, loop, mechanism, optim
 from dpaudit.trainers.clip_stats import ClipStats
+from dpaudit.trainers.engine_config import EngineConfig
 from dpaudit.trainers.loss import run_choices
 from dpaudit.trainers.snapshot import RunParts
 from dpaudit.trainers.units import RecordStep, UserStep
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    target_epsilon: float = math.inf  # inf = non-private baseline
-    delta: float | None = None  # None = 1 / (2 N), Li et al.'s default
-    epochs: float = 1.0
-    batch_size: int = 32  # expected (logical) batch size B; q = B / N under Poisson sampling
-    lr: float = 1e-3
-    head_lr: float | None = None  # a classifier's new head only: its own learning rate (None = lr)
-    weight_decay: float = 0.0
-    clipping_norm: float = 0.1  # Li et al.'s default C
-    accountant: str = "prv"
-    grad_sample_mode: str = "hooks"
-    seed: int = 0
-    max_physical_batch_size: int | None = None  # split logical batches (memory); noise once per logical batch
-    gradient_canaries: int = 0  # white-box canaries (trainers/gradient_canaries.py); 0 = none
-    gradient_canary_kind: str = "dirac"  # dirac | sparse | dense, or several joined by '+' (one set of m each)
-    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N (dpaudit/device.py)
-    secure_rng: bool = False  # release runs: the mechanism's noise and sampling from a secret OS-entropy seed
-
-    def __post_init__(self):
-        for name in ("epochs", "lr", "clipping_norm", "weight_decay"):  # before any comparison below
-            if not checks.finite(getattr(self, name)):
-                raise DpauditError(f"train.{name} must be a finite number, got {getattr(self, name)!r}")
-        e = self.target_epsilon
-        if not checks.number(e) or not e > 0:
-            raise DpauditError(f"train.target_epsilon must be > 0 (inf for non-private), got {e!r}")
-        if self.delta is not None:
-            accounting.validate_delta(self.delta)
-        if not self.epochs > 0:
-            raise DpauditError(f"train.epochs must be > 0, got {self.epochs}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise DpauditError(f"train.batch_size must be an integer >= 1, got {self.batch_size}")
-        if not self.lr > 0:
-            raise DpauditError(f"train.lr must be > 0, got {self.lr}")
-        if self.head_lr is not None and not (isinstance(self.head_lr, (int, float)) and self.head_lr > 0):
-            raise DpauditError(f"train.head_lr must be > 0 (or left out to use train.lr), got {self.head_lr!r}")
-        if not self.clipping_norm > 0:
-            raise DpauditError(f"train.clipping_norm must be > 0, got {self.clipping_norm}")
-        if self.accountant not in accounting.GAUSSIAN_ACCOUNTANTS:
-            raise DpauditError(f"train.accountant {self.accountant!r} unknown; choose one of "
-                               f"{', '.join(accounting.GAUSSIAN_ACCOUNTANTS)}")
-        if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
-            raise DpauditError(f"train.grad_sample_mode must be one of {GRAD_SAMPLE_MODES}")
-        if self.max_physical_batch_size is not None and (not isinstance(self.max_physical_batch_size, int)
-                                                         or self.max_physical_batch_size < 1):
-            raise DpauditError(f"train.max_physical_batch_size must be an integer >= 1, got {self.max_physical_batch_size!r}")
-        if not isinstance(self.gradient_canaries, int) or self.gradient_canaries < 0 or self.gradient_canaries == 1:
-            raise DpauditError(f"train.gradient_canaries must be 0 or an integer >= 2, got {self.gradient_canaries!r}")
-        device.check(self.device, "train.device")
-        if not isinstance(self.secure_rng, bool):
-            raise DpauditError(f"train.secure_rng must be true or false, got {self.secure_rng!r}")
-        kinds = self.canary_kinds
-        bad = [k for k in kinds if k not in GRADIENT_CANARY_KINDS]
-        if bad or len(set(kinds)) != len(kinds):
-            raise DpauditError(f"train.gradient_canary_kind must be one of {', '.join(GRADIENT_CANARY_KINDS)} or several "
-                               f"distinct ones joined by '+' (e.g. 'dirac+dense'), got {self.gradient_canary_kind!r}")
-
-    @property
-    def canary_kinds(self) -> list[str]:
-        return str(self.gradient_canary_kind).split("+")
-
-    @property
-    def private(self) -> bool:
-        return not math.isinf(self.target_epsilon)
 
 
 @dataclass

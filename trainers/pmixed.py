@@ -51,7 +51,9 @@ def training_users(data, manifest: Manifest) -> dict[str, list[str]]:
     return by_user
 
 
-def fit(cfg, variant, data, manifest: Manifest, out: Path) -> Path:
+def fit(cfg, variant, data, manifest: Manifest, out: Path, snapshots=None) -> Path:
+    """Train the N adapters of one PMixED variant and write its deployment folder (no snapshots: see
+    :mod:`dpaudit.trainers.methods`)."""
     tc = variant.trainer
     spec = spec_of(cfg, variant)
     eng = dataclasses.replace(common.engine_config(variant), target_epsilon=float("inf"),

@@ -1,0 +1,54 @@
+"""Every training method behind one protocol (docs/architecture.md, "One method protocol").
+
+    method = methods.get("dp_frost")
+    folder = method.fit(cfg, variant, data, manifest, out, snapshots=None)
+
+Each method module exposes ``fit(cfg, variant, data, manifest, out, snapshots=None) -> Path`` (the folder it
+wrote: a checkpoint, or for PMixED a deployment, which ``dpaudit evaluate`` tells apart by its files) and
+declares what it supports. Adding a method is one module and one line here (and its name in
+``dpaudit.options.METHODS``, which this registry must match).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from dpaudit import options
+from dpaudit.errors import DpauditError
+from dpaudit.trainers import dp_adam, dp_frost, lmo_dp, pmixed, user_dp
+
+
+@dataclass(frozen=True)
+class Method:
+    """A training method: its ``fit`` and its declared capabilities. ``snapshots``: training can be snapshotted
+    and resumed mid-run (one engine run per variant); a method without it retrains an interrupted variant from
+    its start with the same seeds."""
+
+    name: str
+    module: ModuleType
+    snapshots: bool
+
+    def fit(self, cfg, variant, data, manifest, out, snapshots=None):
+        if snapshots is not None and not self.snapshots:
+            raise DpauditError(f"method {self.name!r} does not write training snapshots")
+        return self.module.fit(cfg, variant, data, manifest, out, snapshots=snapshots)
+
+
+REGISTRY = {m.name: m for m in (
+    Method("dp_adam", dp_adam, snapshots=True),
+    Method("dp_frost", dp_frost, snapshots=False),  # two phases (selection, training): retrained on resume
+    Method("lmo_dp", lmo_dp, snapshots=True),
+    Method("user_dp_sgd", user_dp, snapshots=True),
+    Method("group_privacy", user_dp, snapshots=True),
+    Method("pmixed", pmixed, snapshots=False),  # N adapters: retrained on resume
+)}
+assert tuple(sorted(REGISTRY)) == tuple(sorted(options.METHODS)), "trainers.methods must list options.METHODS"
+
+
+def get(name: str) -> Method:
+    """The method called ``name`` (one of :data:`dpaudit.options.METHODS`)."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise DpauditError(f"unknown method {name!r}; available: {', '.join(options.METHODS)}") from None
