@@ -28,6 +28,7 @@ from dpaudit.eval_options import EvalOptions
 from dpaudit.io import jsonable, read_toml
 from dpaudit.tasks.model_spec import ModelSpec
 from dpaudit.trainers.engine_config import EngineConfig
+from dpaudit.trainers.method_options import SECTIONS, FrostOptions, LmoOptions, PMixedOptions
 
 
 @dataclass(frozen=True)
@@ -68,32 +69,10 @@ class TrainerConfig:
     lora_targets: str = "attention"  # attention (q/v, Hu et al.) | all-linear (every linear map of the blocks)
     user_cap: int = 8  # user-level methods: at most k records per user
     selection: str = "random"  # user-level methods: how the k records are chosen (tasks/userlm.py)
-    # DP-FROST (trainers/dp_frost.py; Shi et al. defaults)
-    frost_gamma: float = 0.25  # parameter budget: this fraction of all parameters
-    frost_selection: str = "psel"  # psel (T rounds) | single (one round) | random | pval (data-independent)
-    frost_rounds: int = 5  # T
-    frost_sample_rate: float = 0.02  # q_ps: Poisson rate of each selection round's sample
-    frost_rate_reading: str = "text"  # accounting rate of selection: text = q_ps, alg3 = 1 (Alg. 3)
-    frost_nu: float = 5.0  # early-selection threshold in standard deviations
-    frost_pgm: str = "dp_mgna"  # dp_mg | dp_mgn | dp_mgna
-    frost_alpha: int = 1  # norm order of the PGMs
-    frost_clipping_norm: float = 1.0  # c of the PGMs (scale-free at alpha = 1: nearly every example is clipped)
-    frost_r_eps: float = 0.9  # share of epsilon calibrating the training phase alone (ComputeSigma)
-    frost_reselect: int = 1  # K: select again before each of K equal training segments
-    # LMO-DP (trainers/lmo_dp.py; Yang et al.): Laplace noise of random inverse scale Y
-    lmo_accounting: str = "paper"  # which analysis calibrates the noise and writes the claim: paper | vector
-    lmo_noise: dict | None = None  # the shape of Y (a1, a2, a3, gamma_k, ...); None = Alg. 3's search (paper)
-    lmo_fixed: bool = False  # control: a fixed Laplace scale (Y a point mass) instead of a mixture
-    lmo_draw: str = "per_coordinate"  # one Y per coordinate, or one per step for all coordinates
-    lmo_form: str = "sum"  # Y as the weighted sum of its parts, or one part picked with probability a_k
-    lmo_objective: str = "mean_abs"  # what the search minimises: E|Z| or Var Z
-    # PMixED (dpaudit/pmixed; Flemings et al.): N adapters trained non-privately on hash partitions of the users;
-    # target_epsilon and delta are eps_G and delta of the deployment's T queries
-    pmixed_models: int = 8  # N
-    pmixed_queries: int = 1024  # T, the query budget
-    pmixed_sample_rate: float = 0.03  # q, the Poisson rate of models per query
-    pmixed_alpha: int = 3  # the one Rényi order of the analysis
-    pmixed_reading: str = "code"  # how Thm C.4 is evaluated: code (base loss at alpha) | theorem (at k)
+    # the methods' own sections (trainers/method_options.py): [train.frost], [train.lmo], [train.pmixed]
+    frost: FrostOptions = field(default_factory=FrostOptions)
+    lmo: LmoOptions = field(default_factory=LmoOptions)
+    pmixed: PMixedOptions = field(default_factory=PMixedOptions)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
@@ -102,15 +81,12 @@ class TrainerConfig:
         if not isinstance(self.user_cap, int) or self.user_cap < 1:
             raise DpauditError(f"train.user_cap (k) must be an integer >= 1, got {self.user_cap!r}")
         for key, allowed in (("selection", options.SELECTIONS), ("tied_embeddings", options.TIED_EMBEDDINGS),
-                             ("lora_targets", options.LORA_TARGETS), ("trainable", options.TRAINABLES),
-                             ("frost_selection", options.FROST_SELECTIONS), ("frost_pgm", options.PGM_VARIANTS),
-                             ("frost_rate_reading", options.FROST_RATE_READINGS),
-                             ("lmo_accounting", options.LMO_ACCOUNTINGS), ("lmo_draw", options.LMO_DRAWS),
-                             ("lmo_form", options.LMO_FORMS), ("lmo_objective", options.LMO_OBJECTIVES)):
+                             ("lora_targets", options.LORA_TARGETS), ("trainable", options.TRAINABLES)):
             if getattr(self, key) not in allowed:
                 raise DpauditError(f"train.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
-        self._check_frost()
-        self._check_lmo()
+        if self.method == "dp_frost" and self.trainable != "full":
+            raise DpauditError("train.method = 'dp_frost' chooses its own trainable partitions; leave trainable = "
+                               "'full'")
         self._check_pmixed()
 
     def _check_pmixed(self) -> None:
@@ -124,45 +100,9 @@ class TrainerConfig:
                                "without privacy is the non-private ensemble its report already shows")
         if self.trainable != "lora":
             raise DpauditError("method = 'pmixed' fine-tunes one LoRA adapter per partition: set trainable = 'lora'")
-        PMixedSpec(n_models=self.pmixed_models, epsilon=e.target_epsilon, delta=e.delta, alpha=self.pmixed_alpha,
-                   queries=self.pmixed_queries, sample_rate=self.pmixed_sample_rate, reading=self.pmixed_reading)
-
-    def _check_lmo(self) -> None:
-        if not isinstance(self.lmo_fixed, bool):
-            raise DpauditError(f"train.lmo_fixed must be true or false, got {self.lmo_fixed!r}")
-        if self.lmo_noise is not None:
-            from dpaudit.accounting.lmo_noise import LmoNoise
-
-            if self.lmo_fixed:
-                raise DpauditError("train.lmo_fixed = true is a fixed Laplace scale; remove train.lmo_noise")
-            LmoNoise.from_dict({**self.lmo_noise, "form": self.lmo_noise.get("form", self.lmo_form)})
-        if self.method == "lmo_dp" and self.lmo_accounting == "vector" and self.lmo_noise is None and not self.lmo_fixed:
-            raise DpauditError("train.lmo_accounting = 'vector' calibrates a given shape: set train.lmo_noise (e.g. from "
-                               "`dpaudit lmo search`) or train.lmo_fixed = true")
-
-    def _check_frost(self) -> None:
-        def number(v):
-            return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-        if not (number(self.frost_gamma) and 0 < self.frost_gamma <= 1):
-            raise DpauditError(f"train.frost_gamma must be in (0, 1], got {self.frost_gamma!r}")
-        for key in ("frost_rounds", "frost_reselect"):
-            v = getattr(self, key)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise DpauditError(f"train.{key} must be an integer >= 1, got {v!r}")
-        if not (number(self.frost_r_eps) and 0 < self.frost_r_eps < 1):
-            raise DpauditError(f"train.frost_r_eps must be in (0, 1) (the training phase's share of epsilon), got "
-                               f"{self.frost_r_eps!r}")
-        if not (number(self.frost_sample_rate) and 0 < self.frost_sample_rate <= 1):
-            raise DpauditError(f"train.frost_sample_rate must be in (0, 1], got {self.frost_sample_rate!r}")
-        if not (number(self.frost_nu) and self.frost_nu >= 0) or not (number(self.frost_clipping_norm)
-                                                                       and self.frost_clipping_norm > 0):
-            raise DpauditError("train.frost_nu must be >= 0 and train.frost_clipping_norm > 0")
-        if self.frost_alpha not in (1, 2):
-            raise DpauditError(f"train.frost_alpha must be 1 or 2, got {self.frost_alpha!r}")
-        if self.method == "dp_frost" and self.trainable != "full":
-            raise DpauditError("train.method = 'dp_frost' chooses its own trainable partitions; leave trainable = "
-                               "'full'")
+        o = self.pmixed
+        PMixedSpec(n_models=o.models, epsilon=e.target_epsilon, delta=e.delta, alpha=o.alpha, queries=o.queries,
+                   sample_rate=o.sample_rate, reading=o.reading)
 
     @property
     def user_level(self) -> bool:
@@ -219,10 +159,25 @@ TRAINER_KEYS = {f.name for f in dataclasses.fields(TrainerConfig)} - {"engine"}
 def _trainer(d: dict, section: str) -> TrainerConfig:
     unknown = sorted(set(d) - ENGINE_KEYS - TRAINER_KEYS)
     if unknown:
+        moved = unknown[0].split("_", 1)
+        if moved[0] in SECTIONS and len(moved) == 2:
+            raise DpauditError(f"config key '{section}.{unknown[0]}' moved to its method's section: write "
+                               f"{moved[1]} = ... under [train.{moved[0]}] (or [variants.{moved[0]}] in a variant)")
         raise DpauditError(f"unknown key '{section}.{unknown[0]}' in config; valid keys: "
                            f"{', '.join(sorted(ENGINE_KEYS | TRAINER_KEYS))}")
     eng = _build(EngineConfig, {k: v for k, v in d.items() if k in ENGINE_KEYS}, section)
-    return _build(TrainerConfig, {**{k: v for k, v in d.items() if k in TRAINER_KEYS}, "engine": eng}, section)
+    methods = {s: _build(cls, d.get(s, {}), f"{section}.{s}") for s, (cls, _) in SECTIONS.items()}
+    plain = {k: v for k, v in d.items() if k in TRAINER_KEYS and k not in SECTIONS}
+    return _build(TrainerConfig, {**plain, **methods, "engine": eng}, section)
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """A variant's [train] keys: the shared section's, overridden key by key (method sections too)."""
+    out = {**base, **over}
+    for s in SECTIONS:
+        if isinstance(base.get(s), dict) and isinstance(over.get(s), dict):
+            out[s] = {**base[s], **over[s]}
+    return out
 
 
 # Trainer keys that only some variants use: each applies when its predicate holds for the variant's resolved
@@ -241,19 +196,22 @@ APPLIES = {
                         "'freeze', or 'untie' with grad_sample_mode = 'ghost' and trainable = 'full'"),
     "gradient_canary_kind": (lambda t, clf: t.engine.gradient_canaries > 0, "gradient_canaries > 0"),
     "head_lr": (lambda t, clf: clf and t.trainable != "head", "classifier models fine-tuned beyond their head"),
-    **{k: (lambda t, clf: t.method == "dp_frost", "method = 'dp_frost'")
-       for k in ("frost_gamma", "frost_selection", "frost_rounds", "frost_sample_rate", "frost_rate_reading",
-                 "frost_nu", "frost_pgm", "frost_alpha", "frost_clipping_norm", "frost_r_eps", "frost_reselect")},
-    **{k: (lambda t, clf: t.method == "lmo_dp", "method = 'lmo_dp'")
-       for k in ("lmo_accounting", "lmo_noise", "lmo_fixed", "lmo_draw", "lmo_form", "lmo_objective")},
-    **{k: (lambda t, clf: t.method == "pmixed", "method = 'pmixed'")
-       for k in ("pmixed_models", "pmixed_queries", "pmixed_sample_rate", "pmixed_alpha", "pmixed_reading")},
 }
 
 
 def _refuse_inapplicable(base: dict, overrides: list[dict], variants: list[Variant], classifier: bool) -> None:
     """A key a variant sets itself must apply to that variant; a key of the shared [train] section must apply
-    to at least one variant. Otherwise it would be silently ignored: refuse it, as ModelSpec does."""
+    to at least one variant. Otherwise it would be silently ignored: refuse it, as ModelSpec does. A method's
+    section ([train.frost], ...) applies to that method only."""
+    for over, v in zip(overrides, variants):
+        for s in sorted(set(over) & set(SECTIONS)):
+            if v.trainer.method != SECTIONS[s][1]:
+                raise DpauditError(f"variant {v.name!r}: [variants.{s}] applies to method = '{SECTIONS[s][1]}' only; "
+                                   "remove it from the variant")
+    for s in sorted(set(base) & set(SECTIONS)):
+        if not any(v.trainer.method == SECTIONS[s][1] for v in variants):
+            raise DpauditError(f"[train.{s}] applies to method = '{SECTIONS[s][1]}' only and no variant is one; "
+                               "remove it")
     for over, v in zip(overrides, variants):
         for key in sorted(set(over) & set(APPLIES)):
             ok, where = APPLIES[key]
@@ -279,7 +237,7 @@ def parse(d: dict) -> RunConfig:
         if "name" not in v or not str(v["name"]).replace("-", "").replace("_", "").isalnum():
             raise DpauditError(f"variants[{i}] needs a 'name' of letters, digits, '-' or '_'")
         over = {k: val for k, val in v.items() if k != "name"}
-        variants.append(Variant(str(v["name"]), _trainer({**base, **over}, f"variants[{i}]")))
+        variants.append(Variant(str(v["name"]), _trainer(_merged(base, over), f"variants[{i}]")))
     if len({v.name for v in variants}) != len(variants):
         dup = next(n for n in [v.name for v in variants] if [v.name for v in variants].count(n) > 1)
         raise DpauditError(f"two variants are named {dup!r}; variant names must be unique")

@@ -58,7 +58,7 @@ def test_classifier_head_is_always_trained_and_taken_from_the_budget():
     with pytest.raises(DpauditError, match="smallest partition"):
         partitions.budget(parts, 1e-6)
     for bad in (0, -0.1, 1.5):
-        with pytest.raises(DpauditError, match="frost_gamma"):
+        with pytest.raises(DpauditError, match="frost.gamma"):
             partitions.budget(parts, bad)
 
 
@@ -253,9 +253,10 @@ delta = 1e-5
 epochs = 1
 batch_size = 24
 lr = 5e-3
-frost_gamma = 0.3
-frost_sample_rate = 0.25
-frost_rounds = 3
+[train.frost]
+gamma = 0.3
+sample_rate = 0.25
+rounds = 3
 """
 
 
@@ -281,8 +282,8 @@ def _changed(cfg, ck):
     return {n for n in init if not torch.equal(init[n].detach(), trained[n].detach())}
 
 
-@pytest.mark.parametrize("extra", ['target_epsilon = 2.0\n', 'target_epsilon = 2.0\nfrost_rate_reading = "alg3"\n',
-                                   'target_epsilon = 2.0\nfrost_reselect = 2\nfrost_selection = "single"\n'])
+@pytest.mark.parametrize("extra", ['target_epsilon = 2.0\n', 'target_epsilon = 2.0\n[variants.frost]\nrate_reading = "alg3"\n',
+                                   'target_epsilon = 2.0\n[variants.frost]\nreselect = 2\nselection = "single"\n'])
 def test_dp_frost_trains_only_its_choice_and_accounts_the_composition(tmp_path, extra):
     import json
 
@@ -295,8 +296,8 @@ def test_dp_frost_trains_only_its_choice_and_accounts_the_composition(tmp_path, 
     assert _changed(cfg, ck) <= chosen and _changed(cfg, ck)  # a frozen partition does not change
     card = ck.card
     sel_ev, train_ev = card.events
-    k = cfg.variants[0].trainer.frost_reselect
-    rounds = 1 if cfg.variants[0].trainer.frost_selection == "single" else 3
+    k = cfg.variants[0].trainer.frost.reselect
+    rounds = 1 if cfg.variants[0].trainer.frost.selection == "single" else 3
     assert sel_ev.steps == k * rounds and sel_ev.sample_rate == (1.0 if "alg3" in extra else 0.25)
     assert card.extra["frost"]["rate_reading"] == ("alg3" if "alg3" in extra else "text")
     assert card.claim.epsilon <= 2.0 and card.method == "dp_frost"
@@ -308,16 +309,17 @@ def test_dp_frost_trains_only_its_choice_and_accounts_the_composition(tmp_path, 
 
 
 def test_data_independent_baselines_cost_no_selection(tmp_path):
-    cfg, ck = _fit(tmp_path, 'target_epsilon = 2.0\nfrost_selection = "pval"\n')
+    cfg, ck = _fit(tmp_path, 'target_epsilon = 2.0\n[variants.frost]\nselection = "pval"\n')
     assert len(ck.card.events) == 1 and ck.card.claim.epsilon <= 2.0
     cfg, ck = _fit(tmp_path, 'target_epsilon = inf\n', "np")
     assert not ck.card.is_private and ck.card.extra["frost"]["sigma_ps"] == 0.0
 
 
 @pytest.mark.parametrize("extra,needle", [
-    ("frost_gamma = 0", "frost_gamma"), ("frost_gamma = 1.5", "frost_gamma"), ("frost_rounds = 0", "frost_rounds"),
-    ("frost_r_eps = 1.0", "frost_r_eps"), ("frost_r_eps = 0", "frost_r_eps"), ('frost_pgm = "x"', "frost_pgm"),
-    ('trainable = "lora"', "dp_frost"),
+    ("[variants.frost]\ngamma = 0", "frost.gamma"), ("[variants.frost]\ngamma = 1.5", "frost.gamma"),
+    ("[variants.frost]\nrounds = 0", "frost.rounds"), ("[variants.frost]\nr_eps = 1.0", "frost.r_eps"),
+    ("[variants.frost]\nr_eps = 0", "frost.r_eps"), ('[variants.frost]\npgm = "x"', "frost.pgm"),
+    ('trainable = "lora"', "dp_frost"), ("frost_gamma = 0.5", "moved to its method's section"),
 ])
 def test_bad_frost_settings_fail_before_training(extra, needle):
     import tomllib
@@ -330,7 +332,7 @@ def test_bad_frost_settings_fail_before_training(extra, needle):
 
 def test_budget_smaller_than_every_partition_fails_before_training(tmp_path):
     with pytest.raises(DpauditError, match="smallest partition"):
-        _fit(tmp_path, "target_epsilon = 1.0\nfrost_gamma = 0.0001\n")
+        _fit(tmp_path, "target_epsilon = 1.0\n[variants.frost]\ngamma = 0.0001\n")
     assert not (tmp_path / "v").exists()
 
 

@@ -28,7 +28,8 @@ lr = 5e-3
 clipping_norm = 1.0
 gradient_canaries = 40
 gradient_canary_kind = "dirac+dense"
-lmo_noise = {a1 = 0.3, a2 = 0.2, a3 = 0.5, gamma_k = 2.0, gamma_theta = 0.5, exp_rate = 5.0, u_low = 0.5, u_high = 1.5}
+[train.lmo]
+noise = {a1 = 0.3, a2 = 0.2, a3 = 0.5, gamma_k = 2.0, gamma_theta = 0.5, exp_rate = 5.0, u_low = 0.5, u_high = 1.5}
 """
 
 
@@ -136,11 +137,11 @@ def test_whitebox_canaries_find_the_leak_without_noise_and_none_under_strong_noi
 
 @pytest.mark.parametrize("extra, needle", [
     ("target_epsilon = inf\n", "finite target_epsilon"),
-    ('target_epsilon = 1.0\nlmo_accounting = "vector"\nlmo_noise = {}\n', "not all 0"),
-    ('target_epsilon = 1.0\nlmo_noise = {a3 = 1.0, u_low = 0.0, u_high = 1.0}\n', "0 < a < b"),
-    ('target_epsilon = 1.0\nlmo_noise = {a1 = 1.0, gamma_k = -1.0}\n', "k > 0"),
-    ('target_epsilon = 1.0\nlmo_draw = "sometimes"\n', "lmo_draw"),
-    ('target_epsilon = 1.0\nlmo_noise = {a3 = 1.0, u_low = 1.0, u_high = 2.0, colour = 1}\n', "colour"),
+    ('target_epsilon = 1.0\n[variants.lmo]\naccounting = "vector"\nnoise = {}\n', "not all 0"),
+    ('target_epsilon = 1.0\n[variants.lmo]\nnoise = {a3 = 1.0, u_low = 0.0, u_high = 1.0}\n', "0 < a < b"),
+    ('target_epsilon = 1.0\n[variants.lmo]\nnoise = {a1 = 1.0, gamma_k = -1.0}\n', "k > 0"),
+    ('target_epsilon = 1.0\n[variants.lmo]\ndraw = "sometimes"\n', "lmo.draw"),
+    ('target_epsilon = 1.0\n[variants.lmo]\nnoise = {a3 = 1.0, u_low = 1.0, u_high = 2.0, colour = 1}\n', "colour"),
 ])
 def test_bad_lmo_settings_fail_before_training(tmp_path, extra, needle):
     with pytest.raises(DpauditError, match=needle):
@@ -160,7 +161,7 @@ def test_vector_calibration_meets_its_target_and_claims_with_its_own_accountant(
     from dpaudit.accounting import lmo_vector
     from dpaudit.trainers import engine, lmo_dp
 
-    tc = config_trainer('target_epsilon = 4.0\nlmo_accounting = "vector"\nlmo_fixed = true\n')
+    tc = config_trainer('target_epsilon = 4.0\n[variants.lmo]\naccounting = "vector"\nfixed = true\n')
     plan = engine.record_plan(144, tc.engine)
     cal = lmo_dp.calibrate(tc, tc.engine, plan)
     assert cal.claim_accountant == "lmo_vector" and 3.9 < cal.claim_epsilon <= 4.0
@@ -171,8 +172,8 @@ def test_vector_calibration_meets_its_target_and_claims_with_its_own_accountant(
 def config_trainer(extra: str):
     from dpaudit import config
 
-    text = LMO_CONFIG.replace("lmo_noise = {a1 = 0.3, a2 = 0.2, a3 = 0.5, gamma_k = 2.0, gamma_theta = 0.5, exp_rate = "
-                              "5.0, u_low = 0.5, u_high = 1.5}\n", "")
+    text = LMO_CONFIG.replace("[train.lmo]\nnoise = {a1 = 0.3, a2 = 0.2, a3 = 0.5, gamma_k = 2.0, gamma_theta = 0.5, "
+                              "exp_rate = 5.0, u_low = 0.5, u_high = 1.5}\n", "")
     return config.parse(tomllib.loads(text + '[[variants]]\nname = "v"\n' + extra)).variants[0].trainer
 
 

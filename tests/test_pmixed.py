@@ -259,9 +259,10 @@ whitebox_queries = 6
 name = "pm"
 method = "pmixed"
 target_epsilon = 8.0
-pmixed_models = 3
-pmixed_queries = 100
-pmixed_sample_rate = 0.4
+[variants.pmixed]
+models = 3
+queries = 100
+sample_rate = 0.4
 """
 
 

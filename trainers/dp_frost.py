@@ -5,12 +5,12 @@ trainable-parameter axis, :func:`dpaudit.trainers.trainable.select`), plus a new
 (trainers/partitions.py); noise = Opacus' Gaussian. The selection (trainers/psel.py) touches the private data,
 so the guarantee is the composition of both phases, written on one card as heterogeneous events:
 
-* ComputeSigma (App. B, Alg. 2): sigma_SGD alone reaches ``frost_r_eps`` x epsilon over the training steps;
+* ComputeSigma (App. B, Alg. 2): sigma_SGD alone reaches ``[train.frost] r_eps`` x epsilon over the training steps;
   sigma_ps is then the smallest noise for K x T selection rounds that keeps the composition within epsilon.
 * The selection rounds are accounted at q_ps (the paper's text) or at 1 (its Alg. 3, conservative), as
-  ``frost_rate_reading`` says; the card records which (``extra.frost.rate_reading``). The data is always
+  ``[train.frost] rate_reading`` says; the card records which (``extra.frost.rate_reading``). The data is always
   sampled at q_ps.
-* ``frost_reselect`` = K > 1 selects again before each of K equal training segments (the paper's Table 4);
+* ``[train.frost] reselect`` = K > 1 selects again before each of K equal training segments (the paper's Table 4);
   every selection spends its rounds, and one sigma_SGD covers all training steps.
 * ``random`` and ``pval`` selections are data-independent baselines: no selection cost, sigma_SGD at epsilon.
 
@@ -50,15 +50,15 @@ class Budget:
 
 def compute_sigma(tc, eng, plan: engine.RecordPlan) -> Budget:
     """ComputeSigma. Data-independent selections cost nothing and train at the whole epsilon."""
-    rounds = tc.frost_reselect * (1 if tc.frost_selection == "single" else tc.frost_rounds)
-    rate = 1.0 if tc.frost_rate_reading == "alg3" else tc.frost_sample_rate
+    rounds = tc.frost.reselect * (1 if tc.frost.selection == "single" else tc.frost.rounds)
+    rate = 1.0 if tc.frost.rate_reading == "alg3" else tc.frost.sample_rate
     if not eng.private:
         return Budget(None, 0.0, [], rate)
-    if tc.frost_selection in ("random", "pval"):
+    if tc.frost.selection in ("random", "pval"):
         sigma = accounting.calibrate_sigma(eng.target_epsilon, plan.delta, plan.sample_rate, plan.steps,
                                            accountant=eng.accountant)
         return Budget(sigma, 0.0, [], rate)
-    sigma_sgd = accounting.calibrate_sigma(tc.frost_r_eps * eng.target_epsilon, plan.delta, plan.sample_rate,
+    sigma_sgd = accounting.calibrate_sigma(tc.frost.r_eps * eng.target_epsilon, plan.delta, plan.sample_rate,
                                            plan.steps, accountant=eng.accountant)
     train_event = SubsampledGaussian(plan.sample_rate, sigma_sgd, plan.steps)
     sigma_ps = accounting.calibrate_sigma_after(eng.target_epsilon, plan.delta, [train_event], rate, rounds,
@@ -86,23 +86,23 @@ def select(model, tensors, choices, tc, eng, budget: Budget, k: int = 0) -> tupl
     t0 = time.perf_counter()
     parts = partitions.partitions(model)
     selectable, heads = partitions.split(parts)
-    limit = partitions.budget(parts, tc.frost_gamma)
-    if tc.frost_selection in ("random", "pval"):
-        chosen = psel.baseline(selectable, limit, tc.frost_selection, model, eng.seed + k)
-        record = {"rule": tc.frost_selection, "chosen": chosen}
+    limit = partitions.budget(parts, tc.frost.gamma)
+    if tc.frost.selection in ("random", "pval"):
+        chosen = psel.baseline(selectable, limit, tc.frost.selection, model, eng.seed + k)
+        record = {"rule": tc.frost.selection, "chosen": chosen}
     else:
-        scfg = psel.SelectionConfig(budget=limit, rounds=1 if tc.frost_selection == "single" else tc.frost_rounds,
-                                    sample_rate=tc.frost_sample_rate, sigma=budget.sigma_ps, nu=tc.frost_nu,
-                                    variant=tc.frost_pgm, alpha=tc.frost_alpha, clipping_norm=tc.frost_clipping_norm,
+        scfg = psel.SelectionConfig(budget=limit, rounds=1 if tc.frost.selection == "single" else tc.frost.rounds,
+                                    sample_rate=tc.frost.sample_rate, sigma=budget.sigma_ps, nu=tc.frost.nu,
+                                    variant=tc.frost.pgm, alpha=tc.frost.alpha, clipping_norm=tc.frost.clipping_norm,
                                     seed=eng.seed)
         device = next(model.parameters()).device
         mseed = engine.mechanism_seed(eng)  # secret under train.secure_rng
         gen = torch.Generator(device=device).manual_seed(mseed * 7919 + 13 + k)
-        sel = psel.psel(psel.release(model, selection_batches(tensors, tc.frost_sample_rate, mseed, k, device),
+        sel = psel.psel(psel.release(model, selection_batches(tensors, tc.frost.sample_rate, mseed, k, device),
                                      scfg, gen, choices), selectable, scfg)
-        chosen, record = sel.chosen, {"rule": tc.frost_selection, **sel.to_dict()}
+        chosen, record = sel.chosen, {"rule": tc.frost.selection, **sel.to_dict()}
     if not chosen and not heads:
-        raise DpauditError("the selection chose no partition (every one larger than the budget); raise frost_gamma")
+        raise DpauditError("the selection chose no partition (every one larger than the budget); raise [train.frost] gamma")
     keep = {p.name for p in selectable if p.name in set(chosen)} | {h.name for h in heads}
     names = [n for p in parts if p.name in keep for n in p.params]
     record.update(budget=limit, selected_params=sum(p.size for p in parts if p.name in keep),
@@ -118,12 +118,12 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, snapshots=None) -> Pa
     model, tok = common.base_model(cfg, eng)
     trainable.prepare_tied(model, tc.tied_embeddings, eng.grad_sample_mode, "full")
     records = dp_adam.build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
-    partitions.budget(partitions.partitions(model), tc.frost_gamma)  # a budget error before any work
+    partitions.budget(partitions.partitions(model), tc.frost.gamma)  # a budget error before any work
     plan = engine.record_plan(len(records), eng)
     budget = compute_sigma(tc, eng, plan)
     tensors = data_seam.collate(records, tok.pad_token_id, cfg.model.max_len)
     choices = run_choices(records)
-    segments = tc.frost_reselect
+    segments = tc.frost.reselect
     seg_cfg = dataclasses.replace(eng, epochs=eng.epochs / segments)
     results, selections = [], []
     for k in range(segments):
@@ -140,7 +140,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, snapshots=None) -> Pa
     card = _card(eng, tc, res, budget, selections, len(records))
     run = common.run_record(cfg, variant, eng, res, data,
                             {"method": tc.method, "trainable": "subset",
-                             **{k: getattr(tc, k) for k in vars(tc) if k.startswith("frost_")},
+                             **{f"frost_{k}": v for k, v in dataclasses.asdict(tc.frost).items()},
                              "selection": selections, "sigma_ps": budget.sigma_ps, "sigma_sgd": budget.sigma_sgd},
                             common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, dataclasses.replace(tc, trainable="full"), None)
@@ -158,10 +158,10 @@ def _merge(results: list) -> engine.TrainResult:
 
 
 def _card(eng, tc, res, budget: Budget, selections: list, n: int) -> PrivacyCard:
-    extra = {"frost": {"selection": tc.frost_selection, "rate_reading": tc.frost_rate_reading,
-                       "selection_rate": budget.selection_rate, "sample_rate_data": tc.frost_sample_rate,
-                       "sigma_ps": budget.sigma_ps, "sigma_sgd": budget.sigma_sgd, "r_eps": tc.frost_r_eps,
-                       "gamma": tc.frost_gamma, "reselect": tc.frost_reselect,
+    extra = {"frost": {"selection": tc.frost.selection, "rate_reading": tc.frost.rate_reading,
+                       "selection_rate": budget.selection_rate, "sample_rate_data": tc.frost.sample_rate,
+                       "sigma_ps": budget.sigma_ps, "sigma_sgd": budget.sigma_sgd, "r_eps": tc.frost.r_eps,
+                       "gamma": tc.frost.gamma, "reselect": tc.frost.reselect,
                        "chosen": [s["chosen"] for s in selections]}}
     if not res.private:
         return PrivacyCard(claim=Claim(epsilon=None, delta=0.0, accountant="none"), method="non_private",

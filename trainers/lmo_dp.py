@@ -38,10 +38,10 @@ FIXED_WIDTH = 1e-9  # a fixed scale is U(y0, y0 (1 + this)): a point mass to eve
 
 def shape_of(tc) -> LmoNoise | None:
     """The configured shape of Y (None: search it)."""
-    if tc.lmo_fixed:
+    if tc.lmo.fixed:
         return LmoNoise(0.0, 0.0, 1.0, u_low=1.0, u_high=1.0 + FIXED_WIDTH, form="sum")
-    if tc.lmo_noise is not None:
-        return LmoNoise.from_dict({**tc.lmo_noise, "form": tc.lmo_noise.get("form", tc.lmo_form)})
+    if tc.lmo.noise is not None:
+        return LmoNoise.from_dict({**tc.lmo.noise, "form": tc.lmo.noise.get("form", tc.lmo.form)})
     return None
 
 
@@ -61,9 +61,9 @@ def calibrate(tc, eng, plan: engine.RecordPlan) -> Calibration:
                            "method = 'dp_adam' with target_epsilon = inf")
     C, q, T, delta = eng.clipping_norm, plan.sample_rate, plan.steps, plan.delta
     shape = shape_of(tc)
-    if tc.lmo_accounting == "paper":
+    if tc.lmo.accounting == "paper":
         if shape is None:
-            res = lmo_paper.search(eng.target_epsilon, delta, q, T, C, tc.lmo_objective, form=tc.lmo_form,
+            res = lmo_paper.search(eng.target_epsilon, delta, q, T, C, tc.lmo.objective, form=tc.lmo.form,
                                    progress=lambda xs: progress.bar(xs, desc="LMO search"))
             return Calibration(res.noise, res.claim.epsilon, "lmo_paper", res.claim.detail, res.to_dict())
         c = lmo_paper.scale_to(shape, lambda nz: lmo_paper.claim(nz, C, q, T, delta).epsilon, eng.target_epsilon)
@@ -71,11 +71,11 @@ def calibrate(tc, eng, plan: engine.RecordPlan) -> Calibration:
         cl = lmo_paper.claim(nz, C, q, T, delta)
         return Calibration(nz, cl.epsilon, "lmo_paper", cl.detail, None)
     def vec(nz):
-        return lmo_vector.epsilon_for(nz, C, tc.lmo_draw, q, T, delta)[0]
+        return lmo_vector.epsilon_for(nz, C, tc.lmo.draw, q, T, delta)[0]
 
     c = lmo_paper.scale_to(shape, vec, eng.target_epsilon, rel_tol=0.01)
     nz = lmo_paper.scaled(shape, c)
-    eps, detail = lmo_vector.epsilon_for(nz, C, tc.lmo_draw, q, T, delta)
+    eps, detail = lmo_vector.epsilon_for(nz, C, tc.lmo.draw, q, T, delta)
     return Calibration(nz, eps, "lmo_vector", detail, None)
 
 
@@ -89,17 +89,17 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
     plan = engine.record_plan(len(records), eng)
     cal = calibrate(tc, eng, plan)
     dim = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    noise = LaplaceMixture(cal.noise, tc.lmo_draw)
+    noise = LaplaceMixture(cal.noise, tc.lmo.draw)
 
     def event(q, steps):
         return SubsampledLaplaceMixture(sample_rate=q, steps=steps, noise=cal.noise.to_dict(),
-                                        clipping_norm=eng.clipping_norm, draw=tc.lmo_draw, dimension=dim)
+                                        clipping_norm=eng.clipping_norm, draw=tc.lmo.draw, dimension=dim)
 
     model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len, noise=noise, event=event,
                               snapshots=snapshots)
     paper = lmo_paper.claim(cal.noise, eng.clipping_norm, res.sample_rate, res.steps, res.delta)
-    extra = {"lmo": {"noise": cal.noise.to_dict(), "draw": tc.lmo_draw, "accounting": tc.lmo_accounting,
-                     "fixed_scale": tc.lmo_fixed, "dimension": dim, "claim_detail": cal.detail,
+    extra = {"lmo": {"noise": cal.noise.to_dict(), "draw": tc.lmo.draw, "accounting": tc.lmo.accounting,
+                     "fixed_scale": tc.lmo.fixed, "dimension": dim, "claim_detail": cal.detail,
                      "paper_epsilon": paper.epsilon, "paper_order": paper.order, "paper_floor": paper.floor,
                      "paper_near_floor": paper.near_floor, "mean_abs_noise": cal.noise.mean_abs_noise(),
                      "noise_std": math.sqrt(cal.noise.noise_variance()), "search": cal.search}}
@@ -109,7 +109,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
                        dataset_size=len(records), group_size=1, method="lmo_dp", trainable=tc.trainable,
                        extra={**extra, **common.rng_extra(eng)})
     run = common.run_record(cfg, variant, eng, res, data,
-                            {**common.trainable_fields(tc), **{k: getattr(tc, k) for k in vars(tc) if k.startswith("lmo_")},
+                            {**common.trainable_fields(tc), **{f"lmo_{k}": v for k, v in dataclasses.asdict(tc.lmo).items()},
                              "lmo_noise_used": cal.noise.to_dict()},
                             common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, tc, base)

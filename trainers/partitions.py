@@ -69,12 +69,12 @@ def budget(parts: list[Partition], gamma: float) -> int:
     """The parameters DP-FROST may select: gamma x all parameters, minus the always-trained heads; an error when
     not even the smallest selectable partition fits (the selection could choose nothing)."""
     if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not 0 < gamma <= 1:
-        raise DpauditError(f"train.frost_gamma must be in (0, 1], got {gamma!r}")
+        raise DpauditError(f"train.frost.gamma must be in (0, 1], got {gamma!r}")
     total = sum(p.size for p in parts)
     selectable, heads = split(parts)
     left = int(gamma * total) - sum(h.size for h in heads)
     smallest = min((p.size for p in selectable), default=0)
     if not selectable or left < smallest:
-        raise DpauditError(f"train.frost_gamma = {gamma} allows {max(left, 0)} parameters besides the task head, fewer "
-                           f"than the smallest partition ({smallest}); raise frost_gamma")
+        raise DpauditError(f"train.frost.gamma = {gamma} allows {max(left, 0)} parameters besides the task head, fewer "
+                           f"than the smallest partition ({smallest}); raise [train.frost] gamma")
     return left

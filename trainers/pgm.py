@@ -27,9 +27,9 @@ VARIANTS = options.PGM_VARIANTS
 
 def check(variant: str, alpha: float) -> None:
     if variant not in VARIANTS:
-        raise DpauditError(f"train.frost_pgm must be one of {', '.join(VARIANTS)}, got {variant!r}")
+        raise DpauditError(f"train.frost.pgm must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if alpha not in (1, 2):
-        raise DpauditError(f"train.frost_alpha must be 1 or 2, got {alpha!r}")
+        raise DpauditError(f"train.frost.alpha must be 1 or 2, got {alpha!r}")
 
 
 def clip_threshold(variant: str, c: float, alpha: float, parts: list[Partition]) -> float:

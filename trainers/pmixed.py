@@ -28,8 +28,8 @@ from dpaudit.trainers import fit as common
 
 def spec_of(cfg, variant) -> dep.PMixedSpec:
     tc, e = variant.trainer, variant.trainer.engine
-    return dep.PMixedSpec(n_models=tc.pmixed_models, epsilon=e.target_epsilon, delta=e.delta, alpha=tc.pmixed_alpha,
-                          queries=tc.pmixed_queries, sample_rate=tc.pmixed_sample_rate, reading=tc.pmixed_reading,
+    return dep.PMixedSpec(n_models=tc.pmixed.models, epsilon=e.target_epsilon, delta=e.delta, alpha=tc.pmixed.alpha,
+                          queries=tc.pmixed.queries, sample_rate=tc.pmixed.sample_rate, reading=tc.pmixed.reading,
                           max_len=cfg.model.max_len)
 
 
@@ -41,7 +41,7 @@ def partitions(by_user: dict[str, list[str]], n_models: int, salt: str) -> list[
     empty = [k for k, p in enumerate(parts) if not p]
     if empty:
         raise DpauditError(f"PMixED partition {empty[0]} of N = {n_models} holds no user ({len(by_user)} users); "
-                           "lower train.pmixed_models or raise task.n_train")
+                           "lower train.pmixed.models or raise task.n_train")
     return parts
 
 

@@ -74,9 +74,9 @@ class SelectionConfig:
     def __post_init__(self):
         pgm.check(self.variant, self.alpha)
         if not isinstance(self.rounds, int) or isinstance(self.rounds, bool) or self.rounds < 1:
-            raise DpauditError(f"train.frost_rounds (T) must be an integer >= 1, got {self.rounds!r}")
+            raise DpauditError(f"train.frost.rounds (T) must be an integer >= 1, got {self.rounds!r}")
         if not 0 < self.sample_rate <= 1:
-            raise DpauditError(f"train.frost_sample_rate (q_ps) must be in (0, 1], got {self.sample_rate!r}")
+            raise DpauditError(f"train.frost.sample_rate (q_ps) must be in (0, 1], got {self.sample_rate!r}")
         if self.sigma < 0 or self.nu < 0 or not self.clipping_norm > 0:
             raise DpauditError("selection sigma and nu must be >= 0 and its clipping norm > 0")
 
