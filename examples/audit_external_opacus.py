@@ -61,6 +61,8 @@ def main(argv=None) -> int:
     ap.add_argument("--epsilon", type=float, default=1.0, help="Target epsilon of DP training.")
     ap.add_argument("--delta", type=float, default=1e-5, help="Target delta.")
     ap.add_argument("--canaries", type=int, default=200, help="Number of canaries m (about m/2 inserted).")
+    ap.add_argument("--secret-length", type=int, default=6,
+                    help="Digits per canary secret: 10^L possible secrets, among which exposure ranks each canary.")
     ap.add_argument("--records", type=int, default=600, help="Public training records besides the canaries.")
     ap.add_argument("--epochs", type=int, default=8, help="Training epochs.")
     ap.add_argument("--references", type=int, default=2000,
@@ -75,7 +77,8 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
 
     # 1. canaries before training, inserted into the data
-    manifest = api.new_canaries(m=args.canaries, repetitions=1, seed=args.seed, n_references=args.references)
+    manifest = api.new_canaries(m=args.canaries, repetitions=1, seed=args.seed, length=args.secret_length,
+                                n_references=args.references)
     model_dir = args.out / "model"
     model_dir.mkdir(exist_ok=True)
     manifest.save(model_dir / "canaries.json")
