@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from dpaudit import options
-from dpaudit.tokens import bos_id, model_device, pad_batch
+from dpaudit.tokens import frame, model_device, pad_batch
 
 
 @dataclass
@@ -43,10 +43,10 @@ def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_l
                 c = score_from_char[j]
                 scored = [False] + [e > c for (_, e) in offs[1:]]
         elif score_from_char is None:
-            full = [bos_id(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
+            full = frame(tokenizer, ids)
             scored = [False] + [True] * (len(ids) + 1)
         else:
-            full = [bos_id(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
+            full = frame(tokenizer, ids)
             c = score_from_char[j]
             scored = [False] + [e > c for (_, e) in offs] + [True]
         if max_len is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from dpaudit.canaries import Manifest, load_manifest
 from dpaudit.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
-from dpaudit.io import jsonable, read_json
+from dpaudit.io import jsonable, read_json, staged_folder
 
 
 def content_hash(root: Path, files, skip=lambda f: False) -> str:
@@ -128,30 +128,21 @@ def load(path: Path) -> Checkpoint:
 
 def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, run: dict,
           base_model=None, extra_files: dict | None = None) -> Path:
-    """Write a checkpoint atomically (to a temporary folder, renamed at the end)."""
+    """Write a checkpoint atomically (:func:`dpaudit.io.staged_folder`)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
-    if tmp.exists():
-        import shutil
-
-        shutil.rmtree(tmp)
-    (tmp / "model").mkdir(parents=True)
-    model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
-    if base_model is not None:
-        base_model.save_pretrained(tmp / "base_model")
-        tokenizer.save_pretrained(tmp / "base_model")
-    card.save(tmp / "privacy_card.json")
-    manifest.save(tmp / "canaries.json")
-    (tmp / "run.json").write_text(json.dumps(jsonable(run), indent=2, default=str) + "\n")
-    for name, body in (extra_files or {}).items():
-        if isinstance(body, bytes):
-            (tmp / name).write_bytes(body)
-        else:
-            (tmp / name).write_text(json.dumps(jsonable(body)) + "\n")
-    if path.exists():
-        import shutil
-
-        shutil.rmtree(path)
-    tmp.rename(path)
+    with staged_folder(path) as tmp:
+        (tmp / "model").mkdir()
+        model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        if base_model is not None:
+            base_model.save_pretrained(tmp / "base_model")
+            tokenizer.save_pretrained(tmp / "base_model")
+        card.save(tmp / "privacy_card.json")
+        manifest.save(tmp / "canaries.json")
+        (tmp / "run.json").write_text(json.dumps(jsonable(run), indent=2, default=str) + "\n")
+        for name, body in (extra_files or {}).items():
+            if isinstance(body, bytes):
+                (tmp / name).write_bytes(body)
+            else:
+                (tmp / name).write_text(json.dumps(jsonable(body)) + "\n")
     return path

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dpaudit import options
 
-STATUSES = options.ACCOUNTING_STATUSES
 _REL = 1e-9  # deltas equal up to float noise
 
 

@@ -2,9 +2,7 @@
 
 
 class DpauditError(Exception):
-    """Bad input the user can fix: the message names the problem and the fix."""
-
-    exit_code = 2
+    """Bad input the user can fix: the message names the problem and the fix (the CLI exits 2)."""
 
 
 def first_line(e: BaseException, limit: int = 300) -> str:

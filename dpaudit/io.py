@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
@@ -99,6 +100,33 @@ def check_out(out, protected=(), what: str = "--out") -> Path:
             raise DpauditError(f"{what} {out} is inside the checkpoint {p} (it would change what is audited); write "
                                "the report elsewhere")
     return out
+
+
+@contextmanager
+def staged_folder(dest, replace: bool = True):
+    """Write a whole folder at once: ``with staged_folder(dest) as stage:`` fills ``stage`` (beside ``dest``, on
+    the same filesystem); on success it becomes ``dest`` in one rename, a previous ``dest`` removed first (with
+    ``replace=False`` the stage is dropped instead: a cache another process filled first). On failure the stage is
+    removed and ``dest`` is as it was. Checkpoints, deployments and the asset caches are written this way."""
+    import os
+    import shutil
+    import tempfile
+
+    dest = Path(dest).expanduser().absolute()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if dest.exists():
+        if not replace:
+            shutil.rmtree(stage, ignore_errors=True)
+            return
+        shutil.rmtree(dest)
+    os.replace(stage, dest)
+    os.chmod(dest, 0o755)  # mkdtemp makes it private
 
 
 class atomic_folder:

@@ -11,6 +11,16 @@ def bos_id(tokenizer) -> int:
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
 
 
+def frame(tokenizer, ids) -> list[int]:
+    """BOS + ``ids`` + EOS: how dpaudit's trainers feed a record (the ``bos_eos`` canary framing)."""
+    return [bos_id(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
+
+
+def frame_text(tokenizer, text: str) -> list[int]:
+    """:func:`frame` of ``text`` tokenised without the tokenizer's own special tokens."""
+    return frame(tokenizer, tokenizer(text, add_special_tokens=False).input_ids)
+
+
 def model_device(model) -> torch.device:
     return next(p for p in model.parameters()).device
 

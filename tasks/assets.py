@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
+from dpaudit.io import staged_folder
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,6 @@ def smollm2_dir() -> Path:
     gguf = locate("smollm2-135m")
     if importlib.util.find_spec("gguf") is None:
         raise DpauditError("converting SmolLM2 needs the gguf package: `pip install gguf`")
-    import shutil
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -104,11 +104,9 @@ def smollm2_dir() -> Path:
         del cfg.quantization_config
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.load_state_dict(gg.state_dict())
-    tmp = out.with_suffix(".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    tmp.rename(out)
+    with staged_folder(out, replace=False) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
     return out
 
 

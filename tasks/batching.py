@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from dpaudit.tokens import bos_id, model_device, pad_batch
+from dpaudit.tokens import frame_text, model_device, pad_batch
 
 # Record targets at or below CHOICE_BASE mark a closed-choice answer: target CHOICE_BASE - k means "the
 # token here is choices[k]", scored by a softmax over the record's ``choices`` tokens only (Li et al.'s
@@ -18,8 +18,7 @@ def sequence_nll(model, tokenizer, texts: list[str], batch_size: int = 64, max_l
     """(summed NLL in nats, number of tokens) of BOS + text + EOS for each text."""
     model.eval()
     device = model_device(model)
-    seqs = [([bos_id(tokenizer)] + tokenizer(t, add_special_tokens=False).input_ids + [tokenizer.eos_token_id])[:max_len]
-            for t in texts]
+    seqs = [frame_text(tokenizer, t)[:max_len] for t in texts]
     out: list[tuple[float, int]] = [(0.0, 0)] * len(seqs)
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     for s in range(0, len(order), batch_size):

@@ -35,7 +35,7 @@ from transformers import (
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from dpaudit.errors import DpauditError, first_line
-from dpaudit.io import read_json
+from dpaudit.io import read_json, staged_folder
 from dpaudit.tasks import assets
 from dpaudit.tasks.model_spec import (  # noqa: F401 - the spec is read here too
     APPLIES_TO,
@@ -93,9 +93,8 @@ def public_bpe_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
         tok.train_from_iterator(assets.bbc_texts(), trainer=trainer)
         fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, pad_token=EOS,
                                        unk_token=EOS)
-        tmp = path.with_name(path.name + ".tmp")
-        fast.save_pretrained(tmp)
-        tmp.rename(path)
+        with staged_folder(path, replace=False) as tmp:
+            fast.save_pretrained(tmp)
     return PreTrainedTokenizerFast.from_pretrained(path, trust_remote_code=False)
 
 
@@ -171,9 +170,8 @@ def _pretrained_tiny(spec: ModelSpec, cfg, tok, pretrain):
     records = [{"input_ids": [tok.eos_token_id] + ids[i:i + L], "targets": [-100] + ids[i:i + L]}
                for i in range(0, len(ids) - L, L)]
     model = pretrain(model, records, spec)
-    tmp = path.with_name(path.name + ".tmp")
-    model.save_pretrained(tmp)
-    tmp.rename(path)
+    with staged_folder(path, replace=False) as tmp:
+        model.save_pretrained(tmp)
     return model
 
 

@@ -40,7 +40,7 @@ from dpaudit.tasks import assets
 from dpaudit.tasks.batching import CHOICE_BASE
 from dpaudit.tasks.files import read_rows
 from dpaudit.tasks.splits import holdout
-from dpaudit.tokens import bos_id, model_device, pad_batch
+from dpaudit.tokens import bos_id, frame_text, model_device, pad_batch
 
 TEMPLATE = "{sentence} It was"
 LABEL_WORDS = (" terrible", " great")
@@ -181,8 +181,7 @@ def encode_example(ex: dict, tokenizer, objective: str, max_len: int) -> dict:
 
 def encode_text(text: str, tokenizer, max_len: int) -> dict:
     """A free-text record (a canary) with the LM loss on every token."""
-    bos = bos_id(tokenizer)
-    ids = ([bos] + tokenizer(text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id])[:max_len]
+    ids = frame_text(tokenizer, text)[:max_len]
     targets = list(ids)
     targets[0] = -100
     return {"input_ids": ids, "targets": targets}

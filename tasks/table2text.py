@@ -20,7 +20,7 @@ import torch
 from dpaudit.errors import DpauditError
 from dpaudit.tasks.files import read_rows
 from dpaudit.tasks.splits import holdout
-from dpaudit.tokens import bos_id, model_device
+from dpaudit.tokens import frame, model_device
 
 SLOTS = ("name", "eatType", "food", "priceRange", "customer rating", "area", "familyFriendly", "near")
 _ADJ = ["Blue", "Golden", "Red", "Green", "Old", "Little", "Royal", "Silver", "Wild", "Happy", "Black", "Brave"]
@@ -153,7 +153,7 @@ def prompt_ids(mr: str, tok, max_len: int | None = None) -> list[int]:
     body = tok(mr, add_special_tokens=False).input_ids
     if max_len is not None:
         body = body[: max(1, max_len // 2 - 2)]
-    return [bos_id(tok)] + body + [tok.eos_token_id]
+    return frame(tok, body)
 
 
 def encode_example(ex: dict, tok, objective: str, max_len: int) -> dict:

@@ -126,3 +126,18 @@ def test_token_features_skip_padding_without_changing_a_score(tiny_model_factory
         for a, b in ((together[i].logp, alone.logp), (together[i].mu, alone.mu), (together[i].sigma, alone.sigma)):
             assert a.shape == b.shape and a.numel() > 0
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_bootstrap_auc_equals_sklearn_with_ties():
+    """The rank AUC the bootstrap calls equals sklearn's roc_auc_score, ties counted as 1/2."""
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    from dpaudit.audit.mia_metrics import _auc_fast
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        a = rng.integers(0, 4, size=rng.integers(1, 25)).astype(float)
+        b = rng.integers(0, 4, size=rng.integers(1, 25)).astype(float)
+        want = roc_auc_score(np.r_[np.ones(a.size), np.zeros(b.size)], np.r_[a, b])
+        assert _auc_fast(a, b) == pytest.approx(want, abs=1e-12)

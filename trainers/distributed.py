@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler, Subset, default_collate
 
 from dpaudit.errors import DpauditError
+from dpaudit.tokens import model_device
 
 
 def world() -> tuple[int, int]:
@@ -114,7 +115,7 @@ def record_level(model, optimizer, dataset, *, sigma: float, clipping_norm: floa
     if grad_sample_mode != "hooks":
         raise DpauditError("train.grad_sample_mode = 'ghost' is not supported under torchrun yet; use 'hooks'")
     rank, size = world()
-    device = next(p for p in model.parameters()).device
+    device = model_device(model)
     module = GradSampleModule(DPDDP(model), batch_first=True, loss_reduction="mean")
     dp_opt = DistributedDPOptimizer(optimizer, noise_multiplier=sigma, max_grad_norm=clipping_norm,
                                     expected_batch_size=expected_batch_size / size, loss_reduction="mean",

@@ -30,6 +30,7 @@ from dpaudit.accounting import SubsampledGaussian
 from dpaudit.canaries import Manifest
 from dpaudit.card import Claim, PrivacyCard
 from dpaudit.errors import DpauditError
+from dpaudit.tokens import model_device
 from dpaudit.trainers import data as data_seam
 from dpaudit.trainers import dp_adam, engine, partitions, psel, trainable
 from dpaudit.trainers import fit as common
@@ -95,7 +96,7 @@ def select(model, tensors, choices, tc, eng, budget: Budget, k: int = 0) -> tupl
                                     sample_rate=tc.frost.sample_rate, sigma=budget.sigma_ps, nu=tc.frost.nu,
                                     variant=tc.frost.pgm, alpha=tc.frost.alpha, clipping_norm=tc.frost.clipping_norm,
                                     seed=eng.seed)
-        device = next(model.parameters()).device
+        device = model_device(model)
         mseed = engine.mechanism_seed(eng)  # secret under train.secure_rng
         gen = torch.Generator(device=device).manual_seed(mseed * 7919 + 13 + k)
         sel = psel.psel(psel.release(model, selection_batches(tensors, tc.frost.sample_rate, mseed, k, device),

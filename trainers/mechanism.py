@@ -17,6 +17,7 @@ import torch
 from opacus.optimizers import DPOptimizer
 from torch import nn
 
+from dpaudit.tokens import model_device
 from dpaudit.trainers import noise as noise_axis
 from dpaudit.trainers.clip_stats import unit_norms
 
@@ -34,7 +35,7 @@ def record_level(model: nn.Module, optimizer, loader, *, sigma: float, clipping_
     from opacus import PrivacyEngine
 
     engine = PrivacyEngine(accountant="prv", secure_mode=False)  # our accounting is separate (dpaudit.accounting)
-    device = next(p for p in model.parameters()).device
+    device = model_device(model)
     crit = nn.CrossEntropyLoss(ignore_index=-100, reduction="mean")
     out = engine.make_private(module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
                               max_grad_norm=clipping_norm, poisson_sampling=True, loss_reduction="mean",
@@ -83,7 +84,7 @@ def user_level(model: nn.Module, optimizer, *, sigma: float, clipping_norm: floa
     """(per-record gradient module, user-level DP optimizer) around ``model`` and ``optimizer``."""
     from opacus import GradSampleModule
 
-    device = next(p for p in model.parameters()).device
+    device = model_device(model)
     gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum")
     dp_opt = UserDPOptimizer(optimizer, noise_multiplier=sigma, max_grad_norm=clipping_norm,
                              expected_batch_size=expected_users, loss_reduction="mean",

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 from dpaudit.accounting.events import PMixedPrediction
 from dpaudit.canaries import Manifest
 from dpaudit.card import Claim, PrivacyCard
 from dpaudit.errors import DpauditError
-from dpaudit.io import jsonable
+from dpaudit.io import jsonable, staged_folder
 from dpaudit.pmixed import deployment as dep
 from dpaudit.pmixed.ledger import Ledger
 from dpaudit.tasks.sentiment import encode_text
@@ -60,45 +59,42 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, snapshots=None) -> Pa
                               gradient_canaries=0)
     parts = partitions(training_users(data, manifest), spec.n_models, spec.partition_salt)
     out = Path(out)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "adapters").mkdir(parents=True)
-    public, tok = common.base_model(cfg, eng)
-    public.save_pretrained(tmp / "base_model")
-    tok.save_pretrained(tmp / "base_model")
-    adapters, results = [], []
-    for k, part in enumerate(parts):
-        model, _ = common.choose_trainable(common.base_model(cfg, eng)[0], tc, eng.grad_sample_mode)
-        records = [encode_text(t, tok, cfg.model.max_len) for u in sorted(part) for t in part[u]]
-        model, res = engine.train(model, records, dataclasses.replace(eng, seed=eng.seed + k), tok.pad_token_id,
-                                  cfg.model.max_len)
-        name = f"adapters/p{k:02d}"
-        model.save_pretrained(tmp / name)
-        adapters.append(name)
-        s = res.summary()
-        results.append({"partition": k, "users": len(part), "records": len(records), "steps": s["steps"],
-                        "seconds": s.get("seconds"), "final_loss": s.get("final_loss")})
-    dep.write_spec(tmp, spec, adapters)
-    Ledger.create(tmp, spec.queries)
-    event = PMixedPrediction(n_models=spec.n_models, queries=spec.queries, sample_rate=spec.sample_rate,
-                             alpha=spec.alpha, per_query_rdp=spec.per_query, reading=spec.reading)
-    card = PrivacyCard(claim=Claim(epsilon=spec.epsilon, delta=spec.delta, unit="partition", accountant="pmixed_paper"),
-                       events=[event], dataset_size=spec.n_models, method="pmixed", trainable="lora",
-                       extra={"rdp_budget": spec.rdp_budget, "per_query_rdp": spec.per_query, "betas": list(spec.betas),
-                              "partition_rule": spec.partition_rule, "adjacency": "add/remove one partition (one model)",
-                              # §5.3: "stronger than sample-level" -- a record protected at eps_G itself
-                              "record_level": {"epsilon": spec.epsilon, "delta": spec.delta,
-                                               "source": "PMixED §5.3 (a record is a subset of one partition)"}})
-    card.save(tmp / "privacy_card.json")
-    manifest.save(tmp / "canaries.json")
-    run = common.run_record(cfg, variant, eng, _Summary(results), data,
-                            {"method": "pmixed", "trainable": tc.trainable, "lora_r": tc.lora_r,
-                             "lora_alpha": tc.lora_alpha, "lora_targets": tc.lora_targets},
-                            {"n_users": sum(len(p) for p in parts), "partition_users": [len(p) for p in parts],
-                             "n_records_with_canaries": sum(r["records"] for r in results)})
-    (tmp / "run.json").write_text(json.dumps(jsonable(run), indent=2, default=str) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    with staged_folder(out) as tmp:
+        (tmp / "adapters").mkdir()
+        public, tok = common.base_model(cfg, eng)
+        public.save_pretrained(tmp / "base_model")
+        tok.save_pretrained(tmp / "base_model")
+        adapters, results = [], []
+        for k, part in enumerate(parts):
+            model, _ = common.choose_trainable(common.base_model(cfg, eng)[0], tc, eng.grad_sample_mode)
+            records = [encode_text(t, tok, cfg.model.max_len) for u in sorted(part) for t in part[u]]
+            model, res = engine.train(model, records, dataclasses.replace(eng, seed=eng.seed + k), tok.pad_token_id,
+                                      cfg.model.max_len)
+            name = f"adapters/p{k:02d}"
+            model.save_pretrained(tmp / name)
+            adapters.append(name)
+            s = res.summary()
+            results.append({"partition": k, "users": len(part), "records": len(records), "steps": s["steps"],
+                            "seconds": s.get("seconds"), "final_loss": s.get("final_loss")})
+        dep.write_spec(tmp, spec, adapters)
+        Ledger.create(tmp, spec.queries)
+        event = PMixedPrediction(n_models=spec.n_models, queries=spec.queries, sample_rate=spec.sample_rate,
+                                 alpha=spec.alpha, per_query_rdp=spec.per_query, reading=spec.reading)
+        card = PrivacyCard(claim=Claim(epsilon=spec.epsilon, delta=spec.delta, unit="partition", accountant="pmixed_paper"),
+                           events=[event], dataset_size=spec.n_models, method="pmixed", trainable="lora",
+                           extra={"rdp_budget": spec.rdp_budget, "per_query_rdp": spec.per_query, "betas": list(spec.betas),
+                                  "partition_rule": spec.partition_rule, "adjacency": "add/remove one partition (one model)",
+                                  # §5.3: "stronger than sample-level" -- a record protected at eps_G itself
+                                  "record_level": {"epsilon": spec.epsilon, "delta": spec.delta,
+                                                   "source": "PMixED §5.3 (a record is a subset of one partition)"}})
+        card.save(tmp / "privacy_card.json")
+        manifest.save(tmp / "canaries.json")
+        run = common.run_record(cfg, variant, eng, _Summary(results), data,
+                                {"method": "pmixed", "trainable": tc.trainable, "lora_r": tc.lora_r,
+                                 "lora_alpha": tc.lora_alpha, "lora_targets": tc.lora_targets},
+                                {"n_users": sum(len(p) for p in parts), "partition_users": [len(p) for p in parts],
+                                 "n_records_with_canaries": sum(r["records"] for r in results)})
+        (tmp / "run.json").write_text(json.dumps(jsonable(run), indent=2, default=str) + "\n")
     return out
 
 

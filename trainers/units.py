@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import torch
 
+from dpaudit.tokens import model_device
 from dpaudit.trainers.data import UserBatches, parts
 from dpaudit.trainers.loss import batch_loss, forward, per_sample_loss, trim
-
-
-def device_of(model) -> torch.device:
-    return next(p for p in model.parameters()).device
 
 
 class RecordStep:
     def __init__(self, model, criterion=None, choices: torch.Tensor | None = None, split_cap: int | None = None):
         self.model, self.criterion, self.choices, self.split_cap = model, criterion, choices, split_cap
-        self.device = device_of(model)
+        self.device = model_device(model)
 
     def __call__(self, batch) -> tuple[float, int]:
         n = batch[0].size(0)
@@ -53,7 +50,7 @@ class RecordStep:
 class UserStep:
     def __init__(self, model, users: UserBatches, params: list, private: bool, chunk: int = 64):
         self.model, self.users, self.params, self.private, self.chunk = model, users, params, private, chunk
-        self.device = device_of(model)
+        self.device = model_device(model)
 
     def __call__(self, sampled: list[str]) -> tuple[float, int]:
         if self.private:
@@ -81,7 +78,7 @@ def user_gradients(gsm, params: list, users: UserBatches, sampled: list[str], ch
     if not sampled:
         return user_grads, 0.0
     total = 0.0
-    for (ids, mask, tgt), owner, weight in _chunks(users, sampled, chunk, False, device_of(gsm)):
+    for (ids, mask, tgt), owner, weight in _chunks(users, sampled, chunk, False, model_device(gsm)):
         loss = (per_sample_loss(forward(gsm, ids, mask), tgt) * weight).sum()
         loss.backward()  # record r's grad_sample = w_r * its gradient (loss_reduction="sum")
         total += float(loss.detach())
@@ -97,7 +94,7 @@ def users_mean_loss_backward(model, users: UserBatches, sampled: list[str], chun
     """Non-private: backward of the mean over sampled users of each user's mean record loss (the same
     gradient as averaging the unclipped user gradients), with plain autograd; returns that loss."""
     total = 0.0
-    for (ids, mask, tgt), _, weight in _chunks(users, sampled, chunk, True, device_of(model)):
+    for (ids, mask, tgt), _, weight in _chunks(users, sampled, chunk, True, model_device(model)):
         loss = (per_sample_loss(forward(model, ids, mask), tgt) * weight).sum()
         loss.backward()
         total += float(loss.detach())

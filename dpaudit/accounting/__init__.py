@@ -1,8 +1,8 @@
 """One interface over independent accountants.
 
->>> from dpaudit.accounting import SubsampledGaussian, compute_all
->>> res = compute_all([SubsampledGaussian(sample_rate=0.01, noise_multiplier=1.0, steps=1000)], 1e-5)
->>> sorted(r.accountant for r in res)
+>>> from dpaudit.accounting import SubsampledGaussian, intervals
+>>> done, not_applicable = intervals([SubsampledGaussian(sample_rate=0.01, noise_multiplier=1.0, steps=1000)], 1e-5)
+>>> sorted(r.accountant for r in done)
 ['dpa_rdp', 'pld', 'prv', 'rdp']
 
 Accountants (registry ``ACCOUNTANTS``; adding one is one module and one line). Each answers
@@ -19,8 +19,8 @@ analyses and raises :class:`NotApplicable` for the others:
   The first four analyse the subsampled Gaussian only (``GAUSSIAN_ACCOUNTANTS``, the ones that calibrate sigma).
 
 ``upper`` values certify a claim (any one sound upper bound at or below it); ``lower`` values refute one (the
-true epsilon is at least the lower end). Where upper values disagree, :func:`conservative` reports the
-largest so that epsilon is never under-reported.
+true epsilon is at least the lower end). Where upper values disagree, the claim check reports the largest
+(:mod:`dpaudit.reaccount`), so that epsilon is never under-reported.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def epsilon_function(name: str) -> Callable[[list, float], float]:
 
 __all__ = ["ACCOUNTANTS", "AccountingResult", "GAUSSIAN_ACCOUNTANTS", "NotApplicable", "epsilon_function",
            "SubsampledGaussian", "SubsampledLaplaceMixture",
-           "calibrate_sigma", "calibrate_sigma_after", "compute", "compute_all", "conservative", "event_from_dict", "interval", "intervals",
+           "calibrate_sigma", "calibrate_sigma_after", "compute", "event_from_dict", "interval", "intervals",
            "validate_delta", "validate_mechanism"]
 
 
@@ -94,19 +94,6 @@ def compute(events: list, delta: float, accountant: str = "prv") -> AccountingRe
     return AccountingResult(accountant, epsilon_function(accountant)(list(events), delta), delta)
 
 
-def compute_all(events: list, delta: float, accountants=None) -> list[AccountingResult]:
-    """Every named accountant's upper value; by default every accountant that analyses these events."""
-    if accountants:
-        return [compute(events, delta, a) for a in accountants]
-    out = []
-    for a in ACCOUNTANTS:
-        try:
-            out.append(compute(events, delta, a))
-        except NotApplicable:
-            pass
-    return out
-
-
 def interval(events: list, delta: float, accountant: str, relation: str = "add_remove",
              dataset_size: int | None = None) -> AccountingResult:
     """The accountant's [lower, upper] for the stated neighbouring relation; :class:`NotApplicable` when it has
@@ -128,11 +115,6 @@ def intervals(events: list, delta: float, relation: str = "add_remove", dataset_
         except NotApplicable as e:
             skipped[name] = str(e)
     return done, skipped
-
-
-def conservative(results: list[AccountingResult]) -> AccountingResult:
-    """The largest epsilon among accountants (never under-report)."""
-    return max(results, key=lambda r: r.epsilon)
 
 
 SIGMA_MAX = 1e4  # calibrate_sigma searches noise multipliers up to this

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score, roc_curve
 
 
@@ -74,15 +75,7 @@ def roc_points(scores, membership) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _auc_fast(ins: np.ndarray, outs: np.ndarray) -> float:
-    """Mann-Whitney AUC with ties counted as 1/2 (equals sklearn's roc_auc_score)."""
-    allv = np.r_[ins, outs]
-    order = allv.argsort(kind="mergesort")
-    ranks = np.empty(allv.size)
-    sorted_v = allv[order]
-    # average ranks for ties
-    _, inv, counts = np.unique(sorted_v, return_inverse=True, return_counts=True)
-    cum = np.cumsum(counts)
-    avg = cum - (counts - 1) / 2.0
-    ranks[order] = avg[inv]
-    r_in = ranks[: ins.size].sum()
+    """Mann-Whitney AUC from average ranks, ties counted as 1/2 (equals sklearn's roc_auc_score, without its
+    ROC curve: the bootstrap calls it a thousand times)."""
+    r_in = rankdata(np.r_[ins, outs])[: ins.size].sum()
     return float((r_in - ins.size * (ins.size + 1) / 2) / (ins.size * outs.size))

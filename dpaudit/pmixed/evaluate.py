@@ -40,14 +40,14 @@ from dpaudit.pmixed import audit as exact
 from dpaudit.pmixed import mixing
 from dpaudit.pmixed.deployment import Deployment, partition_of
 from dpaudit.reaccount import lemma_delta, reaccount
-from dpaudit.tokens import bos_id
+from dpaudit.tokens import bos_id, frame_text
 from dpaudit.verdict import judge
 
 ATTACK = "extraction"
 
 
 def _framed(tok, text: str, max_len: int) -> list[int]:
-    return ([bos_id(tok)] + tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id])[:max_len]
+    return frame_text(tok, text)[:max_len]
 
 
 def perplexity(dep: Deployment, texts: list[str], seed: int) -> dict:
@@ -96,7 +96,7 @@ def perplexity(dep: Deployment, texts: list[str], seed: int) -> dict:
 
 def secret_span(tok, prefix: str, text: str, secret: str) -> tuple[list[int], int, int]:
     """(framed ids of the canary, first and end index of the tokens that carry its secret)."""
-    full = [bos_id(tok)] + tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    full = frame_text(tok, text)
 
     def common(a, b):
         n = 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dpaudit import report as common
+from dpaudit import report_md as common
 from dpaudit.io import jsonable
 
 LIMITATIONS = [
@@ -25,7 +25,7 @@ def render(r: dict) -> str:
     v, p = r["verdict"], r["pmixed"]
     s, ex = p["spec"], p["exact"]
     L = [f"# dpaudit report: {r['checkpoint'].get('variant') or r['checkpoint']['path']} (PMixED deployment)", "",
-         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", *common.check_lines(v), "",
+         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", *common.summary_lines(r), "",
          "## The deployment", "",
          f"- N = {s['n_models']} LoRA adapters on disjoint partitions ({s['partition_rule']}), public model p0; "
          f"each query samples models at rate q = {s['sample_rate']:g} (Poisson, no duplicates), order α = {s['alpha']}, "
@@ -53,7 +53,7 @@ def render(r: dict) -> str:
               f"{ex['worst_query_canary']}" + (f", partition {'holding' if ex['worst_is_owner'] else 'not holding'} it"
                                                 if not str(ex['worst_query_canary']).startswith("transcript") else "")
               + "."]
-    L += ["", "## Privacy", "", "| quantity | ε | details |", "|---|---|---|", *common.privacy_rows(r), ""]
+    L += ["", "## Bounds", "", *common.bound_rows(r), "", "## Accounting", "", *common.accountant_rows(r), ""]
     for f in r["accounting"].get("findings", []):
         L.append(f"- Finding: {f}")
     m = r.get("metrics") or {}
