@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bz2
 import csv
-import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.tasks import assets
 from dpaudit.tasks.batching import CHOICE_BASE
 from dpaudit.tasks.files import read_rows
-from dpaudit.tasks.splits import holdout
+from dpaudit.tasks.splits import fingerprint, holdout
 from dpaudit.tokens import bos_id, frame_text, model_device, pad_batch
 
 TEMPLATE = "{sentence} It was"
@@ -54,11 +53,7 @@ class SentimentData:
     source: str
 
     def fingerprint(self) -> str:
-        h = hashlib.sha256()
-        for split in (self.train, self.test):
-            for ex in split:
-                h.update(f"{ex['label']}\t{ex['sentence']}\n".encode())
-        return h.hexdigest()[:16]
+        return fingerprint(f"{ex['label']}\t{ex['sentence']}" for ex in self.train + self.test)
 
 
 def load(source: str = "rotten-tomatoes", n_train: int | None = None, n_test: int | None = None,

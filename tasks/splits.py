@@ -12,6 +12,16 @@ from __future__ import annotations
 from dpaudit.errors import DpauditError
 
 
+def fingerprint(lines) -> str:
+    """The data hash run.json records: sha256 over one line per unit (each ending in a newline), 16 hex digits."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(f"{line}\n".encode())
+    return h.hexdigest()[:16]
+
+
 def holdout(train: list, test: list, validation: int, n_test: int | None, unit: str) -> tuple[list, list]:
     """(training units, evaluation units). ``validation = 0`` keeps the test split (first ``n_test``)."""
     if validation is None or validation == 0:

@@ -9,7 +9,6 @@ NIST, METEOR (when WordNet is installed), ROUGE-L and CIDEr (:mod:`.nlg_metrics`
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.tasks.files import read_rows
-from dpaudit.tasks.splits import holdout
+from dpaudit.tasks.splits import fingerprint, holdout
 from dpaudit.tokens import frame, model_device
 
 SLOTS = ("name", "eatType", "food", "priceRange", "customer rating", "area", "familyFriendly", "near")
@@ -46,12 +45,8 @@ class TableData:
     source: str
 
     def fingerprint(self) -> str:
-        h = hashlib.sha256()
-        for ex in self.train:
-            h.update(f"{ex['mr']}\t{ex['text']}\n".encode())
-        for ex in self.test:
-            h.update(f"{ex['mr']}\t{'|'.join(ex['refs'])}\n".encode())
-        return h.hexdigest()[:16]
+        return fingerprint([f"{ex['mr']}\t{ex['text']}" for ex in self.train]
+                           + [f"{ex['mr']}\t{'|'.join(ex['refs'])}" for ex in self.test])
 
 
 def _mr_string(slots: dict) -> str:

@@ -13,7 +13,6 @@ Record selection per user with a cap k (Chua et al. §4): ``random``, ``longest`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from dpaudit.options import SELECTIONS
 from dpaudit.tasks import assets
 from dpaudit.tasks.batching import sequence_nll
 from dpaudit.tasks.files import read_rows
-from dpaudit.tasks.splits import holdout
+from dpaudit.tasks.splits import fingerprint, holdout
 
 USER_COLUMNS = ("user", "user_id", "sender", "author")
 
@@ -44,11 +43,7 @@ class UserData:
         return out
 
     def fingerprint(self) -> str:
-        h = hashlib.sha256()
-        for split in (self.train, self.test):
-            for r in split:
-                h.update(f"{r['user']}\t{r['text']}\n".encode())
-        return h.hexdigest()[:16]
+        return fingerprint(f"{r['user']}\t{r['text']}" for r in self.train + self.test)
 
 
 def _chitchat() -> list[dict]:
