@@ -1,10 +1,5 @@
 """``dpaudit run``: one config -> task data and canaries (shared) -> each variant trained -> evaluated ->
-one comparison report. Output layout::
-
-    OUT/REPORT.md, OUT/report.json           the comparison
-    OUT/<variant>/checkpoint/                 the checkpoint dir (docs/architecture.md)
-    OUT/<variant>/report/                     that variant's REPORT.md, report.json and plots
-    OUT/<variant>/train_state/                while it trains: the latest snapshot (trainers/snapshot.py)
+one comparison report, in the run folder :mod:`dpaudit.run_folder` lays out.
 
 ``--resume`` continues an interrupted run in the same OUT: finished variants (checkpoint and report written by
 the same config) are kept, the interrupted one continues from its latest snapshot (dp_adam, lmo_dp, user_dp;
@@ -23,6 +18,7 @@ from dpaudit import canaries, config, device, report
 from dpaudit.errors import DpauditError
 from dpaudit.evaluate import evaluate_folder
 from dpaudit.io import check_out
+from dpaudit.run_folder import RunFolder
 from dpaudit.tasks import registry
 from dpaudit.trainers import distributed, methods
 from dpaudit.trainers.snapshot import Snapshots
@@ -38,20 +34,20 @@ def fingerprint(raw: dict, variant: str, data_fingerprint: str) -> str:
 
 def _finished(out: Path, v, fp: str) -> dict | None:
     """The report of a variant this config already finished in ``out`` (None when it has to run)."""
-    run_json, rep = out / v.name / "checkpoint" / "run.json", out / v.name / "report" / "report.json"
-    if not (run_json.exists() and rep.exists()):
+    run = RunFolder(out)
+    if not ((run.checkpoint(v.name) / "run.json").exists() and run.has_report(v.name)):
         return None
-    done = json.loads(run_json.read_text())
+    done = run.run_record(v.name)
     if fingerprint(done.get("config", {}), v.name, done.get("data", {}).get("fingerprint")) != fp:
         raise DpauditError(f"{out / v.name} was trained from a different config or data; resume with the config "
                            f"that made {out}, or choose another --out")
-    return json.loads(rep.read_text())
+    return run.report(v.name)
 
 
 def _check_resumable(out: Path, cfg, fps: dict, resume: bool, every: int) -> None:
     """Before any work: an interrupted variant's snapshot needs --resume, and must be this config's."""
     for v in cfg.variants:
-        snaps = Snapshots(out / v.name / "train_state", every, fps[v.name], resume)
+        snaps = Snapshots(RunFolder(out).train_state(v.name), every, fps[v.name], resume)
         if snaps.latest() is None:
             continue
         if not resume:
@@ -108,6 +104,7 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
     manifest = canaries.generate(dataclasses.replace(cfg.canaries, evaluation=cfg.evaluate.plan()))
     _preflight(cfg, data, manifest)
     out.mkdir(parents=True, exist_ok=True)
+    run = RunFolder(out)
     reports = {}
     for v in cfg.variants:
         if finished.get(v.name) is not None:
@@ -115,14 +112,13 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
             continue
         method = methods.get(v.trainer.method)
         if not distributed.is_main():  # torchrun: the other ranks train; rank 0 writes and evaluates
-            method.fit(cfg, v, data, manifest, out / v.name / "checkpoint")
+            method.fit(cfg, v, data, manifest, run.checkpoint(v.name))
             continue
-        snaps = Snapshots(out / v.name / "train_state", snapshot_every, fps[v.name], resume) \
-            if method.snapshots else None
-        folder = method.fit(cfg, v, data, manifest, out / v.name / "checkpoint", snapshots=snaps)
+        snaps = Snapshots(run.train_state(v.name), snapshot_every, fps[v.name], resume) if method.snapshots else None
+        folder = method.fit(cfg, v, data, manifest, run.checkpoint(v.name), snapshots=snaps)
         if snaps is not None:
             snaps.clear()  # the checkpoint is written: the snapshots have served
-        reports[v.name] = evaluate_folder(folder, cfg.evaluate, command, out / v.name / "report", redact)
+        reports[v.name] = evaluate_folder(folder, cfg.evaluate, command, run.report_dir(v.name), redact)
     if distributed.is_main():
         report.write_comparison(reports, out, command, cfg.to_dict(), redact=redact)
     return reports

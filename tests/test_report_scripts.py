@@ -19,9 +19,6 @@ SCRIPTS = ROOT / "scripts"
 TABLES = [
     ("rows_clipping_sweep.py", "li_repro_minilm_c_sweep"),
     ("rows_clipping_sweep.py", "li_repro_smollm2_clipping"),
-    ("rows_minilm_mean.py", "li_repro_minilm_mean"),
-    ("rows_table2text.py", "li_repro_smollm2_table2text"),
-    ("rows_table2text.py", "li_repro_smollm2_table2text_n2000"),
     ("rows_table2text_pilot.py", "li_repro_smollm2_table2text_pilot"),
     ("rows_table2text_pilot.py", "li_repro_table2text_data_pilot"),
     ("rows_dp_frost.py", "dp_frost_sentiment"),
@@ -47,6 +44,38 @@ def test_rows_txt_is_what_the_script_prints(script, run_dir):
     assert out.stdout == (REPORTS / run_dir / rows).read_text(), f"regenerate {run_dir}/{rows} with {script}"
     if run_dir in VERBATIM:
         assert out.stdout.strip() in (REPORTS / run_dir / "README.md").read_text(), f"paste rows.txt into {run_dir}/README.md"
+
+
+TABLE_COMMANDS = sorted((readme.parent, m.group(1)) for readme in REPORTS.glob("*/README.md")
+                        for m in re.finditer(r"`(dpaudit table [^`]+)`", readme.read_text()))
+
+
+def test_some_report_tables_come_from_dpaudit_table():
+    assert len(TABLE_COMMANDS) >= 3
+
+
+@pytest.mark.parametrize("folder,command", TABLE_COMMANDS, ids=[f.name for f, _ in TABLE_COMMANDS])
+def test_rows_txt_is_what_its_readme_table_command_prints(folder, command, capsys):
+    """The `dpaudit table ...` command a report's README names prints its rows.txt, byte for byte."""
+    import shlex
+
+    from dpaudit.cli import main
+
+    argv = shlex.split(command)[1:]
+    assert main(argv) == 0
+    assert capsys.readouterr().out == (folder / "rows.txt").read_text(), f"regenerate {folder.name}/rows.txt: {command}"
+    if folder.name in VERBATIM:
+        assert (folder / "rows.txt").read_text().strip() in (folder / "README.md").read_text()
+
+
+def test_table_refuses_unknown_columns_and_missing_variants(capsys):
+    from dpaudit.cli import main
+
+    for extra, needle in ((["--columns", "variant,telepathy"], "unknown column 'telepathy'"),
+                          (["--columns", "variant", "--variant", "nope"], "no report")):
+        assert main(["table", str(REPORTS / "li_repro_minilm_mean"), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and len(err.splitlines()) == 1
 
 
 def test_pmixed_counterexample_table_is_what_the_script_prints():

@@ -1,0 +1,62 @@
+"""The folder ``dpaudit run`` writes, read and written through one module (docs/architecture.md, Layout)::
+
+    OUT/REPORT.md, OUT/report.json           the comparison
+    OUT/<variant>/checkpoint/                 the checkpoint dir (or a PMixED deployment)
+    OUT/<variant>/report/                     that variant's REPORT.md, report.json and plots
+    OUT/<variant>/train_state/                while it trains: the latest snapshot (trainers/snapshot.py)
+
+    run = RunFolder("reports/demo")
+    for name in run.variants():              # those with a report, in name order
+        r = run.report(name)                  # report.json as a dict
+        rec = run.run_record(name)            # checkpoint/run.json ({} when absent)
+
+No torch here: the table command and the report scripts read committed runs without loading a model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpaudit.errors import DpauditError
+
+CHECKPOINT, REPORT, TRAIN_STATE = "checkpoint", "report", "train_state"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+
+    def __init__(self, path):
+        object.__setattr__(self, "path", Path(path))
+
+    def checkpoint(self, variant: str) -> Path:
+        return self.path / variant / CHECKPOINT
+
+    def report_dir(self, variant: str) -> Path:
+        return self.path / variant / REPORT
+
+    def train_state(self, variant: str) -> Path:
+        return self.path / variant / TRAIN_STATE
+
+    def has_report(self, variant: str) -> bool:
+        return (self.report_dir(variant) / "report.json").is_file()
+
+    def variants(self) -> list[str]:
+        """The variants with a report, in name order."""
+        if not self.path.is_dir():
+            raise DpauditError(f"{self.path} is not the folder of a `dpaudit run`; pass the --out of a run")
+        return sorted(p.name for p in self.path.iterdir() if p.is_dir() and self.has_report(p.name))
+
+    def report(self, variant: str) -> dict:
+        """``<variant>/report/report.json`` (refused with a one-line error when it is missing or not JSON)."""
+        from dpaudit.io import read_json
+
+        return read_json(self.report_dir(variant) / "report.json", "report",
+                         f"run the variant first (dpaudit run CONFIG --out {self.path} --variant {variant})")
+
+    def run_record(self, variant: str) -> dict:
+        """``<variant>/checkpoint/run.json``, or {} for a checkpoint without one."""
+        f = self.checkpoint(variant) / "run.json"
+        return json.loads(f.read_text()) if f.is_file() else {}

@@ -1,0 +1,124 @@
+"""``dpaudit table RUN --columns ...``: one markdown row per variant of a run folder, from its committed files.
+
+    dpaudit table reports/li_repro_minilm_mean --columns variant,accuracy_ci,claimed,pld_rdp,verdict
+
+Every column is one entry of :data:`COLUMNS` (header, and the cell of one variant from its report.json and
+run.json); adding one is one line. A number in a README table is then what this command prints from the run
+that made it (tests/test_report_scripts.py). No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from dpaudit.errors import DpauditError
+from dpaudit.run_folder import RunFolder
+
+Z95 = 1.959964  # the 97.5% normal quantile (6 decimals, as the committed tables): two-sided 95% intervals
+
+
+def wilson(p: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``p`` observed on ``n`` trials."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+class Row:
+    """One variant's files, with the readings several columns share."""
+
+    def __init__(self, name: str, report: dict, record: dict):
+        self.name, self.r, self.rec = name, report, record
+        self.tr = report["reproducibility"].get("train_result") or {}
+        self.m = report.get("metrics") or {}
+        self.eps = {a["accountant"]: a["epsilon"] for a in report["accounting"].get("results", [])}
+
+    @property
+    def sigma(self):
+        return self.tr.get("noise_multiplier")
+
+    @property
+    def noise_per_coordinate(self) -> float:
+        """σC/B: the noise std on the averaged gradient, per coordinate."""
+        B = self.tr["sample_rate"] * self.tr["dataset_size"]
+        return self.sigma * self.r["reproducibility"]["config"]["train"]["clipping_norm"] / B
+
+
+def _eps(x) -> str:
+    return "∞" if x is None else f"{x:.2f}"
+
+
+def _final_loss_window(tr: dict) -> str:
+    """The final training loss with the window it averages (runs before one loss per logical step averaged the
+    last 20 physical batches of a DP run, the last 20 steps of a non-private one)."""
+    k = tr.get("final_loss_steps")
+    if k:
+        return f"{tr['final_loss']:.3f} (last {k} of {tr['steps']} steps)"
+    return f"{tr['final_loss']:.3f} (last 20 {'batches' if tr.get('noise_multiplier') else 'steps'}, old)"
+
+
+def _accuracy_ci(x: Row) -> str:
+    lo, hi = wilson(x.m["accuracy"], x.m["n_test"])
+    return f"{x.m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def _auc_ci(x: Row) -> str:
+    a = x.r["attacks"]["loss"]
+    return f"{a['auc']:.3f} [{a['auc_ci'][0]:.2f}, {a['auc_ci'][1]:.2f}]"
+
+
+def _best(x: Row, confidence: bool) -> str:
+    b = x.r["empirical_best"]
+    conf = f", {b['family_confidence']:.0%}" if confidence else ""
+    return f"{b['epsilon_lb']:.2f} ({b['attack']}{conf}, {b['ceiling']:.2f})"
+
+
+# name -> (header, cell)
+COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
+    "variant": ("variant", lambda x: x.name),
+    "accuracy": ("test accuracy", lambda x: f"{x.m['accuracy']:.3f}"),
+    "accuracy_ci": ("test accuracy [95% CI]", _accuracy_ci),
+    "bleu": ("BLEU", lambda x: f"{x.m['bleu']:.1f}"),
+    "nist": ("NIST", lambda x: f"{x.m['nist']:.2f}"),
+    "meteor": ("METEOR", lambda x: f"{x.m['meteor']:.1f}"),
+    "rougeL": ("ROUGE-L", lambda x: f"{x.m['rougeL']:.1f}"),
+    "cider": ("CIDEr", lambda x: f"{x.m['cider']:.2f}"),
+    "zero_shot_bleu": ("zero-shot BLEU", lambda x: f"{x.m['base_model']['bleu'] if 'base_model' in x.m else math.nan:.1f}"),
+    "claimed": ("claimed ε (PRV)", lambda x: _eps(x.r["claim"]["epsilon"])),
+    "prv": ("claimed ε (PRV)", lambda x: f"{x.eps['prv']:.2f}" if x.eps else "∞"),
+    "pld_rdp": ("PLD / RDP", lambda x: f"{x.eps['pld']:.2f} / {x.eps['rdp']:.2f}" if x.eps else "—"),
+    "interval": ("true ε in (accountants)", lambda x: "—" if x.r["accounting"].get("lower_epsilon") is None else
+                 f"[{x.r['accounting']['lower_epsilon']:.3f}, {x.r['accounting']['certified_epsilon']:.3f}]"),
+    "sigma": ("σ", lambda x: f"{x.sigma:.3f}" if x.sigma else "—"),
+    "noise_per_coordinate": ("σC/B", lambda x: f"{x.noise_per_coordinate:.2g}" if x.sigma else "—"),
+    "steps": ("steps", lambda x: f"{x.tr['steps']}"),
+    "final_loss": ("final train loss", lambda x: f"{x.tr['final_loss']:.3f}"),
+    "final_loss_window": ("final train loss", lambda x: _final_loss_window(x.tr)),
+    "seconds": ("train s", lambda x: f"{x.tr['seconds']:.0f}"),
+    "loss_auc": ("LOSS AUC", lambda x: f"{x.r['attacks']['loss']['auc']:.3f}"),
+    "loss_auc_ci": ("LOSS AUC [95% CI]", _auc_ci),
+    "best": ("empirical ε lower bound, 95% (best test, ceiling)", lambda x: _best(x, False)),
+    "best_confidence": ("empirical ε lower bound (best test, confidence, ceiling)", lambda x: _best(x, True)),
+    "verdict": ("verdict", lambda x: f"`{x.r['verdict']['status']}`"),
+}
+
+
+def table(run: RunFolder, columns: list[str], variants: list[str] | None = None) -> str:
+    """The markdown table of ``columns`` for ``variants`` (default: every variant with a report, by name)."""
+    unknown = [c for c in columns if c not in COLUMNS]
+    if unknown or not columns:
+        raise DpauditError(f"unknown column {unknown[0] if unknown else None!r}; choose from {', '.join(COLUMNS)}")
+    names = list(variants) if variants else run.variants()
+    missing = [v for v in names if not run.has_report(v)]
+    if missing:
+        raise DpauditError(f"variant {missing[0]!r} has no report in {run.path}; run it first, or leave it out")
+    lines = ["| " + " | ".join(COLUMNS[c][0] for c in columns) + " |", "|" + "---|" * len(columns)]
+    for v in names:
+        row = Row(v, run.report(v), run.run_record(v))
+        try:
+            cells = [COLUMNS[c][1](row) for c in columns]
+        except (KeyError, TypeError) as e:
+            raise DpauditError(f"variant {v!r} has no value for a requested column ({e}); leave that column out") from None
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
