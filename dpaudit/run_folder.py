@@ -60,3 +60,14 @@ class RunFolder:
         """``<variant>/checkpoint/run.json``, or {} for a checkpoint without one."""
         f = self.checkpoint(variant) / "run.json"
         return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def from_argv(description: str, default: Path, argv=None) -> RunFolder:
+    """The run folder a report script reads: its one optional argument RUN (the --out of a `dpaudit run`), else
+    ``default``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", nargs="?", type=Path, default=None, metavar="RUN",
+                    help=f"the --out folder of a dpaudit run (default: {default})")
+    return RunFolder(ap.parse_args(argv).run or default)

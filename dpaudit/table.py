@@ -25,6 +25,14 @@ def wilson(p: float, n: int, z: float = Z95) -> tuple[float, float]:
     return centre - half, centre + half
 
 
+def newcombe(p1: float, n1: int, p2: float, n2: int) -> tuple[float, float]:
+    """95% interval for p1 - p2 (Newcombe 1998, method 10: from the two Wilson intervals)."""
+    l1, u1 = wilson(p1, n1)
+    l2, u2 = wilson(p2, n2)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
 class Row:
     """One variant's files, with the readings several columns share."""
 

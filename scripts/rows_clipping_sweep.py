@@ -5,21 +5,18 @@ per-step fraction clipped and median per-unit norm.
 Run: `python scripts/rows_clipping_sweep.py reports/li_repro_minilm_c_sweep > reports/li_repro_minilm_c_sweep/rows.txt`
 """
 
-import glob
-import json
-import os
-import sys
+from pathlib import Path
+
+from dpaudit.run_folder import from_argv
 
 
-def main(run_dir: str) -> None:
-    for v in sorted(glob.glob(run_dir + "/*/")):
-        name = os.path.basename(v[:-1])
-        try:
-            with open(v + "report/report.json") as f:
-                r = json.load(f)
-        except (OSError, ValueError):
+def main() -> None:
+    run = from_argv(__doc__, Path(__file__).resolve().parents[1] / "reports" / "li_repro_minilm_c_sweep")
+    for name in sorted(p.name for p in run.path.iterdir() if p.is_dir()):
+        if not run.has_report(name):
             print(name, "no report yet")
             continue
+        r = run.report(name)
         tr = r["reproducibility"]["train_result"]
         c = tr.get("clipping") or {}
         pf = c.get("per_step", {}).get("fraction_clipped", [])
@@ -33,4 +30,4 @@ def main(run_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

@@ -9,39 +9,17 @@ reports/dp_frost_sentiment); variants not run yet are listed as such.
 
 from __future__ import annotations
 
-import json
-import math
-import sys
 from pathlib import Path
 
-HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "reports" / "dp_frost_sentiment"
+from dpaudit.run_folder import from_argv
+from dpaudit.table import newcombe, wilson
+
+RUN = from_argv(__doc__, Path(__file__).resolve().parents[1] / "reports" / "dp_frost_sentiment")
 EPS = ["nonprivate", "eps8", "eps3", "eps1", "eps0p5"]
 METHODS = ["frost", "full", "lora"]
 EXTRA = ["pval-eps0p5", "random-eps0p5", "frost-mg-eps0p5", "frost-mgn-eps0p5", "frost-single-eps0p5"]
-Z = 1.959964
-
-
-def wilson(k: float, n: int) -> tuple[float, float]:
-    p = k / n
-    centre = (p + Z * Z / (2 * n)) / (1 + Z * Z / n)
-    half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / (1 + Z * Z / n)
-    return centre - half, centre + half
-
-
-def newcombe(p1: float, n1: int, p2: float, n2: int) -> tuple[float, float]:
-    """95% interval for p1 - p2 (Newcombe 1998, method 10: from the two Wilson intervals)."""
-    l1, u1 = wilson(p1 * n1, n1)
-    l2, u2 = wilson(p2 * n2, n2)
-    d = p1 - p2
-    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
-
-
 def load(v: str):
-    rep = HERE / v / "report" / "report.json"
-    if not rep.exists():
-        return None
-    run = json.loads((HERE / v / "checkpoint" / "run.json").read_text())
-    return json.loads(rep.read_text()), run
+    return (RUN.report(v), RUN.run_record(v)) if RUN.has_report(v) else None
 
 
 def row(v: str) -> str:
@@ -50,7 +28,7 @@ def row(v: str) -> str:
         return f"| {v} | not run yet | | | | | | | |"
     r, run = got
     m, acct, tr = r["metrics"], r["accounting"], run["trainer"]
-    lo, hi = wilson(m["accuracy"] * m["n_test"], m["n_test"])
+    lo, hi = wilson(m["accuracy"], m["n_test"])
     claim = r["claim"]["epsilon"]
     interval = (f"[{acct['lower_epsilon']:.3f}, {acct['certified_epsilon']:.3f}]"
                 if claim is not None and acct.get("lower_epsilon") is not None else "—")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
-from rows_dp_frost import newcombe, wilson
+from dpaudit.run_folder import from_argv
+from dpaudit.table import newcombe, wilson
 
-HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "reports" / "lmo_dp"
+RUN = from_argv(__doc__, Path(__file__).resolve().parents[1] / "reports" / "lmo_dp")
 VARIANTS = ["lmo-eps0p3", "laplace-fixed-eps0p63", "gauss-eps0p63", "gauss-eps0p3", "lmo-eps3", "gauss-eps3",
             "gauss-eps14p2"]
 CONTROLS = {"lmo-eps0p3": ["laplace-fixed-eps0p63", "gauss-eps0p63", "gauss-eps0p3"],
@@ -24,12 +24,9 @@ CONTROLS = {"lmo-eps0p3": ["laplace-fixed-eps0p63", "gauss-eps0p63", "gauss-eps0
 
 
 def load(v: str):
-    rep = HERE / v / "report" / "report.json"
-    if not rep.exists():
+    if not RUN.has_report(v):
         return None
-    ck = HERE / v / "checkpoint"
-    return (json.loads(rep.read_text()), json.loads((ck / "run.json").read_text()),
-            json.loads((ck / "privacy_card.json").read_text()))
+    return RUN.report(v), RUN.run_record(v), json.loads((RUN.checkpoint(v) / "privacy_card.json").read_text())
 
 
 def _wb(r: dict, name: str) -> str:
@@ -43,7 +40,7 @@ def row(v: str) -> str:
         return f"| {v} | not run yet | | | | | | | | |"
     r, run, card = got
     m, acct = r["metrics"], r["accounting"]
-    lo, hi = wilson(m["accuracy"] * m["n_test"], m["n_test"])
+    lo, hi = wilson(m["accuracy"], m["n_test"])
     lmo = card.get("extra", {}).get("lmo")
     C = card["mechanism"]["clipping_norm"]
     if lmo:

@@ -6,17 +6,16 @@ Run: `python scripts/rows_pmixed.py [DIR] > reports/pmixed/rows.md` (DIR default
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "reports" / "pmixed"
+from dpaudit.run_folder import from_argv
+
+RUN = from_argv(__doc__, Path(__file__).resolve().parents[1] / "reports" / "pmixed")
 PMIXED, DP = "pmixed-eps8", "dp-lora-eps8"
 
 
 def load(v: str) -> dict | None:
-    p = HERE / v / "report" / "report.json"
-    return json.loads(p.read_text()) if p.exists() else None
+    return RUN.report(v) if RUN.has_report(v) else None
 
 
 def best(r: dict, kind: str) -> str:

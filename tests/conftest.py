@@ -46,6 +46,7 @@ lr = 5e-3
 [evaluate]
 n_references = 200
 enumerate_limit = 0  # sampled references: the whole-space trie is tested in test_exposure_trie.py
+batch_size = 16  # several batches of canaries and references: test_shards splits them
 [[variants]]
 name = "non-private"
 target_epsilon = inf

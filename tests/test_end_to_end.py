@@ -134,8 +134,8 @@ def test_evaluation_follows_the_plan_fixed_before_training(run_dir, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--confidence" in err and "--off-plan" in err and not (tmp_path / "x").exists()
     # allowed with --off-plan: marked exploratory, and the CI gate fails it
-    assert main(["evaluate", str(ck), "--out", str(tmp_path / "y"), "--confidence", "0.8", "--off-plan",
-                 "--quiet"]) == 0
+    assert main(["evaluate", str(ck), "--out", str(tmp_path / "y"), "--confidence", "0.8", "--attacks", "loss",
+                 "--off-plan", "--quiet"]) == 0
     y = json.loads((tmp_path / "y" / "report.json").read_text())
     assert y["audit_plan"]["status"] == "off-plan" and y["verdict"]["reason"].startswith("EXPLORATORY")
     assert "Exploratory: off the evaluation plan" in (tmp_path / "y" / "REPORT.md").read_text()

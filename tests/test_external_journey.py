@@ -71,7 +71,8 @@ def _save(folder, model, tok, manifest, card):
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("external")
     tok = public_bpe_tokenizer(512)
-    manifest = api.new_canaries(m=200, repetitions=1, seed=11, n_references=300)
+    manifest = api.new_canaries(m=200, repetitions=1, seed=11, length=4, n_references=300)  # 10^4 secrets: exposure
+    # ranks each canary over the whole space quickly (the 10^6 trie is tested in test_exposure_trie.py)
     data = _tensors(tok, _data(manifest)["text"])
 
     # DP: Opacus picks sigma for epsilon = 1 over 6 epochs; Poisson sampling through its DPDataLoader
