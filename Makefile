@@ -28,7 +28,7 @@ demo-refresh: $(BIN)/.installed
 
 # ruff, then the layer rules of docs/architecture.md as import-linter contracts (pyproject.toml)
 lint: $(BIN)/.installed
-	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks scripts examples setup.py
+	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks scripts experiments examples setup.py
 	BIN=$(BIN) .ci/lint_imports.sh
 
 # Optional: WordNet for METEOR (Debian packages, no root needed). Failure only leaves METEOR out.

@@ -4,7 +4,7 @@ from the pretrained encoder (mean-pooled last hidden states, or BERT's [CLS] poo
 trained by DP-Adam exactly as the engine does it for a head (Poisson sampling at q = B/N, per-example
 clipping at C = 0.1, Gaussian noise sigma*C once per step, divided by B; sigma from Opacus' PRV accountant
 at delta = 1e-5). The per-example gradient of a linear head is closed-form, (p - y) x^T and (p - y).
-Run: `python scripts/probe_minilm_mean.py > reports/li_repro_minilm_mean_pilot/probe.txt`"""
+Run: `python experiments/probe_minilm_mean.py > reports/li_repro_minilm_mean_pilot/probe.txt`"""
 
 import math
 
