@@ -542,3 +542,26 @@ def test_atomic_folder_leaves_the_target_as_it_was_on_failure(tmp_path, exists):
     with atomic_folder(out) as tmp:
         (tmp / "report.json").write_text("new")
     assert (out / "report.json").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_staged_folder_replaces_whole_or_leaves_the_target_as_it_was(tmp_path, exists):
+    """Checkpoints, deployments and caches are written whole: a failure leaves the target (and no stage) behind;
+    ``replace=False`` keeps a folder another process finished first."""
+    from dpaudit.io import staged_folder
+
+    dest = tmp_path / "ck"
+    if exists:
+        dest.mkdir()
+        (dest / "old.json").write_text("old")
+    with pytest.raises(RuntimeError):
+        with staged_folder(dest) as stage:
+            (stage / "new.json").write_text("half")
+            raise RuntimeError("killed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["ck"] if exists else [])
+    with staged_folder(dest, replace=False) as stage:
+        (stage / "new.json").write_text("new")
+    assert sorted(p.name for p in dest.iterdir()) == (["old.json"] if exists else ["new.json"])
+    with staged_folder(dest) as stage:
+        (stage / "newer.json").write_text("newer")
+    assert sorted(p.name for p in dest.iterdir()) == ["newer.json"] and len(list(tmp_path.iterdir())) == 1
