@@ -153,7 +153,7 @@ def test_report_states_what_the_canaries_can_resolve(run_dir):
     # the audit's own limit beside the claim's tests, and the estimates labelled as such
     assert r["audit_limits"] and "the best possible one-run audit" in md
     assert "not a bound" in md or not r["exposure"]
-    assert "δ = 0: a pure-DP bound, not comparable with the (ε, δ) claim" in md
+    assert "δ = 0 rows: a pure-DP bound, not comparable with the (ε, δ) claim" in md
     wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
     assert wb["statistic"] == "likelihood_ratio" and wb["claim_curve_rejected"] is False
     lim = [x for x in r["audit_limits"] if x["attack"] == "whitebox_gradient"][0]
