@@ -72,6 +72,7 @@ lr = 3e-3
 delta = 1e-5
 [evaluate]
 n_references = 50
+enumerate_limit = 0  # sampled references: the whole-space trie is tested in test_exposure_trie.py
 attacks = ["loss", "exposure"]
 [[variants]]
 name = "np"
