@@ -20,7 +20,8 @@ random text: the mislabelled-record canary of classifier audits). The draw uses 
 stream, so the texts and coins equal those of the same plan without labels.
 
 Everything is regenerable from (seed, template, space, m, repetitions); ``regenerate`` checks it.
-Stability rules as for the privacy card.
+Stability rules as for the privacy card. (Over 300 lines on purpose: the manifest's generation, validation and
+regeneration are one contract, kept in one file.)
 """
 
 from __future__ import annotations
