@@ -1,0 +1,61 @@
+"""The package as it ships: every subpackage is found (none listed by hand), the tests import the checkout,
+and the dependencies the code imports are declared (the wheel is built and run by .ci/wheel_check.sh)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _setup():
+    spec = importlib.util.spec_from_file_location("dpaudit_setup", ROOT / "setup.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # setup() runs only as __main__
+    return mod
+
+
+def test_every_package_folder_is_found():
+    setup = _setup()
+    found = set(setup.packages())
+    for name, folder in setup.ROOTS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            assert ".".join((name, *rel.parts)) in found, init
+
+
+def test_tests_import_the_checkout():
+    import dpaudit
+    import dpaudit.tasks
+    import dpaudit.trainers
+
+    assert Path(dpaudit.__file__).resolve().parent == ROOT / "dpaudit"
+    assert Path(dpaudit.trainers.__file__).resolve().parent == ROOT / "trainers"
+    assert Path(dpaudit.tasks.__file__).resolve().parent == ROOT / "tasks"
+
+
+def test_third_party_imports_are_declared():
+    """Every third-party module the package imports is a declared dependency (pins stay in requirements.txt), or
+    an offline asset package of requirements-assets.txt (data, installed beside it without its dependencies)."""
+    import ast
+    import sys
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower().replace("-", "_") for d in deps}
+    assets = {ln.split("==")[0].strip().lower().replace("-", "_") for ln in
+              (ROOT / "requirements-assets.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+    distribution = {"sklearn": "scikit_learn"}
+    used = set()
+    for folder in ("dpaudit", "trainers", "attacks", "tasks"):
+        for f in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.Import):
+                    used |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    used.add(node.module.split(".")[0])
+    third = used - set(sys.stdlib_module_names) - {"dpaudit", "__future__"}
+    missing = sorted(m for m in third if distribution.get(m, m).lower() not in declared | assets)
+    assert not missing, f"imported but not declared in pyproject.toml: {missing}"
