@@ -78,6 +78,21 @@ class PrivacyCard:
     def is_private(self) -> bool:
         return self.claim.epsilon is not None
 
+    def audited_mechanism(self):
+        """The one subsampled Gaussian (sigma > 0) an audit of this card is about, typed
+        (:class:`dpaudit.audit.mechanism.Audited`), or None and why there is none."""
+        from dpaudit.accounting.events import SubsampledGaussian
+        from dpaudit.audit.mechanism import Audited, GaussianMechanism
+
+        gauss = [e for e in self.events if isinstance(e, SubsampledGaussian)]
+        if len(gauss) != 1:
+            return Audited(None, f"the card's mechanism has {len(gauss)} subsampled Gaussian events, not one")
+        ev = gauss[0]
+        if not ev.noise_multiplier > 0.0:
+            return Audited(None, "no noise (sigma = 0)")
+        return Audited(GaussianMechanism(float(ev.sample_rate), float(ev.noise_multiplier), int(ev.steps),
+                                         alone=len(self.events) == 1))
+
     def to_dict(self) -> dict:
         return {
             "schema_version": SCHEMA_VERSION,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpaudit import checkpoint, evidence, report_build, scoring
+from dpaudit.audit.mechanism import Audited
 from dpaudit.errors import DpauditError
 from dpaudit.eval_options import EvalOptions, Resolved
 from dpaudit.reaccount import reaccount
@@ -25,12 +26,13 @@ from dpaudit.verdict import judge
 
 @dataclass(frozen=True)
 class Loaded:
-    """Step 1: the checkpoint, the resolved options, the card's mechanism, the white-box records (parsed and
-    checked) and the claim's accounting (a card the accountants refuse fails here, before any model work)."""
+    """Step 1: the checkpoint, the resolved options, the mechanism the audit is about (typed, from the card's
+    events), the white-box records (parsed and checked) and the claim's accounting (a card the accountants refuse
+    fails here, before any model work)."""
 
     ck: checkpoint.Checkpoint
     opts: Resolved
-    mechanism: dict
+    mechanism: Audited
     whitebox: list | None
     accounting: dict
 
@@ -100,7 +102,7 @@ def merge(ckpt_dir: Path, part_folders, command: str | None = None) -> dict:
 def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -> Loaded:
     """Step 1 (see :class:`Loaded`); a shard only scores: its accounting and white-box records are the merge's."""
     opts = options.resolve(ck.manifest, scoring.framing_of(ck, options.framing))
-    mechanism = ck.card.to_dict()["mechanism"]
+    mechanism = ck.card.audited_mechanism()
     if shard:
         return Loaded(ck, opts, mechanism, None, {})
     return Loaded(ck, opts, mechanism, scoring.whitebox(ck.path, mechanism), reaccount(ck.card))

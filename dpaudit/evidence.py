@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpaudit.audit import families
+from dpaudit.audit.mechanism import Audited
 from dpaudit.reaccount import claim_profile, group_delta, lemma_delta
 
 
@@ -37,7 +38,7 @@ class Evidence:
     noise_checks: list
 
 
-def audit(card, man, scored, whitebox: list | None, mechanism: dict, confidence: float, rule: str) -> Evidence:
+def audit(card, man, scored, whitebox: list | None, mechanism: Audited, confidence: float, rule: str) -> Evidence:
     """The evidence of ``scored`` (:class:`dpaudit.scoring.CanaryScores`) and the white-box records against the
     claim of ``card``, with the canaries of ``man``."""
     n_families = 2 if record_claim(card) else 1  # every test that can trigger a verdict shares one correction

@@ -211,22 +211,22 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
     return ExposureScores(np.asarray(px_can), np.asarray(px_ref), False)
 
 
-def whitebox(path: Path | None, mechanism: dict | None = None) -> list[dict] | None:
+def whitebox(path: Path | None, audited=None) -> list[dict] | None:
     """The white-box gradient canary sets a trainer recorded beside the checkpoint (None when there are none):
     ``gradient_canaries.json`` (audited as ``whitebox_gradient``) and any ``gradient_canaries_<kind>.json``
     (``whitebox_gradient_<kind>``), each with its ``name``. ``scores`` is the statistic
-    :func:`dpaudit.audit.whitebox_lr.choose` fixes from the record and the card's ``mechanism`` (the per-step
+    :func:`dpaudit.audit.whitebox_lr.choose` fixes from the record and the card's ``audited`` mechanism (the per-step
     likelihood ratio when it can, else the sum), named in ``statistic``; the sum stays in ``sum_scores``."""
     if path is None:
         return None
     first = Path(path) / "gradient_canaries.json"
     files = ([first] if first.exists() else []) + sorted(Path(path).glob("gradient_canaries_*.json"))
-    out = [{**_read_whitebox(f, mechanism), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
+    out = [{**_read_whitebox(f, audited), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
            for f in files]
     return out or None
 
 
-def _read_whitebox(f: Path, mechanism: dict | None = None) -> dict:
+def _read_whitebox(f: Path, audited=None) -> dict:
     from dpaudit.audit import whitebox_lr
     from dpaudit.io import read_json
 
@@ -249,7 +249,9 @@ def _read_whitebox(f: Path, mechanism: dict | None = None) -> dict:
     d = {**d, "signs": signs, "scores": scores}
     if d.get("steps_file"):
         d["steps_array"] = _read_steps(f.parent / d["steps_file"], signs.size, scores)
-    chosen, stat, params = whitebox_lr.scores(d, mechanism)
+    from dpaudit.audit.mechanism import NONE
+
+    chosen, stat, params = whitebox_lr.scores(d, audited or NONE)
     from dpaudit.audit import noise_check
 
     if noise_check.applies(d, stat):  # what dpaudit/audit/noise_check.py needs of the per-step projections

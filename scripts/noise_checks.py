@@ -19,13 +19,14 @@ CONFIDENCE = 0.95
 
 def rows(folder: Path) -> list[str]:
     from dpaudit import scoring
+    from dpaudit.card import card_from_dict
     from dpaudit.evidence import noise_checks
 
     out = []
     for card_file in sorted(folder.glob("*/checkpoint/privacy_card.json")):
         card = json.loads(card_file.read_text())
         ck = card_file.parent
-        wbs = {w["name"]: w for w in scoring.whitebox(ck, card.get("mechanism")) or []}
+        wbs = {w["name"]: w for w in scoring.whitebox(ck, card_from_dict(card).audited_mechanism()) or []}
         for c in noise_checks(list(wbs.values()), CONFIDENCE):
             # each step an inserted canary was sampled adds 1 to its projection: in expectation sum(times_sampled)
             # of the sum of squares; what is left above sigma^2 is the records' own gradients

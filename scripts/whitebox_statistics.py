@@ -11,7 +11,6 @@ committed files alone (no model is loaded).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -19,12 +18,14 @@ from pathlib import Path
 def rows(folder: Path) -> list[str]:
     from dpaudit import scoring
     from dpaudit.audit import families, fdp, mechanism_limit, one_run
+    from dpaudit.card import load_card
+    from dpaudit.run_folder import RunFolder
 
     out = []
-    for rep in sorted(folder.glob("*/report/report.json")):
-        r = json.loads(rep.read_text())
-        ck = rep.parent.parent / "checkpoint"
-        wbs = scoring.whitebox(ck, r["mechanism"]) or []
+    run = RunFolder(folder)
+    for variant in run.variants():
+        r, ck = run.report(variant), run.checkpoint(variant)
+        wbs = scoring.whitebox(ck, load_card(ck / "privacy_card.json").audited_mechanism()) or []
         for wb in wbs:
             if wb["statistic"] != "likelihood_ratio":
                 continue
@@ -38,7 +39,7 @@ def rows(folder: Path) -> list[str]:
                 cells.append(f"{g.v}/{g.r} | {f.epsilon_lb:.2f} | {f.gdp_epsilon_estimate:.2f}")
             lim = mechanism_limit.limit(m, k, wb["statistic_params"], d, c)
             cells.append("—" if lim is None else f"{lim['epsilon_lb']:.2f}")
-            out.append(f"| {folder.name}/{rep.parent.parent.name} | {r['claim']['epsilon']:.3g} | {m} | "
+            out.append(f"| {folder.name}/{variant} | {r['claim']['epsilon']:.3g} | {m} | "
                        + " | ".join(cells[:2]) + f" | {k} + {k} | {cells[2]} | {cells[3]} |")
     return out
 

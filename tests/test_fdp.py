@@ -115,12 +115,18 @@ def test_likelihood_ratio_separates_better_than_the_sum():
 def test_statistic_is_chosen_from_the_record_and_card_only():
     steps = np.zeros((5, 3))
     rec = {"scores": [0.0, 0.0, 0.0], "steps_array": steps, "sample_rate": 0.1}
-    gauss = {"events": [{"type": "subsampled_gaussian", "sample_rate": 0.1, "noise_multiplier": 1.0, "steps": 5}]}
-    assert whitebox_lr.choose(rec, gauss)[0] == "likelihood_ratio"
-    assert whitebox_lr.choose({"scores": [0.0] * 3}, gauss)[0] == "sum"
-    assert whitebox_lr.choose(rec, {"events": [{**gauss["events"][0], "steps": 6}]})[0] == "sum"
-    assert whitebox_lr.choose(rec, {"events": [{**gauss["events"][0], "noise_multiplier": 0.0}]})[0] == "sum"
-    assert whitebox_lr.choose(rec, {"events": gauss["events"] * 2})[0] == "sum"
+    from dpaudit.accounting import SubsampledGaussian
+    from dpaudit.card import Claim, PrivacyCard
+
+    def audited(*events):
+        return PrivacyCard(claim=Claim(epsilon=1.0, delta=1e-5), events=list(events)).audited_mechanism()
+
+    gauss = SubsampledGaussian(sample_rate=0.1, noise_multiplier=1.0, steps=5)
+    assert whitebox_lr.choose(rec, audited(gauss))[0] == "likelihood_ratio"
+    assert whitebox_lr.choose({"scores": [0.0] * 3}, audited(gauss))[0] == "sum"
+    assert whitebox_lr.choose(rec, audited(SubsampledGaussian(0.1, 1.0, 6)))[0] == "sum"
+    assert whitebox_lr.choose(rec, audited(SubsampledGaussian(0.1, 0.0, 5)))[0] == "sum"
+    assert whitebox_lr.choose(rec, audited(gauss, gauss))[0] == "sum"
 
 
 def _canary_audit(sigma_true, q, T, sigma_claim, m, rng):

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit.canaries import Manifest
-from dpaudit.card import Claim, PrivacyCard
 from dpaudit.tasks import registry, sentiment
 from dpaudit.trainers import engine
 from dpaudit.trainers import fit as common
@@ -39,12 +38,9 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len, snapshots=snapshots)
-    claim = Claim(epsilon=res.epsilon if res.private else None,
-                  delta=res.delta if res.private else 0.0, unit="record", accountant=eng.accountant)
-    card = PrivacyCard(claim=claim, events=res.events, clipping_norm=eng.clipping_norm if res.private else None,
-                       expected_batch_size=min(eng.batch_size, len(records)), dataset_size=len(records),
-                       group_size=1, method="dp_adam" if res.private else "non_private", trainable=tc.trainable,
-                       extra=common.rng_extra(eng) if res.private else {})
+    card = common.privacy_card(eng, epsilon=res.epsilon if res.private else None, delta=res.delta, method="dp_adam",
+                               trainable=tc.trainable, events=res.events, dataset_size=len(records),
+                               expected_batch_size=min(eng.batch_size, len(records)))
     run = common.run_record(cfg, variant, eng, res, data, common.trainable_fields(tc),
                             common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, tc, base)

@@ -28,7 +28,7 @@ import torch
 from dpaudit import accounting
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.canaries import Manifest
-from dpaudit.card import Claim, PrivacyCard
+from dpaudit.card import PrivacyCard
 from dpaudit.errors import DpauditError
 from dpaudit.tokens import model_device
 from dpaudit.trainers import data as data_seam
@@ -164,11 +164,8 @@ def _card(eng, tc, res, budget: Budget, selections: list, n: int) -> PrivacyCard
                        "sigma_ps": budget.sigma_ps, "sigma_sgd": budget.sigma_sgd, "r_eps": tc.frost.r_eps,
                        "gamma": tc.frost.gamma, "reselect": tc.frost.reselect,
                        "chosen": [s["chosen"] for s in selections]}}
-    if not res.private:
-        return PrivacyCard(claim=Claim(epsilon=None, delta=0.0, accountant="none"), method="non_private",
-                           trainable="subset", expected_batch_size=res.sample_rate * n, dataset_size=n, extra=extra)
-    events = budget.selection_events + res.events
-    eps = accounting.compute(events, res.delta, eng.accountant).epsilon
-    return PrivacyCard(claim=Claim(epsilon=eps, delta=res.delta, unit="record", accountant=eng.accountant),
-                       events=events, clipping_norm=eng.clipping_norm, expected_batch_size=res.sample_rate * n,
-                       dataset_size=n, method="dp_frost", trainable="subset", extra={**extra, **common.rng_extra(eng)})
+    events = budget.selection_events + res.events if res.private else []
+    eps = accounting.compute(events, res.delta, eng.accountant).epsilon if res.private else None
+    return common.privacy_card(eng, epsilon=eps, delta=res.delta, method="dp_frost", trainable="subset",
+                               accountant=eng.accountant if res.private else "none", events=events, dataset_size=n,
+                               expected_batch_size=res.sample_rate * n, extra=extra)

@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from dpaudit import checkpoint, report_build
+from dpaudit.card import Claim, PrivacyCard
 from dpaudit.trainers import pretrain, trainable
 
 
@@ -28,6 +29,25 @@ def choose_trainable(model, tc, grad_sample_mode: str):
     """Tied embeddings handled, then the trainable axis applied: (model to train, frozen base or None)."""
     trainable.prepare_tied(model, tc.tied_embeddings, grad_sample_mode, tc.trainable)
     return trainable.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha, tc.lora_targets)
+
+
+def privacy_card(eng, *, epsilon: float | None, delta: float, method: str, trainable: str, unit: str = "record",
+                 accountant: str | None = None, events=(), dataset_size: int | None = None,
+                 expected_batch_size: float | None = None, group_size: int = 1, extra: dict | None = None,
+                 engine_noise: bool = True) -> PrivacyCard:
+    """The privacy card every method writes (the one card builder). A private run (``epsilon`` not None) claims
+    (epsilon, delta) for ``unit`` under ``accountant`` (default: the engine's) with the mechanism ``events``;
+    when its claim rests on the engine's clipped and noised updates (``engine_noise``) the card also records the
+    clipping norm and where the noise came from (:func:`rng_extra`). A non-private run claims nothing, records
+    no clipping and is labelled ``non_private``."""
+    private = epsilon is not None
+    claim = Claim(epsilon=epsilon if private else None, delta=delta if private else 0.0, unit=unit,
+                  accountant=accountant or eng.accountant)
+    noised = private and engine_noise
+    return PrivacyCard(claim=claim, events=list(events), clipping_norm=eng.clipping_norm if noised else None,
+                       expected_batch_size=expected_batch_size, dataset_size=dataset_size, group_size=group_size,
+                       method=method if private else "non_private", trainable=trainable,
+                       extra={**(extra or {}), **(rng_extra(eng) if noised else {})})
 
 
 def rng_extra(eng) -> dict:

@@ -27,7 +27,6 @@ from dpaudit import progress
 from dpaudit.accounting import SubsampledLaplaceMixture, lmo_paper, lmo_vector
 from dpaudit.accounting.lmo_noise import LmoNoise
 from dpaudit.canaries import Manifest
-from dpaudit.card import Claim, PrivacyCard
 from dpaudit.errors import DpauditError
 from dpaudit.trainers import dp_adam, engine
 from dpaudit.trainers import fit as common
@@ -103,11 +102,9 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
                      "paper_epsilon": paper.epsilon, "paper_order": paper.order, "paper_floor": paper.floor,
                      "paper_near_floor": paper.near_floor, "mean_abs_noise": cal.noise.mean_abs_noise(),
                      "noise_std": math.sqrt(cal.noise.noise_variance()), "search": cal.search}}
-    card = PrivacyCard(claim=Claim(epsilon=cal.claim_epsilon, delta=res.delta, unit="record",
-                                   accountant=cal.claim_accountant),
-                       events=res.events, clipping_norm=eng.clipping_norm, expected_batch_size=plan.batch,
-                       dataset_size=len(records), group_size=1, method="lmo_dp", trainable=tc.trainable,
-                       extra={**extra, **common.rng_extra(eng)})
+    card = common.privacy_card(eng, epsilon=cal.claim_epsilon, delta=res.delta, accountant=cal.claim_accountant,
+                               method="lmo_dp", trainable=tc.trainable, events=res.events, dataset_size=len(records),
+                               expected_batch_size=plan.batch, extra=extra)
     run = common.run_record(cfg, variant, eng, res, data,
                             {**common.trainable_fields(tc), **{f"lmo_{k}": v for k, v in dataclasses.asdict(tc.lmo).items()},
                              "lmo_noise_used": cal.noise.to_dict()},

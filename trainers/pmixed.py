@@ -15,7 +15,6 @@ from pathlib import Path
 
 from dpaudit.accounting.events import PMixedPrediction
 from dpaudit.canaries import Manifest
-from dpaudit.card import Claim, PrivacyCard
 from dpaudit.errors import DpauditError
 from dpaudit.io import jsonable, staged_folder
 from dpaudit.pmixed import deployment as dep
@@ -80,9 +79,10 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, snapshots=None) -> Pa
         Ledger.create(tmp, spec.queries)
         event = PMixedPrediction(n_models=spec.n_models, queries=spec.queries, sample_rate=spec.sample_rate,
                                  alpha=spec.alpha, per_query_rdp=spec.per_query, reading=spec.reading)
-        card = PrivacyCard(claim=Claim(epsilon=spec.epsilon, delta=spec.delta, unit="partition", accountant="pmixed_paper"),
-                           events=[event], dataset_size=spec.n_models, method="pmixed", trainable="lora",
-                           extra={"rdp_budget": spec.rdp_budget, "per_query_rdp": spec.per_query, "betas": list(spec.betas),
+        card = common.privacy_card(eng, epsilon=spec.epsilon, delta=spec.delta, unit="partition",
+                                   accountant="pmixed_paper", method="pmixed", trainable="lora", events=[event],
+                                   dataset_size=spec.n_models, engine_noise=False,  # private at prediction time
+                                   extra={"rdp_budget": spec.rdp_budget, "per_query_rdp": spec.per_query, "betas": list(spec.betas),
                                   "partition_rule": spec.partition_rule, "adjacency": "add/remove one partition (one model)",
                                   # §5.3: "stronger than sample-level" -- a record protected at eps_G itself
                                   "record_level": {"epsilon": spec.epsilon, "delta": spec.delta,

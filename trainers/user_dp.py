@@ -19,7 +19,6 @@ import numpy as np
 
 from dpaudit.accounting import group
 from dpaudit.canaries import Manifest
-from dpaudit.card import Claim, PrivacyCard
 from dpaudit.tasks import userlm
 from dpaudit.tasks.sentiment import encode_text
 from dpaudit.trainers import engine
@@ -61,13 +60,10 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path,
         extra["record_level"] = {"epsilon": res.epsilon, "delta": rec_delta}
         extra["conversion"] = "group privacy lemma (k eps, delta sum_{i<k} e^{i eps})"
         q_desc = "records"
-    claim = Claim(epsilon=user_eps if eng.private else None, delta=user_delta if eng.private else 0.0, unit="user",
-                  accountant=eng.accountant)
-    card = PrivacyCard(claim=claim, events=events, clipping_norm=eng.clipping_norm if eng.private else None,
-                       expected_batch_size=min(eng.batch_size, res.dataset_size), dataset_size=res.dataset_size,
-                       group_size=grp, method=tc.method if eng.private else "non_private", trainable=tc.trainable,
-                       extra={**extra, "sampled": q_desc, "n_records": n_records,
-                              **(common.rng_extra(eng) if eng.private else {})})
+    card = common.privacy_card(eng, epsilon=user_eps if eng.private else None, delta=user_delta, unit="user",
+                               method=tc.method, trainable=tc.trainable, events=events, dataset_size=res.dataset_size,
+                               expected_batch_size=min(eng.batch_size, res.dataset_size), group_size=grp,
+                               extra={**extra, "sampled": q_desc, "n_records": n_records})
     run = common.run_record(cfg, variant, eng, res, data,
                             {"method": tc.method, "trainable": tc.trainable, "user_cap": tc.user_cap,
                              "selection": tc.selection},

@@ -22,6 +22,7 @@ import numpy as np
 
 from dpaudit.audit import exposure as exposure_stats
 from dpaudit.audit import fdp, mechanism_limit, mia_metrics, one_run, selection
+from dpaudit.audit.mechanism import NONE, Audited
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def curve_rejection(rows: list[dict]) -> dict | None:
     return next((e for e in rows if e["delta_kind"] == "claimed" and e.get("claim_curve_rejected")), None)
 
 
-def limits(rows: list[dict], claimed: float, mechanism: dict | None = None) -> list[dict]:
+def limits(rows: list[dict], claimed: float, audited: Audited = NONE) -> list[dict]:
     """For every test of the claim (one record per audit unit): what the best possible one-run audit with the
     same canaries, guesses, confidence and analysis shows about a mechanism of exactly the claimed epsilon
     (:func:`dpaudit.audit.fdp.ideal_limit`, mu-GDP) and, when the card's mechanism is one subsampled Gaussian,
@@ -142,11 +143,8 @@ def limits(rows: list[dict], claimed: float, mechanism: dict | None = None) -> l
         key = (e["m"], e["k_pos"], e["k_neg"], e["delta"], e["confidence"], e["attack"].startswith("whitebox"))
         if key not in best or e["epsilon_lb"] > best[key]["epsilon_lb"]:
             best[key] = e
-    from dpaudit.audit.whitebox_lr import gaussian_event
-
-    ev, _ = gaussian_event(mechanism)
-    if len((mechanism or {}).get("events") or []) != 1:
-        ev = None  # another phase (e.g. a private selection) is part of the mechanism: not simulated
+    g = audited.gaussian
+    ev = g.params() if g is not None and g.alone else None  # another phase (a private selection): not simulated
     out = []
     for e in best.values():
         ideal = fdp.ideal_limit(e["m"], e["k_pos"], e["k_neg"], claimed, e["delta"], e["confidence"])

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpaudit.audit.mechanism import Audited
+
 STATISTICS = ("sum", "likelihood_ratio")
 
 
@@ -44,40 +46,26 @@ def subsampled_gaussian_llr(steps, sample_rate: float, noise_multiplier: float) 
     return per_step.sum(axis=0)
 
 
-def gaussian_event(mechanism: dict | None) -> tuple[dict | None, str]:
-    """(the card's one subsampled Gaussian event with sigma > 0, or None; why not). The mechanism the
-    likelihood ratio and :mod:`dpaudit.audit.mechanism_limit` are about."""
-    events = (mechanism or {}).get("events") or []
-    gauss = [e for e in events if e.get("type") == "subsampled_gaussian"]
-    if len(gauss) != 1:
-        return None, f"the card's mechanism has {len(gauss)} subsampled Gaussian events, not one"
-    ev = gauss[0]
-    if not float(ev.get("noise_multiplier") or 0.0) > 0.0:
-        return None, "no noise (sigma = 0)"
-    return ev, ""
-
-
-def choose(record: dict, mechanism: dict | None) -> tuple[str, dict]:
+def choose(record: dict, audited: Audited) -> tuple[str, dict]:
     """(statistic, its parameters) for one white-box canary record, from the record and the card's mechanism
-    only. The likelihood ratio needs the per-step projections (``record['steps_array']``, (T, m)) and a
-    mechanism of one subsampled Gaussian event with T steps and sigma > 0."""
+    only (``audited``, built by the load step from the card's typed events). The likelihood ratio needs the
+    per-step projections (``record['steps_array']``, (T, m)) and one subsampled Gaussian with T steps and
+    sigma > 0."""
     steps = record.get("steps_array")
     if steps is None:
         return "sum", {"why": "the record has no per-step projections"}
-    ev, why = gaussian_event(mechanism)
-    if ev is None:
-        return "sum", {"why": why}
-    if int(ev.get("steps", -1)) != int(np.asarray(steps).shape[0]):
-        return "sum", {"why": f"the card's Gaussian event has {ev.get('steps')} steps, the record "
-                              f"{np.asarray(steps).shape[0]}"}
-    sigma = float(ev["noise_multiplier"])
-    q = float(record.get("sample_rate", ev.get("sample_rate")))
-    return "likelihood_ratio", {"sample_rate": q, "noise_multiplier": sigma, "steps": int(ev["steps"])}
+    g = audited.gaussian
+    if g is None:
+        return "sum", {"why": audited.why}
+    if g.steps != int(np.asarray(steps).shape[0]):
+        return "sum", {"why": f"the card's Gaussian event has {g.steps} steps, the record {np.asarray(steps).shape[0]}"}
+    q = float(record.get("sample_rate", g.sample_rate))
+    return "likelihood_ratio", {"sample_rate": q, "noise_multiplier": g.noise_multiplier, "steps": g.steps}
 
 
-def scores(record: dict, mechanism: dict | None) -> tuple[np.ndarray, str, dict]:
+def scores(record: dict, audited: Audited) -> tuple[np.ndarray, str, dict]:
     """(scores, statistic, parameters): the chosen statistic of every canary of one record."""
-    stat, params = choose(record, mechanism)
+    stat, params = choose(record, audited)
     if stat == "likelihood_ratio":
         return subsampled_gaussian_llr(record["steps_array"], params["sample_rate"], params["noise_multiplier"]), \
             stat, params
