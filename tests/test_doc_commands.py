@@ -115,7 +115,7 @@ def test_readme_four_step_journey_runs_as_written(tmp_path, monkeypatch, capsys)
     command = re.search(r"`(dpaudit evaluate my-model[^`]*)`", text).group(1)
     capsys.readouterr()
     assert main(shlex.split(command)[1:] + ["--quiet"]) == 0, capsys.readouterr().err
-    report = json.loads(Path("my-model/report/report.json").read_text())
+    report = json.loads(Path("my-model-report/report.json").read_text())
     assert report["claim"]["epsilon"] == 1.47 and report["audit_plan"]["status"] == "as planned"
     assert report["canary_plan"]["m"] == 500 and report["canary_plan"]["framing"] == "tokenizer"
     assert report["verdict"]["accounting"]["status"] == "verified"

@@ -36,7 +36,7 @@ def test_markdown_sections_and_plots_exist(run_dir):
     for v in ("non-private", "dp"):
         folder = run_dir / v / "report"
         md = (folder / "REPORT.md").read_text()
-        order = ["**Verdict:", "## Privacy", "## Task metrics", "## Attacks", "## Canaries", "## Reproducibility",
+        order = ["**Verdict:", "## Bounds", "## Accounting", "## Task metrics", "## Attacks", "## Canaries", "## Reproducibility",
                  "## Limitations"]
         pos = [md.index(s) for s in order]
         assert pos == sorted(pos)
