@@ -25,6 +25,7 @@ true epsilon is at least the lower end). Where upper values disagree, the claim 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 from dataclasses import asdict, dataclass
@@ -101,6 +102,15 @@ def interval(events: list, delta: float, accountant: str, relation: str = "add_r
     validate_delta(delta)
     if not events:
         raise DpauditError("no privacy events to account; a non-private mechanism has epsilon = inf")
+    _check_accountant(accountant)
+    return _interval(tuple(events), float(delta), accountant, relation, dataset_size)
+
+
+@functools.lru_cache(maxsize=128)
+def _interval(events: tuple, delta: float, accountant: str, relation: str, dataset_size) -> AccountingResult:
+    """:func:`interval` of immutable events, computed once per process: a card is often accounted twice in one
+    run (``dpaudit account --card`` then ``evaluate``; every variant of ``dpaudit run``), and a PLD pass at a
+    fine discretisation costs seconds. NotApplicable is raised again on every call (exceptions are not cached)."""
     lo, hi, detail = _backend(accountant).interval(list(events), delta, relation, dataset_size)
     return AccountingResult(accountant, hi, delta, lo, relation, detail)
 
