@@ -21,4 +21,4 @@ case "$where" in "$root/dpaudit") echo "error: the checkout was imported, not th
 venv/bin/dpaudit check "$root/reports/demo/dp-eps8/report/report.json" --policy "$root/configs/policy.toml"
 venv/bin/dpaudit evaluate "$root/$ck" --out report --quiet
 venv/bin/dpaudit check report/report.json --policy "$root/configs/policy.toml"
-echo "wheel check: ok ($(basename "$work"/dist/dpaudit-*.whl))"
+echo "wheel check: ok ($(basename dist/dpaudit-*.whl))"
