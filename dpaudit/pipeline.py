@@ -70,7 +70,7 @@ def _preflight(cfg, data, manifest) -> None:
     n = len(data.train) + len(manifest.training_texts())
     for v in cfg.variants:
         eng = v.trainer.engine
-        if eng.private and v.trainer.method == "dp_adam" and not v.trainer.user_level and n > 0:
+        if eng.private and methods.get(v.trainer.method).gaussian_target and n > 0:
             plan = engine.record_plan(n, eng)
             accounting.check_reachable(eng.target_epsilon, plan.delta, plan.sample_rate, plan.steps,
                                        f"variant {v.name!r}: ")

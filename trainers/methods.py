@@ -28,6 +28,8 @@ class Method:
     name: str
     module: ModuleType
     snapshots: bool
+    gaussian_target: bool = False  # calibrates one record-level Gaussian to train.target_epsilon: a target no noise
+    # reaches is refused before any variant trains (dpaudit.pipeline's preflight)
 
     def fit(self, cfg, variant, data, manifest, out, snapshots=None):
         if snapshots is not None and not self.snapshots:
@@ -36,7 +38,7 @@ class Method:
 
 
 REGISTRY = {m.name: m for m in (
-    Method("dp_adam", dp_adam, snapshots=True),
+    Method("dp_adam", dp_adam, snapshots=True, gaussian_target=True),
     Method("dp_frost", dp_frost, snapshots=False),  # two phases (selection, training): retrained on resume
     Method("lmo_dp", lmo_dp, snapshots=True),
     Method("user_dp_sgd", user_dp, snapshots=True),
