@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.stats import binom
@@ -41,6 +42,7 @@ def p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     return min(1.0, beta + alpha * delta * 2 * m)
 
 
+@lru_cache(maxsize=8192)  # a pure function of its counts: simulated audits ask the same (m, r, v) again and again
 def epsilon_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: float = 0.95,
                         iters: int = 60) -> float:
     """Largest eps the observed (r guesses, v correct) rejects at the given confidence; 0 if none.
@@ -69,6 +71,7 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
     return lo
 
 
+@lru_cache(maxsize=1024)
 def ceiling(m: int, r: int, delta: float = 0.0, confidence: float = 0.95) -> float:
     """The largest bound these many guesses can ever give (all r guesses correct)."""
     return epsilon_lower_bound(m, r, r, delta=delta, confidence=confidence)
