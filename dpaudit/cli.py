@@ -242,19 +242,19 @@ def compare(old_json, new_json, fail_on_regression):
 
 
 @cli.command("table")
-@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.argument("run_dirs", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--columns", required=True, metavar="NAME,...",
               help="Comma-separated columns, in order: " + ", ".join(TABLE_COLUMNS) + ".")
 @click.option("--variant", "variants", multiple=True, metavar="NAME",
               help="Only this variant (repeatable, in this order). Default: every variant with a report, by name.")
-def table_cmd(run_dir, columns, variants):
-    """One markdown row per variant of RUN (the --out of `dpaudit run`), from its committed report.json and
-    run.json files: the tables of reports/*/README.md come from here."""
+def table_cmd(run_dirs, columns, variants):
+    """One markdown row per variant of each RUN (the --out of `dpaudit run`; several: their rows in order), from
+    the committed report.json and run.json files: the tables of reports/*/README.md come from here."""
     from dpaudit.run_folder import RunFolder
     from dpaudit.table import table
 
-    click.echo(table(RunFolder(run_dir), [c.strip() for c in columns.split(",") if c.strip()], list(variants)),
-               nl=False)
+    click.echo(table([RunFolder(d) for d in run_dirs], [c.strip() for c in columns.split(",") if c.strip()],
+                     list(variants)), nl=False)
 
 
 from dpaudit.cli_account import account, card_cmd  # noqa: E402

@@ -47,6 +47,11 @@ class Row:
         return self.tr.get("noise_multiplier")
 
     @property
+    def batch(self) -> float:
+        """The expected batch B = q N."""
+        return self.tr["sample_rate"] * self.tr["dataset_size"]
+
+    @property
     def noise_per_coordinate(self) -> float:
         """σC/B: the noise std on the averaged gradient, per coordinate."""
         B = self.tr["sample_rate"] * self.tr["dataset_size"]
@@ -88,6 +93,7 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "accuracy": ("test accuracy", lambda x: f"{x.m['accuracy']:.3f}"),
     "accuracy_ci": ("test accuracy [95% CI]", _accuracy_ci),
     "bleu": ("BLEU", lambda x: f"{x.m['bleu']:.1f}"),
+    "validation_bleu": ("validation BLEU", lambda x: f"{x.m['bleu']:.1f}"),
     "nist": ("NIST", lambda x: f"{x.m['nist']:.2f}"),
     "meteor": ("METEOR", lambda x: f"{x.m['meteor']:.1f}"),
     "rougeL": ("ROUGE-L", lambda x: f"{x.m['rougeL']:.1f}"),
@@ -101,6 +107,9 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "sigma": ("σ", lambda x: f"{x.sigma:.3f}" if x.sigma else "—"),
     "noise_per_coordinate": ("σC/B", lambda x: f"{x.noise_per_coordinate:.2g}" if x.sigma else "—"),
     "steps": ("steps", lambda x: f"{x.tr['steps']}"),
+    "mrs": ("MRs (records)", lambda x: f"{x.r['reproducibility']['config']['task']['n_train']} ({x.tr['dataset_size']})"),
+    "epochs": ("epochs", lambda x: f"{x.tr['steps'] * x.batch / x.tr['dataset_size']:.1f}"),
+    "example_passes": ("example passes", lambda x: f"{x.tr['steps'] * x.batch:.0f}"),
     "final_loss": ("final train loss", lambda x: f"{x.tr['final_loss']:.3f}"),
     "final_loss_window": ("final train loss", lambda x: _final_loss_window(x.tr)),
     "seconds": ("train s", lambda x: f"{x.tr['seconds']:.0f}"),
@@ -112,17 +121,19 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
 }
 
 
-def table(run: RunFolder, columns: list[str], variants: list[str] | None = None) -> str:
-    """The markdown table of ``columns`` for ``variants`` (default: every variant with a report, by name)."""
+def table(runs, columns: list[str], variants: list[str] | None = None) -> str:
+    """The markdown table of ``columns``: one row per variant of each run folder in ``runs`` (a RunFolder or a
+    list of them, in order), ``variants`` only when given (default: every variant with a report, by name)."""
+    runs = [runs] if isinstance(runs, RunFolder) else list(runs)
     unknown = [c for c in columns if c not in COLUMNS]
     if unknown or not columns:
         raise DpauditError(f"unknown column {unknown[0] if unknown else None!r}; choose from {', '.join(COLUMNS)}")
-    names = list(variants) if variants else run.variants()
-    missing = [v for v in names if not run.has_report(v)]
-    if missing:
-        raise DpauditError(f"variant {missing[0]!r} has no report in {run.path}; run it first, or leave it out")
+    pairs = [(run, v) for run in runs for v in (list(variants) if variants else run.variants())]
+    missing = [f"{v!r} in {run.path}" for run, v in pairs if not run.has_report(v)]
+    if missing or not pairs:
+        raise DpauditError(f"variant {missing[0] if missing else '(none)'} has no report; run it first, or leave it out")
     lines = ["| " + " | ".join(COLUMNS[c][0] for c in columns) + " |", "|" + "---|" * len(columns)]
-    for v in names:
+    for run, v in pairs:
         row = Row(v, run.report(v), run.run_record(v))
         try:
             cells = [COLUMNS[c][1](row) for c in columns]

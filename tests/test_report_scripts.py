@@ -19,8 +19,6 @@ SCRIPTS = ROOT / "scripts"
 TABLES = [
     ("rows_clipping_sweep.py", "li_repro_minilm_c_sweep"),
     ("rows_clipping_sweep.py", "li_repro_smollm2_clipping"),
-    ("rows_table2text_pilot.py", "li_repro_smollm2_table2text_pilot"),
-    ("rows_table2text_pilot.py", "li_repro_table2text_data_pilot"),
     ("rows_dp_frost.py", "dp_frost_sentiment"),
     ("rows_lmo_dp.py", "lmo_dp"),
     ("rows_pmixed.py", "pmixed"),
