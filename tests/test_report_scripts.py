@@ -191,3 +191,8 @@ def test_no_committed_bound_exceeds_a_verified_claim():
             if e["delta_kind"] == "claimed" and e["group_size"] == 1:
                 assert e["epsilon_lb"] <= eps, (f.relative_to(ROOT), e["attack"], e["epsilon_lb"], eps)
     assert seen >= 20  # the Li et al. reproductions, the demos, DP-FROST, user-level DP
+
+
+def test_committed_report_md_is_what_the_renderer_prints():
+    out = _run(SCRIPTS / "render_reports.py", "--check")
+    assert out.returncode == 0, out.stdout + out.stderr
