@@ -87,9 +87,7 @@ class PrivacyCard:
         gauss = [e for e in self.events if isinstance(e, SubsampledGaussian)]
         if len(gauss) != 1:
             return Audited(None, f"the card's mechanism has {len(gauss)} subsampled Gaussian events, not one")
-        ev = gauss[0]
-        if not ev.noise_multiplier > 0.0:
-            return Audited(None, "no noise (sigma = 0)")
+        ev = gauss[0]  # sigma > 0: an event refuses any other
         return Audited(GaussianMechanism(float(ev.sample_rate), float(ev.noise_multiplier), int(ev.steps),
                                          alone=len(self.events) == 1))
 

@@ -175,11 +175,6 @@ def _done(r: dict, out: Path) -> None:
     click.echo(f"report: {Path(out) / 'REPORT.md'}")
 
 
-# evaluate's options a --merge takes from the shards (each name as click knows it)
-SHARD_OPTIONS = ("attacks", "rule", "n_references", "enumerate_limit", "reference_model", "confidence", "off_plan",
-                 "base_metrics", "framing", "batch_size")
-
-
 def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
     """``evaluate --shard`` (write one shard's partial scores) or ``evaluate --merge`` (report from all of them)."""
     from dpaudit import report, shards
@@ -191,8 +186,11 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
     if is_deployment(checkpoint):
         raise DpauditError("a PMixED deployment is audited through its outputs in one process; drop --shard/--merge")
     if merge_parts:
-        given = [f"--{k.replace('_', '-')}" for k in SHARD_OPTIONS
-                 if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
+        from dpaudit.eval_options import SHARD_KEYS
+
+        names = {"reference" if p.name == "reference_model" else p.name: p for p in ctx.command.params}
+        given = [names[k].opts[0] for k in SHARD_KEYS  # the options a merge takes from the shards
+                 if ctx.get_parameter_source(names[k].name) == click.core.ParameterSource.COMMANDLINE]
         if given:
             raise DpauditError(f"{given[0]} cannot be combined with --merge: the shards' options are used; pass it "
                                "to every --shard run instead")

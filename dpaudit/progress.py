@@ -19,10 +19,6 @@ def set_quiet(quiet: bool) -> None:
     _quiet = bool(quiet)
 
 
-def quiet() -> bool:
-    return _quiet
-
-
 def bar(iterable=None, **kwargs):
     """A tqdm bar (``leave=False`` unless given); off when quiet."""
     from tqdm.auto import tqdm

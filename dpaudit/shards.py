@@ -21,8 +21,6 @@ from dpaudit.errors import DpauditError
 from dpaudit.io import atomic_folder, jsonable, read_json
 
 KIND = "partial_scores"
-OPTION_KEYS = ("attacks", "rule", "confidence", "n_references", "framing", "batch_size", "enumerate_limit",
-               "reference", "base_metrics", "off_plan")
 
 
 def parse(text: str) -> tuple[int, int]:

@@ -448,6 +448,14 @@ RUN = [
     ("NaN learning rate", RUN_BASE.replace("epochs = 1", "epochs = 1\nlr = nan"), "lr"),
     ("absurd canary count", RUN_BASE.replace("m = 20", "m = 100000000"), "canaries.m"),
     ("config not TOML", "[task\n", "TOML"),
+    ("off_plan in a run config", RUN_BASE.replace("enumerate_limit = 0", "enumerate_limit = 0\noff_plan = true"),
+     "evaluate.off_plan"),
+    ("evaluate references below 10", RUN_BASE.replace("enumerate_limit = 0", "enumerate_limit = 0\nn_references = 5"),
+     "n_references"),
+    ("a method section on another method", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 8\n'
+     '[variants.frost]\ngamma = 0.5\n', "applies to method = 'dp_frost' only"),
+    ("a flat method key", RUN_BASE + '[[variants]]\nname = "bad"\nmethod = "dp_frost"\nfrost_gamma = 0.5\n',
+     "[train.frost]"),
 ]
 
 

@@ -58,6 +58,8 @@ def test_merge_refuses_missing_duplicate_or_foreign_shards(run_dir, tmp_path, ca
              (["--merge", str(tmp_path / "p1"), "--merge", str(tmp_path / "p2b")], "other options"),
              (["--merge", str(tmp_path / "p1"), "--merge", str(tmp_path / "p2"), "--attacks", "loss"],
               "cannot be combined with --merge"),
+             (["--merge", str(tmp_path / "p1"), "--merge", str(tmp_path / "p2"), "--references", "300"],
+              "--references cannot be combined with --merge"),
              (["--shard", "3/2"], "between 1 and n"), (["--shard", "half"], "form i/n"),
              (["--shard", "1/2", "--merge", str(tmp_path / "p1")], "two steps")]
     for extra, msg in cases:
