@@ -5,7 +5,10 @@
     manifest = new_canaries(m=200, repetitions=1)            # before training: the audit plan is fixed now
     manifest.save("out/canaries.json")
     train_ds = insert_canaries(train_ds, manifest, column="text")
-    ... train with Opacus ...
+    model, optimizer, loader = engine.make_private(...)      # Opacus
+    probe = attach_probe(optimizer, sample_rate=loader.sample_rate)  # white-box canaries and run-time checks
+    ... train as usual ...
+    probe.save("out/model")                                  # beside the saved model
     card = card_from_opacus(engine, loader, optimizer, delta=1e-5)
     report = evaluate(model, tokenizer, card, manifest)     # the report.json dict
     write_report(report, "out/report")                      # REPORT.md, report.json, plots
@@ -23,7 +26,21 @@ from dpaudit.errors import DpauditError
 from dpaudit.eval_options import EvalOptions
 from dpaudit.planting import insert_canaries, write_records
 
-__all__ = ["EvalOptions", "card_from_opacus", "evaluate", "insert_canaries", "new_canaries", "write_records", "write_report"]
+__all__ = ["EvalOptions", "attach_probe", "card_from_opacus", "evaluate", "insert_canaries", "new_canaries", "write_records", "write_report"]
+
+
+def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
+                 coordinates: str = "block", clip_canaries: int = 32):
+    """Attach dpaudit's white-box probe to an Opacus DP optimizer (hooks or ghost clipping, distributed), after
+    ``make_private`` and before the first step: ``m`` gradient canaries sampled at the card's ``sample_rate``
+    (``loader.sample_rate`` of the loader make_private returned), on a dedicated parameter block (``coordinates=
+    "block"``) or the model's trainable coordinates (``"model"``), plus ``clip_canaries`` that test the clipping.
+    After training, ``probe.save(model_dir)``; ``dpaudit evaluate`` then audits the recorded updates and checks the
+    noise, sampling, clipping, steps and divisor that ran against the card (docs/probe.md)."""
+    from dpaudit.probe import attach
+
+    return attach(optimizer, sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
+                  clip_canaries=clip_canaries)
 
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:
@@ -34,7 +51,7 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> P
 
 
 def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifest | str | Path,
-             options: EvalOptions | None = None, *, max_len: int = 64, **settings) -> dict:
+             options: EvalOptions | None = None, *, max_len: int = 64, probe=None, **settings) -> dict:
     """Audit a model held as objects: ``card`` and ``manifest`` are objects or paths to their JSON files.
     ``options`` (or the same settings as keywords, e.g. ``batch_size=32``) is a
     :class:`dpaudit.eval_options.EvalOptions`: ``attacks``, ``rule``, ``confidence`` and ``n_references`` default
@@ -42,7 +59,8 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
     object or a folder) calibrates the reference attack, which is skipped with a note without one; ``framing``
     (here ``tokenizer`` by default: ``tokenizer(text)``, as a Hugging Face loop saw its records; ``bos_eos``:
     BOS + text + EOS); ``device`` None leaves the model where it is. ``max_len``: tokens per scored sequence.
-    Returns the report dict (the report.json contract); writes nothing."""
+    ``probe``: the folder a probe saved its records into (or the saved probe): its white-box audit and mechanism
+    checks join the report. Returns the report dict (the report.json contract); writes nothing."""
     from dpaudit.checkpoint import Checkpoint
     from dpaudit.evaluate import evaluate_checkpoint
 
@@ -58,8 +76,14 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
     if not isinstance(card, PrivacyCard) or not isinstance(manifest, Manifest):
         raise DpauditError("evaluate needs a PrivacyCard and a Manifest (or paths to privacy_card.json and "
                            "canaries.json)")
+    if probe is not None and not isinstance(probe, (str, Path)):
+        probe = getattr(probe, "saved_to", None)
+        if probe is None:
+            raise DpauditError("the probe has not been saved; call probe.save(folder) after training, then evaluate")
+    if probe is not None and not Path(probe).is_dir():
+        raise DpauditError(f"probe folder {probe} does not exist; pass the folder probe.save() wrote into")
     ck = Checkpoint(path=None, card=card, manifest=manifest, run={}, objects=(model.eval(), tokenizer),
-                    max_len=max_len)
+                    max_len=max_len, whitebox_dir=None if probe is None else Path(probe))
     return evaluate_checkpoint(ck, options)
 
 

@@ -7,7 +7,7 @@
       privacy_card.json   the claim + the mechanism (dpaudit.card)
       canaries.json       the canary manifest (dpaudit.canaries)
       run.json            resolved config, seeds, data hash, package versions (optional for others' models)
-      gradient_canaries.json  white-box canary plan and scores (optional; trainers/gradient_canaries.py);
+      gradient_canaries.json  white-box canary plan and scores (optional; dpaudit/probe/probe.py);
                               gradient_canaries_<kind>.json for a further kind of the same run;
                               <that name>.steps.npy: every update's projection on each canary, (steps, m)
 """
@@ -45,6 +45,7 @@ class Checkpoint:
     run: dict  # {} when run.json is absent (a checkpoint from another tool)
     objects: tuple | None = None  # (model, tokenizer) when the model is not in a folder
     max_len: int | None = None  # the scoring context, when run.json does not give it (a model held as objects)
+    whitebox_dir: Path | None = None  # where a probe saved its records (a model held as objects); else ``path``
 
     @property
     def context_len(self) -> int:

@@ -105,7 +105,7 @@ def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -
     mechanism = ck.card.audited_mechanism()
     if shard:
         return Loaded(ck, opts, mechanism, None, {})
-    return Loaded(ck, opts, mechanism, scoring.whitebox(ck.path, mechanism), reaccount(ck.card))
+    return Loaded(ck, opts, mechanism, scoring.whitebox(ck.whitebox_dir or ck.path, mechanism), reaccount(ck.card))
 
 
 def score(loaded: Loaded, device: str | None, shard: tuple[int, int] | None = None) -> Scored:

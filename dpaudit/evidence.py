@@ -36,6 +36,7 @@ class Evidence:
     exposure: dict
     limits: list
     noise_checks: list
+    mechanism_checks: list
 
 
 def audit(card, man, scored, whitebox: list | None, mechanism: Audited, confidence: float, rule: str) -> Evidence:
@@ -55,7 +56,7 @@ def audit(card, man, scored, whitebox: list | None, mechanism: Audited, confiden
         curve=families.curve_rejection(empirical), attack_rows=families.attack_rows(scores, plan.signs, whitebox),
         exposure=expo,
         limits=families.limits(empirical, card.claim.epsilon_value, mechanism) if card.is_private else [],
-        noise_checks=noise_checks(whitebox, confidence))
+        noise_checks=noise_checks(whitebox, confidence), mechanism_checks=mechanism_checks(whitebox, card))
 
 
 def audit_plan(card, man, confidence: float, rule: str) -> tuple[families.Plan, int]:
@@ -90,6 +91,42 @@ def noise_checks(whitebox: list | None, confidence: float) -> list[dict]:
                                                                              w["noise_check"]["noise_multiplier"],
                                                                              confidence)}
             for w in whitebox or [] if w.get("noise_check")]
+
+
+def mechanism_checks(whitebox: list | None, card) -> list[dict]:
+    """The run-time checks of the probe's readings against the card (dpaudit/audit/mechanism_checks.py): one
+    entry per optimizer watched, read from its first orthonormal canary set (the others watched the same steps)."""
+    from dpaudit.audit import mechanism_checks as mc
+    from dpaudit.audit import noise_check
+
+    watched = [w for w in whitebox or [] if w.get("readings") is not None]
+    if not watched:
+        return []
+    w = next((w for w in watched if w["kind"] in noise_check.KINDS), watched[0])
+    r = w["readings"]
+    if w["kind"] not in noise_check.KINDS:  # dense canaries overlap: their projections are not independent noise
+        r = mc.Readings(**{**r.__dict__, "heldout_ss": None, "heldout_m": 0})
+    view = card_view(card, float(r.probe.get("sample_rate", 0.0)))
+    return [{"attack": w["name"], "mode": r.probe.get("mode"), "coordinates": r.probe.get("coordinates"),
+             "optimizer": r.probe.get("optimizer"), "world_size": r.probe.get("world_size", 1),
+             "false_alarm_each": mc.ALPHA, "checks": mc.run(r, view)}]
+
+
+def card_view(card, probe_rate: float):
+    """What ``card`` says of the mechanism a probe sampling at ``probe_rate`` watched: the events at that rate (the
+    last rated event's rate when none is, so the sampling check names the mismatch)."""
+    from dpaudit.audit.mechanism_checks import CardView
+
+    events = [e.to_dict() for e in card.events]
+    rated = [e for e in events if e.get("sample_rate") is not None]
+    match = [e for e in rated if np.isclose(float(e["sample_rate"]), probe_rate, rtol=1e-6, atol=0)]
+    gauss = {float(e["noise_multiplier"]) for e in match if e.get("type") == "subsampled_gaussian"}
+    only_gauss = match and all(e.get("type") == "subsampled_gaussian" for e in match) and len(gauss) == 1
+    return CardView(sample_rate=float((match or rated)[-1]["sample_rate"]) if rated else None,
+                    noise_multiplier=gauss.pop() if only_gauss else None,
+                    steps=sum(int(e.get("steps", 0)) for e in match) if match else None,
+                    clipping_norm=card.clipping_norm, dataset_size=card.dataset_size,
+                    expected_batch_size=card.expected_batch_size)
 
 
 def record_claim(card) -> dict | None:

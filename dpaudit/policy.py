@@ -18,6 +18,10 @@ Policy TOML (every key optional; unknown keys are errors)::
     no_noise_shortfall = false        # fail when a white-box noise check bounds the noise actually added below the
                                       # card's sigma (dpaudit/audit/noise_check.py; outside the verdict's family-wise
                                       # correction, so on top of its false-failure rate)
+    mechanism_checks = ["noise", "sampling", "clipping", "steps", "divisor"]  # probe checks that must not fail
+                                      # (dpaudit/audit/mechanism_checks.py; each at its stated false-alarm rate)
+    require_mechanism_checks = false  # true: each check named above must also have been run and passed (a report
+                                      # without a probe, or with the check not tested, then fails)
 
 Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad input.
 """
@@ -45,16 +49,20 @@ class Policy:
     max_exposure: float | None = None
     allowed_verdicts: tuple = ("consistent", "not-refuted")
     no_noise_shortfall: bool = False
+    mechanism_checks: tuple = ("noise", "sampling", "clipping", "steps", "divisor")
+    require_mechanism_checks: bool = False
 
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("no_empirical_above_claim", "require_claim", "no_noise_shortfall") and not isinstance(v, bool):
+            if f.name in ("no_empirical_above_claim", "require_claim", "no_noise_shortfall",
+                          "require_mechanism_checks") and not isinstance(v, bool):
                 raise DpauditError(f"policy rules.{f.name} must be true or false, got {v!r}")
             if f.name in ("accounting_tolerance", "max_claimed_epsilon", "min_accuracy", "max_exposure") and \
                     v is not None and (not checks.finite(v) or v < 0):
                 raise DpauditError(f"policy rules.{f.name} must be a finite number >= 0, got {v!r}")
         for key, known in (("allowed_verdicts", options.VERDICTS), ("accounting", options.ACCOUNTING_STATUSES),
+                           ("mechanism_checks", options.MECHANISM_CHECKS),
                            ("empirical", options.EMPIRICAL_STATUSES)):
             bad = [v for v in getattr(self, key) if v not in known]
             if bad:
@@ -124,7 +132,7 @@ _VALIDATORS: dict = {}
 
 def check(r: dict, p: Policy) -> list[str]:
     """Failures, one line each (empty = all rules hold) for one evaluation report."""
-    name = r.get("checkpoint", {}).get("variant") or r.get("checkpoint", {}).get("path")
+    name = r.get("checkpoint", {}).get("variant") or r.get("checkpoint", {}).get("path") or "the model"
     fails = []
     claim = number(r["claim"]["epsilon"])
     private = claim is not None
@@ -163,6 +171,7 @@ def check(r: dict, p: Policy) -> list[str]:
                 fails.append(f"{name}: the updates recorded on the {c['attack']} canaries carry noise at most "
                              f"{c['upper']:.4g} ({c['confidence']:.0%}), below the card's sigma "
                              f"{c['noise_multiplier']:.4g}")
+    fails += _mechanism(name, r, p)
     plan = r.get("audit_plan") or {}
     if plan.get("status") == "off-plan":
         fails.append(f"{name}: the evaluation departs from the plan fixed before training "
@@ -170,6 +179,29 @@ def check(r: dict, p: Policy) -> list[str]:
                      "without --off-plan")
     if p.allowed_verdicts and r["verdict"]["status"] not in p.allowed_verdicts:
         fails.append(f"{name}: verdict '{r['verdict']['status']}' is not allowed ({r['verdict']['reason']})")
+    return fails
+
+
+def _mechanism(name: str, r: dict, p: Policy) -> list[str]:
+    """The probe's mechanism checks the policy names: a failed one fails the gate; with require_mechanism_checks,
+    so does one that was not run or not tested."""
+    fails = []
+    seen = {}
+    for e in r.get("mechanism_checks") or []:
+        for c in e["checks"]:
+            seen.setdefault(c["check"], []).append(c)
+            if c["check"] in p.mechanism_checks and c["status"] == "fail":
+                rate = "deterministic" if not c["false_alarm"] else f"false-alarm rate {c['false_alarm']:.1%}"
+                fails.append(f"{name}: mechanism check '{c['check']}' ({e['attack']}, {rate}): {c['finding']}")
+    if p.require_mechanism_checks:
+        for check in p.mechanism_checks:
+            got = seen.get(check, [])
+            if not got:
+                fails.append(f"{name}: mechanism check '{check}' was not run (no probe record in the checkpoint) but "
+                             "the policy requires it; attach dpaudit's probe to the training loop")
+            elif any(c["status"] == "not tested" for c in got):
+                why = next(c["finding"] for c in got if c["status"] == "not tested")
+                fails.append(f"{name}: mechanism check '{check}' was not tested ({why}) but the policy requires it")
     return fails
 
 
@@ -211,7 +243,7 @@ def _accounting(name: str, r: dict, claim: float, p: Policy) -> list[str]:
 
 def summary(r: dict) -> str:
     """What the checks of one evaluation report established, in one line (printed by a passing gate)."""
-    name = r.get("checkpoint", {}).get("variant") or r.get("checkpoint", {}).get("path")
+    name = r.get("checkpoint", {}).get("variant") or r.get("checkpoint", {}).get("path") or "the model"
     claim = number(r["claim"]["epsilon"])
     if claim is None:
         return f"{name}: no claim"

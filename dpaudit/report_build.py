@@ -79,6 +79,7 @@ def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: d
                         "per_family_confidence": plan.confidence},
         "audit_limits": ev.limits,
         "noise_checks": ev.noise_checks,
+        "mechanism_checks": ev.mechanism_checks,
         "threshold_rule": opts.rule,
         "notes": list(notes),
         "attacks": ev.attack_rows,

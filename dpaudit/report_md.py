@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+from dpaudit import report_checks
 from dpaudit.options import TASK_METRICS
 
 LIMITATIONS = [
@@ -60,6 +61,7 @@ def summary_lines(r: dict) -> list[str]:
         word = ("**below the card's σ**" if n["status"] == "below the card" else "no shortfall")
         L.append(f"- Noise check ({n['attack']}): at most {n['upper']:.4g} at {n['confidence']:.0%} against the card's "
                  f"σ = {n['noise_multiplier']:.4g}: {word}.")
+    L += report_checks.summary_line(r)
     L += plan_lines(r)
     L.append("- Neither check can prove a model private: accountants verify the mechanism written on the card, and an "
              "audit can only refute a claim, up to its ceiling.")
@@ -267,6 +269,10 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     if noise:
         L += ["", "Noise in the recorded updates (a check of the card's σ beside the verdict, not one of its tests):",
               "", *noise]
+    probe = report_checks.table(r)
+    if probe:
+        L += ["", "## Mechanism checks", "", "What the probe saw the training code do, against its privacy card "
+              "(docs/probe.md):", "", *probe]
     L += ["", "## Training", "", *training_lines(r["reproducibility"].get("train_result"))]
     L += ["", "## Task metrics", ""]
     if r["metrics"]:

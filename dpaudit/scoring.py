@@ -256,6 +256,9 @@ def _read_whitebox(f: Path, audited=None) -> dict:
 
     if noise_check.applies(d, stat):  # what dpaudit/audit/noise_check.py needs of the per-step projections
         d["noise_check"] = {**noise_check.summarise(d["steps_array"]), "noise_multiplier": params["noise_multiplier"]}
+    from dpaudit.probe import record as probe_record
+
+    d["readings"] = probe_record.read(f.parent, d, d.get("steps_array"), signs)  # the probe's, for the checks
     d.pop("steps_array", None)
     return {**d, "scores": chosen, "sum_scores": scores, "statistic": stat, "statistic_params": params}
 

@@ -16,7 +16,7 @@ from conftest import TINY_RUN
 from dpaudit.accounting import lmo_paper
 from dpaudit.accounting.lmo_noise import LmoNoise
 from dpaudit.errors import DpauditError
-from dpaudit.trainers.gradient_canaries import GradientCanaries
+from dpaudit.probe.canaries import GradientCanaries
 
 LMO_CONFIG = TINY_RUN + """
 [train]

@@ -92,16 +92,17 @@ class _CanarySets(list):
 
 
 def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, private: bool):
-    """White-box gradient canaries wired into ``optimizer``, one set per kind (None when the config asks for none)."""
+    """White-box gradient canaries on the trainable coordinates, one probe per kind (dpaudit/probe/probe.py, the
+    same code an external loop attaches), wired into ``optimizer``; None when the config asks for none."""
     if not cfg.gradient_canaries:
         return None
-    from dpaudit.trainers.gradient_canaries import GradientCanaries
+    from dpaudit.probe import Probe
 
     sets = _CanarySets()
     for i, kind in enumerate(cfg.canary_kinds):
-        gc = GradientCanaries.plan(cfg.gradient_canaries, kind, cfg.seed + 1000 * i, params, cfg.clipping_norm, q)
-        gc.attach(optimizer, params, batch, cfg.seed, private=private)
-        sets.append(gc)
+        sets.append(Probe(optimizer, sample_rate=q, m=cfg.gradient_canaries, kind=kind, seed=cfg.seed + 1000 * i,
+                          coordinates="model", params=params, clip_canaries=0, stream_seed=cfg.seed,
+                          expected_batch_size=batch, private=private, clipping_norm=cfg.clipping_norm))
     return sets
 
 

@@ -25,7 +25,7 @@ class EngineConfig:
     grad_sample_mode: str = "hooks"
     seed: int = 0
     max_physical_batch_size: int | None = None  # split logical batches (memory); noise once per logical batch
-    gradient_canaries: int = 0  # white-box canaries (trainers/gradient_canaries.py); 0 = none
+    gradient_canaries: int = 0  # white-box canaries (dpaudit/probe/probe.py); 0 = none
     gradient_canary_kind: str = "dirac"  # dirac | sparse | dense, or several joined by '+' (one set of m each)
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N (dpaudit/device.py)
     secure_rng: bool = False  # release runs: the mechanism's noise and sampling from a secret OS-entropy seed

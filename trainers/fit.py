@@ -99,27 +99,13 @@ def write(out: Path, model, tok, card, manifest, run: dict, res, tc, base) -> Pa
 
 
 def canary_files(res) -> dict:
-    """The white-box canary records of a run, as checkpoint files: ``gradient_canaries[_<kind>].json`` and,
-    beside each, its per-step projections ``<same name>.steps.npy`` ((steps, m) float32)."""
+    """The white-box canary records of a run, as checkpoint files (dpaudit/probe/record.py):
+    ``gradient_canaries[_<kind>].json`` with its per-step projections and the probe's arrays beside it."""
+    from dpaudit.probe.record import files
+
     extra = {}
     sets = ([("gradient_canaries", res.gradient_canaries)] if res.gradient_canaries else []) + \
         [(f"gradient_canaries_{more['kind']}", more) for more in res.gradient_canaries_more]
     for stem, record in sets:
-        record = dict(record)
-        steps = record.pop("step_projections", None)
-        if steps is not None:
-            record["steps_file"] = f"{stem}.steps.npy"
-            extra[record["steps_file"]] = npy_bytes(steps)
-        extra[f"{stem}.json"] = record
+        extra.update(files(record, stem))
     return extra
-
-
-def npy_bytes(a) -> bytes:
-    """``a`` as the bytes of a .npy file."""
-    import io
-
-    import numpy as np
-
-    buf = io.BytesIO()
-    np.save(buf, np.asarray(a), allow_pickle=False)
-    return buf.getvalue()

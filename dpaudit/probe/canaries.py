@@ -116,38 +116,6 @@ class GradientCanaries:
                 np.add.at(step, cids, g * expected_batch_size / self.clipping_norm)
         self._record(step)
 
-    def attach(self, optimizer, params: list[torch.nn.Parameter], expected_batch_size: float, seed: int,
-               private: bool = True) -> None:
-        """Wire into an (Opacus) optimizer: canaries join the clipped sum before the noise of a DP optimizer,
-        or the mean gradient of a non-private one; every applied update is scored."""
-        self.start(seed)
-        orig_step = optimizer.step
-        if private:
-            orig_add_noise = optimizer.add_noise
-
-            def add_noise():
-                # under torchrun (trainers/distributed.py) the sum over ranks gets the canaries once: from rank 0
-                self.inject(lambda k: params[k].summed_grad, 1.0 if getattr(optimizer, "rank", 0) == 0 else 0.0)
-                orig_add_noise()
-
-            optimizer.add_noise = add_noise
-
-            def step(*args, **kwargs):
-                out = orig_step(*args, **kwargs)
-                if not getattr(optimizer, "_is_last_step_skipped", False):  # a real (logical) step
-                    self.score(lambda k: params[k].grad, expected_batch_size)
-                return out
-        else:
-            def step(*args, **kwargs):
-                for k in self._index:  # a step with no unit sampled (user level) has no gradient to add to
-                    if params[k].grad is None:
-                        params[k].grad = torch.zeros_like(params[k])
-                self.inject(lambda k: params[k].grad, 1.0 / expected_batch_size)
-                self.score(lambda k: params[k].grad, expected_batch_size)
-                return orig_step(*args, **kwargs)
-
-        optimizer.step = step
-
     def snapshot(self, prefix: str, tensors: dict) -> dict:
         """What the rest of the run needs (trainers/snapshot.py): the sampling stream's state (JSON) and the
         accumulated scores, counts and per-step projections (tensors, float64 scores kept exact)."""

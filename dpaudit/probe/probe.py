@@ -1,0 +1,327 @@
+"""The white-box probe: gradient canaries and run-time readings on any Opacus DP optimizer (docs/probe.md).
+
+    probe = dpaudit.api.attach_probe(optimizer, sample_rate=q, m=1000, seed=0)   # after make_private
+    ...train as usual...
+    probe.save(model_dir)   # gradient_canaries.json, its per-step projections and the probe's readings
+
+One implementation for every loop: dpaudit's own engine attaches the same class (``coordinates="model"``).
+On each logical step of an Opacus ``DPOptimizer`` (hooks or ghost clipping, ``DistributedDPOptimizer``, and
+dpaudit's user-level optimizer) it
+
+1. counts the records of every physical batch (rows of the per-sample gradients, or of the per-sample norms
+   under ghost clipping) and, before the noise, checks that the clipped sum has norm <= b C (b records);
+2. adds each inserted canary sampled this step (Poisson at ``sample_rate``, the probe's own generator) as
+   C u_i to the clipped sum before the noise, where a record's clipped gradient goes; *clip canaries*
+   (coordinates ``block``, hooks mode) instead enter as per-sample gradients of norm 4 C through the
+   optimizer's own clipping, so an optimizer that does not clip lets them out at 4 C;
+3. after the base optimizer's step (after scaling and, under DDP, the all-reduce), projects the noisy update
+   on every canary direction, in units of C / D (D the optimizer's divisor: expected batch x world size).
+
+Canary coordinates are either a dedicated parameter block (``block``, the default: a parameter the forward
+pass never reads, added to the optimizer with learning rate 0: no effect on the model, no records' gradients
+along the canaries) or the model's trainable coordinates (``model``: the audit also sees the records' own
+gradients; what dpaudit's trainers use, so their committed numbers stay). The readings are checked against the
+privacy card at evaluation (dpaudit/audit/mechanism_checks.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dpaudit.errors import DpauditError
+from dpaudit.probe.canaries import GradientCanaries
+
+COORDINATES = ("block", "model")
+CLIP_MULTIPLE = 4.0  # a clip canary's norm before clipping, in units of C
+SUM_TOLERANCE = 1e-4  # relative float slack of the clipped-sum bound
+
+
+class Probe:
+    """White-box canaries and readings attached to one optimizer. ``private=False`` (dpaudit's non-private
+    baselines only) adds the canaries to the mean gradient of a plain torch optimizer."""
+
+    def __init__(self, optimizer, *, sample_rate: float, m: int = 1000, kind: str = "dirac", seed: int = 0,
+                 coordinates: str = "block", params: list | None = None, clip_canaries: int = 32,
+                 stream_seed: int | None = None, expected_batch_size: float | None = None, private: bool = True,
+                 clipping_norm: float | None = None):
+        if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
+            raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {sample_rate!r}")
+        if coordinates not in COORDINATES:
+            raise DpauditError(f"coordinates must be one of {', '.join(COORDINATES)}, got {coordinates!r}")
+        if not isinstance(clip_canaries, int) or clip_canaries < 0:
+            raise DpauditError(f"clip_canaries must be an integer >= 0, got {clip_canaries!r}")
+        if private and not (hasattr(optimizer, "add_noise") and hasattr(optimizer, "original_optimizer")):
+            raise DpauditError(f"attach the probe to an Opacus DPOptimizer (the optimizer make_private returns), "
+                               f"got {type(optimizer).__name__}")
+        self.optimizer, self.private, self.coordinates = optimizer, private, coordinates
+        self.sample_rate = float(sample_rate)
+        self.ghost = private and _is_ghost(optimizer)
+        self.world = int(getattr(optimizer, "world_size", 1)) if private else 1
+        self.rank = int(getattr(optimizer, "rank", 0)) if private else 0
+        C = float(optimizer.max_grad_norm) if private else clipping_norm
+        if C is None or not C > 0:
+            raise DpauditError(f"the probe needs the clipping norm C > 0 (a non-private optimizer: pass clipping_norm), "
+                               f"got {C!r}")
+        if expected_batch_size is None:
+            if not private:
+                raise DpauditError("a probe on a non-private optimizer needs expected_batch_size")
+            expected_batch_size = float(optimizer.expected_batch_size) * self.world
+            if getattr(optimizer, "loss_reduction", "mean") == "sum":
+                expected_batch_size = 1.0  # the noisy sum is not divided
+        self.divisor = float(expected_batch_size)
+        self.model_params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad] \
+            if params is None else list(params)
+        if not self.model_params:
+            raise DpauditError("the optimizer has no trainable parameters to probe")
+        self.block = None
+        self.n_clip = clip_canaries if coordinates == "block" and private else 0
+        if coordinates == "block":
+            dev = self.model_params[0].device
+            self.block = torch.nn.Parameter(torch.zeros(m + self.n_clip, device=dev, dtype=torch.float32))
+            optimizer.add_param_group({"params": [self.block], "lr": 0.0, "weight_decay": 0.0})
+            canary_params = [self.block[:m]]
+        else:
+            canary_params = self.model_params
+        self.canaries = GradientCanaries.plan(m, kind, seed, canary_params, C, self.sample_rate)
+        self.canaries.start(seed if stream_seed is None else stream_seed)
+        self._clip_rng = np.random.default_rng([seed, 7919])
+        self.clipping_norm = C
+        self.noise_multiplier = float(getattr(optimizer, "noise_multiplier", 0.0)) if private else None
+        self.records = []  # per logical step: records (or users) in the batch, over all ranks
+        self.sum_ratio = []  # per logical step: ||clipped sum|| / (b C), this rank's worst
+        self.clip_proj, self.clip_sampled = [], []
+        self._rows = 0
+        self._ratio = 0.0
+        self._clip_mask = None
+        self.saved_to = None
+        if private:
+            self._wrap_private()
+        else:
+            self._wrap_plain(expected_batch_size)
+
+    # -- wiring ---------------------------------------------------------------------------------------------
+
+    def _target(self, k: int, attr: str):
+        """Parameter k's tensor ``attr`` (summed_grad or grad) seen by the canaries: a view of the block or the model
+        parameter's own."""
+        if self.block is not None:
+            return getattr(self.block, attr)[: self.canaries.m]
+        return getattr(self.model_params[k], attr)
+
+    def _wrap_private(self) -> None:
+        opt = self.optimizer
+        orig_acc = opt.accumulate if self.ghost else opt.clip_and_accumulate
+        orig_pre, orig_noise, base = opt.pre_step, opt.add_noise, opt.original_optimizer
+        orig_step = base.step
+
+        def pre_step(*args, **kwargs):  # every physical batch, before Opacus reads the per-sample gradients
+            self._rows += self._count_rows()
+            if self.block is not None:
+                self._zero_block_rows()
+            return orig_pre(*args, **kwargs)
+
+        def add_noise():
+            self._ratio = max(self._ratio, self._sum_ratio())
+            share = 1.0 if self.rank == 0 else 0.0  # under DDP the canaries enter the sum once, from rank 0
+            self.canaries.inject(lambda k: self._target(k, "summed_grad"), share)
+            if self.n_clip:
+                self._inject_clip(orig_acc, share)
+            return orig_noise()
+
+        def step(*args, **kwargs):
+            out = orig_step(*args, **kwargs)
+            self._observe()
+            return out
+
+        opt.pre_step = pre_step
+        opt.add_noise = add_noise
+        base.step = step
+
+    def _wrap_plain(self, batch: float) -> None:
+        opt = self.optimizer
+        orig_step = opt.step
+        params = self.model_params
+
+        def step(*args, **kwargs):
+            for p in params:  # a step with no unit sampled (user level) has no gradient to add to
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            self.canaries.inject(lambda k: params[k].grad, 1.0 / batch)
+            self.canaries.score(lambda k: params[k].grad, batch)
+            return orig_step(*args, **kwargs)
+
+        opt.step = step
+
+    def _count_rows(self) -> int:
+        p = self.model_params[0]
+        if self.ghost:
+            ns = getattr(p, "_norm_sample", None)
+            return 0 if ns is None else int(ns.shape[0])
+        gs = getattr(p, "grad_sample", None)
+        if gs is None:
+            return 0
+        return sum(int(g.shape[0]) for g in gs) if isinstance(gs, list) else int(gs.shape[0])
+
+    def _zero_block_rows(self) -> None:
+        """The records' per-sample gradients (or summed gradient, ghost) on the block: zero, the forward never reads
+        it; shaped like the model's so Opacus' clipping sees one row per record."""
+        b = self.block
+        if self.ghost:
+            b.grad = torch.zeros_like(b)
+            return
+        gs = self.model_params[0].grad_sample
+        rows = [int(g.shape[0]) for g in gs] if isinstance(gs, list) else [int(gs.shape[0])]
+        zeros = [torch.zeros(r, b.numel(), device=b.device, dtype=b.dtype) for r in rows]
+        b.grad_sample = zeros if isinstance(gs, list) else zeros[0]
+
+    def _sum_ratio(self) -> float:
+        """||clipped sum over the model's parameters|| / (b C) of this logical step (this rank)."""
+        with torch.no_grad():
+            sq = sum(float(p.summed_grad.double().pow(2).sum()) for p in self.model_params
+                     if getattr(p, "summed_grad", None) is not None)
+        if self._rows == 0:
+            return 0.0 if sq == 0 else float("inf")
+        return float(np.sqrt(sq)) / (self._rows * self.clipping_norm)
+
+    def _inject_clip(self, orig_acc, share: float) -> None:
+        """Clip canaries sampled this step: in hooks mode, per-sample rows of norm 4 C on the block's last
+        coordinates, through the optimizer's own clipping (only the block's parameter group is visible for that
+        call); under ghost clipping, where per-sample clipping happens inside the loss's backward, added at C."""
+        mask = self._clip_rng.random(self.n_clip) < self.sample_rate
+        self._clip_mask = mask
+        if not mask.any() or share == 0.0:
+            return
+        m, b = self.canaries.m, self.block
+        if self.ghost:
+            with torch.no_grad():
+                b.summed_grad[m:][torch.from_numpy(mask).to(b.device)] += self.clipping_norm
+            return
+        idx = np.flatnonzero(mask)
+        rows = torch.zeros(idx.size, b.numel(), device=b.device, dtype=b.dtype)
+        rows[torch.arange(idx.size), torch.as_tensor(m + idx)] = CLIP_MULTIPLE * self.clipping_norm
+        opt = self.optimizer
+        groups = opt.original_optimizer.param_groups
+        saved_sample, saved_processed = b.grad_sample, getattr(b.grad_sample, "_processed", None)
+        opt.original_optimizer.param_groups = [g for g in groups if any(p is b for p in g["params"])]
+        try:
+            b.grad_sample = rows
+            orig_acc()
+        finally:
+            opt.original_optimizer.param_groups = groups
+            b.grad_sample = saved_sample
+            if saved_processed is not None:
+                saved_sample._processed = saved_processed
+
+    def _observe(self) -> None:
+        """After a real step: the update's projections, this step's records and the clipped-sum reading."""
+        rows, ratio = self._rows, self._ratio
+        if self.world > 1 and torch.distributed.is_initialized():
+            t = torch.tensor([float(rows)], dtype=torch.float64, device=self.model_params[0].device)
+            torch.distributed.all_reduce(t)
+            r = torch.tensor([ratio], dtype=torch.float64, device=self.model_params[0].device)
+            torch.distributed.all_reduce(r, op=torch.distributed.ReduceOp.MAX)
+            rows, ratio = int(t.item()), float(r.item())
+        self.records.append(int(rows))
+        self.sum_ratio.append(float(ratio))
+        self._rows, self._ratio = 0, 0.0
+        self.canaries.score(lambda k: self._target(k, "grad"), self.divisor)
+        if self.n_clip:
+            with torch.no_grad():
+                g = self.block.grad[self.canaries.m:].double().cpu().numpy()
+            self.clip_proj.append((g * self.divisor / self.clipping_norm).astype(np.float32))
+            self.clip_sampled.append(self._clip_mask.copy() if self._clip_mask is not None
+                                     else np.zeros(self.n_clip, dtype=bool))
+            self._clip_mask = None
+
+    # -- what the probe saw ----------------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        if not self.private:
+            return "non-private"
+        return "ghost" if self.ghost else "hooks"
+
+    def readings(self) -> dict:
+        """The probe's record beside the canaries' (``probe`` of gradient_canaries.json); arrays in ``arrays``."""
+        if not self.private:
+            return {"schema_version": 1, "mode": self.mode, "coordinates": self.coordinates,
+                    "steps": len(self.canaries.steps)}
+        clip = (np.stack(self.clip_proj) if self.clip_proj else np.zeros((0, self.n_clip), np.float32))
+        sampled = (np.stack(self.clip_sampled) if self.clip_sampled else np.zeros((0, self.n_clip), bool))
+        return {
+            "schema_version": 1,
+            "mode": self.mode,
+            "coordinates": self.coordinates,
+            "optimizer": type(self.optimizer).__name__,
+            "world_size": self.world,
+            "steps": len(self.records),
+            "sample_rate": self.sample_rate,
+            "clipping_norm": self.clipping_norm,
+            "noise_multiplier": self.noise_multiplier,
+            "divisor": self.divisor,
+            "clip_canaries": self.n_clip,
+            "clip_multiple": CLIP_MULTIPLE if self.n_clip and not self.ghost else 1.0,
+            "clip_entry": ("before clipping (per-sample rows)" if not self.ghost else "after clipping (ghost mode)")
+            if self.n_clip else None,
+            "sum_tolerance": SUM_TOLERANCE,
+            "arrays": {"records_per_step": np.asarray(self.records, dtype=np.int64),
+                       "sum_ratio": np.asarray(self.sum_ratio, dtype=np.float64),
+                       "clip_projections": clip, "clip_sampled": sampled},
+        }
+
+    def to_dict(self) -> dict:
+        """The canary record (trainers/fit.py writes it as gradient_canaries*.json) with the probe's readings."""
+        return {**self.canaries.to_dict(), "probe": self.readings()}
+
+    def save(self, folder: str | Path, stem: str = "gradient_canaries") -> list[Path]:
+        """Write the record beside a saved model (``folder``): ``<stem>.json``, its per-step projections and the
+        probe's arrays. Call it once, after training, on rank 0 only under DDP."""
+        import json
+
+        from dpaudit.io import atomic_folder, jsonable
+        from dpaudit.probe.record import files
+
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise DpauditError(f"{folder} is not a folder; save the model there first, then the probe beside it")
+        if not self.canaries.steps:
+            raise DpauditError("the probe saw no optimizer step; attach it before training and save after")
+        written = files(self.to_dict(), stem)
+        with atomic_folder(folder) as tmp:
+            for name, body in written.items():
+                if isinstance(body, bytes):
+                    (tmp / name).write_bytes(body)
+                else:
+                    (tmp / name).write_text(json.dumps(jsonable(body)) + "\n")
+        self.saved_to = folder
+        return [folder / name for name in written]
+
+    # -- resuming (trainers/snapshot.py) ------------------------------------------------------------------------
+
+    def snapshot(self, prefix: str, tensors: dict) -> dict:
+        state = self.canaries.snapshot(prefix, tensors)
+        tensors[f"{prefix}/records"] = torch.tensor(self.records, dtype=torch.int64)
+        tensors[f"{prefix}/sum_ratio"] = torch.tensor(self.sum_ratio, dtype=torch.float64)
+        return state
+
+    def restore(self, prefix: str, state: dict, tensors: dict) -> None:
+        self.canaries.restore(prefix, state, tensors)
+        self.records = [int(x) for x in tensors[f"{prefix}/records"].tolist()]
+        self.sum_ratio = [float(x) for x in tensors[f"{prefix}/sum_ratio"].tolist()]
+
+
+def _is_ghost(optimizer) -> bool:
+    """Opacus' ghost-clipping optimizers clip inside the loss's backward and only accumulate ``p.grad``."""
+    from opacus.optimizers.optimizer_fast_gradient_clipping import DPOptimizerFastGradientClipping
+
+    return isinstance(optimizer, DPOptimizerFastGradientClipping)
+
+
+def attach(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
+           coordinates: str = "block", clip_canaries: int = 32) -> Probe:
+    """Attach a probe to an Opacus DP optimizer (after ``make_private``, before the first step); see :class:`Probe`."""
+    return Probe(optimizer, sample_rate=sample_rate, m=m, kind=kind, seed=seed, coordinates=coordinates,
+                 clip_canaries=clip_canaries)

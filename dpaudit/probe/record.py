@@ -1,0 +1,77 @@
+"""The files of one white-box canary record (docs/probe.md), as a checkpoint holds them:
+
+    gradient_canaries[_<kind>].json         plan, signs, summed scores, the probe's readings (``probe``)
+    <same stem>.steps.npy                   (steps, m) float32: every update's projection on every canary
+    <same stem>.probe.npz                   the probe's per-step arrays (records, clipped-sum ratio, clip canaries)
+
+Written by dpaudit's trainers (trainers/fit.py) and by :meth:`dpaudit.probe.Probe.save`; read by
+:func:`dpaudit.scoring.whitebox`.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+
+def files(record: dict, stem: str) -> dict:
+    """{file name: JSON-able dict or bytes} of one record (``step_projections`` and ``probe.arrays`` become files)."""
+    record = dict(record)
+    out = {}
+    steps = record.pop("step_projections", None)
+    if steps is not None:
+        record["steps_file"] = f"{stem}.steps.npy"
+        out[record["steps_file"]] = npy_bytes(steps)
+    probe = dict(record.get("probe") or {})
+    arrays = probe.pop("arrays", None)
+    if arrays is not None:
+        probe["arrays_file"] = f"{stem}.probe.npz"
+        buf = io.BytesIO()
+        np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+        out[probe["arrays_file"]] = buf.getvalue()
+    if probe:
+        record["probe"] = probe
+    out[f"{stem}.json"] = record
+    return out
+
+
+def npy_bytes(a) -> bytes:
+    """``a`` as the bytes of a .npy file."""
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(a), allow_pickle=False)
+    return buf.getvalue()
+
+
+def read(folder, record: dict, steps_array, signs):
+    """The probe's readings of one record (:class:`dpaudit.audit.mechanism_checks.Readings`), or None when the
+    record has none (a record written before the probe, or a non-private run's)."""
+    from pathlib import Path
+
+    from dpaudit.audit.mechanism_checks import Readings
+    from dpaudit.errors import DpauditError
+
+    probe = record.get("probe")
+    if not probe or probe.get("mode") == "non-private":
+        return None
+    f = Path(folder) / str(probe.get("arrays_file", ""))
+    try:
+        with np.load(f, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in ("records_per_step", "sum_ratio", "clip_projections", "clip_sampled")}
+    except (OSError, ValueError, KeyError) as e:
+        raise DpauditError(f"{f}: cannot read the probe's per-step arrays ({e}); restore the file written with the "
+                           "record") from None
+    T = int(probe.get("steps", -1))
+    if any(a.shape[0] != T for a in arrays.values()):
+        raise DpauditError(f"{f}: the probe's arrays do not have one row per step ({T}); the files come from "
+                           "different runs")
+    heldout = None
+    m_out = int(np.sum(np.asarray(signs) < 0))
+    if steps_array is not None and steps_array.shape[0] == T:
+        x = np.asarray(steps_array, dtype=np.float64)[:, np.asarray(signs) < 0]
+        heldout = np.sum(x * x, axis=1)
+    return Readings(probe={k: v for k, v in probe.items() if k != "arrays_file"},
+                    records=arrays["records_per_step"].astype(np.int64),
+                    sum_ratio=arrays["sum_ratio"].astype(np.float64),
+                    clip_projections=arrays["clip_projections"], clip_sampled=arrays["clip_sampled"].astype(bool),
+                    heldout_ss=heldout, heldout_m=m_out)
