@@ -18,7 +18,7 @@ dpaudit's user-level optimizer) it
    on every canary direction, in units of C / D (D the optimizer's divisor: expected batch x world size).
 
 Canary coordinates are either a dedicated parameter block (``block``, the default: a parameter the forward
-pass never reads, added to the optimizer with learning rate 0: no effect on the model, no records' gradients
+pass never reads, added to the optimizer's last parameter group: no effect on the model, no records' gradients
 along the canaries) or the model's trainable coordinates (``model``: the audit also sees the records' own
 gradients; what dpaudit's trainers use, so their committed numbers stay). The readings are checked against the
 privacy card at evaluation (dpaudit/audit/mechanism_checks.py).
@@ -81,7 +81,9 @@ class Probe:
         if coordinates == "block":
             dev = self.model_params[0].device
             self.block = torch.nn.Parameter(torch.zeros(m + self.n_clip, device=dev, dtype=torch.float32))
-            optimizer.add_param_group({"params": [self.block], "lr": 0.0, "weight_decay": 0.0})
+            # in the last parameter group, not a new one: learning-rate schedulers keep one rate per existing group.
+            # Its values change with the steps, harmlessly: nothing reads them, the probe reads its gradient.
+            optimizer.param_groups[-1]["params"].append(self.block)
             canary_params = [self.block[:m]]
         else:
             canary_params = self.model_params
@@ -205,7 +207,7 @@ class Probe:
         opt = self.optimizer
         groups = opt.original_optimizer.param_groups
         saved_sample, saved_processed = b.grad_sample, getattr(b.grad_sample, "_processed", None)
-        opt.original_optimizer.param_groups = [g for g in groups if any(p is b for p in g["params"])]
+        opt.original_optimizer.param_groups = [{**groups[-1], "params": [b]}]  # the block alone
         try:
             b.grad_sample = rows
             orig_acc()

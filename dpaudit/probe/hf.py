@@ -1,0 +1,47 @@
+"""The probe in a Hugging Face ``Trainer`` whose optimizer is an Opacus DP optimizer (the dp-transformers
+pattern; docs/probe.md):
+
+    trainer = Trainer(model=dp_model, args=args, optimizers=(dp_optimizer, None), ...,
+                      callbacks=[ProbeCallback(sample_rate=loader.sample_rate, save_to=model_dir)])
+
+At ``on_train_begin`` the callback attaches :class:`dpaudit.probe.Probe` to the optimizer the Trainer steps (an
+``AcceleratedOptimizer`` is unwrapped); at ``on_train_end`` the main process saves the records into ``save_to``
+(default: the Trainer's ``output_dir``). Set ``max_grad_norm=0`` in ``TrainingArguments``: the DP optimizer clips
+per sample; the Trainer's own clipping of the summed gradient is not part of the mechanism.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from dpaudit.errors import DpauditError
+
+
+class ProbeCallback(TrainerCallback):
+    def __init__(self, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
+                 coordinates: str = "block", clip_canaries: int = 32, save_to: str | Path | None = None):
+        self.settings = dict(sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
+                             clip_canaries=clip_canaries)
+        self.save_to = save_to
+        self.probe = None
+
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+        from dpaudit.probe.probe import attach
+
+        if getattr(args, "max_grad_norm", 0) and args.max_grad_norm > 0:
+            raise DpauditError(f"TrainingArguments.max_grad_norm = {args.max_grad_norm} clips the summed gradient after "
+                               "the DP optimizer's per-sample clipping; set max_grad_norm=0 with a DP optimizer")
+        inner = optimizer
+        while inner is not None and not hasattr(inner, "original_optimizer") and hasattr(inner, "optimizer"):
+            inner = inner.optimizer  # accelerate's AcceleratedOptimizer
+        if inner is None:
+            raise DpauditError("the Trainer has no optimizer at train begin; pass optimizers=(dp_optimizer, None)")
+        self.probe = attach(inner, **self.settings)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.probe is not None and state.is_world_process_zero:
+            folder = Path(self.save_to or args.output_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            self.probe.save(folder)
