@@ -13,11 +13,16 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from dpaudit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "audit_external_opacus.py"
-SMALL = ["--canaries", "20", "--records", "60", "--epochs", "1", "--references", "50", "--secret-length", "3"]
+SMALL = ["--canaries", "20", "--records", "60", "--epochs", "1", "--references", "50", "--secret-length", "3",
+         "--batch-size", "32", "--probe-canaries", "200"]
+BUGGY = ["--canaries", "20", "--records", "300", "--epochs", "2", "--references", "50", "--secret-length", "3",
+         "--batch-size", "32", "--probe-canaries", "200", "--width", "32"]
 
 
 def _example():
@@ -42,6 +47,36 @@ def test_opacus_example_runs_and_its_cli_line_audits_the_same_folder(tmp_path, c
     assert cli["claim"] == report["claim"] and cli["accounting"] == report["accounting"]
     assert cli["attacks"]["loss"]["auc"] == report["attacks"]["loss"]["auc"]  # the objects and the saved folder agree
     assert cli["canary_plan"]["framing"] == "tokenizer"  # a plain HF folder: scored as the loop fed the records
+    assert cli["mechanism_checks"] == report["mechanism_checks"] and report["mechanism_checks"][0]["mode"] == "hooks"
+    assert {c["check"]: c["status"] for c in report["mechanism_checks"][0]["checks"]}["steps"] == "pass"
+    assert "whitebox_gradient" in report["attacks"]  # the probe's canaries, audited
+
+
+@pytest.mark.parametrize("bug,check", [("half-noise", "noise"), ("accumulation", "steps")])
+def test_a_planted_bug_makes_the_gate_fail_with_a_line_naming_it(tmp_path, capsys, bug, check):
+    """The README's promise, through the CLI: the example's loop with one bug, `dpaudit evaluate` on its folder,
+    then `dpaudit check` exits 1 with a FAIL line naming the check (experiments/probe_bugs.py measures the rate)."""
+    out = tmp_path / bug
+    assert _example().main(["--out", str(out), "--insecure-rng", "--epsilon", "8", "--bug", bug, *BUGGY]) == 0
+    assert main(["evaluate", str(out / "model"), "--out", str(out / "cli"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(out / "cli" / "report.json")]) == 1
+    fails = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("FAIL")]
+    assert any(f"mechanism check '{check}'" in ln for ln in fails), fails
+
+
+def test_hugging_face_trainer_example_runs_with_the_probe_callback(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("audit_hf_trainer", ROOT / "examples" / "audit_hf_trainer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--out", str(tmp_path / "hf"), "--insecure-rng", "--records", "200", "--epochs", "2",
+                     "--canaries", "20", "--references", "50", "--probe-canaries", "200"]) == 0
+    report = json.loads((tmp_path / "hf" / "report" / "report.json").read_text())
+    (entry,) = report["mechanism_checks"]
+    assert entry["optimizer"] == "DPOptimizer" and entry["coordinates"] == "block"
+    statuses = {c["check"]: c["status"] for c in entry["checks"]}
+    assert statuses == dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor"), "pass"), entry["checks"]
+    assert (tmp_path / "hf" / "model" / "gradient_canaries.probe.npz").is_file()  # saved by the callback
 
 
 def test_github_actions_workflow_names_what_exists():

@@ -196,3 +196,20 @@ def test_no_committed_bound_exceeds_a_verified_claim():
 def test_committed_report_md_is_what_the_renderer_prints():
     out = _run(SCRIPTS / "render_reports.py", "--check")
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_probe_bug_table_is_what_its_runs_print():
+    """reports/probe: table.md is experiments/probe_bugs.py's table of the committed runs.json, and the README
+    shows that table."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("probe_bugs", ROOT / "experiments" / "probe_bugs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    folder = ROOT / "reports" / "probe"
+    rows = json.loads((folder / "runs.json").read_text())
+    assert len(rows) == 120 and {r["bug"] for r in rows} == set(mod.NAMED)
+    table = mod.table(rows)
+    assert (folder / "table.md").read_text() == table
+    assert table.strip() in (folder / "README.md").read_text()

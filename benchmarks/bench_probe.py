@@ -1,0 +1,86 @@
+"""Step time of an Opacus loop with dpaudit's probe against the same loop without it, measured in one run.
+
+    python benchmarks/bench_probe.py [--m 1000] [--steps 60] [--batch 64] [--width 64] [--mode hooks]
+
+The example's tiny GPT-2 (2 layers, sequences of 24 tokens) under Opacus (hooks or ghost clipping, sigma 1, C 1),
+two copies built from the same seed: one plain, one with ``attach_probe(optimizer, m=M)`` (canaries on the block,
+32 clip canaries). Steps of the two alternate, so that drift of the machine's speed hits both alike; the median of
+``--steps`` timed steps each after 5 warm-up steps; the ratio is probe / plain. Writes one markdown line per
+setting to stdout (reports/bench/probe.md holds this project's numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from opacus import PrivacyEngine
+from torch.utils.data import DataLoader, TensorDataset
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from dpaudit import api
+
+
+def setup(args, probe: bool):
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=512, n_positions=32, n_embd=args.width, n_layer=2, n_head=2,
+                     tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(cfg)
+    data = TensorDataset(torch.randint(0, 512, (10 * args.batch, 24)))
+    engine = PrivacyEngine(accountant="prv")
+    kw = dict(module=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3),
+              data_loader=DataLoader(data, batch_size=args.batch), noise_multiplier=1.0, max_grad_norm=1.0)
+    if args.mode == "ghost":
+        model, opt, crit, _ = engine.make_private(**kw, grad_sample_mode="ghost",
+                                                  criterion=torch.nn.CrossEntropyLoss(reduction="mean"))
+    else:
+        model, opt, _ = engine.make_private(**kw)
+        crit = None
+    if probe:
+        api.attach_probe(opt, sample_rate=0.1, m=args.m, seed=0)
+    return model, opt, crit
+
+
+def step(model, opt, crit, ids) -> float:
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    pos = torch.arange(ids.shape[1]).expand_as(ids).contiguous()
+    logits = model(input_ids=ids, position_ids=pos).logits[:, :-1]
+    if crit is None:
+        F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none").mean(1).mean().backward()
+    else:  # ghost clipping: Opacus' criterion wraps the loss (one value per sequence)
+        crit(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), shape=ids[:, 1:].shape).backward()
+    opt.step()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--m", type=int, default=1000, help="Probe canaries.")
+    ap.add_argument("--steps", type=int, default=60, help="Timed steps of each loop.")
+    ap.add_argument("--batch", type=int, default=64, help="Records per batch.")
+    ap.add_argument("--width", type=int, default=64, help="Embedding width of the tiny GPT-2.")
+    ap.add_argument("--mode", default="hooks", choices=("hooks", "ghost"), help="Opacus' per-sample mode.")
+    args = ap.parse_args()
+    plain, probed = setup(args, False), setup(args, True)
+    g = torch.Generator().manual_seed(1)
+    times = {"plain": [], "probe": []}
+    for i in range(5 + args.steps):
+        ids = torch.randint(0, 512, (args.batch, 24), generator=g)
+        pair = [("plain", plain), ("probe", probed)] if i % 2 == 0 else [("probe", probed), ("plain", plain)]
+        for name, (model, opt, crit) in pair:
+            t = step(model, opt, crit, ids)
+            if i >= 5:
+                times[name].append(t)
+    a, b = statistics.median(times["plain"]), statistics.median(times["probe"])
+    print(f"| {args.mode} | tiny GPT-2 (width {args.width}, 2 layers, 24 tokens) | B = {args.batch} | m = {args.m} | "
+          f"{a * 1000:.1f} ms | {b * 1000:.1f} ms | {b / a:.3f} | {platform.processor() or platform.machine()}, "
+          f"{torch.get_num_threads()} threads |")
+
+
+if __name__ == "__main__":
+    main()

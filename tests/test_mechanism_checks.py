@@ -1,0 +1,87 @@
+"""The mechanism checks (dpaudit/audit/mechanism_checks.py) on simulated probe readings whose truth is known: an
+honest mechanism fails each statistical check at most at its stated rate, every simulated bug is caught, and the
+deterministic checks never fire on an honest run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from dpaudit.audit import mechanism_checks as mc
+
+N, Q, SIGMA, T, M_OUT, K = 1000, 0.1, 0.9, 60, 200, 16
+
+
+def _readings(seed, *, sigma_true=SIGMA, q_true=Q, fixed=False, divide_by_actual=False, clip_out=1.0, steps=T,
+              coordinates="block"):
+    rng = np.random.default_rng(seed)
+    b = np.full(steps, int(N * Q)) if fixed else rng.binomial(N, q_true, size=steps)
+    scale = (N * Q / np.maximum(b, 1)) if divide_by_actual else np.ones(steps)  # units of C / B
+    held = rng.normal(0, sigma_true, size=(steps, M_OUT)) * scale[:, None]
+    sampled = rng.random((steps, K)) < Q
+    clip = (sampled * clip_out + rng.normal(0, sigma_true, size=(steps, K))) * scale[:, None]
+    probe = {"coordinates": coordinates, "sample_rate": Q, "clipping_norm": 1.0, "steps": steps, "divisor": N * Q,
+             "clip_multiple": 4.0, "clip_entry": "before clipping (per-sample rows)", "sum_tolerance": 1e-4}
+    return mc.Readings(probe=probe, records=b.astype(np.int64), sum_ratio=rng.uniform(0.1, 0.9, steps),
+                       clip_projections=clip.astype(np.float32), clip_sampled=sampled,
+                       heldout_ss=np.sum(held * held, axis=1), heldout_m=M_OUT)
+
+
+CARD = mc.CardView(sample_rate=Q, noise_multiplier=SIGMA, steps=T, clipping_norm=1.0, dataset_size=N,
+                   expected_batch_size=N * Q)
+
+
+def _status(r, card=CARD):
+    return {c["check"]: c["status"] for c in mc.run(r, card)}
+
+
+def test_an_honest_mechanism_passes_and_each_check_states_its_false_alarm_rate():
+    rows = mc.run(_readings(0), CARD)
+    assert [r["check"] for r in rows] == list(mc.CHECKS)
+    assert all(r["status"] == "pass" for r in rows), rows
+    rates = {r["check"]: r["false_alarm"] for r in rows}
+    assert rates == {"noise": mc.ALPHA, "sampling": mc.ALPHA, "clipping": mc.ALPHA, "steps": 0.0, "divisor": mc.ALPHA}
+
+
+def test_honest_false_alarms_stay_within_the_stated_rate():
+    """300 honest runs: with each statistical check at 0.1%, four of them, more than 3 flagged runs would happen
+    with probability < 0.1% (binomial tail at the family rate 0.4%)."""
+    flagged = sum(any(s == "fail" for s in _status(_readings(seed)).values()) for seed in range(300))
+    assert flagged <= binom.ppf(0.999, 300, 4 * mc.ALPHA), flagged
+
+
+@pytest.mark.parametrize("bug,check,kw", [
+    ("half the noise", "noise", {"sigma_true": SIGMA / 2}),
+    ("sampling at 0.9 q", "sampling", {"q_true": 0.9 * Q}),
+    ("fixed-size batches accounted as Poisson", "sampling", {"fixed": True}),
+    ("divided by the actual batch size", "divisor", {"divide_by_actual": True}),
+    ("clipping bypassed (clip canaries out at 4 C)", "clipping", {"clip_out": 4.0}),
+])
+def test_every_simulated_bug_is_caught_in_at_least_95_of_100_runs(bug, check, kw):
+    caught = sum(_status(_readings(seed, **kw))[check] == "fail" for seed in range(100))
+    assert caught >= 95, (bug, caught)
+
+
+def test_deterministic_checks_name_what_differs_from_the_card():
+    r = _readings(1, steps=T // 4)
+    rows = {c["check"]: c for c in mc.run(r, CARD)}
+    assert rows["steps"]["status"] == "fail" and "the card accounts for 60" in rows["steps"]["finding"]
+    over = mc.Readings(**{**_readings(2).__dict__, "sum_ratio": np.r_[np.full(T - 1, 0.5), 1.3]})
+    c = mc.clipping(over, CARD)
+    assert c["status"] == "fail" and c["false_alarm"] == 0.0 and "1 of 60" in c["finding"]
+    other_c = mc.CardView(**{**CARD.__dict__, "clipping_norm": 2.0})
+    assert mc.clipping(_readings(3), other_c)["status"] == "fail"
+    other_q = mc.CardView(**{**CARD.__dict__, "sample_rate": 0.2})
+    assert "attach the probe with the card's sample rate" in mc.sampling(_readings(3), other_q)["finding"]
+
+
+def test_what_cannot_be_tested_says_so():
+    laplace = mc.CardView(**{**CARD.__dict__, "noise_multiplier": None})
+    assert mc.noise(_readings(4), laplace)["status"] == "not tested"
+    no_n = mc.CardView(**{**CARD.__dict__, "dataset_size": None})
+    assert mc.sampling(_readings(4), no_n)["status"] == "not tested"
+    fixed = _readings(4, fixed=True)
+    assert mc.divisor(fixed)["status"] == "not tested"  # constant batches: b_t cannot be told from B
+    model = _readings(5, coordinates="model")
+    assert "conservative" in mc.noise(model, CARD)["finding"]
