@@ -180,7 +180,7 @@ def _ddp_worker(rank, world, port, out):
                                                          grad_sample_mode="hooks", seed=0)
     probe = api.attach_probe(dp_opt, sample_rate=B / N, m=64, seed=3, clip_canaries=8)
     mine = []
-    for step, (x,) in zip(range(12), loader):
+    for _, (x,) in zip(range(12), loader):
         dp_opt.zero_grad()
         module(x).pow(2).sum(1).mean().backward()
         dp_opt.step()
