@@ -251,8 +251,9 @@ class Probe:
         if not self.private:
             return {"schema_version": 1, "mode": self.mode, "coordinates": self.coordinates,
                     "steps": len(self.canaries.steps)}
-        clip = (np.stack(self.clip_proj) if self.clip_proj else np.zeros((0, self.n_clip), np.float32))
-        sampled = (np.stack(self.clip_sampled) if self.clip_sampled else np.zeros((0, self.n_clip), bool))
+        T = len(self.records)
+        clip = np.stack(self.clip_proj) if self.clip_proj else np.zeros((T, 0), np.float32)
+        sampled = np.stack(self.clip_sampled) if self.clip_sampled else np.zeros((T, 0), bool)
         return {
             "schema_version": 1,
             "mode": self.mode,

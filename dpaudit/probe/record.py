@@ -62,6 +62,9 @@ def read(folder, record: dict, steps_array, signs):
         raise DpauditError(f"{f}: cannot read the probe's per-step arrays ({e}); restore the file written with the "
                            "record") from None
     T = int(probe.get("steps", -1))
+    for k in ("clip_projections", "clip_sampled"):  # no clip canaries: (T, 0)
+        if arrays[k].size == 0:
+            arrays[k] = arrays[k].reshape(T, 0)
     if any(a.shape[0] != T for a in arrays.values()):
         raise DpauditError(f"{f}: the probe's arrays do not have one row per step ({T}); the files come from "
                            "different runs")
