@@ -87,7 +87,8 @@ def noise_checks(whitebox: list | None, confidence: float) -> list[dict]:
     (dpaudit/audit/noise_check.py): a check of the card's sigma beside the verdict, not one of its tests."""
     from dpaudit.audit import noise_check
 
-    return [{"attack": w["name"], "kind": w["kind"], **noise_check.from_sums(w["noise_check"],
+    return [{"attack": w["name"], "kind": w["kind"], "coordinates": (w.get("probe") or {}).get("coordinates", "model"),
+             **noise_check.from_sums(w["noise_check"],
                                                                              w["noise_check"]["noise_multiplier"],
                                                                              confidence)}
             for w in whitebox or [] if w.get("noise_check")]

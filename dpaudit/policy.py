@@ -81,7 +81,7 @@ def load_policy(path: Path | None) -> Policy:
     bad = sorted(set(rules) - names)
     if bad:
         raise DpauditError(f"unknown policy key 'rules.{bad[0]}'; valid keys: {', '.join(sorted(names))}")
-    for key in ("allowed_verdicts", "accounting", "empirical"):
+    for key in ("allowed_verdicts", "accounting", "empirical", "mechanism_checks"):
         if key in rules:
             if not isinstance(rules[key], list):
                 raise DpauditError(f"policy rules.{key} must be a list of statuses, got {rules[key]!r}")

@@ -156,8 +156,9 @@ def noise_lines(r: dict) -> list[str]:
                             f"confidence, below the card's σ**: these updates carry less noise than the card, and so "
                             f"its ε, states.")
         else:
-            extra = ("; the spread above σ is the inserted canaries themselves and the records' own gradients on "
-                     "these coordinates, which the simulated limits above leave out" if c["ratio"] > 1 else "")
+            extra = ("" if c["ratio"] <= 1 else "; the spread above σ is the inserted canaries themselves" + (
+                " (a canary block: no record's gradient reaches it)" if c.get("coordinates") == "block" else
+                " and the records' own gradients on these coordinates, which the simulated limits above leave out"))
             L.append(head + f"the noise actually added is at most {c['upper']:.4g} at {c['confidence']:.0%} "
                             f"confidence, so the check finds no shortfall{extra}.")
     return L

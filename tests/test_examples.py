@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "audit_external_opacus.py"
 SMALL = ["--canaries", "20", "--records", "60", "--epochs", "1", "--references", "50", "--secret-length", "3",
          "--batch-size", "32", "--probe-canaries", "200"]
-BUGGY = ["--canaries", "20", "--records", "300", "--epochs", "2", "--references", "50", "--secret-length", "3",
+BUGGY = ["--canaries", "20", "--records", "200", "--epochs", "2", "--references", "50", "--secret-length", "3",
          "--batch-size", "32", "--probe-canaries", "200", "--width", "32"]
 
 
@@ -52,12 +52,14 @@ def test_opacus_example_runs_and_its_cli_line_audits_the_same_folder(tmp_path, c
     assert "whitebox_gradient" in report["attacks"]  # the probe's canaries, audited
 
 
-@pytest.mark.parametrize("bug,check", [("half-noise", "noise"), ("accumulation", "steps")])
+@pytest.mark.parametrize("bug,check", [("accumulation", "steps")])
 def test_a_planted_bug_makes_the_gate_fail_with_a_line_naming_it(tmp_path, capsys, bug, check):
     """The README's promise, through the CLI: the example's loop with one bug, `dpaudit evaluate` on its folder,
-    then `dpaudit check` exits 1 with a FAIL line naming the check (experiments/probe_bugs.py measures the rate)."""
+    then `dpaudit check` exits 1 with a FAIL line naming the check (tests/test_probe.py plants the others in a
+    plain Opacus loop; experiments/probe_bugs.py measures every rate on this example)."""
     out = tmp_path / bug
-    assert _example().main(["--out", str(out), "--insecure-rng", "--epsilon", "8", "--bug", bug, *BUGGY]) == 0
+    ex = _example()
+    ex.train(ex.parser().parse_args(["--out", str(out), "--insecure-rng", "--epsilon", "8", "--bug", bug, *BUGGY]))
     assert main(["evaluate", str(out / "model"), "--out", str(out / "cli"), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["check", str(out / "cli" / "report.json")]) == 1
@@ -69,7 +71,7 @@ def test_hugging_face_trainer_example_runs_with_the_probe_callback(tmp_path, cap
     spec = importlib.util.spec_from_file_location("audit_hf_trainer", ROOT / "examples" / "audit_hf_trainer.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.main(["--out", str(tmp_path / "hf"), "--insecure-rng", "--records", "200", "--epochs", "2",
+    assert mod.main(["--out", str(tmp_path / "hf"), "--insecure-rng", "--records", "150", "--epochs", "2",
                      "--canaries", "20", "--references", "50", "--probe-canaries", "200"]) == 0
     report = json.loads((tmp_path / "hf" / "report" / "report.json").read_text())
     (entry,) = report["mechanism_checks"]

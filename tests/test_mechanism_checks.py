@@ -45,10 +45,10 @@ def test_an_honest_mechanism_passes_and_each_check_states_its_false_alarm_rate()
 
 
 def test_honest_false_alarms_stay_within_the_stated_rate():
-    """300 honest runs: with each statistical check at 0.1%, four of them, more than 3 flagged runs would happen
-    with probability < 0.1% (binomial tail at the family rate 0.4%)."""
-    flagged = sum(any(s == "fail" for s in _status(_readings(seed)).values()) for seed in range(300))
-    assert flagged <= binom.ppf(0.999, 300, 4 * mc.ALPHA), flagged
+    """200 honest runs: with each statistical check at 0.1%, four of them, more flagged runs than the binomial
+    tail allows at the family rate 0.4% would happen with probability < 0.1%."""
+    flagged = sum(any(s == "fail" for s in _status(_readings(seed)).values()) for seed in range(200))
+    assert flagged <= binom.ppf(0.999, 200, 4 * mc.ALPHA), flagged
 
 
 @pytest.mark.parametrize("bug,check,kw", [
@@ -58,9 +58,12 @@ def test_honest_false_alarms_stay_within_the_stated_rate():
     ("divided by the actual batch size", "divisor", {"divide_by_actual": True}),
     ("clipping bypassed (clip canaries out at 4 C)", "clipping", {"clip_out": 4.0}),
 ])
-def test_every_simulated_bug_is_caught_in_at_least_95_of_100_runs(bug, check, kw):
-    caught = sum(_status(_readings(seed, **kw))[check] == "fail" for seed in range(100))
-    assert caught >= 95, (bug, caught)
+def test_every_simulated_bug_is_caught_in_at_least_95_of_runs(bug, check, kw):
+    def status(r):
+        return (mc.divisor(r) if check == "divisor" else getattr(mc, check)(r, CARD))["status"]
+
+    caught = sum(status(_readings(seed, **kw)) == "fail" for seed in range(60))
+    assert caught >= 57, (bug, caught)
 
 
 def test_deterministic_checks_name_what_differs_from_the_card():
