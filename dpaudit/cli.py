@@ -244,15 +244,26 @@ def compare(old_json, new_json, fail_on_regression):
 @click.option("--columns", required=True, metavar="NAME,...",
               help="Comma-separated columns, in order: " + ", ".join(TABLE_COLUMNS) + ".")
 @click.option("--variant", "variants", multiple=True, metavar="NAME",
-              help="Only this variant (repeatable, in this order). Default: every variant with a report, by name.")
-def table_cmd(run_dirs, columns, variants):
+              help="Only these variants (repeatable or comma-separated, in this order). Default: every variant with "
+                   "a report, by name.")
+@click.option("--differences", default="", metavar="A:B,...",
+              help="Also print the test-accuracy difference A − B of each pair, with Newcombe's 95% interval "
+                   "(unpaired: conservative for predictions on the same test set).")
+def table_cmd(run_dirs, columns, variants, differences):
     """One markdown row per variant of each RUN (the --out of `dpaudit run`; several: their rows in order), from
-    the committed report.json and run.json files: the tables of reports/*/README.md come from here."""
+    the committed report.json, run.json and privacy_card.json files: the tables of reports/*/README.md come from
+    here."""
     from dpaudit.run_folder import RunFolder
+    from dpaudit.table import differences as diff_table
     from dpaudit.table import table
 
-    click.echo(table([RunFolder(d) for d in run_dirs], [c.strip() for c in columns.split(",") if c.strip()],
-                     list(variants)), nl=False)
+    runs = [RunFolder(d) for d in run_dirs]
+    pairs = [tuple(p.split(":")) for p in differences.split(",") if p.strip()]
+    if any(len(p) != 2 or not all(p) for p in pairs):
+        raise DpauditError(f"--differences takes pairs A:B separated by commas, got {differences!r}")
+    variants = [v.strip() for vs in variants for v in vs.split(",") if v.strip()]
+    out = table(runs, [c.strip() for c in columns.split(",") if c.strip()], variants)
+    click.echo(out + ("\n" + diff_table(runs, pairs) if pairs else ""), nl=False)
 
 
 from dpaudit.cli_account import account, card_cmd  # noqa: E402

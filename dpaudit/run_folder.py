@@ -61,6 +61,11 @@ class RunFolder:
         f = self.checkpoint(variant) / "run.json"
         return json.loads(f.read_text()) if f.is_file() else {}
 
+    def card(self, variant: str) -> dict:
+        """``<variant>/checkpoint/privacy_card.json`` as written (a dict), or {} without one."""
+        f = self.checkpoint(variant) / "privacy_card.json"
+        return json.loads(f.read_text()) if f.is_file() else {}
+
 
 def from_argv(description: str, default: Path, argv=None) -> RunFolder:
     """The run folder a report script reads: its one optional argument RUN (the --out of a `dpaudit run`), else

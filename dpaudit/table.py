@@ -36,8 +36,8 @@ def newcombe(p1: float, n1: int, p2: float, n2: int) -> tuple[float, float]:
 class Row:
     """One variant's files, with the readings several columns share."""
 
-    def __init__(self, name: str, report: dict, record: dict):
-        self.name, self.r, self.rec = name, report, record
+    def __init__(self, name: str, report: dict, record: dict, card=lambda: {}):
+        self.name, self.r, self.rec, self._card = name, report, record, card
         self.tr = report["reproducibility"].get("train_result") or {}
         self.m = report.get("metrics") or {}
         self.eps = {a["accountant"]: a["epsilon"] for a in report["accounting"].get("results", [])}
@@ -56,6 +56,18 @@ class Row:
         """σC/B: the noise std on the averaged gradient, per coordinate."""
         B = self.tr["sample_rate"] * self.tr["dataset_size"]
         return self.sigma * self.r["reproducibility"]["config"]["train"]["clipping_norm"] / B
+
+
+    @property
+    def card(self) -> dict:
+        """The checkpoint's privacy_card.json (read on first use)."""
+        if not hasattr(self, "_card_dict"):
+            self._card_dict = self._card()
+        return self._card_dict
+
+    def bound(self, attack: str, kind: str = "claimed") -> dict | None:
+        got = [e for e in self.r["empirical"] if e["attack"] == attack and e["delta_kind"] == kind]
+        return got[0] if got else None
 
 
 def _eps(x) -> str:
@@ -87,6 +99,64 @@ def _best(x: Row, confidence: bool) -> str:
     return f"{b['epsilon_lb']:.2f} ({b['attack']}{conf}, {b['ceiling']:.2f})"
 
 
+def _trained(x: Row) -> str:
+    """What a DP-FROST run selected (share of the parameters, partitions, and the two phases' seconds)."""
+    tr = x.rec["trainer"]
+    sel = tr.get("selection")
+    if not sel:
+        return "all" if tr["trainable"] == "full" else tr["trainable"]
+    out = f"{sel[0]['selected_params'] / sel[0]['total_params']:.1%} ({len(sel[0]['chosen'])} partitions)"
+    if sel[0].get("seconds") is not None:
+        out += f"; selection {sel[0]['seconds']:.0f} s, training {x.rec['train_result']['seconds']:.0f} s"
+    return out
+
+
+def _sigmas(x: Row) -> str:
+    """sigma of DP-FROST's selection phase / of DP-SGD (a data-independent selection has no noise)."""
+    tr, sig = x.rec["trainer"], x.rec["train_result"].get("noise_multiplier")
+    free = tr.get("frost_selection") in ("random", "pval")
+    if tr.get("selection") and sig and not free:
+        return f"{tr['sigma_ps']:.3g} / {sig:.3g}"
+    return f"— / {sig:.3g}" if sig else "—"
+
+
+def _best_with_whitebox(x: Row) -> str:
+    b = x.r["empirical_best"]
+    wb = x.bound("whitebox_gradient", b["delta_kind"])
+    return (f"{b['epsilon_lb']:.2f} ({b['attack']}; ceiling {b['ceiling']:.2f})"
+            + (f", white-box {wb['epsilon_lb']:.2f}" if wb else ""))
+
+
+def _with_ceiling(x: Row, attack: str) -> str:
+    e = x.bound(attack)
+    return f"{e['epsilon_lb']:.2f} (≤ {e['ceiling']:.2f})" if e else "—"
+
+
+def _best_blackbox(x: Row) -> str:
+    e = max((e for e in x.r["empirical"] if e["delta_kind"] == "claimed" and not e["attack"].startswith("whitebox")),
+            key=lambda e: e["epsilon_lb"])
+    return f"{e['epsilon_lb']:.2f} ({e['attack']})"
+
+
+def _noise(x: Row) -> tuple[str, float]:
+    """(the noise's name, its standard deviation per coordinate in units of C) from the card."""
+    lmo = (x.card.get("extra") or {}).get("lmo")
+    if lmo:
+        name = "fixed Laplace" if lmo["fixed_scale"] else f"Laplace mixture ({lmo['draw'].replace('_', ' ')})"
+        return name, lmo["noise_std"] / x.card["mechanism"]["clipping_norm"]
+    return "Gaussian", x.rec["train_result"]["noise_multiplier"]
+
+
+def _samples(values: list, k: int = 6) -> str:
+    """About six evenly spaced values of a per-step trace."""
+    step = max(1, len(values) // k)
+    return ", ".join(f"{v:.4g}" for v in values[::step]) or "—"
+
+
+def _clip(x: Row) -> dict:
+    return x.tr.get("clipping") or {}
+
+
 # name -> (header, cell)
 COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "variant": ("variant", lambda x: x.name),
@@ -100,6 +170,7 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "cider": ("CIDEr", lambda x: f"{x.m['cider']:.2f}"),
     "zero_shot_bleu": ("zero-shot BLEU", lambda x: f"{x.m['base_model']['bleu'] if 'base_model' in x.m else math.nan:.1f}"),
     "claimed": ("claimed ε (PRV)", lambda x: _eps(x.r["claim"]["epsilon"])),
+    "claimed_exact": ("claimed ε", lambda x: "∞" if x.r["claim"]["epsilon"] is None else f"{x.r['claim']['epsilon']:.3f}"),
     "prv": ("claimed ε (PRV)", lambda x: f"{x.eps['prv']:.2f}" if x.eps else "∞"),
     "pld_rdp": ("PLD / RDP", lambda x: f"{x.eps['pld']:.2f} / {x.eps['rdp']:.2f}" if x.eps else "—"),
     "interval": ("true ε in (accountants)", lambda x: "—" if x.r["accounting"].get("lower_epsilon") is None else
@@ -118,6 +189,25 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "best": ("empirical ε lower bound, 95% (best test, ceiling)", lambda x: _best(x, False)),
     "best_confidence": ("empirical ε lower bound (best test, confidence, ceiling)", lambda x: _best(x, True)),
     "verdict": ("verdict", lambda x: f"`{x.r['verdict']['status']}`"),
+    "trained": ("trained", _trained),
+    "sigmas": ("σ_ps / σ_SGD", _sigmas),
+    "best_with_whitebox": ("best one-run bound, 95%", _best_with_whitebox),
+    "constant_accuracy": ("constant predictor", lambda x: f"{x.m.get('constant_predictor_accuracy', math.nan):.3f}"),
+    "noise": ("noise", lambda x: _noise(x)[0]),
+    "noise_std_over_c": ("noise std / C", lambda x: f"{_noise(x)[1]:.2f}"),
+    "claimed_by": ("claimed ε (by)", lambda x: f"{x.r['claim']['epsilon']:.3f} ({x.card['claim']['accountant']})"),
+    "whitebox_dirac": ("white-box Dirac ε ≥ (ceiling)", lambda x: _with_ceiling(x, "whitebox_gradient")),
+    "whitebox_dense": ("white-box dense ε ≥ (ceiling)", lambda x: _with_ceiling(x, "whitebox_gradient_dense")),
+    "best_blackbox": ("best black-box ε ≥", _best_blackbox),
+    "base_accuracy": ("base model accuracy", lambda x: "—" if not x.m.get("base_model") else
+                      f"{x.m['base_model']['accuracy']:.3f}"),
+    "sigma_full": ("σ", lambda x: f"{x.sigma:.6g}" if x.sigma else "—"),
+    "mean_clipped": ("clipped (mean over steps)", lambda x: "—" if _clip(x).get("mean_fraction_clipped") is None
+                     else f"{_clip(x)['mean_fraction_clipped']:.4g}"),
+    "clipped_trace": ("fraction clipped, per step (samples)", lambda x: _samples(
+        _clip(x).get("per_step", {}).get("fraction_clipped", []))),
+    "norm_trace": ("median per-unit norm, per step (samples)", lambda x: _samples(
+        _clip(x).get("per_step", {}).get("median_norm", []))),
 }
 
 
@@ -134,10 +224,31 @@ def table(runs, columns: list[str], variants: list[str] | None = None) -> str:
         raise DpauditError(f"variant {missing[0] if missing else '(none)'} has no report; run it first, or leave it out")
     lines = ["| " + " | ".join(COLUMNS[c][0] for c in columns) + " |", "|" + "---|" * len(columns)]
     for run, v in pairs:
-        row = Row(v, run.report(v), run.run_record(v))
+        row = Row(v, run.report(v), run.run_record(v), card=lambda run=run, v=v: run.card(v))
         try:
             cells = [COLUMNS[c][1](row) for c in columns]
         except (KeyError, TypeError) as e:
             raise DpauditError(f"variant {v!r} has no value for a requested column ({e}); leave that column out") from None
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def differences(runs, pairs: list[tuple[str, str]]) -> str:
+    """The markdown table of test-accuracy differences A − B with Newcombe's 95% interval (unpaired, so
+    conservative for predictions on the same test set), for each (A, B) of ``pairs`` found in ``runs``."""
+    runs = [runs] if isinstance(runs, RunFolder) else list(runs)
+
+    def acc(v):
+        for run in runs:
+            if run.has_report(v):
+                m = run.report(v)["metrics"]
+                return m["accuracy"], m["n_test"]
+        raise DpauditError(f"variant {v!r} has no report; run it first, or leave it out of --differences")
+
+    lines = ["| variant | minus | difference in accuracy [95% CI] | reading |", "|---|---|---|---|"]
+    for a, b in pairs:
+        (pa, na), (pb, nb) = acc(a), acc(b)
+        lo, hi = newcombe(pa, na, pb, nb)
+        word = "higher" if lo > 0 else "lower" if hi < 0 else "cannot be resolved"
+        lines.append(f"| {a} | {b} | {pa - pb:+.3f} [{lo:+.3f}, {hi:+.3f}] | {word} |")
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """The tables of reports/pmixed/README.md, printed from the committed report.json files: the perplexity of the
 four systems on the same held-out tokens, and PMixED's claim against the exact per-query check and the
 black-box canary audit.
-Run: `python scripts/rows_pmixed.py [DIR] > reports/pmixed/rows.md` (DIR defaults to reports/pmixed).
+Run: `python experiments/pmixed_rows.py [DIR] > reports/pmixed/rows.md` (DIR defaults to reports/pmixed).
 """
 
 from __future__ import annotations
