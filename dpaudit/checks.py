@@ -22,3 +22,10 @@ def check_confidence(c, what: str) -> None:
     """A confidence level of an audit bound: in [0.5, 1); anything else is one line of bad input."""
     if not number(c) or not 0.5 <= c < 1:
         raise DpauditError(f"{what} must be in [0.5, 1) (e.g. 0.95), got {c!r}")
+
+
+def applies(when, where: str) -> dict:
+    """Field metadata of a config option used by some runs only: ``when(trainer, classifier)`` says whether it
+    applies to a variant's resolved trainer config, ``where`` names those runs. dpaudit/config.py refuses an option
+    set where it would be silently ignored; the rule lives beside the option it governs."""
+    return {"applies": (when, where)}

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dpaudit import options
+from dpaudit import checks, options
 from dpaudit.canaries import CanaryPlan
 from dpaudit.errors import DpauditError
 from dpaudit.eval_options import EvalOptions
@@ -59,16 +59,22 @@ class TaskConfig:
                 raise DpauditError(f"task.{k} must be an integer >= 1, got {v!r}")
 
 
+LORA = checks.applies(lambda t, clf: t.trainable == "lora", "trainable = 'lora'")
+USERS = checks.applies(lambda t, clf: t.user_level, "the user-level methods (user_dp_sgd, group_privacy)")
+
+
 @dataclass(frozen=True)
 class TrainerConfig:
     method: str = "dp_adam"
     trainable: str = "full"  # full | lora | head (classifier head only)
-    tied_embeddings: str = "untie"  # untie (for ghost clipping) | freeze (tied input/output embeddings)
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_targets: str = "attention"  # attention (q/v, Hu et al.) | all-linear (every linear map of the blocks)
-    user_cap: int = 8  # user-level methods: at most k records per user
-    selection: str = "random"  # user-level methods: how the k records are chosen (tasks/userlm.py)
+    tied_embeddings: str = field(default="untie", metadata=checks.applies(  # untie (ghost) | freeze (tied in/out)
+        lambda t, clf: t.tied_embeddings == "freeze" or (t.engine.grad_sample_mode == "ghost" and t.trainable == "full"),
+        "'freeze', or 'untie' with grad_sample_mode = 'ghost' and trainable = 'full'"))
+    lora_r: int = field(default=8, metadata=LORA)
+    lora_alpha: int = field(default=16, metadata=LORA)
+    lora_targets: str = field(default="attention", metadata=LORA)  # attention (q/v, Hu et al.) | all-linear
+    user_cap: int = field(default=8, metadata=USERS)  # at most k records per user
+    selection: str = field(default="random", metadata=USERS)  # how the k records are chosen (tasks/userlm.py)
     # the methods' own sections (trainers/method_options.py): [train.frost], [train.lmo], [train.pmixed]
     frost: FrostOptions = field(default_factory=FrostOptions)
     lmo: LmoOptions = field(default_factory=LmoOptions)
@@ -180,23 +186,10 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
-# Trainer keys that only some variants use: each applies when its predicate holds for the variant's resolved
-# trainer (classifier: whether the model is a sequence classifier). Everything not listed applies everywhere.
-APPLIES = {
-    "user_cap": (lambda t, clf: t.user_level, "the user-level methods (user_dp_sgd, group_privacy)"),
-    "selection": (lambda t, clf: t.user_level, "the user-level methods (user_dp_sgd, group_privacy)"),
-    "lora_r": (lambda t, clf: t.trainable == "lora", "trainable = 'lora'"),
-    "lora_alpha": (lambda t, clf: t.trainable == "lora", "trainable = 'lora'"),
-    "lora_targets": (lambda t, clf: t.trainable == "lora", "trainable = 'lora'"),
-    "grad_sample_mode": (lambda t, clf: t.engine.grad_sample_mode == "hooks" or
-                         (t.method != "user_dp_sgd" and (t.engine.private or t.trainable == "full")),
-                         "record-level DP training as 'ghost' (user_dp_sgd clips users from per-record hooks)"),
-    "tied_embeddings": (lambda t, clf: t.tied_embeddings == "freeze" or
-                        (t.engine.grad_sample_mode == "ghost" and t.trainable == "full"),
-                        "'freeze', or 'untie' with grad_sample_mode = 'ghost' and trainable = 'full'"),
-    "gradient_canary_kind": (lambda t, clf: t.engine.gradient_canaries > 0, "gradient_canaries > 0"),
-    "head_lr": (lambda t, clf: clf and t.trainable != "head", "classifier models fine-tuned beyond their head"),
-}
+def _applicability() -> dict:
+    """Every trainer key used by some variants only, with its rule (declared on the field: checks.applies)."""
+    return {f.name: f.metadata["applies"] for cls in (TrainerConfig, EngineConfig) for f in dataclasses.fields(cls)
+            if "applies" in f.metadata}
 
 
 def _refuse_inapplicable(base: dict, overrides: list[dict], variants: list[Variant], classifier: bool) -> None:
@@ -212,14 +205,15 @@ def _refuse_inapplicable(base: dict, overrides: list[dict], variants: list[Varia
         if not any(v.trainer.method == SECTIONS[s][1] for v in variants):
             raise DpauditError(f"[train.{s}] applies to method = '{SECTIONS[s][1]}' only and no variant is one; "
                                "remove it")
+    rules = _applicability()
     for over, v in zip(overrides, variants):
-        for key in sorted(set(over) & set(APPLIES)):
-            ok, where = APPLIES[key]
+        for key in sorted(set(over) & set(rules)):
+            ok, where = rules[key]
             if not ok(v.trainer, classifier):
                 raise DpauditError(f"variant {v.name!r}: train.{key} applies to {where} only; remove it from the "
                                    "variant")
-    for key in sorted(set(base) & set(APPLIES)):
-        ok, where = APPLIES[key]
+    for key in sorted(set(base) & set(rules)):
+        ok, where = rules[key]
         if not any(ok(v.trainer, classifier) for v in variants):
             raise DpauditError(f"train.{key} applies to {where} only and no variant is one; remove it from [train]")
 

@@ -4,7 +4,7 @@ run config never loads it (docs/architecture.md, Options)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dpaudit import accounting, checks, device
 from dpaudit.errors import DpauditError
@@ -18,15 +18,20 @@ class EngineConfig:
     epochs: float = 1.0
     batch_size: int = 32  # expected (logical) batch size B; q = B / N under Poisson sampling
     lr: float = 1e-3
-    head_lr: float | None = None  # a classifier's new head only: its own learning rate (None = lr)
+    head_lr: float | None = field(default=None, metadata=checks.applies(  # a classifier's new head's own rate
+        lambda t, clf: clf and t.trainable != "head", "classifier models fine-tuned beyond their head"))
     weight_decay: float = 0.0
     clipping_norm: float = 0.1  # Li et al.'s default C
     accountant: str = "prv"
-    grad_sample_mode: str = "hooks"
+    grad_sample_mode: str = field(default="hooks", metadata=checks.applies(
+        lambda t, clf: t.engine.grad_sample_mode == "hooks" or (
+            t.method != "user_dp_sgd" and (t.engine.private or t.trainable == "full")),
+        "record-level DP training as 'ghost' (user_dp_sgd clips users from per-record hooks)"))
     seed: int = 0
     max_physical_batch_size: int | None = None  # split logical batches (memory); noise once per logical batch
     gradient_canaries: int = 0  # white-box canaries (dpaudit/probe/probe.py); 0 = none
-    gradient_canary_kind: str = "dirac"  # dirac | sparse | dense, or several joined by '+' (one set of m each)
+    gradient_canary_kind: str = field(default="dirac", metadata=checks.applies(  # dirac | sparse | dense, or several
+        lambda t, clf: t.engine.gradient_canaries > 0, "gradient_canaries > 0"))  # joined by '+' (m each)
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N (dpaudit/device.py)
     secure_rng: bool = False  # release runs: the mechanism's noise and sampling from a secret OS-entropy seed
 
