@@ -30,17 +30,19 @@ __all__ = ["EvalOptions", "attach_probe", "card_from_opacus", "evaluate", "inser
 
 
 def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-                 coordinates: str = "block", clip_canaries: int = 32):
+                 coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True):
     """Attach dpaudit's white-box probe to an Opacus DP optimizer (hooks or ghost clipping, distributed), after
     ``make_private`` and before the first step: ``m`` gradient canaries sampled at the card's ``sample_rate``
     (``loader.sample_rate`` of the loader make_private returned), on a dedicated parameter block (``coordinates=
     "block"``) or the model's trainable coordinates (``"model"``), plus ``clip_canaries`` that test the clipping.
     After training, ``probe.save(model_dir)``; ``dpaudit evaluate`` then audits the recorded updates and checks the
-    noise, sampling, clipping, steps and divisor that ran against the card (docs/probe.md)."""
+    noise, sampling, clipping, steps and divisor that ran against the card (docs/probe.md). ``record_steps=False``
+    keeps O(m) state instead of every step's projections (for m of 10^5 and more): the per-step likelihood ratio
+    is accumulated online at the optimizer's sigma, which the card must then state."""
     from dpaudit.probe import attach
 
     return attach(optimizer, sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
-                  clip_canaries=clip_canaries)
+                  clip_canaries=clip_canaries, record_steps=record_steps)
 
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:

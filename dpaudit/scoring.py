@@ -247,6 +247,9 @@ def _read_whitebox(f: Path, audited=None) -> dict:
     if d.get("kind") not in GRADIENT_CANARY_KINDS:
         raise DpauditError(f"{f}: 'kind' must be one of {', '.join(GRADIENT_CANARY_KINDS)}, got {d.get('kind')!r}")
     d = {**d, "signs": signs, "scores": scores}
+    llr = np.asarray((d.get("online") or {}).get("llr", scores), dtype=float)
+    if llr.shape != scores.shape or not np.isfinite(llr).all():
+        raise DpauditError(f"{f}: 'online.llr' must be one finite number per canary; the file is damaged")
     if d.get("steps_file"):
         d["steps_array"] = _read_steps(f.parent / d["steps_file"], signs.size, scores)
     from dpaudit.audit.mechanism import NONE
@@ -256,6 +259,10 @@ def _read_whitebox(f: Path, audited=None) -> dict:
 
     if noise_check.applies(d, stat):  # what dpaudit/audit/noise_check.py needs of the per-step projections
         d["noise_check"] = {**noise_check.summarise(d["steps_array"]), "noise_multiplier": params["noise_multiplier"]}
+    elif params.get("online") and d.get("kind") in noise_check.KINDS:  # the sums the probe kept online
+        o = d["online"]
+        d["noise_check"] = {"values": int(o["values"]), "steps": int(o["steps"]), "m": int(signs.size),
+                            "sum_of_squares": float(o["sum_of_squares"]), "noise_multiplier": params["noise_multiplier"]}
     from dpaudit.probe import record as probe_record
 
     d["readings"] = probe_record.read(f.parent, d, d.get("steps_array"), signs)  # the probe's, for the checks

@@ -19,7 +19,7 @@ from dpaudit.probe import Probe
 N, B, C = 400, 40, 0.5
 
 
-def _loop(tmp_path, *, mode="hooks", sigma=1.0, steps=30, bug=None, m=200, clip=16, seed=0):
+def _loop(tmp_path, *, mode="hooks", sigma=1.0, steps=30, bug=None, m=200, clip=16, seed=0, record_steps=True):
     """A plain Opacus loop with the probe attached in one line; the card from the engine; both saved in tmp_path."""
     torch.manual_seed(seed)
     data = TensorDataset(torch.randn(N, 6) * 3, torch.randint(0, 3, (N,)))
@@ -35,7 +35,8 @@ def _loop(tmp_path, *, mode="hooks", sigma=1.0, steps=30, bug=None, m=200, clip=
         crit = nn.CrossEntropyLoss()
     if bug:
         _plant(opt, bug)
-    probe = api.attach_probe(opt, sample_rate=loader.sample_rate, m=m, seed=seed, clip_canaries=clip)
+    probe = api.attach_probe(opt, sample_rate=loader.sample_rate, m=m, seed=seed, clip_canaries=clip,
+                             record_steps=record_steps)
     done = 0
     while done < steps:
         for x, y in loader:
@@ -47,7 +48,7 @@ def _loop(tmp_path, *, mode="hooks", sigma=1.0, steps=30, bug=None, m=200, clip=
             crit(model(x), y).backward()
             opt.step()
             done += 1
-    out = tmp_path / f"run-{mode}-{bug}-{seed}"
+    out = tmp_path / f"run-{mode}-{bug}-{seed}-{record_steps}"
     out.mkdir()
     if sigma > 0:
         api.card_from_opacus(engine, loader, opt, delta=1e-5).save(out / "privacy_card.json")
@@ -141,6 +142,23 @@ def test_each_planted_bug_fails_the_check_that_names_it(tmp_path, bug, check):
     assert checks[check]["status"] == "fail", checks[check]
     others = [k for k, c in checks.items() if c["status"] == "fail" and k != check]
     assert set(others) <= {"clipping", "noise"} if bug == "no-clip" else not others, others
+
+
+def test_online_record_keeps_o_m_state_and_audits_as_the_full_record(tmp_path):
+    """record_steps=False: the per-step likelihood ratio accumulated as the steps come (O(m) memory) gives the
+    statistic, noise check and mechanism checks the full (T, m) record gives, on the same run."""
+    full, _ = _loop(tmp_path, steps=40, m=300)
+    online, probe = _loop(tmp_path, steps=40, m=300, record_steps=False)
+    assert probe.canaries.steps == [] and not (online / "gradient_canaries.steps.npy").exists()
+    card = load_card(full / "privacy_card.json")
+    (a,), (b,) = (scoring.whitebox(f, card.audited_mechanism()) for f in (full, online))
+    assert a["statistic"] == b["statistic"] == "likelihood_ratio"
+    np.testing.assert_allclose(b["scores"], a["scores"], rtol=1e-9, atol=1e-9)
+    assert b["noise_check"]["values"] == a["noise_check"]["values"]
+    assert b["noise_check"]["sum_of_squares"] == pytest.approx(a["noise_check"]["sum_of_squares"], rel=1e-9)
+    ca, cb = (evidence.mechanism_checks(w, card)[0]["checks"] for w in ([a], [b]))
+    assert [c["status"] for c in ca] == [c["status"] for c in cb] == ["pass"] * 5
+    assert cb[4]["values"]["p"] == ca[4]["values"]["p"]  # the divisor test reads the same per-step sums
 
 
 def test_the_engine_and_an_external_loop_share_one_probe_class():

@@ -16,7 +16,8 @@ the statistic the accountant's worst case is about: it weighs a large x_t (a ste
 probably sampled) far more than a small one. Computed in log space (logaddexp), float64.
 
 Which statistic a report uses is fixed by what the record and the card hold, never by the scores:
-:func:`choose` returns the LLR when the per-step projections are there and the card's mechanism is one
+:func:`choose` returns the LLR when the per-step projections are there (or the probe accumulated it online at
+exactly the card's sigma and steps) and the card's mechanism is one
 subsampled Gaussian over exactly those steps with sigma > 0; otherwise the sum.
 
 Pure NumPy.
@@ -51,12 +52,20 @@ def choose(record: dict, audited: Audited) -> tuple[str, dict]:
     only (``audited``, built by the load step from the card's typed events). The likelihood ratio needs the
     per-step projections (``record['steps_array']``, (T, m)) and one subsampled Gaussian with T steps and
     sigma > 0."""
-    steps = record.get("steps_array")
-    if steps is None:
+    steps, online = record.get("steps_array"), record.get("online")
+    if steps is None and online is None:
         return "sum", {"why": "the record has no per-step projections"}
     g = audited.gaussian
     if g is None:
         return "sum", {"why": audited.why}
+    if steps is None:  # accumulated online by the probe (O(m)): usable only at exactly the card's mechanism
+        if int(online["steps"]) != g.steps:
+            return "sum", {"why": f"the card's Gaussian event has {g.steps} steps, the record {online['steps']}"}
+        if not np.isclose(float(online["noise_multiplier"]), g.noise_multiplier, rtol=1e-9, atol=0):
+            return "sum", {"why": f"the probe accumulated the likelihood ratio at sigma {online['noise_multiplier']:.6g}, "
+                                  f"the card says {g.noise_multiplier:.6g}"}
+        return "likelihood_ratio", {"sample_rate": float(online["sample_rate"]), "noise_multiplier": g.noise_multiplier,
+                                    "steps": g.steps, "online": True}
     if g.steps != int(np.asarray(steps).shape[0]):
         return "sum", {"why": f"the card's Gaussian event has {g.steps} steps, the record {np.asarray(steps).shape[0]}"}
     q = float(record.get("sample_rate", g.sample_rate))
@@ -66,6 +75,8 @@ def choose(record: dict, audited: Audited) -> tuple[str, dict]:
 def scores(record: dict, audited: Audited) -> tuple[np.ndarray, str, dict]:
     """(scores, statistic, parameters): the chosen statistic of every canary of one record."""
     stat, params = choose(record, audited)
+    if stat == "likelihood_ratio" and params.get("online"):
+        return np.asarray(record["online"]["llr"], dtype=float), stat, params
     if stat == "likelihood_ratio":
         return subsampled_gaussian_llr(record["steps_array"], params["sample_rate"], params["noise_multiplier"]), \
             stat, params

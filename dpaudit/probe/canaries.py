@@ -38,6 +38,7 @@ class GradientCanaries:
     coords: list = field(default=None)  # per canary: (param index array, flat index array, value array)
     scores: np.ndarray = field(default=None)
     times_sampled: np.ndarray = field(default=None)
+    online: dict | None = field(default=None)  # O(m) mode (:meth:`go_online`): no per-step projections kept
 
     @classmethod
     def plan(cls, m: int, kind: str, seed: int, params: list[torch.nn.Parameter], clipping_norm: float,
@@ -83,11 +84,34 @@ class GradientCanaries:
         self._mask = np.zeros(self.m, dtype=bool)
         self.steps = []
 
+    def go_online(self, noise_multiplier: float) -> None:
+        """O(m) memory instead of O(T m): accumulate each canary's per-step likelihood ratio at (q, sigma) as the
+        steps come (dpaudit/audit/whitebox_lr.py, the same formula on the same float32 projections), with the sums
+        of squares the noise checks need, and keep no per-step projections."""
+        if not noise_multiplier > 0:
+            raise DpauditError(f"the online likelihood ratio needs noise (sigma > 0), got {noise_multiplier}")
+        self.online = {"noise_multiplier": float(noise_multiplier), "llr": np.zeros(self.m), "sum_of_squares": 0.0,
+                       "heldout_ss": [], "steps": 0}
+
     def _record(self, step: np.ndarray) -> None:
         """One applied update's projections <g_t, u_i> * B / C (all m canaries): summed into the score and kept
-        per step, for the likelihood-ratio statistic (dpaudit/audit/whitebox_lr.py)."""
+        per step (or, online, folded into the likelihood-ratio statistic, dpaudit/audit/whitebox_lr.py)."""
         self.scores += step
-        self.steps.append(step.astype(np.float32))
+        x = step.astype(np.float32)
+        if self.online is None:
+            self.steps.append(x)
+            return
+        from dpaudit.audit.whitebox_lr import subsampled_gaussian_llr
+
+        o, x = self.online, x.astype(np.float64)
+        o["llr"] += subsampled_gaussian_llr(x[None, :], self.sample_rate, o["noise_multiplier"])
+        o["sum_of_squares"] += float(np.sum(x * x))
+        o["heldout_ss"].append(float(np.sum(x[self.signs < 0] ** 2)))
+        o["steps"] += 1
+
+    @property
+    def n_steps(self) -> int:
+        return self.online["steps"] if self.online is not None else len(self.steps)
 
     def step_projections(self) -> np.ndarray:
         """(steps, m) float32: every applied update's projection on every canary direction, times B / C."""
@@ -119,6 +143,8 @@ class GradientCanaries:
     def snapshot(self, prefix: str, tensors: dict) -> dict:
         """What the rest of the run needs (trainers/snapshot.py): the sampling stream's state (JSON) and the
         accumulated scores, counts and per-step projections (tensors, float64 scores kept exact)."""
+        if self.online is not None:
+            raise DpauditError("an online (O(m)) canary record cannot be snapshotted; resume needs record_steps=True")
         tensors[f"{prefix}/scores"] = torch.from_numpy(np.asarray(self.scores, dtype=np.float64).copy())
         tensors[f"{prefix}/times_sampled"] = torch.from_numpy(np.asarray(self.times_sampled, dtype=np.int64).copy())
         tensors[f"{prefix}/steps"] = torch.from_numpy(self.step_projections().copy())
@@ -142,8 +168,12 @@ class GradientCanaries:
             "times_sampled": [int(t) for t in self.times_sampled],
             "scores": [float(s) for s in self.scores],
             "score": "sum over steps of <noisy update, u_i> * B / C (white-box, every update observed)",
-            "steps": len(self.steps),
-            "step_projections": self.step_projections(),  # written beside the record as <name>.steps.npy
+            "steps": self.n_steps,
+            **({"step_projections": self.step_projections()} if self.online is None else {  # <name>.steps.npy
+                "online": {"statistic": "likelihood_ratio", "sample_rate": self.sample_rate,
+                           "noise_multiplier": self.online["noise_multiplier"], "steps": self.online["steps"],
+                           "values": self.online["steps"] * self.m, "sum_of_squares": self.online["sum_of_squares"],
+                           "llr": [float(v) for v in self.online["llr"]]}}),
         }
 
 

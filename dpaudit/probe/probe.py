@@ -46,7 +46,7 @@ class Probe:
     def __init__(self, optimizer, *, sample_rate: float, m: int = 1000, kind: str = "dirac", seed: int = 0,
                  coordinates: str = "block", params: list | None = None, clip_canaries: int = 32,
                  stream_seed: int | None = None, expected_batch_size: float | None = None, private: bool = True,
-                 clipping_norm: float | None = None):
+                 clipping_norm: float | None = None, record_steps: bool = True):
         if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
             raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {sample_rate!r}")
         if coordinates not in COORDINATES:
@@ -89,6 +89,10 @@ class Probe:
             canary_params = self.model_params
         self.canaries = GradientCanaries.plan(m, kind, seed, canary_params, C, self.sample_rate)
         self.canaries.start(seed if stream_seed is None else stream_seed)
+        if not record_steps:
+            if not private:
+                raise DpauditError("record_steps=False needs a DP optimizer (its sigma fixes the likelihood ratio)")
+            self.canaries.go_online(float(optimizer.noise_multiplier))
         self._clip_rng = np.random.default_rng([seed, 7919])
         self.clipping_norm = C
         self.noise_multiplier = float(getattr(optimizer, "noise_multiplier", 0.0)) if private else None
@@ -250,7 +254,7 @@ class Probe:
         """The probe's record beside the canaries' (``probe`` of gradient_canaries.json); arrays in ``arrays``."""
         if not self.private:
             return {"schema_version": 1, "mode": self.mode, "coordinates": self.coordinates,
-                    "steps": len(self.canaries.steps)}
+                    "steps": self.canaries.n_steps}
         T = len(self.records)
         clip = np.stack(self.clip_proj) if self.clip_proj else np.zeros((T, 0), np.float32)
         sampled = np.stack(self.clip_sampled) if self.clip_sampled else np.zeros((T, 0), bool)
@@ -270,7 +274,9 @@ class Probe:
             "clip_entry": ("before clipping (per-sample rows)" if not self.ghost else "after clipping (ghost mode)")
             if self.n_clip else None,
             "sum_tolerance": SUM_TOLERANCE,
-            "arrays": {"records_per_step": np.asarray(self.records, dtype=np.int64),
+            "arrays": {**({"heldout_ss": np.asarray(self.canaries.online["heldout_ss"], dtype=np.float64)}
+                          if self.canaries.online is not None else {}),
+                       "records_per_step": np.asarray(self.records, dtype=np.int64),
                        "sum_ratio": np.asarray(self.sum_ratio, dtype=np.float64),
                        "clip_projections": clip, "clip_sampled": sampled},
         }
@@ -290,7 +296,7 @@ class Probe:
         folder = Path(folder)
         if not folder.is_dir():
             raise DpauditError(f"{folder} is not a folder; save the model there first, then the probe beside it")
-        if not self.canaries.steps:
+        if not self.canaries.n_steps:
             raise DpauditError("the probe saw no optimizer step; attach it before training and save after")
         written = files(self.to_dict(), stem)
         with atomic_folder(folder) as tmp:
@@ -324,7 +330,8 @@ def _is_ghost(optimizer) -> bool:
 
 
 def attach(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-           coordinates: str = "block", clip_canaries: int = 32) -> Probe:
-    """Attach a probe to an Opacus DP optimizer (after ``make_private``, before the first step); see :class:`Probe`."""
+           coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True) -> Probe:
+    """Attach a probe to an Opacus DP optimizer (after ``make_private``, before the first step); see :class:`Probe`.
+    ``record_steps=False`` keeps O(m) state (the likelihood ratio accumulated online) instead of O(T m)."""
     return Probe(optimizer, sample_rate=sample_rate, m=m, kind=kind, seed=seed, coordinates=coordinates,
-                 clip_canaries=clip_canaries)
+                 clip_canaries=clip_canaries, record_steps=record_steps)

@@ -58,6 +58,7 @@ def read(folder, record: dict, steps_array, signs):
     try:
         with np.load(f, allow_pickle=False) as z:
             arrays = {k: z[k] for k in ("records_per_step", "sum_ratio", "clip_projections", "clip_sampled")}
+            online_ss = z["heldout_ss"] if "heldout_ss" in z.files else None
     except (OSError, ValueError, KeyError) as e:
         raise DpauditError(f"{f}: cannot read the probe's per-step arrays ({e}); restore the file written with the "
                            "record") from None
@@ -73,6 +74,8 @@ def read(folder, record: dict, steps_array, signs):
     if steps_array is not None and steps_array.shape[0] == T:
         x = np.asarray(steps_array, dtype=np.float64)[:, np.asarray(signs) < 0]
         heldout = np.sum(x * x, axis=1)
+    elif online_ss is not None and online_ss.shape == (T,):  # the probe kept only these sums (O(m) mode)
+        heldout = online_ss.astype(np.float64)
     return Readings(probe={k: v for k, v in probe.items() if k != "arrays_file"},
                     records=arrays["records_per_step"].astype(np.int64),
                     sum_ratio=arrays["sum_ratio"].astype(np.float64),
