@@ -171,9 +171,11 @@ def _mechanism_limit_text(x: dict) -> str:
     mech = ml["mechanism"]
     frac = f"{ml['fraction']:.0%}" if ml.get("fraction") is not None else "—"
     pool = (f", resampled from {ml['pool']:,} simulated canary scores per class" if ml.get("pool") else "")
+    how = (f"median of {ml['simulations']} simulated audits{pool}" if ml.get("method") != "tails" else
+           f"the count read from the tails of {ml['pool']:,} simulated canary scores per class")
     return (f"; of the mechanism on the card itself (subsampled Gaussian q = {mech['sample_rate']:.4g}, "
-            f"σ = {mech['noise_multiplier']:.4g}, {mech['steps']} steps; per-step likelihood ratio, median of "
-            f"{ml['simulations']} simulated audits{pool}) at most {ml['epsilon_lb']:.2f} — {frac}")
+            f"σ = {mech['noise_multiplier']:.4g}, {mech['steps']} steps; per-step likelihood ratio, {how}) at most "
+            f"{ml['epsilon_lb']:.2f} — {frac}")
 
 
 def plan_lines(r: dict) -> list[str]:

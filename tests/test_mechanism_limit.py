@@ -125,3 +125,25 @@ def test_many_canaries_over_many_steps_get_a_limit_and_fixed_guesses_from_the_po
     assert st["best_k"] < 1250 and max(st["epsilon_lb"]) > st["epsilon_lb"][0]
     lim = mechanism_limit.limit(5000, st["best_k"], lm, 1e-5, 1 - 0.05 / 7)
     assert lim["pool"] == st["pool"] and lim["epsilon_lb"] == max(st["epsilon_lb"])
+
+
+def test_audits_read_from_the_pools_tails_agree_with_whole_simulated_audits():
+    # many canaries (the probe's block): neither whole audits nor a pool of 10 m scores per class fit the budget,
+    # so the count is read from the pools' tails; on a mechanism small enough for whole audits both agree
+    q, sigma, T, m = 0.1, 0.8, 30, 4000
+    whole = mechanism_limit.study(m, q, sigma, T, 1e-5, 0.95)
+    tails = mechanism_limit.study(m, q, sigma, T, 1e-5, 0.95, budget=2 * T * 30_000)
+    assert whole["method"] == "audits" and tails["method"] == "tails" and tails["k"] == whole["k"]
+    for k, a, b in zip(whole["k"], whole["median_right"], tails["median_right"]):
+        assert abs(a - b) <= max(3, 0.03 * 2 * k), (k, a, b)
+
+
+def test_twenty_thousand_canaries_get_a_limit_above_five_thousand():
+    # demo_lm's DP card: the mechanism's limit grows with m (20,000 canaries read from the pools' tails)
+    lm = {"sample_rate": 0.06133, "noise_multiplier": 0.9724, "steps": 327}
+    small = mechanism_limit.study(5000, lm["sample_rate"], lm["noise_multiplier"], lm["steps"], 1e-5, 0.95)
+    big = mechanism_limit.study(20_000, lm["sample_rate"], lm["noise_multiplier"], lm["steps"], 1e-5, 0.95)
+    assert big["method"] == "tails" and big["best_k"] in mechanism_limit.k_grid(20_000)
+    assert min(mechanism_limit.k_grid(20_000)) == 20_000 // 300  # the large-m divisors join where k >= 50
+    assert max(big["epsilon_lb"]) > max(small["epsilon_lb"]) + 0.2
+    assert mechanism_limit.k_grid(1000) == [250, 166, 125, 100, 71, 50, 33, 25, 16, 10]  # small audits unchanged
