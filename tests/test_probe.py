@@ -224,3 +224,29 @@ def test_distributed_dp_optimizer_on_two_gloo_ranks(tmp_path):
     assert np.array_equal(r0["proj"], r1["proj"])  # every rank sees the same reduced update
     clip, s = r0["readings"]["arrays"]["clip_projections"], r0["readings"]["arrays"]["clip_sampled"]
     assert np.allclose(clip[s], 1.0, atol=1e-5) and np.allclose(clip[~s], 0.0, atol=1e-6)
+
+
+def test_an_online_record_resumes_from_a_snapshot_exactly():
+    from dpaudit.probe.canaries import GradientCanaries
+
+    def fresh():
+        gc = GradientCanaries.plan(50, "dirac", 1, [torch.zeros(200)], 1.0, 0.2)
+        gc.start(0)
+        gc.go_online(0.9)
+        return gc
+
+    rng = np.random.default_rng(0)
+    steps = rng.normal(size=(8, 50))
+    whole, resumed = fresh(), fresh()
+    for x in steps:
+        whole._record(x)
+    for x in steps[:5]:
+        resumed._record(x)
+    tensors: dict = {}
+    state = resumed.snapshot("c", tensors)
+    again = fresh()
+    again.restore("c", state, tensors)
+    for x in steps[5:]:
+        again._record(x)
+    a, b = whole.to_dict()["online"], again.to_dict()["online"]
+    assert a == b and whole.online["heldout_ss"] == again.online["heldout_ss"]

@@ -15,12 +15,12 @@ from dpaudit.tasks import sentiment
 from dpaudit.trainers import engine, fit, mechanism
 
 
-def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_path, name):
+def _train(tiny_model_factory, sigma_scale: float, target_epsilon: float, tmp_path, name, **engine_kw):
     model, tok = tiny_model_factory()
     data = sentiment.load(n_train=120, n_test=20)
     recs = [sentiment.encode_example(e, tok, "lm", 32) for e in data.train]
     cfg = engine.EngineConfig(target_epsilon=target_epsilon, delta=1e-5, epochs=4, batch_size=12, lr=1e-3,
-                              clipping_norm=1.0, gradient_canaries=1000)
+                              clipping_norm=1.0, gradient_canaries=1000, **engine_kw)
     orig = mechanism.record_level
     mechanism.record_level = lambda *a, sigma, **k: orig(*a, sigma=sigma * sigma_scale, **k)  # noqa: E731
     try:
@@ -92,6 +92,22 @@ def test_bad_gradient_canary_config():
 
     with pytest.raises(DpauditError, match="gradient_canaries"):
         engine.EngineConfig(gradient_canaries=1)
+
+
+def test_engine_canaries_on_a_block_with_online_statistic(tiny_model_factory, tmp_path):
+    """gradient_canary_coordinates = "block", gradient_canary_online = true: dpaudit's own run keeps O(m) canary
+    state on a parameter the model never reads; the audit reads the online likelihood ratio, and the probe's
+    mechanism checks (clip canaries included) pass an honest run."""
+    ck, res = _train(tiny_model_factory, sigma_scale=1.0, target_epsilon=1.0, tmp_path=tmp_path, name="block",
+                     gradient_canary_coordinates="block", gradient_canary_online=True)
+    assert not (ck / "gradient_canaries.steps.npy").exists() and "online" in res.gradient_canaries
+    r = evaluate(ck, EvalOptions(attacks=("loss",)))
+    wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
+    assert wb["statistic"] == "likelihood_ratio" and wb["epsilon_lb"] <= 1.0
+    (entry,) = r["mechanism_checks"]
+    assert entry["coordinates"] == "block" and [c["status"] for c in entry["checks"]] == ["pass"] * 5
+    assert "clip canaries of norm 4 C" in entry["checks"][2]["finding"]
+    assert r["noise_checks"][0]["coordinates"] == "block"
 
 
 def test_whitebox_canaries_for_user_wise_dp_sgd(tiny_model_factory):

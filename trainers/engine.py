@@ -92,17 +92,21 @@ class _CanarySets(list):
 
 
 def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, private: bool):
-    """White-box gradient canaries on the trainable coordinates, one probe per kind (dpaudit/probe/probe.py, the
-    same code an external loop attaches), wired into ``optimizer``; None when the config asks for none."""
+    """White-box gradient canaries, one probe per kind (dpaudit/probe/probe.py, the same code an external loop
+    attaches), wired into ``optimizer``: on the trainable coordinates, or (``gradient_canary_coordinates =
+    "block"``, private runs) on a block the model never reads, with clip canaries; None when the config asks for
+    none."""
     if not cfg.gradient_canaries:
         return None
     from dpaudit.probe import Probe
 
     sets = _CanarySets()
+    block = private and cfg.gradient_canary_coordinates == "block"
     for i, kind in enumerate(cfg.canary_kinds):
         sets.append(Probe(optimizer, sample_rate=q, m=cfg.gradient_canaries, kind=kind, seed=cfg.seed + 1000 * i,
-                          coordinates="model", params=params, clip_canaries=0, stream_seed=cfg.seed,
-                          expected_batch_size=batch, private=private, clipping_norm=cfg.clipping_norm))
+                          coordinates="block" if block else "model", params=params, clip_canaries=32 if block else 0,
+                          stream_seed=cfg.seed, expected_batch_size=batch, private=private,
+                          clipping_norm=cfg.clipping_norm, record_steps=not (private and cfg.gradient_canary_online)))
     return sets
 
 

@@ -32,6 +32,12 @@ class EngineConfig:
     gradient_canaries: int = 0  # white-box canaries (dpaudit/probe/probe.py); 0 = none
     gradient_canary_kind: str = field(default="dirac", metadata=checks.applies(  # dirac | sparse | dense, or several
         lambda t, clf: t.engine.gradient_canaries > 0, "gradient_canaries > 0"))  # joined by '+' (m each)
+    gradient_canary_coordinates: str = field(default="model", metadata=checks.applies(  # model | block
+        lambda t, clf: t.engine.gradient_canaries > 0 and t.engine.private,
+        "private runs with gradient_canaries > 0"))  # block: a parameter the model never reads (docs/probe.md)
+    gradient_canary_online: bool = field(default=False, metadata=checks.applies(  # O(m) state: the likelihood
+        lambda t, clf: t.engine.gradient_canaries > 0 and t.engine.private,  # ratio accumulated as steps come
+        "private runs with gradient_canaries > 0"))
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N (dpaudit/device.py)
     secure_rng: bool = False  # release runs: the mechanism's noise and sampling from a secret OS-entropy seed
 
@@ -72,6 +78,14 @@ class EngineConfig:
         if bad or len(set(kinds)) != len(kinds):
             raise DpauditError(f"train.gradient_canary_kind must be one of {', '.join(GRADIENT_CANARY_KINDS)} or several "
                                f"distinct ones joined by '+' (e.g. 'dirac+dense'), got {self.gradient_canary_kind!r}")
+        if self.gradient_canary_coordinates not in ("model", "block"):
+            raise DpauditError("train.gradient_canary_coordinates must be 'model' or 'block', got "
+                               f"{self.gradient_canary_coordinates!r}")
+        if self.gradient_canary_coordinates == "block" and len(self.canary_kinds) > 1:
+            raise DpauditError("train.gradient_canary_coordinates = 'block' takes one canary kind (one block per "
+                               f"optimizer), got {self.gradient_canary_kind!r}")
+        if not isinstance(self.gradient_canary_online, bool):
+            raise DpauditError(f"train.gradient_canary_online must be true or false, got {self.gradient_canary_online!r}")
 
     @property
     def canary_kinds(self) -> list[str]:

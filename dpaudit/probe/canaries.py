@@ -143,18 +143,25 @@ class GradientCanaries:
     def snapshot(self, prefix: str, tensors: dict) -> dict:
         """What the rest of the run needs (trainers/snapshot.py): the sampling stream's state (JSON) and the
         accumulated scores, counts and per-step projections (tensors, float64 scores kept exact)."""
-        if self.online is not None:
-            raise DpauditError("an online (O(m)) canary record cannot be snapshotted; resume needs record_steps=True")
         tensors[f"{prefix}/scores"] = torch.from_numpy(np.asarray(self.scores, dtype=np.float64).copy())
         tensors[f"{prefix}/times_sampled"] = torch.from_numpy(np.asarray(self.times_sampled, dtype=np.int64).copy())
         tensors[f"{prefix}/steps"] = torch.from_numpy(self.step_projections().copy())
-        return {"rng": self._rng.bit_generator.state}
+        if self.online is None:
+            return {"rng": self._rng.bit_generator.state}
+        o = self.online
+        tensors[f"{prefix}/online_llr"] = torch.from_numpy(np.asarray(o["llr"], dtype=np.float64).copy())
+        tensors[f"{prefix}/online_heldout_ss"] = torch.tensor(o["heldout_ss"], dtype=torch.float64)
+        return {"rng": self._rng.bit_generator.state,
+                "online": {k: o[k] for k in ("noise_multiplier", "sum_of_squares", "steps")}}
 
     def restore(self, prefix: str, state: dict, tensors: dict) -> None:
         self._rng.bit_generator.state = state["rng"]
         self.scores = tensors[f"{prefix}/scores"].numpy().copy()
         self.times_sampled = tensors[f"{prefix}/times_sampled"].numpy().copy()
         self.steps = list(tensors[f"{prefix}/steps"].numpy().copy())
+        if state.get("online") is not None:
+            self.online = {**state["online"], "llr": tensors[f"{prefix}/online_llr"].numpy().copy(),
+                           "heldout_ss": [float(x) for x in tensors[f"{prefix}/online_heldout_ss"].tolist()]}
 
     def to_dict(self) -> dict:
         return {

@@ -314,12 +314,21 @@ class Probe:
         state = self.canaries.snapshot(prefix, tensors)
         tensors[f"{prefix}/records"] = torch.tensor(self.records, dtype=torch.int64)
         tensors[f"{prefix}/sum_ratio"] = torch.tensor(self.sum_ratio, dtype=torch.float64)
+        if self.n_clip:
+            r = self.readings()["arrays"]
+            tensors[f"{prefix}/clip_projections"] = torch.from_numpy(r["clip_projections"].copy())
+            tensors[f"{prefix}/clip_sampled"] = torch.from_numpy(r["clip_sampled"].copy())
+            state = {**state, "clip_rng": self._clip_rng.bit_generator.state}
         return state
 
     def restore(self, prefix: str, state: dict, tensors: dict) -> None:
         self.canaries.restore(prefix, state, tensors)
         self.records = [int(x) for x in tensors[f"{prefix}/records"].tolist()]
         self.sum_ratio = [float(x) for x in tensors[f"{prefix}/sum_ratio"].tolist()]
+        if self.n_clip:
+            self._clip_rng.bit_generator.state = state["clip_rng"]
+            self.clip_proj = list(tensors[f"{prefix}/clip_projections"].numpy().copy())
+            self.clip_sampled = list(tensors[f"{prefix}/clip_sampled"].numpy().copy())
 
 
 def _is_ghost(optimizer) -> bool:
