@@ -48,6 +48,53 @@ def one_run_cmd(m, r, v, delta, confidence, as_json):
         click.echo(f"f-DP: ε ≥ {f.epsilon_lb:.3f} (ceiling {f.ceiling:.3f}); Gaussian-DP μ ≥ {f.gdp_mu_lb:.3f}{est}")
 
 
+@audit.command("plan")
+@click.option("--sample-rate", "q", required=True, type=float, help="The card's Poisson sampling rate q.")
+@click.option("--sigma", required=True, type=float, help="The card's noise multiplier σ.")
+@click.option("--steps", required=True, type=int, help="The card's noisy steps T.")
+@click.option("--delta", default=1e-5, show_default=True, type=float, help="δ of the claim the audit tests.")
+@click.option("--confidence", default=0.95, show_default=True, type=float,
+              help="Confidence of the white-box test (the report's family-wise share of it, e.g. 1 - 0.05/7).")
+@click.option("--canaries", "ms", default="1000,5000,20000,100000", show_default=True, metavar="M,...",
+              help="Numbers of white-box Dirac canaries to compare.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per m.")
+def plan_cmd(q, sigma, steps, delta, confidence, ms, as_json):
+    """Before training: what a white-box audit with m canaries can show about this mechanism (the median simulated
+    one-run bound at the best guess count, docs/probe.md), for each m. Pick m here, then fix it in the config
+    (train.gradient_canaries) or attach_probe(m=...): the audit is planned before its scores exist."""
+    from dpaudit.audit import mechanism_limit
+
+    _audit_params(delta, confidence)
+    if not (0 < q <= 1 and sigma > 0 and steps >= 1):
+        raise DpauditError(f"need 0 < --sample-rate <= 1, --sigma > 0 and --steps >= 1; got {q}, {sigma}, {steps}")
+    try:
+        sizes = [int(x) for x in ms.split(",") if x.strip()]
+    except ValueError:
+        raise DpauditError(f"--canaries takes integers separated by commas, got {ms!r}") from None
+    if not sizes or min(sizes) < 2:
+        raise DpauditError(f"--canaries takes integers >= 2, got {ms!r}")
+    rows = []
+    for m in sizes:
+        st = mechanism_limit.study(m, q, sigma, steps, delta, confidence)
+        if st is None:
+            rows.append({"m": m, "epsilon_lb": None, "best_k": None, "method": None})
+            continue
+        j = st["k"].index(st["best_k"])
+        rows.append({"m": m, "epsilon_lb": st["epsilon_lb"][j], "best_k": st["best_k"], "method": st["method"],
+                     "median_right": st["median_right"][j]})
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    click.echo(f"white-box Dirac canaries on a subsampled Gaussian (q = {q:g}, σ = {sigma:g}, T = {steps}), "
+               f"δ = {delta:g}, {confidence:.1%}:")
+    for r in rows:
+        if r["epsilon_lb"] is None:
+            click.echo(f"  m = {r['m']:>9,}: beyond the simulation budget (no limit; the audit keeps m/4 + m/4)")
+        else:
+            click.echo(f"  m = {r['m']:>9,}: ε ≥ {r['epsilon_lb']:.2f} in the median audit ({r['best_k']:,} + "
+                       f"{r['best_k']:,} guesses, {r['median_right']:,} right; {r['method']})")
+
+
 @audit.command("many-run")
 @click.option("--tp", required=True, type=int, help="Runs WITH the canary that the test called member.")
 @click.option("--fn", required=True, type=int, help="Runs WITH the canary that the test called non-member.")

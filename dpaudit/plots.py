@@ -35,6 +35,13 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
         signs = np.array([1 if c["inserted"] else -1 for c in report["exposure"].get("canaries", [])]) \
             if report.get("exposure") else None
         for ax, (name, a) in zip(axes[0], attacks.items()):
+            if "histogram" in a:  # many canaries: the report keeps counts per bin, not every score
+                h = a["histogram"]
+                for key, label in (("inserted", "inserted"), ("held_out", "held out")):
+                    ax.stairs(h[key], h["edges"], fill=True, alpha=0.6, label=label)
+                ax.set_title(f"{name} score")
+                ax.legend(fontsize=8)
+                continue
             sc = np.array(a["scores"])
             s = np.array(a["signs"]) if "signs" in a else signs
             s = s if s is not None and s.size == sc.size else None

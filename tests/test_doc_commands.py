@@ -17,7 +17,8 @@ from dpaudit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-CHEAP = (("account",), ("audit", "one-run"), ("audit", "many-run"), ("canaries", "new"), ("card",), ("lmo", "account"))
+CHEAP = (("account",), ("audit", "one-run"), ("audit", "many-run"), ("audit", "plan"), ("canaries", "new"), ("card",),
+         ("lmo", "account"))
 
 
 def _bash_lines(text: str) -> list[str]:

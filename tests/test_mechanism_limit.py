@@ -147,3 +147,38 @@ def test_twenty_thousand_canaries_get_a_limit_above_five_thousand():
     assert min(mechanism_limit.k_grid(20_000)) == 20_000 // 300  # the large-m divisors join where k >= 50
     assert max(big["epsilon_lb"]) > max(small["epsilon_lb"]) + 0.2
     assert mechanism_limit.k_grid(1000) == [250, 166, 125, 100, 71, 50, 33, 25, 16, 10]  # small audits unchanged
+
+
+def test_audit_plan_prints_the_limit_of_each_m_before_training(capsys):
+    import json
+
+    from dpaudit.cli import main
+
+    assert main(["audit", "plan", "--sample-rate", "0.1", "--sigma", "1.0", "--steps", "20", "--canaries",
+                 "200,1000", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["m"] for r in rows] == [200, 1000] and rows[1]["epsilon_lb"] > rows[0]["epsilon_lb"] > 0
+    st = mechanism_limit.study(1000, 0.1, 1.0, 20, 1e-5, 0.95)
+    assert rows[1]["best_k"] == st["best_k"] and rows[1]["epsilon_lb"] == max(st["epsilon_lb"])
+    assert main(["audit", "plan", "--sample-rate", "0.1", "--sigma", "1.0", "--steps", "20", "--canaries", "1"]) == 2
+    assert "integers >= 2" in capsys.readouterr().err
+
+
+def test_a_report_of_many_canaries_keeps_a_histogram_and_a_thinned_roc(tmp_path):
+    """Above 20,000 canaries report.json keeps counts per bin and at most 2,000 ROC points (the metrics still use
+    every score); the schema accepts it and the plots draw it."""
+    from dpaudit import plots
+
+    rng = np.random.default_rng(0)
+    m = 25_000
+    signs = np.where(rng.random(m) < 0.5, 1, -1)
+    wb = {"name": "whitebox_gradient", "kind": "dirac", "signs": signs, "scores": rng.normal(size=m) + (signs > 0)}
+    row = families.attack_rows({}, signs[:10], [wb])["whitebox_gradient"]
+    assert "scores" not in row and "signs" not in row and len(row["roc"][0]) <= families.ROC_POINTS_MAX
+    h = row["histogram"]
+    assert sum(h["inserted"]) == (signs > 0).sum() and sum(h["held_out"]) == (signs < 0).sum()
+    assert row["auc"] == pytest.approx(0.76, abs=0.02)  # from every score
+    small = families.attack_rows({}, signs[:10], [{**wb, "signs": signs[:500], "scores": wb["scores"][:500]}])
+    assert len(small["whitebox_gradient"]["scores"]) == 500  # small sets keep every score, as before
+    files = plots.draw({"attacks": {"whitebox_gradient": row}, "exposure": {}}, tmp_path)
+    assert any(f.endswith("scores.png") for f in files)

@@ -54,20 +54,36 @@ def _sets(whitebox: list[dict] | None) -> list[dict]:
     return list(whitebox or [])
 
 
+RAW_SCORES_MAX = 20_000  # above it (the probe's 10^5-canary blocks) a report keeps a histogram and a thinned ROC
+ROC_POINTS_MAX = 2_000
+
+
 def attack_rows(scores: dict, signs, whitebox: list[dict] | None) -> dict:
     """AUC, TPR at low FPR (with bootstrap intervals), ROC points and raw scores of every attack and of every
-    white-box canary set."""
+    white-box canary set (for more than RAW_SCORES_MAX canaries: a 20-bin histogram per class and at most
+    ROC_POINTS_MAX ROC points; the metrics are computed on every score)."""
     rows = {name: _metrics(sc, signs) for name, sc in scores.items()}
     for wb in _sets(whitebox):
-        rows[wb["name"]] = {**_metrics(wb["scores"], wb["signs"]), "kind": wb["kind"], "m": len(wb["signs"]),
-                            "signs": [int(x) for x in wb["signs"]]}
+        rows[wb["name"]] = {**_metrics(wb["scores"], wb["signs"]), "kind": wb["kind"], "m": len(wb["signs"])}
+        if len(wb["signs"]) <= RAW_SCORES_MAX:
+            rows[wb["name"]]["signs"] = [int(x) for x in wb["signs"]]
     return rows
 
 
 def _metrics(sc, signs) -> dict:
-    return {**mia_metrics.compute(sc, signs, seed=0).to_dict(),
-            "roc": [list(map(float, a)) for a in mia_metrics.roc_points(sc, signs)],
-            "scores": [float(x) for x in sc]}
+    sc, signs = np.asarray(sc, dtype=float), np.asarray(signs)
+    out = {**mia_metrics.compute(sc, signs, seed=0).to_dict()}
+    roc = [np.asarray(a, dtype=float) for a in mia_metrics.roc_points(sc, signs)]
+    if sc.size <= RAW_SCORES_MAX:
+        return {**out, "roc": [list(map(float, a)) for a in roc], "scores": [float(x) for x in sc]}
+    n = roc[0].size
+    keep = np.unique(np.r_[np.arange(min(n, ROC_POINTS_MAX // 4)),  # the low-FPR end, point by point
+                           np.linspace(0, n - 1, ROC_POINTS_MAX - ROC_POINTS_MAX // 4).round().astype(int)])
+    edges = np.histogram_bin_edges(sc, bins=20)
+    return {**out, "roc": [list(map(float, a[keep])) for a in roc],
+            "histogram": {"edges": [float(e) for e in edges],
+                          "inserted": [int(c) for c in np.histogram(sc[signs > 0], bins=edges)[0]],
+                          "held_out": [int(c) for c in np.histogram(sc[signs < 0], bins=edges)[0]]}}
 
 
 def one_run_rows(scores: dict, plan: Plan, whitebox: list[dict] | None) -> list[dict]:
