@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "audit_external_opacus.py"
 SMALL = ["--canaries", "20", "--records", "60", "--epochs", "1", "--references", "50", "--secret-length", "3",
          "--batch-size", "32", "--probe-canaries", "200"]
-BUGGY = ["--canaries", "20", "--records", "200", "--epochs", "2", "--references", "50", "--secret-length", "3",
-         "--batch-size", "32", "--probe-canaries", "200", "--width", "32"]
+BUGGY = ["--canaries", "20", "--records", "120", "--epochs", "2", "--references", "50", "--secret-length", "3",
+         "--batch-size", "32", "--probe-canaries", "100", "--width", "32"]
 
 
 def _example():
