@@ -71,7 +71,7 @@ def test_hugging_face_trainer_example_runs_with_the_probe_callback(tmp_path, cap
     spec = importlib.util.spec_from_file_location("audit_hf_trainer", ROOT / "examples" / "audit_hf_trainer.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.main(["--out", str(tmp_path / "hf"), "--insecure-rng", "--records", "150", "--epochs", "2",
+    assert mod.main(["--out", str(tmp_path / "hf"), "--insecure-rng", "--records", "100", "--epochs", "2",
                      "--canaries", "20", "--references", "50", "--probe-canaries", "200"]) == 0
     report = json.loads((tmp_path / "hf" / "report" / "report.json").read_text())
     (entry,) = report["mechanism_checks"]

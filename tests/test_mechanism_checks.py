@@ -62,8 +62,8 @@ def test_every_simulated_bug_is_caught_in_at_least_95_of_runs(bug, check, kw):
     def status(r):
         return (mc.divisor(r) if check == "divisor" else getattr(mc, check)(r, CARD))["status"]
 
-    caught = sum(status(_readings(seed, **kw)) == "fail" for seed in range(60))
-    assert caught >= 57, (bug, caught)
+    caught = sum(status(_readings(seed, **kw)) == "fail" for seed in range(40))
+    assert caught >= 38, (bug, caught)
 
 
 def test_deterministic_checks_name_what_differs_from_the_card():

@@ -142,7 +142,8 @@ def test_ten_thousand_canaries_get_a_limit_above_five_thousand():
     # demo_lm's DP card: the mechanism's limit grows with m (10,000 canaries read from the pools' tails)
     lm = {"sample_rate": 0.06133, "noise_multiplier": 0.9724, "steps": 327}
     small = mechanism_limit.study(5000, lm["sample_rate"], lm["noise_multiplier"], lm["steps"], 1e-5, 0.95)
-    big = mechanism_limit.study(10_000, lm["sample_rate"], lm["noise_multiplier"], lm["steps"], 1e-5, 0.95)
+    big = mechanism_limit.study(10_000, lm["sample_rate"], lm["noise_multiplier"], lm["steps"], 1e-5, 0.95,
+                                budget=2 * lm["steps"] * 30_000)  # a 30,000-score pool per class: the tails
     assert big["method"] == "tails" and big["best_k"] in mechanism_limit.k_grid(10_000)
     assert min(mechanism_limit.k_grid(10_000)) == 10_000 // 200  # the large-m divisors join where k >= 50
     assert max(big["epsilon_lb"]) > max(small["epsilon_lb"]) + 0.1
