@@ -25,17 +25,25 @@ FRAMINGS = options.FRAMINGS
 
 
 def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_len: int | None,
-           framing: str = "bos_eos"):
+           framing: str = "bos_eos", spans: list[tuple[int, int]] | None = None):
     """Token ids and which positions are scored, per text. ``framing`` is how the model saw a record in training:
     ``bos_eos`` = BOS + text + EOS (dpaudit's trainers), ``tokenizer`` = ``tokenizer(text)`` with the special
-    tokens it adds by itself (a Hugging Face training loop). The first token is never scored (no context)."""
+    tokens it adds by itself (a Hugging Face training loop). The first token is never scored (no context).
+    ``spans[i] = (a, b)`` scores only the tokens of text i that overlap characters a..b-1 (a canary's secret)."""
     if framing not in FRAMINGS:
         raise ValueError(f"unknown framing {framing!r}; one of {FRAMINGS}")
     own = framing == "tokenizer"
     enc = tokenizer(texts, add_special_tokens=own, return_offsets_mapping=True)
     seqs, masks = [], []
     for j, (ids, offs) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
-        if own:
+        if spans is not None:
+            a, b = spans[j]
+            inside = [e > a and s < b and e > s for (s, e) in offs]  # special tokens have empty spans
+            if own:
+                full, scored = list(ids), [False] + inside[1:]
+            else:
+                full, scored = frame(tokenizer, ids), [False] + inside + [False]
+        elif own:
             full = list(ids)
             if score_from_char is None:
                 scored = [False] + [True] * (len(ids) - 1)
@@ -59,14 +67,15 @@ def encode(tokenizer, texts: list[str], score_from_char: list[int] | None, max_l
 @torch.inference_mode()
 def token_features(model, tokenizer, texts: list[str], score_from_char: list[int] | None = None,
                    batch_size: int = 64, max_len: int | None = None, moments: bool = False,
-                   framing: str = "bos_eos", shard: tuple[int, int] | None = None) -> list[TokenFeatures | None]:
+                   framing: str = "bos_eos", shard: tuple[int, int] | None = None,
+                   spans: list[tuple[int, int]] | None = None) -> list[TokenFeatures | None]:
     """Features of each text's scored tokens (all tokens after BOS, EOS included, unless
     ``score_from_char[i] = c`` restricts them to tokens whose span ends after character c). ``shard = (i, n)``
     runs only the batches b with b mod n = i of the one-process batching (the same batches, so the same numbers)
     and leaves None for the other texts."""
     model.eval()
     device = model_device(model)
-    all_seqs, all_masks = encode(tokenizer, texts, score_from_char, max_len, framing)  # one batched tokenizer call
+    all_seqs, all_masks = encode(tokenizer, texts, score_from_char, max_len, framing, spans)  # one tokenizer call
     order = sorted(range(len(texts)), key=lambda i: len(all_seqs[i]))  # equal lengths batch together: less padding
     results: dict[int, TokenFeatures] = {}
     for b, start in enumerate(range(0, len(order), batch_size)):

@@ -21,12 +21,13 @@ from pathlib import Path
 
 from dpaudit.canaries import Manifest, load_manifest
 from dpaudit.canaries import new as new_canaries
+from dpaudit.canary_tokens import add as add_canary_tokens
 from dpaudit.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
 from dpaudit.eval_options import EvalOptions
 from dpaudit.planting import insert_canaries, write_records
 
-__all__ = ["EvalOptions", "attach_probe", "card_from_opacus", "evaluate", "insert_canaries", "new_canaries", "write_records", "write_report"]
+__all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "card_from_opacus", "evaluate", "insert_canaries", "new_canaries", "write_records", "write_report"]
 
 
 def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",

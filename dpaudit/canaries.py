@@ -19,6 +19,15 @@ gets a label drawn uniformly from ``range(labels)`` (a random, hence mostly "wro
 random text: the mislabelled-record canary of classifier audits). The draw uses its own random
 stream, so the texts and coins equal those of the same plan without labels.
 
+Designs (``design``, fixed before training; docs/canary_designs.md): ``template`` (the secret drawn from
+``alphabet``, the baseline; with ``labels`` the mislabelled-record canary of classifiers), ``new-token`` (each
+canary's secret is ``length`` tokens of its own, added to the vocabulary before training: no other record
+contains them), ``rare-token`` (``length`` words from the base model's least likely tokens) and ``bigram``
+(model-free: ``length`` common words whose adjacent pairs never occur in the public text the project ships).
+The token designs' pools (``symbols``, ``excluded_pairs``) are chosen before training by
+:mod:`dpaudit.canary_pools` and recorded in the manifest's ``space``, so the manifest regenerates without a model.
+Their audits score the loss on the secret's tokens only (``score_on = "secret"``, recorded in the evaluation plan).
+
 Everything is regenerable from (seed, template, space, m, repetitions); ``regenerate`` checks it.
 Stability rules as for the privacy card. (Over 300 lines on purpose: the manifest's generation, validation and
 regeneration are one contract, kept in one file.)
@@ -27,17 +36,26 @@ regeneration are one contract, kept in one file.)
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from dpaudit import options
 from dpaudit.errors import DpauditError
 from dpaudit.io import read_json
 
 SCHEMA_VERSION = 1
 MAX_CANARIES = 10 ** 5  # canary records; more would take hours to score on a pretrained model
 MAX_REPETITIONS = 10 ** 4  # copies of one inserted canary
+POOL_DESIGNS = ("rare-token", "bigram")  # designs whose secrets are drawn from a pool chosen before training
+DEFAULT_POOL = 256
+MAX_POOL = 4096
+
+
+def new_token(index: int, j: int) -> str:
+    """The j-th of canary ``index``'s own new tokens (added to the tokenizer before training)."""
+    return f"<|canary{index}.{j}|>"
 
 
 @dataclass(frozen=True)
@@ -67,8 +85,22 @@ class CanaryPlan:
     records_per_user: int = 1  # > 1: m canary USERS, each owning this many canary records (all in or all out)
     labels: int = 0  # >= 2: classifier canaries, each with a random label in range(labels)
     evaluation: dict | None = None  # the evaluation plan fixed before training (dpaudit/eval_plan.py)
+    design: str = "template"  # options.CANARY_DESIGNS
+    pool: int = 0  # rare-token / bigram: words in the pool (0: DEFAULT_POOL)
+    # chosen before training by dpaudit.canary_pools (never in a config): the pool's words, the adjacent pairs a
+    # bigram secret may not contain (indices into symbols, seen in the public text), and how the pool was chosen
+    symbols: tuple = ()
+    excluded_pairs: tuple = ()
+    pool_source: str = ""
 
     def __post_init__(self):
+        object.__setattr__(self, "symbols", tuple(self.symbols))
+        object.__setattr__(self, "excluded_pairs", tuple(tuple(x) for x in self.excluded_pairs))
+        if self.design not in options.CANARY_DESIGNS:
+            raise DpauditError(f"canaries.design must be one of {', '.join(options.CANARY_DESIGNS)}, got "
+                               f"{self.design!r}")
+        if self.design != "template":
+            self._check_token_design()
         for name, low, high in (("m", 2, MAX_CANARIES), ("repetitions", 1, MAX_REPETITIONS), ("length", 1, 64),
                                 ("records_per_user", 1, MAX_CANARIES), ("seed", 0, 2 ** 63 - 1)):
             v = getattr(self, name)
@@ -81,8 +113,9 @@ class CanaryPlan:
             raise DpauditError(f"canaries: m x records_per_user must be at most {MAX_CANARIES}")
         if len(set(self.alphabet)) != len(self.alphabet) or len(self.alphabet) < 2:
             raise DpauditError("canaries.alphabet needs >= 2 symbols, each once")
-        if len(self.alphabet) ** self.length < 10 * self.m * self.records_per_user:
-            raise DpauditError("canary randomness space is too small for m canaries; raise canaries.length")
+        if self.resolved and self.space_size is not None and self.space_size < 10 * self.m * self.records_per_user:
+            raise DpauditError("canary randomness space is too small for m canaries; raise canaries.length"
+                               + (" or canaries.pool" if self.design in POOL_DESIGNS else ""))
         if not isinstance(self.records_per_user, int) or self.records_per_user < 1:
             raise DpauditError(f"canaries.records_per_user must be an integer >= 1, got {self.records_per_user!r}")
         if not isinstance(self.labels, int) or self.labels < 0 or self.labels == 1:
@@ -94,9 +127,82 @@ class CanaryPlan:
 
             eval_plan.check(self.evaluation, "canaries.json audit_plan.evaluation")
 
+    def _check_token_design(self) -> None:
+        if self.labels:
+            raise DpauditError(f"canaries.design {self.design!r} is for language models; a classifier's canaries are "
+                               "mislabelled records (design = \"template\" with labels >= 2)")
+        if not isinstance(self.pool, int) or isinstance(self.pool, bool) or not (self.pool == 0 or 8 <= self.pool
+                                                                                  <= MAX_POOL):
+            raise DpauditError(f"canaries.pool must be 0 (the default {DEFAULT_POOL}) or an integer from 8 to "
+                               f"{MAX_POOL}, got {self.pool!r}")
+        if self.length > 16:
+            raise DpauditError(f"canaries.length counts tokens for design {self.design!r}: at most 16, got {self.length}")
+        if self.design == "new-token" and (self.symbols or self.excluded_pairs):
+            raise DpauditError("new-token canaries draw no pool: symbols and excluded_pairs must be empty")
+        if not all(isinstance(w, str) and w and w.isalpha() for w in self.symbols) \
+                or len(set(self.symbols)) != len(self.symbols):
+            raise DpauditError("canaries: the pool's symbols must be distinct words of letters")
+        n = len(self.symbols)
+        if not all(len(p) == 2 and all(isinstance(i, int) and 0 <= i < n for i in p) for p in self.excluded_pairs):
+            raise DpauditError("canaries: excluded_pairs must be pairs of indices into the pool's symbols")
+        if self.excluded_pairs and self.design != "bigram":
+            raise DpauditError("canaries: excluded_pairs belong to the bigram design only")
+
     @property
-    def space_size(self) -> int:
-        return len(self.alphabet) ** self.length
+    def resolved(self) -> bool:
+        """Whether the secrets can be drawn: a token design's pool has been chosen (dpaudit.canary_pools)."""
+        return self.design not in POOL_DESIGNS or len(self.symbols) >= 2
+
+    @property
+    def score_on(self) -> str:
+        """What the black-box attacks score: the whole record (``record``) or the secret's tokens (``secret``)."""
+        if self.evaluation and self.evaluation.get("score_on"):
+            return self.evaluation["score_on"]
+        return "record" if self.design == "template" else "secret"
+
+    @property
+    def space_size(self) -> int | None:
+        """Secrets the randomness space holds (None for new-token: each canary's secret is its own tokens)."""
+        if self.design == "template":
+            return len(self.alphabet) ** self.length
+        if self.design == "new-token":
+            return None
+        n = len(self.symbols)
+        if self.design == "rare-token" or not self.excluded_pairs:
+            return n ** self.length
+        allowed = np.ones((n, n), dtype=object)  # walks of length - 1 steps avoiding the excluded pairs
+        for a, b in self.excluded_pairs:
+            allowed[a, b] = 0
+        ways = np.ones(n, dtype=object)
+        for _ in range(self.length - 1):
+            ways = allowed.dot(ways)
+        return int(sum(ways))
+
+    def draw_secret(self, rng: np.random.Generator, index: int) -> str:
+        """One secret: the template's symbols, or a token design's words (joined by spaces), drawn uniformly from
+        the space (bigram: whole secrets redrawn until no adjacent pair is excluded); new-token: canary
+        ``index``'s own tokens."""
+        if self.design == "new-token":
+            return "".join(new_token(index, j) for j in range(self.length))
+        if self.design == "template":
+            return _draw_secret(rng, self.alphabet, self.length)
+        excluded = set(self.excluded_pairs)
+        while True:
+            idx = rng.integers(0, len(self.symbols), size=self.length).tolist()
+            if not any((a, b) in excluded for a, b in zip(idx, idx[1:])):
+                return " ".join(self.symbols[i] for i in idx)
+
+    def in_space(self, secret: str, index: int) -> bool:
+        if self.design == "template":
+            return len(secret) == self.length and set(secret) <= set(self.alphabet)
+        if self.design == "new-token":
+            return secret == self.draw_secret(None, index)
+        words = secret.split(" ")
+        pos = {w: i for i, w in enumerate(self.symbols)}
+        if len(words) != self.length or any(w not in pos for w in words):
+            return False
+        excluded = set(self.excluded_pairs)
+        return not any((pos[a], pos[b]) in excluded for a, b in zip(words, words[1:]))
 
     @property
     def guesses(self) -> tuple[int, int]:
@@ -184,8 +290,21 @@ class Manifest:
                            "rule": "fixed before training: guess member for the k_pos highest scores, "
                                    "non-member for the k_neg lowest, abstain otherwise",
                            **({"evaluation": p.evaluation} if p.evaluation is not None else {})},
+            **(self._design_fields() if p.design != "template" else {}),
             "canaries": [asdict(c) for c in self.canaries],
         }
+
+    def _design_fields(self) -> dict:
+        p = self.plan
+        return {"design": {"name": p.design, "pool": p.pool, "symbols": list(p.symbols),
+                           "excluded_pairs": [list(x) for x in p.excluded_pairs], "pool_source": p.pool_source,
+                           "score_on": p.score_on}}
+
+    def new_tokens(self) -> list[str]:
+        """Every token a new-token manifest adds to the vocabulary (held-out canaries' too), in canary order."""
+        if self.plan.design != "new-token":
+            return []
+        return [new_token(i, j) for i in range(len(self.canaries)) for j in range(self.plan.length)]
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
@@ -193,13 +312,15 @@ class Manifest:
     def reference_secrets(self, n: int, seed: int | None = None) -> list[str]:
         """n candidate secrets drawn uniformly from the space, excluding every canary's secret."""
         p = self.plan
+        if p.space_size is None:
+            raise DpauditError("new-token canaries share no randomness space: exposure has no reference secrets")
         rng = np.random.default_rng([p.seed, 1 if seed is None else seed, 7919])
         taken = {c.secret for c in self.canaries}
         n = min(n, p.space_size - len(taken))
         out: list[str] = []
         seen = set(taken)
         while len(out) < n:
-            s = _draw_secret(rng, p.alphabet, p.length)
+            s = p.draw_secret(rng, -1)
             if s not in seen:
                 seen.add(s)
                 out.append(s)
@@ -214,12 +335,18 @@ def _draw_secret(rng: np.random.Generator, alphabet: str, length: int) -> str:
 
 
 def generate(plan: CanaryPlan) -> Manifest:
+    if not plan.resolved:
+        raise DpauditError(f"canaries.design {plan.design!r} draws its secrets from a pool chosen from the base model "
+                           "before training; make the manifest with `dpaudit canaries new --design ... --base-model "
+                           "PATH` or `dpaudit run` (dpaudit.canary_pools.resolve)")
+    if plan.evaluation is not None and "score_on" not in plan.evaluation and plan.design != "template":
+        plan = replace(plan, evaluation={**plan.evaluation, "score_on": plan.score_on})  # the scoring rule, planned
     rng = np.random.default_rng([plan.seed, 0, 7919])
     n = plan.m * plan.records_per_user
     secrets: list[str] = []
     seen: set[str] = set()
     while len(secrets) < n:
-        s = _draw_secret(rng, plan.alphabet, plan.length)
+        s = plan.draw_secret(rng, len(secrets))
         if s not in seen:
             seen.add(s)
             secrets.append(s)
@@ -254,12 +381,14 @@ def parse_template(template: str) -> tuple[str, str]:
 def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = DEFAULT_TEMPLATE,
         alphabet: str = "0123456789", length: int = 6, guess_fraction: float = 0.5, labels: int = 0, *,
         attacks=None, rule: str = "bonferroni", confidence: float = 0.95, n_references: int = 2000,
-        plan: bool = True) -> Manifest:
+        plan: bool = True, design: str = "template", pool: int = 0, tokenizer=None, base_model=None) -> Manifest:
     """Canaries for a model trained anywhere: m canaries, each inserted (``repetitions`` copies) or held out by a
     fair coin, the audit's guess counts fixed now, before training. ``seed`` None draws a fresh one from the
     operating system (recorded in the manifest, which regenerates from it). ``attacks`` (default: all), ``rule``,
     ``confidence`` and ``n_references`` are the evaluation plan fixed with them (:mod:`dpaudit.eval_plan`;
-    ``plan=False`` fixes none)."""
+    ``plan=False`` fixes none). ``design`` (module docstring): ``rare-token`` needs the ``base_model`` and its
+    ``tokenizer``, ``bigram`` the ``tokenizer``; ``length`` then counts tokens (``pool`` words to draw from).
+    A ``new-token`` manifest's tokens go into the model with ``dpaudit.api.add_canary_tokens`` before training."""
     import secrets
 
     from dpaudit import eval_plan
@@ -270,10 +399,18 @@ def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = D
     if seed is None:
         seed = secrets.randbits(31)
     prefix, suffix = parse_template(template)
-    return generate(CanaryPlan(m=m, repetitions=repetitions, prefix=prefix, suffix=suffix, alphabet=alphabet,
-                               length=length, seed=seed, guess_fraction=guess_fraction, labels=labels,
-                               evaluation=eval_plan.planned(attacks or eval_plan.DEFAULTS["attacks"], rule, confidence,
-                                                            n_references) if plan else None))
+    cp = CanaryPlan(m=m, repetitions=repetitions, prefix=prefix, suffix=suffix, alphabet=alphabet, length=length,
+                    seed=seed, guess_fraction=guess_fraction, labels=labels, design=design, pool=pool,
+                    evaluation=eval_plan.planned(attacks or eval_plan.DEFAULTS["attacks"], rule, confidence,
+                                                 n_references) if plan else None)
+    if design in POOL_DESIGNS:
+        from dpaudit import canary_pools
+
+        if tokenizer is None:
+            raise DpauditError(f"canary design {design!r} chooses its words with the base model's tokenizer: pass "
+                               "tokenizer= (and base_model= for rare-token)")
+        cp = canary_pools.resolve(cp, tokenizer, base_model)
+    return generate(cp)
 
 
 def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
@@ -286,7 +423,7 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
                           length=d["space"]["length"], seed=d["seed"],
                           guess_fraction=d["audit_plan"]["guess_fraction"],
                           records_per_user=d.get("records_per_user", 1), labels=d.get("labels", 0),
-                          evaluation=d["audit_plan"].get("evaluation"))
+                          evaluation=d["audit_plan"].get("evaluation"), **_design_from_dict(d.get("design")))
         canaries = [Canary(**c) for c in d["canaries"]]
     except KeyError as e:
         raise DpauditError(f"{source}: field {e} is missing") from None
@@ -304,6 +441,16 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
     return Manifest(plan, canaries)
 
 
+def _design_from_dict(d) -> dict:
+    if d is None:
+        return {}
+    if not isinstance(d, dict):
+        raise TypeError("'design' must be an object")
+    return {"design": d["name"], "pool": d.get("pool", 0), "symbols": tuple(d.get("symbols", ())),
+            "excluded_pairs": tuple(tuple(x) for x in d.get("excluded_pairs", ())),
+            "pool_source": d.get("pool_source", "")}
+
+
 def _check_canaries(plan: CanaryPlan, canaries: list[Canary], audit_plan: dict, source: str) -> None:
     """What a hand-edited or hostile manifest could get wrong: duplicate ids or secrets, secrets outside the
     declared space, texts that are not the template, repetition counts, a one-sided coin, guess counts that
@@ -317,11 +464,10 @@ def _check_canaries(plan: CanaryPlan, canaries: list[Canary], audit_plan: dict, 
             if v in seen:
                 raise DpauditError(f"{source}: two canaries share the {name} {v!r}; each canary needs its own")
             seen.add(v)
-    alphabet = set(plan.alphabet)
-    for c in canaries:
-        if len(c.secret) != plan.length or not set(c.secret) <= alphabet:
+    for i, c in enumerate(canaries):
+        if not plan.in_space(c.secret, i):
             raise DpauditError(f"{source}: canary {c.id}'s secret {c.secret!r} is not in the declared space "
-                               f"({plan.length} symbols of {plan.alphabet!r})")
+                               f"({plan.length} {'symbols of ' + repr(plan.alphabet) if plan.design == 'template' else plan.design + ' tokens'})")
         if c.text != f"{plan.prefix}{c.secret}{plan.suffix}":
             raise DpauditError(f"{source}: canary {c.id}'s text is not the template with its secret")
         low = 1 if c.inserted else 0

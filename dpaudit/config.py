@@ -249,6 +249,10 @@ def parse(d: dict) -> RunConfig:
                 task.name == "userlm" and on_users):
             raise DpauditError(f"variant {v.name!r}: method {m} does not fit task {task.name!r}; user_dp_sgd, "
                                "group_privacy and pmixed need task.name = 'userlm', which takes those and dp_adam")
+    chosen = sorted({"symbols", "excluded_pairs", "pool_source"} & set(d["canaries"] if isinstance(d.get("canaries"), dict) else {}))
+    if chosen:
+        raise DpauditError(f"config key 'canaries.{chosen[0]}' is not allowed: a design's pool is chosen from the base "
+                           "model before training; set canaries.design and canaries.pool")
     plan = _build(CanaryPlan, d.get("canaries", {}), "canaries")
     if model.is_classifier != (task.objective == "classifier"):
         raise DpauditError(f"model {model.name!r} does not fit task.objective {task.objective!r}: classifier models "

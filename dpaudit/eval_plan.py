@@ -34,6 +34,8 @@ def check(plan: dict, source: str) -> None:
 
     if not isinstance(plan.get("attacks"), list) or not plan["attacks"]:
         raise DpauditError(f"{source}: attacks must be a non-empty list of {', '.join(options.ATTACKS)}")
+    if plan.get("score_on", "record") not in options.SCORE_ON:
+        raise DpauditError(f"{source}: score_on must be one of {', '.join(options.SCORE_ON)}, got {plan['score_on']!r}")
     for key in ("rule", "confidence", "n_references"):
         if plan.get(key) is None:
             raise DpauditError(f"{source}: {key} is missing")

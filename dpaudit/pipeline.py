@@ -76,6 +76,19 @@ def _preflight(cfg, data, manifest) -> None:
                                        f"variant {v.name!r}: ")
 
 
+def canary_plan(cfg) -> canaries.CanaryPlan:
+    """The config's canary plan with its evaluation plan and, for the rare-token and bigram designs, the pool
+    chosen from the base model and public text (dpaudit/canary_pools.py): all before any training."""
+    plan = dataclasses.replace(cfg.canaries, evaluation=cfg.evaluate.plan())
+    if plan.design in canaries.POOL_DESIGNS:
+        from dpaudit import canary_pools
+        from dpaudit.trainers import pretrain
+
+        model, tok = pretrain.build(cfg.model)
+        plan = canary_pools.resolve(plan, tok, model)
+    return plan
+
+
 def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
         only: tuple[str, ...] = (), resume: bool = False, snapshot_every: int = 100) -> dict:
     """Train, audit and compare every variant of the config at ``cfg_path`` into ``out``; snapshots every
@@ -101,7 +114,7 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
     _check_resumable(out, cfg, fps, resume, snapshot_every)
     finished = {v.name: _finished(out, v, fps[v.name]) for v in cfg.variants} if resume else {}
     # the evaluation plan is fixed with the canaries, before any training
-    manifest = canaries.generate(dataclasses.replace(cfg.canaries, evaluation=cfg.evaluate.plan()))
+    manifest = canaries.generate(canary_plan(cfg))
     _preflight(cfg, data, manifest)
     out.mkdir(parents=True, exist_ok=True)
     run = RunFolder(out)

@@ -98,9 +98,12 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
         L += [f"- **{name}**: `{r['verdict']['status']}` — {r['verdict']['reason']}." for name, r in reports.items()]
         first = next(iter(reports.values()))
         cp = first["canary_plan"]
-        L += ["", f"Canaries: m = {cp['m']} ({cp['inserted']} inserted, each {cp['repetitions']}×), secrets from a "
-              f"space of {cp['space_size']:,}; one-run guesses fixed before training: k+ = {cp['k_pos']}, "
-              f"k- = {cp['k_neg']}.", "", "## Limitations", ""]
+        space = (f"secrets from a space of {cp['space_size']:,}" if cp.get("space_size") is not None
+                 else "each secret made of its own new tokens")
+        design = f"design `{cp['design']}`, " if cp.get("design") else ""
+        L += ["", f"Canaries: m = {cp['m']} ({cp['inserted']} inserted, each {cp['repetitions']}×), {design}{space}; "
+              f"one-run guesses fixed before training: k+ = {cp['k_pos']}, k- = {cp['k_neg']}.", "",
+              "## Limitations", ""]
         L += [f"- {x}" for x in LIMITATIONS]
         (tmp / "REPORT.md").write_text("\n".join(L) + "\n")
     return Path(out)

@@ -311,7 +311,13 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     for p in plots:
         L.append(f"![{p}]({p})")
     L += ["", "## Canaries", ""]
-    framing = r["canary_plan"].get("framing")
+    cp = r["canary_plan"]
+    if cp.get("design"):
+        L += [f"Design `{cp['design']}` (fixed before training)"
+              + (f"; pool: {cp['pool_source']}" if cp.get("pool_source") else "")
+              + (". The attacks score the loss on the secret's tokens only." if cp.get("score_on") == "secret"
+                 else "."), ""]
+    framing = cp.get("framing")
     if framing:
         L += [f"Scored as the model saw its training records: "
               f"{'BOS + text + EOS' if framing == 'bos_eos' else 'tokenizer(text), with the special tokens it adds'} "

@@ -33,6 +33,8 @@ TRIE_BUDGET = 2e13  # ... when (space / alphabet) forward passes x parameters st
 def enumerate_whole_space(plan, model, enumerate_limit: int | None) -> bool:
     """Whether exposure ranks over the whole space: ``enumerate_limit`` secrets at most, or, when None, the
     space fits :data:`TRIE_SPACE_LIMIT` and the trie's cost estimate :data:`TRIE_BUDGET`."""
+    if plan.design != "template":  # the trie enumerates a template's symbol strings only
+        return False
     if enumerate_limit is not None:
         return 0 < plan.space_size <= enumerate_limit
     params = sum(p.numel() for p in model.parameters())
@@ -97,15 +99,34 @@ def base_model(ck):
     spec = ck.run.get("model")
     if spec:
         try:
+            from dpaudit import canary_tokens
             from dpaudit.trainers import pretrain
 
-            return pretrain.build(models.ModelSpec(**spec))[0].eval()
+            model, tok = pretrain.build(models.ModelSpec(**spec))
+            canary_tokens.add(model, tok, ck.manifest)  # the base as the trainer extended it (new-token canaries)
+            return model.eval()
         except DpauditError:
             raise
         except Exception as e:  # noqa: BLE001 - a hand-edited or hostile run.json is bad input
             raise DpauditError(f"{ck.path}/run.json: its model spec cannot be rebuilt ({first_line(e)}); restore "
                                "the run.json the trainer wrote, or pass --reference-model") from None
     return None
+
+
+def check_new_tokens(tok, manifest) -> None:
+    """A new-token manifest's canaries need the tokenizer extended with their tokens (saved with the model)."""
+    new = manifest.new_tokens()
+    if new and any(t not in tok.get_vocab() for t in new[:1] + new[-1:]):
+        raise DpauditError("these are new-token canaries but the checkpoint's tokenizer lacks their tokens; save the "
+                           "tokenizer extended by dpaudit.api.add_canary_tokens beside the model")
+
+
+def secret_spans(manifest) -> list[tuple[int, int]] | None:
+    """Character span of each canary's secret when the plan scores the secret only (``score_on = "secret"``)."""
+    if manifest.plan.score_on != "secret":
+        return None
+    start = len(manifest.plan.prefix)
+    return [(start, start + len(c.secret)) for c in manifest.canaries]
 
 
 def check_context(model, tok, texts: list[str], framing: str) -> None:
@@ -161,22 +182,26 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
     scores: dict[str, np.ndarray] = {}
     notes: tuple = ()
     black = [a for a in attacks if a in BLACK_BOX]
+    spans = secret_spans(ck.manifest)  # None: the whole record is scored
+    scored = texts if spans is None else [c.secret for c in ck.manifest.canaries]  # what zlib compresses
     if black:
         moments = any(BLACK_BOX[a].NEEDS_MOMENTS for a in black)
         feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments, framing=framing,
-                               shard=shard)
+                               shard=shard, spans=spans)
         ref_feats, black, notes = _with_reference(
             ck, reference, black, lambda m: token_features(m, tok, texts, batch_size=batch_size, framing=framing,
-                                                           shard=shard), model_device(model))
+                                                           shard=shard, spans=spans), model_device(model))
         mine = [i for i, f in enumerate(feats) if f is not None]  # all of them unless sharded
         for a in black:
             col = np.full(len(texts), np.nan)
-            col[mine] = BLACK_BOX[a].from_features([feats[i] for i in mine], [texts[i] for i in mine],
+            col[mine] = BLACK_BOX[a].from_features([feats[i] for i in mine], [scored[i] for i in mine],
                                                    reference_feats=None if ref_feats is None else
                                                    [ref_feats[i] for i in mine])
             scores[a] = col
     exposure = None
-    if "exposure" in attacks:
+    if "exposure" in attacks and ck.manifest.plan.space_size is None:
+        notes += ("exposure skipped: new-token canaries share no randomness space to rank a secret in",)
+    elif "exposure" in attacks:
         exposure = _exposure(ck.manifest, model, tok, batch_size, n_references, enumerate_limit, len(texts),
                              framing, shard)
         scores["exposure"] = -exposure.canary_bits

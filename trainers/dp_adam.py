@@ -34,7 +34,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
         snapshots=None) -> Path:
     """Train one variant of a run config and write its checkpoint directory."""
     tc, eng = variant.trainer, common.engine_config(variant)
-    model, tok = common.base_model(cfg, eng)
+    model, tok = common.base_model(cfg, eng, manifest)
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len, snapshots=snapshots)

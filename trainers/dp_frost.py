@@ -116,7 +116,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, snapshots=None) -> Pa
     """Train one DP-FROST variant of a run config and write its checkpoint directory (no snapshots: see
     :mod:`dpaudit.trainers.methods`)."""
     tc, eng = variant.trainer, common.engine_config(variant)
-    model, tok = common.base_model(cfg, eng)
+    model, tok = common.base_model(cfg, eng, manifest)
     trainable.prepare_tied(model, tc.tied_embeddings, eng.grad_sample_mode, "full")
     records = dp_adam.build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     partitions.budget(partitions.partitions(model), tc.frost.gamma)  # a budget error before any work

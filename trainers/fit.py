@@ -16,12 +16,14 @@ def engine_config(variant):
     return variant.trainer.engine
 
 
-def base_model(cfg, eng):
+def base_model(cfg, eng, manifest=None):
     """(model, tokenizer) the variant starts from, before its trainable parameters are chosen, on the device of
-    ``eng.device`` (train.device)."""
-    from dpaudit import device
+    ``eng.device`` (train.device); a new-token manifest's tokens added to both (dpaudit/canary_tokens.py)."""
+    from dpaudit import canary_tokens, device
 
     model, tok = pretrain.build(cfg.model)
+    if manifest is not None:
+        canary_tokens.add(model, tok, manifest)
     return model.to(device.resolve(eng.device, "train.device")), tok
 
 

@@ -82,7 +82,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
         snapshots=None) -> Path:
     """Train one LMO-DP variant of a run config and write its checkpoint directory."""
     tc, eng = variant.trainer, common.engine_config(variant)
-    model, tok = common.base_model(cfg, eng)
+    model, tok = common.base_model(cfg, eng, manifest)
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = dp_adam.build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
     plan = engine.record_plan(len(records), eng)

@@ -60,12 +60,12 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, snapshots=None) -> Pa
     out = Path(out)
     with staged_folder(out) as tmp:
         (tmp / "adapters").mkdir()
-        public, tok = common.base_model(cfg, eng)
+        public, tok = common.base_model(cfg, eng, manifest)
         public.save_pretrained(tmp / "base_model")
         tok.save_pretrained(tmp / "base_model")
         adapters, results = [], []
         for k, part in enumerate(parts):
-            model, _ = common.choose_trainable(common.base_model(cfg, eng)[0], tc, eng.grad_sample_mode)
+            model, _ = common.choose_trainable(common.base_model(cfg, eng, manifest)[0], tc, eng.grad_sample_mode)
             records = [encode_text(t, tok, cfg.model.max_len) for u in sorted(part) for t in part[u]]
             model, res = engine.train(model, records, dataclasses.replace(eng, seed=eng.seed + k), tok.pad_token_id,
                                       cfg.model.max_len)

@@ -35,7 +35,7 @@ def capped_users(data: userlm.UserData, manifest: Manifest, k: int, selection: s
 def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path,
         snapshots=None) -> Path:
     tc, eng = variant.trainer, common.engine_config(variant)
-    model, tok = common.base_model(cfg, eng)
+    model, tok = common.base_model(cfg, eng, manifest)
     base_for_selection = model if tc.selection in ("high_ppl", "low_ppl") else None
     capped = capped_users(data, manifest, tc.user_cap, tc.selection, eng.seed, base_for_selection, tok,
                           cfg.model.max_len)
