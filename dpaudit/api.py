@@ -27,7 +27,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.eval_options import EvalOptions
 from dpaudit.planting import insert_canaries, write_records
 
-__all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "card_from_opacus", "evaluate", "insert_canaries", "new_canaries", "write_records", "write_report"]
+__all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "card_from_opacus", "evaluate", "insert_canaries", "load_manifest", "new_canaries", "write_records", "write_report"]
 
 
 def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
