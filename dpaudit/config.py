@@ -236,6 +236,9 @@ def parse(d: dict) -> RunConfig:
         dup = next(n for n in [v.name for v in variants] if [v.name for v in variants].count(n) > 1)
         raise DpauditError(f"two variants are named {dup!r}; variant names must be unique")
     task = _build(TaskConfig, d.get("task", {}), "task")
+    if isinstance(d.get("model"), dict) and "path" in d["model"] and "name" in d["model"]:
+        raise DpauditError("[model] has both 'name' and 'path'; give 'path' alone for your own model folder, or "
+                           "'name' for a bundled model")
     model = _build(ModelSpec, d.get("model", {}), "model")
     _refuse_inapplicable(base, [{k: x for k, x in v.items() if k != "name"} for v in variants_raw], variants,
                          model.is_classifier)

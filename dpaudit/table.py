@@ -185,6 +185,12 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "final_loss_window": ("final train loss", lambda x: _final_loss_window(x.tr)),
     "seconds": ("train s", lambda x: f"{x.tr['seconds']:.0f}"),
     "loss_auc": ("LOSS AUC", lambda x: f"{x.r['attacks']['loss']['auc']:.3f}"),
+    "design": ("canary design", lambda x: x.r["canary_plan"].get("design", "template")),
+    "canaries": ("canaries (inserted)", lambda x: f"{x.r['canary_plan']['m']} ({x.r['canary_plan']['inserted']})"),
+    "loss_tpr_1": ("LOSS TPR at 1% FPR", lambda x: f"{x.r['attacks']['loss']['tpr_at_1_fpr']:.3f}"),
+    "best_tpr_1": ("best TPR at 1% FPR (attack)", lambda x: "{1:.3f} ({0})".format(*max(
+        ((a, v["tpr_at_1_fpr"]) for a, v in x.r["attacks"].items() if v.get("tpr_at_1_fpr") is not None),
+        key=lambda t: t[1]))),
     "loss_auc_ci": ("LOSS AUC [95% CI]", _auc_ci),
     "best": ("empirical ε lower bound, 95% (best test, ceiling)", lambda x: _best(x, False)),
     "best_confidence": ("empirical ε lower bound (best test, confidence, ceiling)", lambda x: _best(x, True)),

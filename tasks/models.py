@@ -113,6 +113,8 @@ def build(spec: ModelSpec, pretrain=None):
             torch.manual_seed(spec.init_seed)
             model = GPT2LMHeadModel(cfg)
         return model, tok
+    if spec.name == "local":
+        return _local(spec)
     if spec.is_classifier:
         return _classifier(spec)
     path = assets.smollm2_dir()
@@ -121,6 +123,55 @@ def build(spec: ModelSpec, pretrain=None):
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
     return model, tok
+
+
+def _local(spec: ModelSpec):
+    """Any Hugging Face model folder (``[model] path``), through the loader ``dpaudit evaluate`` uses (no code,
+    safetensors only, finite weights): a causal LM or a sequence classifier as saved; an encoder with a new
+    two-label head seeded by ``init_seed`` (``pooling = "mean"``: BERT-family encoders only). A hub id is
+    downloaded where the machine is online (model_spec.local_kind refuses it offline)."""
+    from dpaudit.tasks.model_spec import is_hub_id
+
+    path = Path(spec.path).expanduser()
+    if not path.is_dir() and is_hub_id(spec.path):
+        from huggingface_hub import snapshot_download
+
+        path = Path(snapshot_download(spec.path, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model",
+                                                                 "tokenizer*"]))
+    kind = spec.kind
+    if kind != "encoder":
+        model, tok = load_dir(path)
+    else:
+        refuse_code(path)
+        tok = load_tokenizer(path)
+        if not list(path.glob("*.safetensors")):
+            raise DpauditError(f"{path} has no .safetensors weights (dpaudit never unpickles .bin/.pt files); convert "
+                               "them with save_pretrained(..., safe_serialization=True)")
+        cfg = read_json(path / "config.json", "model config", "")
+        cls = AutoModelForSequenceClassification
+        if spec.pooling == "mean":
+            if cfg.get("model_type") != "bert":
+                raise DpauditError(f"model.pooling = 'mean' is for BERT encoders; {path} is a {cfg.get('model_type')!r}"
+                                   " model: use pooling = 'cls' (its own sequence-classification head)")
+            cls = MeanPoolBertForSequenceClassification
+        with torch.random.fork_rng():
+            torch.manual_seed(spec.init_seed)
+            try:
+                model = cls.from_pretrained(path, num_labels=N_LABELS, dtype=torch.float32, **SAFE_LOAD)
+            except Exception as e:  # noqa: BLE001 - a damaged folder is bad input
+                raise DpauditError(f"cannot load the encoder at {path}: {first_line(e)}") from None
+        check_model(model, tok, path)
+    if kind == "classifier" and getattr(model.config, "num_labels", N_LABELS) != N_LABELS:
+        raise DpauditError(f"the classifier at {path} has {model.config.num_labels} labels; dpaudit's tasks are binary "
+                           "(2 labels)")
+    limit = next((getattr(model.config, k) for k in ("n_positions", "max_position_embeddings")
+                  if isinstance(getattr(model.config, k, None), int)), None)
+    if limit is not None and spec.max_len > limit:
+        raise DpauditError(f"model.max_len = {spec.max_len} exceeds the context of the model at {path} ({limit}); "
+                           "lower model.max_len")
+    if model.config.pad_token_id is None and tok.pad_token_id is not None:
+        model.config.pad_token_id = tok.pad_token_id
+    return model.train(), tok
 
 
 def _classifier(spec: ModelSpec):

@@ -108,6 +108,19 @@ def test_engine_canaries_on_a_block_with_online_statistic(tiny_model_factory, tm
     assert entry["coordinates"] == "block" and [c["status"] for c in entry["checks"]] == ["pass"] * 5
     assert "clip canaries of norm 4 C" in entry["checks"][2]["finding"]
     assert r["noise_checks"][0]["coordinates"] == "block"
+    # sharded: the online record is read in the merge (the load step), as in one process
+    from dpaudit.cli import main
+
+    parts = []
+    for i in (1, 2):
+        assert main(["evaluate", str(ck), "--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2", "--attacks", "loss",
+                     "--off-plan", "--quiet"]) in (0, None)
+        parts += ["--merge", str(tmp_path / f"s{i}")]
+    assert main(["evaluate", str(ck), "--out", str(tmp_path / "merged"), *parts, "--quiet"]) in (0, None)
+    merged = json.loads((tmp_path / "merged" / "report.json").read_text())
+    white = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient"]
+    assert white and [e for e in merged["empirical"] if e["attack"] == "whitebox_gradient"] == white
+    assert merged["mechanism_checks"] == r["mechanism_checks"] and merged["noise_checks"] == r["noise_checks"]
 
 
 def test_whitebox_canaries_for_user_wise_dp_sgd(tiny_model_factory):

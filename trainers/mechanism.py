@@ -17,6 +17,7 @@ import torch
 from opacus.optimizers import DPOptimizer
 from torch import nn
 
+from dpaudit.errors import DpauditError
 from dpaudit.tokens import model_device
 from dpaudit.trainers import noise as noise_axis
 from dpaudit.trainers.clip_stats import unit_norms
@@ -34,6 +35,7 @@ def record_level(model: nn.Module, optimizer, loader, *, sigma: float, clipping_
     sum is divided by B, the mechanism the card states (:func:`exact_rate`)."""
     from opacus import PrivacyEngine
 
+    check_clippable(model, grad_sample_mode)
     engine = PrivacyEngine(accountant="prv", secure_mode=False)  # our accounting is separate (dpaudit.accounting)
     device = model_device(model)
     crit = nn.CrossEntropyLoss(ignore_index=-100, reduction="mean")
@@ -45,6 +47,18 @@ def record_level(model: nn.Module, optimizer, loader, *, sigma: float, clipping_
     exact_rate(dp_loader, dp_opt, loader.batch_size, len(loader.dataset))
     noise_axis.install(dp_opt, noise)
     return module, dp_opt, crit, dp_loader
+
+
+def check_clippable(model: nn.Module, grad_sample_mode: str) -> None:
+    """One line naming the first trainable layer Opacus cannot give per-sample gradients to (its validator:
+    batch norm, layers with trainable buffers, ...), before any wrapping; the fix is to freeze it or replace it."""
+    from opacus.validators import ModuleValidator
+
+    errors = ModuleValidator.validate(model, strict=False)
+    if errors:
+        first = str(errors[0]).strip().splitlines()[0].split(". ")[0].rstrip(".")
+        raise DpauditError(f"Opacus cannot clip this model per sample ({grad_sample_mode} mode): {first}; freeze that "
+                           "layer (train.trainable = 'lora') or use a model without it")
 
 
 def exact_rate(dp_loader, dp_opt, batch: int, n: int) -> None:

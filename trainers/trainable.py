@@ -35,13 +35,36 @@ def apply(model, trainable: str, lora_r: int = 8, lora_alpha: int = 16, lora_tar
             p.requires_grad_(name.startswith("classifier."))
         return model, None
     base = copy.deepcopy(model)
-    targets, fan_in_fan_out = LORA_TARGETS[model.config.model_type][lora_targets], FAN_IN_FAN_OUT[model.config.model_type]
+    targets, fan_in_fan_out = lora_target_modules(model, lora_targets)
     from dpaudit.tasks.models import is_classifier
 
     head = ["classifier"] if is_classifier(model) else None  # a new head is trained with the adapters
     cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, target_modules=targets, fan_in_fan_out=fan_in_fan_out,
                      lora_dropout=0.0, bias="none", modules_to_save=head)
     return get_peft_model(model, cfg), base
+
+
+def lora_target_modules(model, which: str) -> tuple[list[str] | str, bool]:
+    """(target modules, fan_in_fan_out) for ``which`` (``attention`` or ``all-linear``): dpaudit's table for the
+    bundled architectures, peft's per-architecture defaults (attention) or peft's ``all-linear`` for any other;
+    fan_in_fan_out when the targets are GPT-2-style Conv1D layers (weights stored transposed)."""
+    from dpaudit.errors import DpauditError
+
+    mtype = model.config.model_type
+    if mtype in LORA_TARGETS:
+        return LORA_TARGETS[mtype][which], FAN_IN_FAN_OUT[mtype]
+    if which == "all-linear":
+        targets = "all-linear"
+    else:
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+
+        if mtype not in DEFAULTS:
+            raise DpauditError(f"peft has no default LoRA targets for model type {mtype!r}; set train.lora_targets = "
+                               "'all-linear'")
+        targets = list(DEFAULTS[mtype])
+    names = targets if isinstance(targets, list) else []
+    conv1d = any(type(m).__name__ == "Conv1D" for n, m in model.named_modules() if n.split(".")[-1] in names)
+    return targets, conv1d
 
 
 def freeze_tied_embeddings(model) -> bool:
