@@ -19,7 +19,13 @@ from dpaudit.tasks.model_spec import ModelSpec
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    from transformers import BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        BertModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     d = tmp_path_factory.mktemp("models")
     tok = models.public_bpe_tokenizer(512)
