@@ -61,7 +61,7 @@ def assets(convert, wordnet, wordnet_source):
 
 @cli.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(path_type=Path))
-@click.option("--out", required=True, type=click.Path(path_type=Path),
+@click.option("--out", default=None, type=click.Path(path_type=Path),
               help="Output folder: one sub-folder per variant (checkpoint + report) and a comparison REPORT.md.")
 @click.option("--variant", "variants", multiple=True, metavar="NAME",
               help="Run only this variant of CONFIG (repeatable); the data and canaries are those of the full "
@@ -75,10 +75,23 @@ def assets(convert, wordnet, wordnet_source):
                    "steps into OUT/<variant>/train_state (removed once the checkpoint is written); 0: never.")
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def run(config_path, out, variants, resume, snapshot_every, redact, quiet):
+@click.option("--dry-run", is_flag=True, help="Validate CONFIG and print each variant's plan without training: q, "
+              "the divisor B, steps, δ, the noise calibrated to the target and the ε the card will claim, parameters "
+              "and a memory estimate per device for the clipping mode (the model is built from its config on the "
+              "meta device: no weights are read). Writes nothing; --out is not needed.")
+def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_run):
     """Train every variant of CONFIG on the same data and canaries, audit each, and compare them."""
     from dpaudit import progress
     from dpaudit.pipeline import run as run_pipeline
+
+    if dry_run:
+        from dpaudit import dry_run as dry
+
+        plans, notes = dry.plan(config_path, tuple(variants))
+        click.echo(dry.render(plans, notes), nl=False)
+        return
+    if out is None:
+        raise DpauditError("dpaudit run needs --out FOLDER (or --dry-run to only print the plan)")
 
     progress.set_quiet(quiet)
     reports = run_pipeline(config_path, out, _command_line(), redact=redact,

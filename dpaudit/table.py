@@ -99,6 +99,18 @@ def _best(x: Row, confidence: bool) -> str:
     return f"{b['epsilon_lb']:.2f} ({b['attack']}{conf}, {b['ceiling']:.2f})"
 
 
+def _mechanism_limit(x: Row) -> str:
+    """The card mechanism's median one-run limit with the best test's canaries and guesses (the report's
+    audit_limits), and the share of it the test reached."""
+    b = x.r["empirical_best"]
+    lim = next((e["mechanism_limit"] for e in x.r.get("audit_limits") or []
+                if e.get("attack") == b["attack"] and e.get("mechanism_limit")), None)
+    if lim is None:
+        return "—"
+    share = b["epsilon_lb"] / lim["epsilon_lb"] if lim["epsilon_lb"] > 0 else math.nan
+    return f"{lim['epsilon_lb']:.2f} ({share:.0%})"
+
+
 def _trained(x: Row) -> str:
     """What a DP-FROST run selected (share of the parameters, partitions, and the two phases' seconds)."""
     tr = x.rec["trainer"]
@@ -193,6 +205,7 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
         key=lambda t: t[1]))),
     "loss_auc_ci": ("LOSS AUC [95% CI]", _auc_ci),
     "best": ("empirical ε lower bound, 95% (best test, ceiling)", lambda x: _best(x, False)),
+    "mechanism_limit": ("card mechanism's median limit, same m and guesses (reached)", _mechanism_limit),
     "best_confidence": ("empirical ε lower bound (best test, confidence, ceiling)", lambda x: _best(x, True)),
     "verdict": ("verdict", lambda x: f"`{x.r['verdict']['status']}`"),
     "trained": ("trained", _trained),

@@ -1,0 +1,90 @@
+"""`dpaudit run CONFIG --dry-run` (dpaudit/dry_run.py): every paper config of configs/paper/ resolves its plan with
+small stand-in models of the same architectures (no weights read, nothing written), and the plan is the one the
+trainer would run."""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpaudit import accounting, dry_run
+from dpaudit.cli import main
+from dpaudit.tasks import models
+from dpaudit.tasks.model_spec import ModelSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = sorted((ROOT / "configs" / "paper").glob("*.toml"))
+
+
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory):
+    """models/gpt2, models/roberta-base and models/roberta-large as small models of those architectures."""
+    from transformers import RobertaConfig, RobertaModel
+
+    d = tmp_path_factory.mktemp("paper")
+    gpt, tok = models.build(ModelSpec(name="tiny-gpt2", vocab_size=512, n_embd=32, n_layer=2, n_head=2, max_len=512))
+    gpt.save_pretrained(d / "models" / "gpt2")
+    tok.save_pretrained(d / "models" / "gpt2")
+    torch.manual_seed(0)
+    rob = RobertaModel(RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=300, pad_token_id=tok.eos_token_id))
+    for name in ("roberta-base", "roberta-large"):
+        rob.save_pretrained(d / "models" / name)
+        tok.save_pretrained(d / "models" / name)
+    # E2E's references must be read to be counted: 60 synthetic meaning representations stand in for the file
+    import json
+
+    from dpaudit.tasks import table2text
+
+    (d / "data" / "e2e").mkdir(parents=True)
+    rows = [{"mr": mr, "ref": ref} for mr, refs in table2text.generate(60, 0) for ref in refs]
+    (d / "data" / "e2e" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def test_there_is_a_paper_config_per_seed_paper():
+    assert [p.stem for p in PAPER] == ["chua_userlevel", "dp_frost_sst2_roberta", "li_e2e_gpt2", "li_sst2_roberta",
+                                       "lmo_dp_sst2_roberta", "pmixed_wikitext_gpt2"]
+    for p in PAPER:
+        assert re.search(r"^# .*[Pp]aper", p.read_text(), flags=re.M), p  # the paper's numbers, in a comment
+
+
+@pytest.mark.parametrize("path", [p for p in PAPER if p.stem != "lmo_dp_sst2_roberta"], ids=lambda p: p.stem)
+def test_paper_configs_dry_run_with_stand_in_models(path, stand_ins, monkeypatch, capsys):
+    monkeypatch.chdir(stand_ins)  # the configs name models/... and data/... relative to where they run
+    plans, notes = dry_run.plan(path)
+    out = dry_run.render(plans, notes)
+    assert ("the data was not read" in out) == (path.stem != "li_e2e_gpt2") and "GiB" in out
+    for p in plans:
+        if p.method in ("dp_adam", "user_dp_sgd", "group_privacy") and p.claim is not None:
+            assert p.claim <= p_target(path, p.name) + 1e-9  # never above the target the card will claim
+            assert p.steps >= 1 and 0 < p.sample_rate <= 1
+
+
+def p_target(path: Path, variant: str) -> float:
+    from dpaudit import config
+
+    return next(v.trainer.engine.target_epsilon for v in config.load(path).variants if v.name == variant)
+
+
+def test_dry_run_plan_is_what_the_engine_would_run(tmp_path, capsys):
+    """tiny.toml: the plan's q, steps and sigma are the engine's record plan and calibration."""
+    from dpaudit import config
+    from dpaudit.trainers import engine
+
+    plans, notes = dry_run.plan(ROOT / "configs" / "tiny.toml")
+    cfg = config.load(ROOT / "configs" / "tiny.toml")
+    dp = next(p for p in plans if p.name == "dp-eps1")
+    eng = next(v for v in cfg.variants if v.name == "dp-eps1").trainer.engine
+    rp = engine.record_plan(dp.units, eng)
+    assert (dp.batch, dp.sample_rate, dp.steps, dp.delta) == (rp.batch, rp.sample_rate, rp.steps, rp.delta)
+    sigma = accounting.calibrate_sigma(1.0, rp.delta, rp.sample_rate, rp.steps, accountant=eng.accountant)
+    assert f"σ = {sigma:.4g}" in dp.noise and dp.claim <= 1.0
+    assert dp.params == dp.trainable > 0 and dp.memory_gb > 0
+    nonpriv = next(p for p in plans if p.name == "non-private")
+    assert nonpriv.claim is None and math.isclose(nonpriv.memory_gb * 2 ** 30, 16 * nonpriv.params)
+    assert main(["run", str(ROOT / "configs" / "tiny.toml"), "--dry-run"]) == 0
+    assert "dp-eps1" in capsys.readouterr().out
+    assert main(["run", str(ROOT / "configs" / "tiny.toml")]) == 2  # no --out and no --dry-run
