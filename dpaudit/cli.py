@@ -84,6 +84,7 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
     from dpaudit import progress
     from dpaudit.pipeline import run as run_pipeline
 
+    progress.set_quiet(quiet)
     if dry_run:
         from dpaudit import dry_run as dry
 

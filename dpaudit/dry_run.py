@@ -125,7 +125,7 @@ def _variant(cfg, v, n_records: int, users: int | None, manifest, model_params) 
         from dpaudit.trainers import lmo_dp
 
         c = lmo_dp.calibrate(tc, eng, p)
-        noise, claim = f"LMO Laplace mixture ({c.accountant})", c.epsilon
+        noise, claim = f"LMO Laplace mixture ({c.claim_accountant})", c.claim_epsilon
     else:
         sigma = accounting.calibrate_sigma(eng.target_epsilon, p.delta, p.sample_rate, p.steps, accountant=eng.accountant)
         noise = f"σ = {sigma:.4g} ({eng.accountant})"

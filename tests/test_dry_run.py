@@ -16,6 +16,19 @@ from dpaudit.tasks.model_spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = sorted((ROOT / "configs" / "paper").glob("*.toml"))
+TINY_SENTIMENT = """
+[task]
+n_train = 60
+n_test = 20
+[model]
+vocab_size = 512
+n_embd = 32
+n_layer = 2
+n_head = 2
+max_len = 32
+[canaries]
+m = 10
+"""
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +101,33 @@ def test_dry_run_plan_is_what_the_engine_would_run(tmp_path, capsys):
     assert main(["run", str(ROOT / "configs" / "tiny.toml"), "--dry-run"]) == 0
     assert "dp-eps1" in capsys.readouterr().out
     assert main(["run", str(ROOT / "configs" / "tiny.toml")]) == 2  # no --out and no --dry-run
+
+
+def test_dry_run_resolves_lmo_and_frost_noise(tmp_path):
+    """LMO-DP's calibrated Laplace mixture and DP-FROST's two sigmas, as their trainers calibrate them (a fixed
+    LMO noise shape scaled to the target; the paper config's full search is the same call, minutes long)."""
+    cfg = tmp_path / "lmo.toml"
+    cfg.write_text(TINY_SENTIMENT + """
+[train]
+method = "lmo_dp"
+delta = 1e-5
+batch_size = 24
+[train.lmo]
+noise = {a1 = 0.3, a2 = 0.2, a3 = 0.5, gamma_k = 2.0, gamma_theta = 0.5, exp_rate = 5.0, u_low = 0.5, u_high = 1.5}
+[[variants]]
+name = "lmo"
+target_epsilon = 3.0
+""")
+    (p,), _ = dry_run.plan(cfg)
+    assert p.method == "lmo_dp" and "LMO Laplace mixture (lmo_paper)" in p.noise and p.claim <= 3.0 + 1e-6
+    cfg.write_text(TINY_SENTIMENT + """
+[train]
+method = "dp_frost"
+delta = 1e-5
+batch_size = 24
+[[variants]]
+name = "frost"
+target_epsilon = 2.0
+""")
+    (p,), _ = dry_run.plan(cfg)
+    assert p.method == "dp_frost" and "σ_SGD" in p.noise and "σ_selection" in p.noise
