@@ -224,7 +224,7 @@ def test_mean_pooling_head_reads_the_masked_mean_and_ignores_padding(tmp_path):
 
 
 def test_mean_pooling_is_refused_for_a_causal_lm():
-    with pytest.raises(DpauditError, match="model.pooling applies to minilm-l6, tiny-bert only, not tiny-gpt2"):
+    with pytest.raises(DpauditError, match="model.pooling applies to minilm-l6, tiny-bert, local only, not tiny-gpt2"):
         models.ModelSpec(name="tiny-gpt2", pooling="mean")
     with pytest.raises(DpauditError, match="model.pooling must be one of"):
         models.ModelSpec(name="tiny-bert", pooling="max")
