@@ -143,10 +143,7 @@ def _local(spec: ModelSpec):
         model, tok = load_dir(path)
     else:
         refuse_code(path)
-        tok = load_tokenizer(path)
-        if not list(path.glob("*.safetensors")):
-            raise DpauditError(f"{path} has no .safetensors weights (dpaudit never unpickles .bin/.pt files); convert "
-                               "them with save_pretrained(..., safe_serialization=True)")
+        tok = safe_folder_tokenizer(path)
         cfg = read_json(path / "config.json", "model config", "")
         cls = AutoModelForSequenceClassification
         if spec.pooling == "mean":
@@ -251,10 +248,7 @@ def load_dir(path: Path):
     auto = (MeanPoolBertForSequenceClassification if MeanPoolBertForSequenceClassification.__name__ in archs
             else AutoModelForSequenceClassification if any(a.endswith("ForSequenceClassification") for a in archs)
             else AutoModelForCausalLM)
-    tok = load_tokenizer(path)
-    if not list(path.glob("*.safetensors")):
-        raise DpauditError(f"{path} has no .safetensors weights (dpaudit never unpickles .bin/.pt files, which can run "
-                           "code); convert them with save_pretrained(..., safe_serialization=True)")
+    tok = safe_folder_tokenizer(path)
     try:
         model = auto.from_pretrained(path, dtype=torch.float32, **SAFE_LOAD)
     except Exception as e:  # noqa: BLE001 - any failure to read a hostile or damaged folder is bad input
@@ -262,6 +256,16 @@ def load_dir(path: Path):
                            "by save_pretrained and is complete") from None
     check_model(model, tok, path)
     return model.eval(), tok
+
+
+def safe_folder_tokenizer(path: Path):
+    """The tokenizer of a model folder whose weights dpaudit may read: no code (:func:`refuse_code`, checked by
+    the caller) and safetensors weights only."""
+    tok = load_tokenizer(path)
+    if not list(path.glob("*.safetensors")):
+        raise DpauditError(f"{path} has no .safetensors weights (dpaudit never unpickles .bin/.pt files, which can run "
+                           "code); convert them with save_pretrained(..., safe_serialization=True)")
+    return tok
 
 
 def refuse_code(path: Path) -> None:

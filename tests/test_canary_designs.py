@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_MODEL
 
 from dpaudit import canaries, canary_pools, canary_tokens
 from dpaudit.attacks.scoring import encode
@@ -155,14 +156,7 @@ def test_new_token_canaries_are_betrayed_without_noise_and_hidden_by_strong_nois
 [task]
 n_train = 150
 n_test = 40
-[model]
-name = "tiny-gpt2"
-vocab_size = 512
-n_embd = 32
-n_layer = 2
-n_head = 2
-max_len = 32
-[canaries]
+""" + TINY_MODEL + """[canaries]
 m = 40
 design = "new-token"
 length = 2

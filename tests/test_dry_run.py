@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_RUN
 
 from dpaudit import accounting, dry_run
 from dpaudit.cli import main
@@ -16,19 +17,7 @@ from dpaudit.tasks.model_spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = sorted((ROOT / "configs" / "paper").glob("*.toml"))
-TINY_SENTIMENT = """
-[task]
-n_train = 60
-n_test = 20
-[model]
-vocab_size = 512
-n_embd = 32
-n_layer = 2
-n_head = 2
-max_len = 32
-[canaries]
-m = 10
-"""
+
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +96,7 @@ def test_dry_run_resolves_lmo_and_frost_noise(tmp_path):
     """LMO-DP's calibrated Laplace mixture and DP-FROST's two sigmas, as their trainers calibrate them (a fixed
     LMO noise shape scaled to the target; the paper config's full search is the same call, minutes long)."""
     cfg = tmp_path / "lmo.toml"
-    cfg.write_text(TINY_SENTIMENT + """
+    cfg.write_text(TINY_RUN + """
 [train]
 method = "lmo_dp"
 delta = 1e-5
@@ -120,7 +109,7 @@ target_epsilon = 3.0
 """)
     (p,), _ = dry_run.plan(cfg)
     assert p.method == "lmo_dp" and "LMO Laplace mixture (lmo_paper)" in p.noise and p.claim <= 3.0 + 1e-6
-    cfg.write_text(TINY_SENTIMENT + """
+    cfg.write_text(TINY_RUN + """
 [train]
 method = "dp_frost"
 delta = 1e-5
