@@ -40,6 +40,7 @@ class TaskConfig:
     objective: str = "lm"
     seed: int = 0
     validation: int = 0  # > 0: evaluate on this many units held out from training, not on the test split
+    columns: dict | None = None  # the task's field -> the data's column name (options.TASK_COLUMNS)
 
     def __post_init__(self):
         if self.name not in options.TASKS:
@@ -53,6 +54,16 @@ class TaskConfig:
         if not isinstance(self.validation, int) or isinstance(self.validation, bool) or self.validation < 0:
             raise DpauditError(f"task.validation must be an integer >= 0 (0 = evaluate on the test split), "
                                f"got {self.validation!r}")
+        if self.columns is not None:
+            fields = options.TASK_COLUMNS[self.name]
+            if not isinstance(self.columns, dict) or not all(isinstance(v, str) and v for v in self.columns.values()):
+                raise DpauditError('task.columns must be a table of column names, e.g. [task.columns] text = "review"')
+            bad = sorted(set(self.columns) - set(fields))
+            if bad:
+                raise DpauditError(f"task.columns.{bad[0]} is not a field of task {self.name!r}; its fields are "
+                                   f"{', '.join(fields)}")
+            if self.source == options.DEFAULT_SOURCE[self.name]:
+                raise DpauditError("task.columns applies to your own data (task.source); the bundled data has fixed columns")
         for k in ("n_train", "n_test"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):

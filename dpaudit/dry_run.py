@@ -50,6 +50,8 @@ def plan(cfg_path: Path, only: tuple[str, ...] = ()) -> tuple[list[VariantPlan],
         n_data = len(data.train)
         users = len(data.by_user()) if hasattr(data, "by_user") else None
     except DpauditError as e:
+        if Path(cfg.task.source).expanduser().exists():  # the data is there and bad: the error a run would give
+            raise
         if cfg.task.name == "table2text":  # its records are references, several per meaning representation
             raise DpauditError(f"--dry-run: the table-to-text data must be present to count its references ({e})") \
                 from None

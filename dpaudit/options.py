@@ -9,6 +9,11 @@ from __future__ import annotations
 
 # ---- runs -------------------------------------------------------------------------------------------
 TASKS = ("sentiment", "table2text", "userlm")
+# each task's named fields -> the column names looked for (its own name first); [task.columns] overrides
+TASK_COLUMNS = {"sentiment": {"text": ("text", "sentence"), "label": ("label",)},
+                "table2text": {"table": ("table", "mr", "meaning_representation"),
+                               "reference": ("reference", "ref", "human_reference")},
+                "userlm": {"user": ("user", "user_id", "sender", "author"), "text": ("text",)}}
 DEFAULT_SOURCE = {"sentiment": "rotten-tomatoes", "table2text": "e2e-synthetic", "userlm": "chitchat"}  # per task
 OBJECTIVES = ("lm", "label_words", "classifier")
 RECORD_METHODS = ("dp_adam", "dp_frost", "lmo_dp")

@@ -1,4 +1,4 @@
-"""Tasks by name. A task module provides ``load(source, n_train, n_test, seed, validation=0)`` (an object with
+"""Tasks by name. A task module provides ``load(source, n_train, n_test, seed, validation=0, columns=None)`` (an object with
 ``train``, ``test``, ``source`` and ``fingerprint()``), ``encode_example(ex, tokenizer, objective,
 max_len)`` and ``metrics(model, tokenizer, test, batch_size, max_len)``; adding a task is one module and
 one line here."""
@@ -24,4 +24,4 @@ def load_data(task: dict):
     """The data a run config's ``[task]`` (as recorded in run.json) names: training split and evaluation split
     (the test split, or with ``validation`` set a split held out from training, see tasks/splits.py)."""
     return get(task["name"]).load(task["source"], task.get("n_train"), task.get("n_test"), task.get("seed", 0),
-                                  validation=task.get("validation") or 0)
+                                  validation=task.get("validation") or 0, columns=task.get("columns"))

