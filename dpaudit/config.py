@@ -79,8 +79,9 @@ class TrainerConfig:
     method: str = "dp_adam"
     trainable: str = "full"  # full | lora | head (classifier head only)
     tied_embeddings: str = field(default="untie", metadata=checks.applies(  # untie (ghost) | freeze (tied in/out)
-        lambda t, clf: t.tied_embeddings == "freeze" or (t.engine.grad_sample_mode == "ghost" and t.trainable == "full"),
-        "'freeze', or 'untie' with grad_sample_mode = 'ghost' and trainable = 'full'"))
+        lambda t, clf: t.tied_embeddings == "freeze" or (t.engine.grad_sample_mode in options.GHOST_MODES
+                                                         and t.trainable == "full"),
+        "'freeze', or 'untie' with grad_sample_mode = 'ghost' (or 'ghost_fsdp') and trainable = 'full'"))
     lora_r: int = field(default=8, metadata=LORA)
     lora_alpha: int = field(default=16, metadata=LORA)
     lora_targets: str = field(default="attention", metadata=LORA)  # attention (q/v, Hu et al.) | all-linear

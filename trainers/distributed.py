@@ -49,17 +49,27 @@ def init_from_env() -> None:
 
 def check_variants(variants) -> None:
     """Under torchrun: the variants the data-parallel path supports (private record-level DP-Adam or LMO-DP with
-    per-sample gradients by hooks), else one line before any work."""
+    per-sample gradients by hooks) or the sharded one (trainers/fsdp.py), else one line before any work; in one
+    process, ghost_fsdp is refused (it needs ranks)."""
+    from dpaudit.trainers import fsdp
+
     if world()[1] <= 1:
+        for v in variants:
+            if v.trainer.engine.grad_sample_mode == "ghost_fsdp":
+                raise DpauditError(f"variant {v.name!r}: grad_sample_mode = 'ghost_fsdp' shards the model over torchrun "
+                                   "ranks; run under torchrun --nproc_per_node N (N >= 2), or use 'ghost' in one process")
         return
     for v in variants:
         t = v.trainer
+        if t.engine.grad_sample_mode == "ghost_fsdp":
+            fsdp.check_variant(v.name, t)
+            continue
         if t.user_level or t.method not in ("dp_adam", "lmo_dp") or not t.engine.private:
             raise DpauditError(f"variant {v.name!r}: only private record-level dp_adam and lmo_dp variants train "
                                "under torchrun; run the others in one process (--variant NAME)")
         if t.engine.grad_sample_mode != "hooks":
-            raise DpauditError(f"variant {v.name!r}: grad_sample_mode = 'ghost' is not supported under torchrun yet; "
-                               "use 'hooks'")
+            raise DpauditError(f"variant {v.name!r}: grad_sample_mode = 'ghost' is not supported under torchrun; "
+                               "use 'hooks' (data parallel) or 'ghost_fsdp' (the model sharded over the ranks)")
 
 
 def barrier() -> None:

@@ -242,7 +242,15 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     elif not sigma > 0:
         raise DpauditError(f"a fixed noise multiplier must be > 0, got {sigma}")
     mseed = mechanism_seed(cfg)
-    if distributed.world()[1] > 1:  # torchrun: this rank's shard, noise from rank 0 only
+    sharded = placeholder = None
+    if cfg.grad_sample_mode == "ghost_fsdp":  # torchrun, the model sharded over the ranks (trainers/fsdp.py)
+        from dpaudit.trainers import fsdp
+
+        module, dp_opt, crit, dp_loader, sharded = fsdp.record_level(
+            model, opt, tensors, sigma=sigma, clipping_norm=cfg.clipping_norm, expected_batch_size=batch,
+            sample_rate=q, seed=mseed)
+        placeholder = fsdp.placeholder(tensors)
+    elif distributed.world()[1] > 1:  # torchrun: this rank's shard, noise from rank 0 only
         module, dp_opt, crit, dp_loader = distributed.record_level(
             model, opt, tensors, sigma=sigma, clipping_norm=cfg.clipping_norm, expected_batch_size=batch,
             sample_rate=q, grad_sample_mode=cfg.grad_sample_mode, seed=mseed, noise=noise)
@@ -258,9 +266,10 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     stream = data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size)
     start, so_far, after, resumed = _resumable(
         snapshots, RunParts(module, dp_opt, {"noise": dp_opt.generator}, {}, canaries, stats, ledger, stream), steps)
-    losses = loop.run(module, dp_opt, stream, RecordStep(module, crit, choices), steps, stats=stats,
-                      desc="DP train", start=start, losses=so_far, after_step=after)
-    return mechanism.release(module), _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats,
+    losses = loop.run(module, dp_opt, stream, RecordStep(module, crit, choices, placeholder=placeholder), steps,
+                      stats=stats, desc="DP train", start=start, losses=so_far, after_step=after)
+    released = fsdp.release(sharded) if sharded is not None else mechanism.release(module)
+    return released, _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats,
                                               [event(q, steps)] if event is not None else None, resumed)
 
 
