@@ -34,8 +34,9 @@ def compare(old_json, new_json, fail_on_regression):
               help="Only these variants (repeatable or comma-separated, in this order). Default: every variant with "
                    "a report, by name.")
 @click.option("--differences", default="", metavar="A:B,...",
-              help="Also print the test-accuracy difference A − B of each pair, with Newcombe's 95% interval "
-                   "(unpaired: conservative for predictions on the same test set).")
+              help="Also print the test-accuracy difference A − B of each pair: paired (McNemar's exact test and a "
+                   "paired bootstrap 95% interval) where both reports carry per-example outcomes on the same test "
+                   "examples, else Newcombe's unpaired 95% interval (conservative; reports before 2026-11-25).")
 def table_cmd(run_dirs, columns, variants, differences):
     """One markdown row per variant of each RUN (the --out of `dpaudit run`; several: their rows in order), from
     the committed report.json, run.json and privacy_card.json files: the tables of reports/*/README.md come from

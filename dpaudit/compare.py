@@ -1,12 +1,14 @@
 """``dpaudit compare OLD NEW``: a markdown diff of two reports, with what regressed flagged.
 
 Regressions: a larger empirical lower bound, a lower audit ceiling, a larger attack AUC or mean exposure of
-inserted canaries, a larger claimed or re-accounted epsilon, a lower accuracy, or a worse verdict. The two
+inserted canaries, a larger claimed or re-accounted epsilon, a lower accuracy (where both reports carry per-example
+outcomes on the same test examples: lower by McNemar's exact test at 5%, dpaudit/paired.py), or a worse verdict. The two
 checks behind the verdict are shown beside it.
 """
 
 from __future__ import annotations
 
+from dpaudit import paired
 from dpaudit.errors import DpauditError
 from dpaudit.options import VERDICT_RANK
 
@@ -40,6 +42,8 @@ def _fmt(x) -> str:
 
 def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
     a, b = _metrics(old), _metrics(new)
+    mo, mn = old.get("metrics") or {}, new.get("metrics") or {}
+    pair = paired.compare(mn["correct"], mo["correct"]) if paired.can_pair(mn, mo) else None
     lines = [f"### {title}", "", "| quantity | old | new | change | |", "|---|---|---|---|---|"]
     regressions = 0
     for k in list(dict.fromkeys([*a, *b])):
@@ -49,12 +53,18 @@ def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
         if va is not None and vb is not None and va != float("inf") and vb != float("inf"):
             diff = vb - va
             worse = diff * (da or db) > 1e-9
+            if k == "accuracy" and pair is not None:  # same test examples: a regression only if McNemar says so
+                worse = pair.reading() == "lower"
             flag = "**regressed**" if worse else ""
             regressions += bool(worse)
             change = f"{diff:+.3f}"
         else:
             change = "" if va == vb else "changed"
         lines.append(f"| {k} | {_fmt(va)} | {_fmt(vb)} | {change} | {flag} |")
+    if pair is not None:
+        lines.append(f"| accuracy, paired on the same {pair.n} test examples | | | {pair.difference:+.3f} "
+                     f"[{pair.low:+.3f}, {pair.high:+.3f}], McNemar p = {pair.p_value:.3g} ({pair.b_only} old-only vs "
+                     f"{pair.a_only} new-only correct) | {pair.reading()} |")
     vo, vn = old["verdict"]["status"], new["verdict"]["status"]
     worse = VERDICT_RANK.get(vn, 1) > VERDICT_RANK.get(vo, 1)
     regressions += worse

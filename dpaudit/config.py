@@ -87,6 +87,10 @@ class TrainerConfig:
     lora_targets: str = field(default="attention", metadata=LORA)  # attention (q/v, Hu et al.) | all-linear
     user_cap: int = field(default=8, metadata=USERS)  # at most k records per user
     selection: str = field(default="random", metadata=USERS)  # how the k records are chosen (tasks/userlm.py)
+    # paper: user_dp_sgd draws k records (random) or k chunks (random_chunk) of each sampled user at every step
+    # (Chua et al., Alg. 2), group_privacy resamples users with fewer than k records up to k (Alg. 1, §6);
+    # fixed: k records per user chosen once before training, users with fewer keep fewer (dpaudit before wave 3)
+    user_sampling: str = field(default="paper", metadata=USERS)
     # the methods' own sections (trainers/method_options.py): [train.frost], [train.lmo], [train.pmixed]
     frost: FrostOptions = field(default_factory=FrostOptions)
     lmo: LmoOptions = field(default_factory=LmoOptions)
@@ -99,7 +103,8 @@ class TrainerConfig:
         if not isinstance(self.user_cap, int) or self.user_cap < 1:
             raise DpauditError(f"train.user_cap (k) must be an integer >= 1, got {self.user_cap!r}")
         for key, allowed in (("selection", options.SELECTIONS), ("tied_embeddings", options.TIED_EMBEDDINGS),
-                             ("lora_targets", options.LORA_TARGETS), ("trainable", options.TRAINABLES)):
+                             ("lora_targets", options.LORA_TARGETS), ("trainable", options.TRAINABLES),
+                             ("user_sampling", options.USER_SAMPLING)):
             if getattr(self, key) not in allowed:
                 raise DpauditError(f"train.{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
         if self.method == "dp_frost" and self.trainable != "full":
@@ -183,7 +188,10 @@ def _trainer(d: dict, section: str) -> TrainerConfig:
                                f"{moved[1]} = ... under [train.{moved[0]}] (or [variants.{moved[0]}] in a variant)")
         raise DpauditError(f"unknown key '{section}.{unknown[0]}' in config; valid keys: "
                            f"{', '.join(sorted(ENGINE_KEYS | TRAINER_KEYS))}")
-    eng = _build(EngineConfig, {k: v for k, v in d.items() if k in ENGINE_KEYS}, section)
+    eng_keys = {k: v for k, v in d.items() if k in ENGINE_KEYS}
+    if "accountant" not in eng_keys:  # the method's paper's own calibrating accountant (options.PAPER_ACCOUNTANT)
+        eng_keys["accountant"] = options.PAPER_ACCOUNTANT.get(d.get("method", "dp_adam"), "prv")
+    eng = _build(EngineConfig, eng_keys, section)
     methods = {s: _build(cls, d.get(s, {}), f"{section}.{s}") for s, (cls, _) in SECTIONS.items()}
     plain = {k: v for k, v in d.items() if k in TRAINER_KEYS and k not in SECTIONS}
     return _build(TrainerConfig, {**plain, **methods, "engine": eng}, section)

@@ -74,10 +74,14 @@ def plan(cfg_path: Path, only: tuple[str, ...] = ()) -> tuple[list[VariantPlan],
         if v.trainer.method == "group_privacy":  # each user's records capped at k (canary users too)
             k = v.trainer.user_cap
             c = cfg.canaries
-            canary = (sum(min(len(t), k) for t in manifest.training_users().values()) if manifest is not None
-                      else int(round(c.m / 2)) * min(c.records_per_user * c.repetitions, k))
+            padded = v.trainer.user_sampling == "paper"  # users with fewer than k resampled up to k (Alg. 1)
+
+            def kept(n_user: int, k: int = k, padded: bool = padded) -> int:
+                return k if padded else min(n_user, k)
+            canary = (sum(kept(len(t)) for t in manifest.training_users().values()) if manifest is not None
+                      else int(round(c.m / 2)) * kept(c.records_per_user * c.repetitions))
             if data is not None:
-                n = sum(min(len(r), k) for r in data.by_user().values()) + canary
+                n = sum(kept(len(r)) for r in data.by_user().values()) + canary
             else:
                 n = (users or 0) * k + canary
                 notes.append(f"{v.name}: at most {n:,} records (every user capped at k = {k}; their counts are in "

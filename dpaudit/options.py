@@ -33,12 +33,20 @@ FROST_SELECTIONS = ("psel", "single", "random", "pval")
 PGM_VARIANTS = ("dp_mg", "dp_mgn", "dp_mgna")
 FROST_RATE_READINGS = ("text", "alg3")
 SELECTIONS = ("random", "longest", "shortest", "high_ppl", "low_ppl", "random_chunk")  # user-level record choice
+USER_SAMPLING = ("paper", "fixed")  # user-level record draws: Chua et al.'s per step / padded, or fixed once
 
 # ---- privacy cards ----------------------------------------------------------------------------------
 UNITS = ("record", "user", "partition")  # partition: one model of an ensemble (PMixED)
 NEIGHBOURING = ("add_remove", "replace_one")
 SAMPLERS = ("poisson", "shuffle", "with_replacement", "other")  # other: fixed order or unknown
 GAUSSIAN_ACCOUNTANTS = ("rdp", "prv", "pld", "dpa_rdp")  # calibrate the Gaussian methods' noise
+# the accountant that calibrates sigma when [train] accountant is not given: each method's paper's own (a
+# reproduction calibrates as its paper did; the card's claim.accountant records it). Li et al. and DP-FROST
+# (Hong et al., §4.6) calibrate with RDP (Opacus), Chua et al. with dp_accounting's PLD; LMO-DP's own noise is
+# calibrated by [train.lmo] accounting, its Gaussian controls by RDP as the paper's DP-SGD baseline; PMixED trains
+# its ensemble without noise (its privacy is per query, dpaudit/pmixed).
+PAPER_ACCOUNTANT = {"dp_adam": "rdp", "dp_frost": "rdp", "lmo_dp": "rdp", "user_dp_sgd": "pld",
+                    "group_privacy": "pld", "pmixed": "rdp"}
 # every re-accounting backend; lmo_vector analyses LMO-DP's noise on the d-dimensional gradient (upper only)
 ACCOUNTANTS = GAUSSIAN_ACCOUNTANTS + ("lmo_vector",)
 # what produced a card's claim; lmo_paper: LMO-DP's own (scalar) analysis, never a re-accounting backend

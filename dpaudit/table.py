@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from dpaudit import paired
 from dpaudit.errors import DpauditError
 from dpaudit.run_folder import RunFolder
 
@@ -253,20 +254,26 @@ def table(runs, columns: list[str], variants: list[str] | None = None) -> str:
 
 
 def differences(runs, pairs: list[tuple[str, str]]) -> str:
-    """The markdown table of test-accuracy differences A − B with Newcombe's 95% interval (unpaired, so
-    conservative for predictions on the same test set), for each (A, B) of ``pairs`` found in ``runs``."""
+    """The markdown table of test-accuracy differences A − B for each (A, B) of ``pairs`` found in ``runs``: paired
+    (McNemar's exact test, paired bootstrap interval; dpaudit/paired.py) where both reports carry per-example
+    outcomes on the same test examples, else Newcombe's 95% interval (unpaired, so conservative)."""
     runs = [runs] if isinstance(runs, RunFolder) else list(runs)
 
-    def acc(v):
+    def metrics(v):
         for run in runs:
             if run.has_report(v):
-                m = run.report(v)["metrics"]
-                return m["accuracy"], m["n_test"]
+                return run.report(v)["metrics"]
         raise DpauditError(f"variant {v!r} has no report; run it first, or leave it out of --differences")
 
     lines = ["| variant | minus | difference in accuracy [95% CI] | reading |", "|---|---|---|---|"]
     for a, b in pairs:
-        (pa, na), (pb, nb) = acc(a), acc(b)
+        ma, mb = metrics(a), metrics(b)
+        if paired.can_pair(ma, mb):  # the same test examples, each model's outcome on each: McNemar
+            c = paired.compare(ma["correct"], mb["correct"])
+            lines.append(f"| {a} | {b} | {c.difference:+.3f} [{c.low:+.3f}, {c.high:+.3f}] (paired; McNemar p = "
+                         f"{c.p_value:.3g}, {c.a_only} vs {c.b_only} discordant) | {c.reading()} |")
+            continue
+        (pa, na), (pb, nb) = (ma["accuracy"], ma["n_test"]), (mb["accuracy"], mb["n_test"])
         lo, hi = newcombe(pa, na, pb, nb)
         word = "higher" if lo > 0 else "lower" if hi < 0 else "cannot be resolved"
         lines.append(f"| {a} | {b} | {pa - pb:+.3f} [{lo:+.3f}, {hi:+.3f}] | {word} |")

@@ -179,16 +179,23 @@ def classifier_logits(model, tokenizer, texts: list[str], batch_size: int = 64, 
 def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_len: int = 64) -> float:
     """Fraction of examples whose correct label word has the larger first-token logit (causal LM) or
     whose correct class has the larger logit (classifier)."""
+    right = outcomes(model, tokenizer, examples, batch_size, max_len)
+    return sum(right) / len(examples)
+
+
+def outcomes(model, tokenizer, examples: list[dict], batch_size: int = 64, max_len: int = 64) -> list[bool]:
+    """Per example, in order: whether the model predicts its label (what :func:`accuracy` averages; the report keeps
+    it for paired comparisons, dpaudit/paired.py)."""
     from dpaudit.tasks.models import is_classifier
 
     if is_classifier(model):
         pred = classifier_logits(model, tokenizer, [e["sentence"] for e in examples], batch_size, max_len).argmax(-1)
-        return float((pred == torch.tensor([e["label"] for e in examples], device=pred.device)).float().mean())
+        return (pred == torch.tensor([e["label"] for e in examples], device=pred.device)).tolist()
     device = model_device(model)
     label_ids = torch.tensor(label_token_ids(tokenizer), device=device)
     bos = bos_id(tokenizer)
     model.eval()
-    correct = 0
+    correct: list[bool] = []
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
         seqs = [[bos] + tokenizer(TEMPLATE.format(sentence=e["sentence"]), add_special_tokens=False
@@ -198,15 +205,19 @@ def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_l
         last = mask.sum(1) - 1
         scores = logits[torch.arange(len(seqs), device=device), last][:, label_ids]
         pred = scores.argmax(-1)
-        correct += int((pred == torch.tensor([e["label"] for e in chunk], device=device)).sum())
-    return correct / len(examples)
+        correct += (pred == torch.tensor([e["label"] for e in chunk], device=device)).tolist()
+    return correct
 
 
 def metrics(model, tokenizer, test: list[dict], batch_size: int = 64, max_len: int = 64) -> dict:
     """Accuracy, and beside it the constant predictor's (the majority label of the test set): a DP model at that
-    number has learnt nothing."""
-    return {"accuracy": accuracy(model, tokenizer, test, batch_size, max_len), "n_test": len(test), "task": "sentiment",
-            "constant_predictor_accuracy": majority_accuracy(test)}
+    number has learnt nothing. ``correct`` (one 0/1 per test example, in order) and ``test_fingerprint`` let two
+    models evaluated on the same examples be compared paired (dpaudit/paired.py)."""
+    right = outcomes(model, tokenizer, test, batch_size, max_len)
+    return {"accuracy": sum(right) / len(test), "n_test": len(test), "task": "sentiment",
+            "constant_predictor_accuracy": majority_accuracy(test),
+            "correct": "".join("1" if r else "0" for r in right),
+            "test_fingerprint": fingerprint(f"{ex['label']}\t{ex['sentence']}" for ex in test)}
 
 
 def majority_accuracy(examples: list[dict]) -> float:

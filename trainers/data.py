@@ -129,13 +129,44 @@ def parts(tensors, cap: int | None):
 
 class UserBatches:
     """Per-user tensors and the user sampler: each step draws every user independently with probability q
-    (Poisson sampling of users, which is what the accountants assume)."""
+    (Poisson sampling of users, which is what the accountants assume).
 
-    def __init__(self, records_by_user: dict[str, list[dict]], pad_id: int, max_len: int, q: float, seed: int):
+    ``per_step = k`` (Chua et al., Alg. 2): what a sampled user contributes is drawn anew at every step from
+    everything the user has, from its own seeded stream ``pick``: k of its records uniformly without replacement
+    (all of them when it has at most k), or, with ``streams`` (a user's records' tokens concatenated, the paper's
+    Random Chunk), k windows of ``max_len`` tokens at uniform offsets, which may cross record boundaries. Without
+    ``per_step`` every user contributes the records it was given, at every step."""
+
+    def __init__(self, records_by_user: dict[str, list[dict]], pad_id: int, max_len: int, q: float, seed: int,
+                 per_step: int | None = None, streams: dict[str, list[int]] | None = None):
         self.users = sorted(records_by_user)
-        self.data = {u: collate(records_by_user[u], pad_id, max_len).tensors for u in self.users}
+        self.pad_id, self.max_len, self.per_step, self.streams = pad_id, max_len, per_step, streams
+        self.pool = records_by_user
+        self.data = ({u: collate(records_by_user[u], pad_id, max_len).tensors for u in self.users}
+                     if per_step is None else {})
         self.q = q
         self.rng = np.random.default_rng([seed, 5150])
+        self.pick = np.random.default_rng([seed, 6170])  # per-step record draws (a stream of its own)
+
+    def draw(self, user: str) -> list[dict]:
+        """The records ``user`` contributes at this step (per_step mode)."""
+        k = self.per_step
+        if self.streams is not None:
+            s, L = self.streams[user], self.max_len
+            if len(s) <= L:
+                starts = [0]
+            else:
+                starts = sorted(int(a) for a in self.pick.integers(0, len(s) - L + 1, size=k))
+            return [{"input_ids": s[a:a + L], "targets": [-100] + s[a + 1:a + L]} for a in starts]
+        recs = self.pool[user]
+        if len(recs) <= k:
+            return list(recs)
+        return [recs[i] for i in sorted(self.pick.choice(len(recs), k, replace=False))]
+
+    def _tensors(self, sampled: list[str]) -> dict[str, tuple]:
+        if self.per_step is None:
+            return self.data
+        return {u: collate(self.draw(u), self.pad_id, self.max_len).tensors for u in sampled}
 
     def __iter__(self) -> Iterator[list[str]]:
         U = len(self.users)
@@ -146,9 +177,10 @@ class UserBatches:
         """(ids, mask, targets, owner index, weight) of the sampled users' records; a record's weight is
         1 / (its owner's records), divided by the number of sampled users when ``mean_over_users``."""
         S = len(sampled) if mean_over_users else 1
-        ids = torch.cat([self.data[u][0] for u in sampled])
-        mask = torch.cat([self.data[u][1] for u in sampled])
-        tgt = torch.cat([self.data[u][2] for u in sampled])
-        owner = torch.cat([torch.full((self.data[u][0].size(0),), j) for j, u in enumerate(sampled)])
-        w = torch.cat([torch.full((self.data[u][0].size(0),), 1.0 / (self.data[u][0].size(0) * S)) for u in sampled])
+        data = self._tensors(sampled)
+        ids = torch.cat([data[u][0] for u in sampled])
+        mask = torch.cat([data[u][1] for u in sampled])
+        tgt = torch.cat([data[u][2] for u in sampled])
+        owner = torch.cat([torch.full((data[u][0].size(0),), j) for j, u in enumerate(sampled)])
+        w = torch.cat([torch.full((data[u][0].size(0),), 1.0 / (data[u][0].size(0) * S)) for u in sampled])
         return ids, mask, tgt, owner, w

@@ -1,4 +1,4 @@
-"""DP-FROST (Shi et al.): privately choose which partitions to train, then DP-Adam on them only.
+"""DP-FROST (Hong et al.): privately choose which partitions to train, then DP-Adam on them only.
 
 Axes of the shared engine: unit = record; parameters = the selected partitions (the mask is the
 trainable-parameter axis, :func:`dpaudit.trainers.trainable.select`), plus a new task head, always trained

@@ -274,13 +274,16 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
 
 
 def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: EngineConfig, pad_id: int,
-                max_len: int, *, noise=None, snapshots=None) -> tuple[nn.Module, TrainResult]:
+                max_len: int, *, noise=None, snapshots=None, per_step: int | None = None,
+                streams: dict[str, list[int]] | None = None) -> tuple[nn.Module, TrainResult]:
     """User-wise DP-SGD (Chua et al., Alg. 2): the privacy unit is the user.
 
     Users are Poisson-sampled at rate q = B / U (B = ``cfg.batch_size`` expected users); a sampled
     user's gradient is the mean of its records' gradients; it is clipped to C as one unit; the clipped
     user gradients are summed, noise sigma*C is added once, and the sum is divided by B.
     ``target_epsilon = inf`` trains the same loop without clipping or noise (mean over sampled users).
+    ``per_step = k``: a sampled user's records (or, with ``streams``, chunks of its concatenated tokens) are
+    drawn anew at every step, k of them (Chua et al., Alg. 2; data.UserBatches); else every given record counts.
     """
     users = sorted(records_by_user)
     if not users:
@@ -308,14 +311,14 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     else:
         module = model
     module.train()
-    batches = data_seam.UserBatches(records_by_user, pad_id, max_len, q, mseed)
+    batches = data_seam.UserBatches(records_by_user, pad_id, max_len, q, mseed, per_step=per_step, streams=streams)
     canaries = _canaries(cfg, opt, params, q, B, private=cfg.private)  # extra USERS: one clipped unit each
     stats = ClipStats(cfg.clipping_norm) if cfg.private else None
     t0 = time.time()
     step = UserStep(module, batches, params, cfg.private, cfg.max_physical_batch_size or 64)
     gens = {"noise": opt.generator} if cfg.private else {}
     start, so_far, after, resumed = _resumable(
-        snapshots, RunParts(module, opt, gens, {"users": batches.rng}, canaries, stats,
+        snapshots, RunParts(module, opt, gens, {"users": batches.rng, "records": batches.pick}, canaries, stats,
                             _gaussian_ledger(q, sigma) if cfg.private else (lambda t: [])), steps)
     losses = loop.run(module, opt, batches, step, steps, stats=stats,
                       desc="user DP train" if cfg.private else "user train", start=start, losses=so_far,

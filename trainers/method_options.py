@@ -40,7 +40,7 @@ def _in(section: str, key: str, v, lo: float, hi: float, lo_open: bool, hi_open:
 
 @dataclass(frozen=True)
 class FrostOptions:
-    """DP-FROST (Shi et al. defaults)."""
+    """DP-FROST (Hong et al. defaults)."""
 
     gamma: float = 0.25  # parameter budget: this fraction of all parameters
     selection: str = "psel"  # psel (T rounds) | single (one round) | random | pval (data-independent)

@@ -1,4 +1,4 @@
-"""DP-FROST's partitions of the parameters (Shi et al., §4.3): the units its selection phase chooses among.
+"""DP-FROST's partitions of the parameters (Hong et al., §4.3): the units its selection phase chooses among.
 
 The paper defines a partition as one weight matrix together with its bias and leaves the other parameter
 kinds open. The rule here, one partition per module that owns parameters directly:

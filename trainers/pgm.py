@@ -1,4 +1,4 @@
-"""Partition-wise gradient magnitudes (PGMs), DP-FROST's selection scores (Shi et al., Def. 6-9, Lemma 3).
+"""Partition-wise gradient magnitudes (PGMs), DP-FROST's selection scores (Hong et al., Def. 6-9, Lemma 3).
 
 For a set R of partitions (the ones not selected yet), per-example gradients g_P(x) and norm order alpha:
 

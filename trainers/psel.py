@@ -1,4 +1,4 @@
-"""DP-FROST's private selection of partitions: PSEL over T rounds with the PGM-EST estimate (Shi et al., §4.5,
+"""DP-FROST's private selection of partitions: PSEL over T rounds with the PGM-EST estimate (Hong et al., §4.5,
 App. A Lemmas 4-6, App. C Alg. 4-5), and the data-independent baselines.
 
 Round t draws a Poisson sample at rate q_ps, computes the PGMs of the partitions not selected yet (R) and

@@ -1,8 +1,11 @@
 """User-level DP fine-tuning (Chua et al. 2024), two ways on the shared engine:
 
-* ``user_dp_sgd`` — unit = user: users Poisson-sampled, each user's gradient is the mean over its (at
-  most k) selected records, clipped per user, Gaussian noise (:func:`engine.train_users`).
-* ``group_privacy`` — unit = record on the capped data (each user keeps at most k records), calibrated
+* ``user_dp_sgd`` — unit = user: users Poisson-sampled, each user's gradient is the mean over k of its
+  records drawn at that step (or k random chunks of its concatenated text: ``selection = "random_chunk"``;
+  Alg. 2; ``user_sampling = "fixed"``: at most k records chosen once), clipped per user, Gaussian noise
+  (:func:`engine.train_users`).
+* ``group_privacy`` — unit = record on the capped data (each user exactly k records, users with fewer
+  resampled up to k as in Alg. 1; ``user_sampling = "fixed"``: at most k, no resampling), calibrated
   to the record-level (eps/k, delta') whose group-of-k conversion is the user-level (eps, delta)
   (:func:`dpaudit.accounting.group.record_level_target`). The card claims the user-level guarantee and
   records the record-level one.
@@ -21,6 +24,7 @@ from dpaudit.accounting import group
 from dpaudit.canaries import Manifest
 from dpaudit.tasks import userlm
 from dpaudit.tasks.sentiment import encode_text
+from dpaudit.tokens import frame_text
 from dpaudit.trainers import engine
 from dpaudit.trainers import fit as common
 
@@ -32,19 +36,52 @@ def capped_users(data: userlm.UserData, manifest: Manifest, k: int, selection: s
     return userlm.select(by_user, k, selection, seed, model=model, tok=tok, max_len=max_len)
 
 
+def per_step_draws(tc) -> bool:
+    """Whether user-wise DP-SGD draws each sampled user's k records (or chunks) anew at every step (Alg. 2): the
+    paper's sampling with a random selection; a deterministic selection (longest, ...) draws the same k each time."""
+    return tc.user_sampling == "paper" and tc.method == "user_dp_sgd" and tc.selection in ("random", "random_chunk")
+
+
+def pad_to_k(capped: dict[str, list[str]], k: int, seed: int) -> dict[str, list[str]]:
+    """Group privacy as Chua et al. prepare its data (Alg. 1, §6): a user with fewer than k records gets records of
+    its own resampled (uniformly, with replacement) up to k, so every user contributes exactly k."""
+    rng = np.random.default_rng([seed, 23])
+    out = {}
+    for u in sorted(capped):
+        recs = list(capped[u])
+        if len(recs) < k:
+            recs += [recs[i] for i in rng.integers(0, len(recs), size=k - len(recs))]
+        out[u] = recs
+    return out
+
+
 def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path,
         snapshots=None) -> Path:
     tc, eng = variant.trainer, common.engine_config(variant)
     model, tok = common.base_model(cfg, eng, manifest)
     base_for_selection = model if tc.selection in ("high_ppl", "low_ppl") else None
-    capped = capped_users(data, manifest, tc.user_cap, tc.selection, eng.seed, base_for_selection, tok,
-                          cfg.model.max_len)
+    per_step = per_step_draws(tc)
+    streams = None
+    if per_step:  # every record of every user stays available; k are drawn at each step
+        capped = data.by_user()
+        capped.update(manifest.training_users())
+        if tc.selection == "random_chunk":
+            streams = {u: [t for text in texts for t in frame_text(tok, text)] for u, texts in capped.items()}
+    else:
+        capped = capped_users(data, manifest, tc.user_cap, tc.selection, eng.seed, base_for_selection, tok,
+                              cfg.model.max_len)
+        if tc.user_sampling == "paper" and tc.method == "group_privacy":
+            capped = pad_to_k(capped, tc.user_cap, eng.seed)
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = {u: [encode_text(t, tok, cfg.model.max_len) for t in texts] for u, texts in capped.items()}
     n_records = sum(len(v) for v in records.values())
-    extra: dict = {"user_cap": tc.user_cap, "selection": tc.selection, "n_users": len(records)}
+    extra: dict = {"user_cap": tc.user_cap, "selection": tc.selection, "n_users": len(records),
+                   "user_sampling": tc.user_sampling,
+                   "records_per_step": (f"{tc.user_cap} {'chunks' if streams else 'records'} of each sampled user, "
+                                        "drawn at every step" if per_step else "the user's records chosen once")}
     if tc.method == "user_dp_sgd" or not eng.private:
-        model, res = engine.train_users(model, records, eng, tok.pad_token_id, cfg.model.max_len, snapshots=snapshots)
+        model, res = engine.train_users(model, records, eng, tok.pad_token_id, cfg.model.max_len, snapshots=snapshots,
+                                        per_step=tc.user_cap if per_step else None, streams=streams)
         user_eps, user_delta, events, grp = res.epsilon, res.delta, res.events, 1
         q_desc = "users"
     else:
@@ -66,6 +103,7 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path,
                                extra={**extra, "sampled": q_desc, "n_records": n_records})
     run = common.run_record(cfg, variant, eng, res, data,
                             {"method": tc.method, "trainable": tc.trainable, "user_cap": tc.user_cap,
-                             "selection": tc.selection},
-                            {"n_users": len(records), "n_records_after_cap": n_records})
+                             "selection": tc.selection, "user_sampling": tc.user_sampling},
+                            {"n_users": len(records),
+                             "n_records_available" if per_step else "n_records_after_cap": n_records})
     return common.write(out, model, tok, card, manifest, run, res, tc, base)
