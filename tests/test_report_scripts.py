@@ -215,3 +215,46 @@ def test_probe_bug_table_is_what_its_runs_print():
     table = mod.table(rows)
     assert (folder / "table.md").read_text() == table
     assert table.strip() in (folder / "README.md").read_text()
+
+
+def _numbers(text: str) -> set[str]:
+    """Decimal numbers of a text, signs normalised (− to -, a leading + dropped)."""
+    text = text.replace("−", "-").replace("\u2009", " ")
+    return {m.group(0).lstrip("+") for m in re.finditer(r"[-+]?\d+\.\d+", text)}
+
+
+def test_every_number_of_a_reproduction_row_is_in_its_report():
+    """docs/reproductions.md summarises each report in one table row: every decimal number in that row must appear
+    in the report's README or rows file (which the tests above tie to report.json), so a headline cannot drift
+    from the runs behind it."""
+    doc = (ROOT / "docs" / "reproductions.md").read_text()
+    checked = 0
+    for row in doc.splitlines():
+        m = re.match(r"\| \[(\w+)\]\(\.\./reports/(\w+)/README\.md\)", row)
+        if not m:
+            continue
+        have = set()
+        for linked in re.findall(r"\.\./reports/(\w+)/README\.md", row):  # the row's report and any it links
+            for name in ("README.md", "rows.md", "rows.txt"):
+                if (REPORTS / linked / name).exists():
+                    have |= _numbers((REPORTS / linked / name).read_text())
+        cells = "|".join(row.split("|")[3:])  # the paper's own numbers (column 2) come from the paper, not the report
+        cells = re.sub(r"\(paper[^)]*\)|paper: [-\d.]+", "", cells)  # nor do those quoted as the paper's
+        missing = sorted(_numbers(cells) - have)
+        assert not missing, f"{m.group(2)}: {missing} in docs/reproductions.md are not in its report"
+        checked += 1
+    assert checked >= 5
+
+
+def test_the_claim_counts_quoted_are_the_what_was_tested_table():
+    """The counts docs/reproductions.md quotes from reports/what_was_tested are that table's rows, counted."""
+    table = (REPORTS / "what_was_tested" / "README.md").read_text()
+    rows = [r.split("|") for r in table.splitlines() if r.startswith("| ") and not r.startswith(("| report", "|---"))]
+    claims = len(rows)
+    verified = sum(r[3].strip() == "verified" for r in rows)
+    not_refuted = sum(r[-2].strip() == "`not-refuted`" for r in rows)
+    doc = (ROOT / "docs" / "reproductions.md").read_text()
+    m = re.search(r"of its (\d+) claims the accountants verify (\d+).*?(\d+) audits could not reach their claim", doc,
+                  flags=re.S)
+    assert m, "docs/reproductions.md must quote what_was_tested's counts"
+    assert tuple(map(int, m.groups())) == (claims, verified, not_refuted)
