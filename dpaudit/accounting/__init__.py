@@ -111,7 +111,20 @@ def _interval(events: tuple, delta: float, accountant: str, relation: str, datas
     """:func:`interval` of immutable events, computed once per process: a card is often accounted twice in one
     run (``dpaudit account --card`` then ``evaluate``; every variant of ``dpaudit run``), and a PLD pass at a
     fine discretisation costs seconds. NotApplicable is raised again on every call (exceptions are not cached)."""
-    lo, hi, detail = _backend(accountant).interval(list(events), delta, relation, dataset_size)
+    from dpaudit.accounting import disk_cache
+
+    k = disk_cache.key(accountant, _BACKENDS[accountant], events, delta, relation, dataset_size)
+    hit = disk_cache.get(k)
+    if hit is not None:  # the same mechanism, code and libraries: the stored answer (accounting/disk_cache.py)
+        if "not_applicable" in hit:
+            raise NotApplicable(hit["not_applicable"])
+        return AccountingResult(accountant, hit["upper"], delta, hit["lower"], relation, hit.get("detail", ""))
+    try:
+        lo, hi, detail = _backend(accountant).interval(list(events), delta, relation, dataset_size)
+    except NotApplicable as e:
+        disk_cache.put(k, {"not_applicable": str(e)})
+        raise
+    disk_cache.put(k, {"lower": lo, "upper": hi, "detail": detail})
     return AccountingResult(accountant, hi, delta, lo, relation, detail)
 
 
