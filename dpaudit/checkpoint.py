@@ -22,7 +22,7 @@ from pathlib import Path
 from dpaudit.canaries import Manifest, load_manifest
 from dpaudit.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
-from dpaudit.io import jsonable, read_json, staged_folder
+from dpaudit.io import check_contained, jsonable, read_json, staged_folder
 
 
 def content_hash(root: Path, files, skip=lambda f: False) -> str:
@@ -98,8 +98,22 @@ class Checkpoint:
         if self.path is None:
             return _object_hash(hashlib.sha256(), self)
         files = self.path.rglob("*") if self.model_dir != self.path else self.path.glob("*")
-        return content_hash(self.path, files, skip=lambda f: f.name == "run.json"
-                            or f.name.startswith("gradient_canaries"))
+        own = content_hash(self.path, files, skip=lambda f: f.name == "run.json"
+                           or f.name.startswith("gradient_canaries"))
+        base = self.outside_base()
+        if base is None:
+            return own
+        # an adapter on a base outside the folder: the base's bytes are part of what was audited
+        return hashlib.sha256(f"{own}+base:{content_hash(base, base.glob('*'))}".encode()).hexdigest()[:16]
+
+    def outside_base(self) -> Path | None:
+        """The folder of an adapter's base model when it is outside the checkpoint (named by adapter_config.json's
+        base_model_name_or_path); the report records it and the hash covers it. None otherwise."""
+        if self.path is None or not (self.model_dir / "adapter_config.json").exists():
+            return None
+        base = self.adapter_base().resolve()
+        root = self.path.resolve()
+        return None if base == root or root in base.parents else base
 
 
 def _object_hash(h, ck: Checkpoint) -> str:
@@ -121,6 +135,7 @@ def load(path: Path) -> Checkpoint:
     if not ((path / "model").is_dir() or (path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
         raise DpauditError(f"checkpoint {path} has no model/ folder and no model files (config.json or "
                            "adapter_config.json) at its root; save the model with save_pretrained")
+    check_contained(path, "checkpoint")  # no symlink out of it, no FIFO: the report describes what it ships
     card = load_card(path / "privacy_card.json")
     manifest = load_manifest(path / "canaries.json")
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}

@@ -166,3 +166,48 @@ class atomic_folder:
             os.replace(f, dest)
         self.tmp.rmdir()
         return False
+
+
+def contained(root: Path, name, what: str) -> Path:
+    """``root / name`` where it resolves inside ``root`` and is a regular file: a record's reference to another
+    file of its folder may not leave it (an absolute path, ``..``, a symlink out) nor name a FIFO or device."""
+    root = Path(root)
+    p = root / str(name)
+    try:
+        real, base = p.resolve(), root.resolve()
+    except (OSError, RuntimeError) as e:
+        raise DpauditError(f"{what} {name!r}: cannot resolve it ({e}); keep the file inside {root}") from None
+    if base != real and base not in real.parents:
+        raise DpauditError(f"{what} {name!r} points outside {root}; the evidence must be inside the folder it "
+                           "belongs to: copy the file there and name it relative to the folder")
+    if not real.is_file():
+        raise DpauditError(f"{what} {name!r} is not a regular file in {root}; restore the file")
+    return real
+
+
+def check_contained(root: Path, what: str) -> None:
+    """Every entry under ``root``: a symlink must resolve inside ``root``, and nothing may be a FIFO, socket or
+    device: what is audited is what the folder ships (docs/security.md)."""
+    import os
+    import stat
+
+    base = Path(root).resolve()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    real = p.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    raise DpauditError(f"{what} {root}: {p.relative_to(root)} is a broken or looping symlink; "
+                                       "replace it by the file itself") from None
+                if real != base and base not in real.parents:
+                    raise DpauditError(f"{what} {root}: {p.relative_to(root)} is a symlink to {real}, outside the "
+                                       "folder; what is audited must be what the folder ships: copy the file in")
+            elif not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                raise DpauditError(f"{what} {root}: {p.relative_to(root)} is not a regular file (a FIFO, socket or "
+                                   "device); remove it")

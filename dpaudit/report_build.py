@@ -70,8 +70,12 @@ def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: d
     (:class:`dpaudit.evidence.Evidence`) and the judge's ``verdict``."""
     man, plan = ck.manifest, ev.plan
     content_hash = ck.hash()
+    top = head(ck.path, content_hash, ck.run.get("variant"), ck.card)
+    base = ck.outside_base() if ck.path is not None else None
+    if base is not None:  # an adapter's base outside the folder: recorded, and in the hash
+        top["checkpoint"]["base_model"] = str(base)
     return {
-        **head(ck.path, content_hash, ck.run.get("variant"), ck.card),
+        **top,
         "accounting": acct,
         "empirical": ev.empirical + ev.record_rows,
         "empirical_best": ev.best,

@@ -15,6 +15,7 @@ import numpy as np
 
 from dpaudit import progress
 from dpaudit.errors import DpauditError, first_line
+from dpaudit.io import contained
 from dpaudit.tokens import model_device
 
 
@@ -276,7 +277,8 @@ def _read_whitebox(f: Path, audited=None) -> dict:
     if llr.shape != scores.shape or not np.isfinite(llr).all():
         raise DpauditError(f"{f}: 'online.llr' must be one finite number per canary; the file is damaged")
     if d.get("steps_file"):
-        d["steps_array"] = _read_steps(f.parent / d["steps_file"], signs.size, scores)
+        d["steps_array"] = _read_steps(contained(f.parent, d["steps_file"], f"{f.name}: steps_file"), signs.size,
+                                       scores)
     from dpaudit.audit.mechanism import NONE
 
     chosen, stat, params = whitebox_lr.scores(d, audited or NONE)
@@ -296,8 +298,19 @@ def _read_whitebox(f: Path, audited=None) -> dict:
 
 
 def _read_steps(f: Path, m: int, sums: np.ndarray) -> np.ndarray:
-    """The (steps, m) per-step projections; they must add up to the recorded sums."""
+    """The (steps, m) per-step projections; they must add up to the recorded sums. The .npy header's shape and
+    dtype are checked against m and the file's size before anything is allocated."""
     try:
+        with open(f, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(fh)
+            offset = fh.tell()
+        need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if len(shape) != 2 or shape[1] != m or dtype.kind != "f" or need != f.stat().st_size - offset:
+            raise DpauditError(f"{f}: per-step projections must be a float (steps, {m}) array filling the file, "
+                               f"the header declares {dtype} {shape} ({need:,} bytes) in {f.stat().st_size:,}; "
+                               "the file is damaged or from another run")
         a = np.load(f, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise DpauditError(f"{f}: cannot read the per-step canary projections ({e}); restore the file or drop "

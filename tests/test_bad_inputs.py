@@ -5,6 +5,7 @@ suite; the 60 s guard catches a slow path, it is not a performance target)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -164,7 +165,50 @@ def _unknown_model_type(ck):
     _mut_json(ck / "model" / "config.json", lambda d: d.update(model_type="no-such-architecture"))
 
 
+def _symlink_out(rel):
+    """``rel`` inside the checkpoint replaced by a symlink to a copy outside it (another model could sit there)."""
+    def damage(ck):
+        src = ck / rel
+        outside = ck.parent / "elsewhere" / rel
+        outside.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(src), str(outside))
+        src.symlink_to(outside.resolve(), target_is_directory=outside.is_dir())
+    return damage
+
+
+def _fifo(rel):
+    return lambda ck: os.mkfifo(ck / rel)
+
+
+def _steps_file(name, make=None):
+    """A white-box record whose steps_file is ``name``; ``make(ck)`` first creates what it names."""
+    def damage(ck):
+        if make is not None:
+            make(ck)
+        m = 20
+        (ck / "gradient_canaries.json").write_text(json.dumps(
+            {"kind": "dirac", "signs": [1, -1] * (m // 2), "scores": [0.0] * m, "steps_file": name}))
+    return damage
+
+
+def _npy_header_only(ck):
+    """A .npy whose header declares a (10^12, 20) float64 array (160 TB) over a few bytes."""
+    import numpy as np
+
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f8")), "fortran_order": False, "shape": (10 ** 12, 20)}
+    with open(ck / "steps.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        f.write(b"\x00" * 64)
+
+
 EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate options, needle)
+    ("weights a symlink out of the checkpoint", _symlink_out("model/model.safetensors"), [], "outside the folder"),
+    ("model folder a symlink out of the checkpoint", _symlink_out("model"), [], "outside the folder"),
+    ("a FIFO in the checkpoint", _fifo("model/pipe"), [], "not a regular file"),
+    ("steps_file an absolute path outside", _steps_file("/etc/hostname"), [], "points outside"),
+    ("steps_file climbing out", _steps_file("../report/report.json"), [], "points outside"),
+    ("steps_file naming no file", _steps_file("missing.npy"), [], "not a regular file"),
+    (".npy header declaring 160 TB", _steps_file("steps.npy", _npy_header_only), [], "header declares"),
     ("auto_map in config", _auto_map, [], "auto_map"),
     ("python file beside the weights", _py_file, [], "never runs checkpoint code"),
     ("auto_map in tokenizer config", _tok_auto_map, [], "auto_map"),

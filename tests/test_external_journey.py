@@ -190,6 +190,16 @@ def test_lora_adapter_folder_with_local_base(trained, tmp_path):
     assert cfg["base_model_name_or_path"] == str(base_dir)
     r = _evaluate(tmp_path / "adapter", tmp_path / "adapter-report")
     assert "reference" in r["attacks"]  # the adapter's local base calibrates the reference attack
+    # the base outside the folder is recorded, and its bytes are part of the hash: another base, another hash
+    from dpaudit import checkpoint
+
+    assert r["checkpoint"]["base_model"] == str(base_dir.resolve())
+    assert checkpoint.load(tmp_path / "adapter").hash() == r["checkpoint"]["hash"]
+    other = _model(tok)
+    with torch.no_grad():
+        next(other.parameters()).add_(0.01)
+    other.save_pretrained(base_dir)
+    assert checkpoint.load(tmp_path / "adapter").hash() != r["checkpoint"]["hash"]
     cfg["base_model_name_or_path"] = "some-org/not-here"
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(cfg))
     assert main(["evaluate", str(tmp_path / "adapter"), "--out", str(tmp_path / "x"), "--quiet"]) == 2
