@@ -15,7 +15,7 @@ import click
 
 from dpaudit import options
 from dpaudit.errors import DpauditError, first_line
-from dpaudit.io import check_out
+from dpaudit.io import check_out, printable
 
 
 def _command_line() -> str:
@@ -102,7 +102,7 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
     if not distributed.is_main():
         return
     for name, r in reports.items():
-        click.echo(f"{name}: {r['verdict']['status']}: {r['verdict']['reason']}")
+        click.echo(printable(f"{name}: {r['verdict']['status']}: {r['verdict']['reason']}"))
     click.echo(f"report: {Path(out) / 'REPORT.md'}")
 
 
@@ -184,7 +184,7 @@ def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit,
 
 
 def _done(r: dict, out: Path) -> None:
-    click.echo(f"{r['verdict']['status']}: {r['verdict']['reason']}")
+    click.echo(printable(f"{r['verdict']['status']}: {r['verdict']['reason']}"))
     click.echo(f"report: {Path(out) / 'REPORT.md'}")
 
 
@@ -228,13 +228,13 @@ def check(report_json, policy):
     p = pol.load_policy(policy)
     r = pol.load_report(report_json)
     fails = pol.check_any(r, p)
-    for f in fails:
-        click.echo(f"FAIL {f}")
+    for f in fails:  # strings from the report are escaped: a report cannot print lines of its own
+        click.echo(f"FAIL {printable(f)}")
     if fails:
         raise SystemExit(1)
-    click.echo(f"ok: {report_json} satisfies the policy")
+    click.echo(f"ok: {printable(report_json)} satisfies the policy")
     for line in pol.summaries(r):
-        click.echo(f"  {line}")
+        click.echo(f"  {printable(line)}")
 
 
 from dpaudit.cli_account import account, card_cmd  # noqa: E402
@@ -255,7 +255,7 @@ def main(argv=None) -> int:
     try:
         cli.main(args=argv, standalone_mode=False)
     except DpauditError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {printable(e)}", err=True)  # a name read from a file cannot break the one line
         return 2
     except click.exceptions.Abort:
         return 130

@@ -47,6 +47,6 @@ def budget(deployment, as_json):
 
     if not is_deployment(deployment):
         raise DpauditError(f"{deployment} is not a PMixED deployment (pmixed.json missing)")
-    s = Ledger(deployment).state()
+    s = Ledger.of_deployment(deployment).state()
     s["left"] = max(0, s["queries"] - s["spent"])
     click.echo(json.dumps(s) if as_json else f"{s['spent']} of T = {s['queries']} queries spent, {s['left']} left")

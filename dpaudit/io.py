@@ -211,3 +211,17 @@ def check_contained(root: Path, what: str) -> None:
             elif not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
                 raise DpauditError(f"{what} {root}: {p.relative_to(root)} is not a regular file (a FIFO, socket or "
                                    "device); remove it")
+
+
+def printable(text) -> str:
+    """``text`` safe to print on one terminal line: control characters (ANSI escapes, line breaks, carriage
+    returns, C1 codes) shown as escapes, so a string read from a report or checkpoint cannot print lines of its
+    own (a fake "ok" or "FAIL") or drive the terminal."""
+    out = []
+    for ch in str(text):
+        o = ord(ch)
+        if o < 32 or o == 127 or 0x80 <= o < 0xA0 or ch in "\u2028\u2029":
+            out.append(repr(ch)[1:-1] if ch in "\n\r\t" else f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)

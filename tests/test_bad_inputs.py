@@ -617,3 +617,17 @@ def test_staged_folder_replaces_whole_or_leaves_the_target_as_it_was(tmp_path, e
     with staged_folder(dest) as stage:
         (stage / "newer.json").write_text("newer")
     assert sorted(p.name for p in dest.iterdir()) == ["newer.json"] and len(list(tmp_path.iterdir())) == 1
+
+
+def test_check_escapes_what_it_prints_from_a_report(work, capsys):
+    """A report's strings cannot print lines of their own or drive the terminal (ANSI escapes, line breaks)."""
+    from dpaudit.io import printable
+
+    assert printable("a\nok: fake\x1b[32m\r\u2028") == "a\\nok: fake\\x1b[32m\\r\\u2028"
+    r = json.loads((work / "report" / "report.json").read_text())
+    r["checkpoint"]["variant"] = "v\nok: every claim verified\x1b[2J"
+    (work / "report" / "report.json").write_text(json.dumps(r))
+    capsys.readouterr()
+    code = main(["check", str(work / "report" / "report.json")])
+    out = capsys.readouterr().out
+    assert code in (0, 1) and "\x1b" not in out and "\nok: every claim verified" not in out

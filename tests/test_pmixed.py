@@ -177,6 +177,23 @@ def test_ledger_refuses_query_T_plus_one_and_spends_nothing_then(tmp_path):
         led.reserve(1)
 
 
+def test_a_ledger_edited_to_a_larger_budget_is_refused(tmp_path):
+    """The budget is the deployment's T (pmixed.json); a ledger raised by an edit answers nothing."""
+    import json
+
+    (tmp_path / "pmixed.json").write_text(json.dumps({"schema_version": 1, "spec": {"queries": 100}}))
+    Ledger.create(tmp_path, 100)
+    led = Ledger.of_deployment(tmp_path)
+    assert led.budget == 100 and led.remaining == 100
+    led.reserve(100)
+    (tmp_path / "ledger.json").write_text(json.dumps({"queries": 105, "spent": 100}))
+    with pytest.raises(DpauditError, match="budget T = 105 is not the deployment's T = 100"):
+        Ledger.of_deployment(tmp_path).reserve(1)
+    from dpaudit.cli import main
+
+    assert main(["pmixed", "budget", str(tmp_path)]) == 2
+
+
 def _spend(folder, n):
     ok = 0
     for _ in range(n):

@@ -72,7 +72,7 @@ class Deployment:
     def __init__(self, path: Path, spec: PMixedSpec, model, tokenizer, adapters: list[str], device):
         self.path, self.spec, self.model, self.tokenizer, self.adapters = Path(path), spec, model, tokenizer, adapters
         self.device = device
-        self.ledger = Ledger(self.path)
+        self.ledger = Ledger(self.path, spec.queries)  # T from pmixed.json, never from the ledger file
 
     @classmethod
     def load(cls, path: Path, device: str | None = None) -> Deployment:
@@ -91,7 +91,7 @@ class Deployment:
         for a in adapters:
             if not (path / a / "adapter_config.json").is_file():
                 raise DpauditError(f"{path}: adapter {a} is missing; the deployment is incomplete (retrain it)")
-        Ledger(path).state()  # a deployment without a readable ledger answers nothing
+        Ledger(path, spec.queries).state()  # no readable ledger, or one whose T is not pmixed.json's: no answers
         from dpaudit.tasks import models
 
         base, tok = models.load_dir(path / "base_model")

@@ -44,9 +44,24 @@ def _write(path: Path, state: dict) -> None:
 
 
 class Ledger:
-    def __init__(self, folder: Path):
+    """``budget``: the deployment's T as its pmixed.json states it. The budget lives there, in one place: the
+    ledger's own ``queries`` must equal it (an edited ledger is refused), so no file edit raises T."""
+
+    def __init__(self, folder: Path, budget: int | None = None):
         self.folder = Path(folder)
         self.path = self.folder / LEDGER
+        self.budget = budget
+
+    @classmethod
+    def of_deployment(cls, folder: Path) -> Ledger:
+        """The ledger of the deployment in ``folder``, bound to the T of its pmixed.json."""
+        from dpaudit.io import read_json
+
+        d = read_json(Path(folder) / "pmixed.json", "PMixED deployment", "")
+        t = (d.get("spec") or {}).get("queries") if isinstance(d.get("spec"), dict) else None
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+            raise DpauditError(f"{folder}/pmixed.json: spec.queries (T) must be an integer >= 1, got {t!r}")
+        return cls(folder, t)
 
     @classmethod
     def create(cls, folder: Path, queries: int) -> Ledger:
@@ -67,6 +82,9 @@ class Ledger:
             raise DpauditError(f"{self.path}: corrupt ledger ({e.msg}); refusing to answer") from None
         if not (isinstance(s.get("queries"), int) and isinstance(s.get("spent"), int) and 0 <= s["spent"]):
             raise DpauditError(f"{self.path}: ledger fields 'queries' and 'spent' must be integers; refusing to answer")
+        if self.budget is not None and s["queries"] != self.budget:
+            raise DpauditError(f"{self.path}: the ledger's budget T = {s['queries']} is not the deployment's T = "
+                               f"{self.budget} (pmixed.json); the ledger was edited: refusing to answer")
         return s
 
     @property
