@@ -127,6 +127,25 @@ def _object_hash(h, ck: Checkpoint) -> str:
     return h.hexdigest()[:16]
 
 
+def manifest_digest(manifest: Manifest) -> str:
+    """sha256 (16 hex digits) of the manifest's canonical JSON: its canaries, guesses and evaluation plan."""
+    return hashlib.sha256(json.dumps(jsonable(manifest.to_dict()), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_manifest(ck: Checkpoint, off_plan: bool) -> None:
+    """A checkpoint written by dpaudit's trainers records its manifest's digest in the card: a canaries.json edited
+    after training (its evaluation plan, which the one-run analysis relies on being fixed in advance) is refused,
+    unless the evaluation is declared exploratory (``--off-plan``)."""
+    want = ck.card.extra.get("manifest_digest") if isinstance(ck.card.extra, dict) else None
+    if want is None or off_plan:
+        return
+    got = manifest_digest(ck.manifest)
+    if got != want:
+        raise DpauditError(f"canaries.json is not the manifest this model was trained with (digest {got}, the card "
+                           f"records {want}): the canaries or evaluation plan fixed before training were edited; "
+                           "restore canaries.json, or evaluate with --off-plan (an exploratory report)")
+
+
 def load(path: Path) -> Checkpoint:
     path = Path(path)
     if not path.is_dir():
@@ -146,6 +165,9 @@ def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, r
           base_model=None, extra_files: dict | None = None) -> Path:
     """Write a checkpoint atomically (:func:`dpaudit.io.staged_folder`)."""
     path = Path(path)
+    digest = manifest_digest(manifest)  # the canaries and evaluation plan fixed before training, bound to the card
+    card.extra["manifest_digest"] = digest
+    run = {**run, "manifest_digest": digest}
     with staged_folder(path) as tmp:
         (tmp / "model").mkdir()
         model.save_pretrained(tmp / "model")

@@ -101,6 +101,7 @@ def merge(ckpt_dir: Path, part_folders, command: str | None = None) -> dict:
 
 def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -> Loaded:
     """Step 1 (see :class:`Loaded`); a shard only scores: its accounting and white-box records are the merge's."""
+    checkpoint.check_manifest(ck, options.off_plan)  # the plan fixed before training, or --off-plan
     opts = options.resolve(ck.manifest, scoring.framing_of(ck, options.framing))
     mechanism = ck.card.audited_mechanism()
     if shard:

@@ -104,6 +104,24 @@ def _long_canaries(ck):
         for c in d["canaries"]:
             c["text"] = d["template"]["prefix"] + c["secret"] + d["template"]["suffix"]
     _mut_json(ck / "canaries.json", edit)
+    # a checkpoint from another tool (no manifest digest in its card): the context check is what refuses it
+    _mut_json(ck / "privacy_card.json", lambda d: d.get("extra", {}).pop("manifest_digest", None))
+
+
+def _plan_edited(d):
+    """An evaluation plan written into the manifest after training (the card's digest is of the one without)."""
+    from dpaudit import eval_plan
+
+    d["audit_plan"]["evaluation"] = eval_plan.planned(["loss"], "bonferroni", 0.5, 100)
+
+
+def _external(edit):
+    """A manifest edit on a checkpoint from another tool (no manifest digest in its card): the manifest's own
+    checks are what refuse it."""
+    def damage(ck):
+        _mut_json(ck / "canaries.json", edit)
+        _mut_json(ck / "privacy_card.json", lambda d: d.get("extra", {}).pop("manifest_digest", None))
+    return damage
 
 
 def _all_inserted(d):
@@ -222,8 +240,8 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("NaN weights", _nan_weights, [], "non-finite weights"),
     ("tokenizer larger than the model", _small_vocab, [], "tokenizer"),
     ("canary longer than the context", _long_canaries, [], "context"),
-    ("all canaries inserted", _canaries(_all_inserted), [], "every canary is inserted"),
-    ("no canary inserted", _canaries(_none_inserted), [], "no canary is inserted"),
+    ("all canaries inserted", _external(_all_inserted), [], "every canary is inserted"),
+    ("no canary inserted", _external(_none_inserted), [], "no canary is inserted"),
     ("duplicate canary ids", _canaries(_dup("id")), [], "share the id"),
     ("duplicate secrets", _canaries(_dup("secret")), [], "share the secret"),
     ("secret outside the space", _canaries(_first_inserted(_secret_outside)), [], "not in the declared space"),
@@ -233,6 +251,7 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("manifest m huge", _set("canaries.json", ["m"], 10 ** 9), [], "canaries.m"),
     ("manifest NaN", _raw("canaries.json", '{"schema_version": 1, "m": NaN}'), [], "non-finite"),
     ("canary text edited", _canaries(lambda d: d["canaries"][0].update(text="something else")), [], "template"),
+    ("evaluation plan edited after training", _canaries(_plan_edited), [], "not the manifest this model was trained with"),
     ("card epsilon Infinity", _raw("privacy_card.json", '{"schema_version": 1, "claim": {"epsilon": Infinity, '
                                                         '"delta": 1e-5}, "mechanism": {}}'), [], "non-finite"),
     ("card infinite noise multiplier", _set("privacy_card.json", ["mechanism", "events", 0, "noise_multiplier"],
