@@ -48,8 +48,40 @@ def write(out: Path, ck, shard: tuple[int, int], options: dict, metrics: dict | 
         meta["exposure"] = {"enumerated": bool(e.enumerated), "suffix_scored": bool(e.suffix_scored)}
     with atomic_folder(out) as tmp:
         np.savez(tmp / "scores.npz", **arrays)
+        meta["digest"] = _digest(jsonable(meta), (tmp / "scores.npz").read_bytes())
         (tmp / "partial.json").write_text(json.dumps(jsonable(meta), indent=1) + "\n")
     return out
+
+
+def _digest(meta: dict, npz: bytes) -> str:
+    """sha256 of a partial's metadata (less the digest itself) and its scores' bytes: an edit to either after the
+    shard wrote them (a raised score, a changed accuracy) is found at the merge. It detects accidents and casual
+    edits, not someone who recomputes it (docs/security.md)."""
+    import hashlib
+
+    body = {k: v for k, v in meta.items() if k not in ("digest", "arrays", "folder")}
+    h = hashlib.sha256(json.dumps(body, sort_keys=True).encode())
+    h.update(npz)
+    return h.hexdigest()
+
+
+_FIELDS = {"shard": list, "checkpoint_hash": str, "options": dict, "notes": list, "timings": dict, "digest": str}
+
+
+def _check_npz(path: Path) -> None:
+    """np.savez stores its arrays uncompressed: a member that is compressed (a decompression bomb) or larger than
+    the file is refused before anything is inflated."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            size = path.stat().st_size
+            for info in z.infolist():
+                if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+                    raise DpauditError(f"{path}: member {info.filename!r} is compressed or larger than the file; "
+                                       "partials hold uncompressed arrays: re-run that shard")
+    except zipfile.BadZipFile:
+        raise DpauditError(f"{path} is not a scores archive; re-run that shard") from None
 
 
 def read(folders) -> list[dict]:
@@ -60,8 +92,25 @@ def read(folders) -> list[dict]:
         meta = read_json(f / "partial.json", "partial scores", "pass folders written by dpaudit evaluate --shard")
         if meta.get("kind") != KIND:
             raise DpauditError(f"{f} is not a partial of dpaudit evaluate --shard (kind {meta.get('kind')!r})")
+        for key, typ in _FIELDS.items():
+            if not isinstance(meta.get(key), typ):
+                raise DpauditError(f"{f}/partial.json: '{key}' is missing or not a {typ.__name__}; the partial is "
+                                   "incomplete or damaged: re-run that shard")
+        sh = meta["shard"]
+        if len(sh) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in sh) or not 1 <= sh[0] <= sh[1]:
+            raise DpauditError(f"{f}/partial.json: 'shard' must be [i, n] with 1 <= i <= n; re-run that shard")
+        if not (meta.get("metrics") is None or isinstance(meta["metrics"], dict)) or \
+                not (meta.get("exposure") is None or isinstance(meta["exposure"], dict)):
+            raise DpauditError(f"{f}/partial.json: 'metrics' and 'exposure' must be objects or null; re-run that shard")
+        npz = f / "scores.npz"
+        if not npz.is_file():
+            raise DpauditError(f"{npz} is missing or not a regular file; re-run that shard")
+        _check_npz(npz)
+        if _digest(meta, npz.read_bytes()) != meta["digest"]:
+            raise DpauditError(f"{f}: partial.json or scores.npz changed after the shard wrote them (their digest "
+                               "does not match); re-run that shard")
         try:
-            with np.load(f / "scores.npz", allow_pickle=False) as z:
+            with np.load(npz, allow_pickle=False) as z:
                 meta["arrays"] = {k: z[k] for k in z.files}
         except (OSError, ValueError) as e:
             raise DpauditError(f"{f}/scores.npz cannot be read ({e}); re-run that shard") from None

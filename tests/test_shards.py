@@ -114,3 +114,55 @@ def test_shard_spec_errors_name_the_form(bad):
 
     with pytest.raises(DpauditError, match="--shard"):
         shards.parse(bad)
+
+
+def test_edited_damaged_or_bomb_partials_are_refused_at_the_merge(run_dir, tmp_path, capsys):
+    """A partial carries the digest of its metadata and scores: raising a score, changing the accuracy or
+    truncating the metadata is found at the merge; a compressed member (a decompression bomb) is refused before it
+    is inflated."""
+    import json
+    import shutil
+    import zipfile
+
+    import numpy as np
+
+    ck = run_dir / "non-private" / "checkpoint"
+    args = ["--attacks", "loss", "--off-plan", "--quiet"]
+    for i in (1, 2):
+        assert main(["evaluate", str(ck), "--out", str(tmp_path / f"p{i}"), "--shard", f"{i}/2", *args]) in (0, None)
+
+    def variant(name, edit):
+        d = tmp_path / name
+        shutil.copytree(tmp_path / "p1", d)
+        edit(d)
+        return d
+
+    def raise_scores(d):
+        with np.load(d / "scores.npz") as z:
+            arrays = {k: z[k] + 5.0 for k in z.files}
+        np.savez(d / "scores.npz", **arrays)
+
+    def raise_accuracy(d):
+        meta = json.loads((d / "partial.json").read_text())
+        meta["metrics"]["accuracy"] = 0.99
+        (d / "partial.json").write_text(json.dumps(meta))
+
+    def truncate(d):
+        meta = json.loads((d / "partial.json").read_text())
+        del meta["options"]
+        (d / "partial.json").write_text(json.dumps(meta))
+
+    def bomb(d):
+        with zipfile.ZipFile(d / "scores.npz", "w", compression=zipfile.ZIP_DEFLATED) as z:
+            z.writestr("score/loss.npy", b"\0" * 10_000_000)
+
+    cases = [(raise_scores, "changed after the shard wrote them"), (raise_accuracy, "changed after the shard wrote them"),
+             (truncate, "'options' is missing"), (bomb, "compressed or larger than the file")]
+    for k, (edit, msg) in enumerate(cases):
+        bad = variant(f"bad{k}", edit)
+        capsys.readouterr()
+        assert main(["evaluate", str(ck), "--out", str(tmp_path / "r"), "--merge", str(bad), "--merge",
+                     str(tmp_path / "p2"), "--quiet"]) == 2, edit.__name__
+        err = capsys.readouterr().err.strip()
+        assert msg in err and len(err.splitlines()) == 1, (edit.__name__, err)
+        assert not (tmp_path / "r").exists()
