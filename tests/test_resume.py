@@ -106,6 +106,29 @@ def test_snapshot_of_another_run_is_refused(tiny_model_factory, tmp_path):
         _train(tiny_model_factory, "record-dp", Snapshots(tmp_path / "s", 2, "B", resume=True))
 
 
+def test_a_snapshot_edited_to_fewer_steps_is_refused(tiny_model_factory, tmp_path):
+    """Fewer steps in the ledger would make the resumed run's card claim fewer steps than ran (an under-reported ε):
+    the snapshot's digest finds the edit, and where the digest is recomputed too, the optimizer's own step count."""
+    import json
+
+    from dpaudit.trainers import snapshot
+
+    with pytest.raises(Crash):
+        _train(tiny_model_factory, "record-dp", CrashingSnapshots(tmp_path / "s", 2, "A", crash_at=5))
+    d = tmp_path / "s" / (tmp_path / "s" / "LATEST").read_text().strip()
+    state = json.loads((d / "state.json").read_text())
+    k = state["step"] - 2
+    state.update(step=k, losses=state["losses"][:k], ledger={**state["ledger"], "steps": k})
+    state["ledger"]["events"][0]["steps"] = k
+    (d / "state.json").write_text(json.dumps(state))
+    with pytest.raises(DpauditError, match="changed after it was written"):
+        _train(tiny_model_factory, "record-dp", Snapshots(tmp_path / "s", 2, "A", resume=True))
+    state["digest"] = snapshot._digest(state, d / "tensors.safetensors")  # a careful edit recomputes the digest
+    (d / "state.json").write_text(json.dumps(state))
+    with pytest.raises(DpauditError, match="optimizer state took"):
+        _train(tiny_model_factory, "record-dp", Snapshots(tmp_path / "s", 2, "A", resume=True))
+
+
 def test_a_half_written_snapshot_never_becomes_the_latest(tmp_path):
     s = Snapshots(tmp_path / "s", 1, "A", resume=True)
     s.save(1, {"x": 1}, {"t": torch.zeros(2)})

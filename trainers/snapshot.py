@@ -53,14 +53,27 @@ class Snapshots:
         d = self.latest()
         if d is None:
             return None
-        state = json.loads((d / "state.json").read_text())
+        try:
+            state = json.loads((d / "state.json").read_text())
+        except (OSError, ValueError) as e:
+            raise DpauditError(f"{d}/state.json cannot be read ({e}); remove {self.folder} to train the variant from "
+                               "its start") from None
+        if not isinstance(state, dict):
+            raise DpauditError(f"{d}/state.json is not a snapshot; remove {self.folder} to start over")
+        if state.get("digest") != _digest(state, d / "tensors.safetensors"):
+            raise DpauditError(f"the snapshot in {d} changed after it was written (its digest does not match: an "
+                               "edited state, ledger or tensors); remove the snapshot folder to start over")
         if state.get("format") != FORMAT or state.get("fingerprint") != self.fingerprint:
             raise DpauditError(f"the snapshot in {self.folder} belongs to a different run (config, canaries, data or "
                                "method changed since it was written); resume with the same config, or remove "
                                f"{self.folder} to start over")
         from safetensors.torch import load_file
 
-        return state, load_file(str(d / "tensors.safetensors"), device="cpu")
+        try:
+            return state, load_file(str(d / "tensors.safetensors"), device="cpu")
+        except Exception as e:  # safetensors raises its own error types on a damaged file
+            raise DpauditError(f"{d}/tensors.safetensors cannot be read ({type(e).__name__}); remove {self.folder} "
+                               "to start over") from None
 
     def due(self, step: int, last: bool) -> bool:
         return bool(self.every) and not last and step % self.every == 0
@@ -74,8 +87,9 @@ class Snapshots:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / "tensors.safetensors"))
-        (tmp / "state.json").write_text(json.dumps({"format": FORMAT, "fingerprint": self.fingerprint, "step": step,
-                                                    **state}))
+        body = {"format": FORMAT, "fingerprint": self.fingerprint, "step": step, **state}
+        body["digest"] = _digest(json.loads(json.dumps(body)), tmp / "tensors.safetensors")
+        (tmp / "state.json").write_text(json.dumps(body))
         _fsync_dir(tmp)
         final = self.folder / name
         shutil.rmtree(final, ignore_errors=True)
@@ -90,6 +104,22 @@ class Snapshots:
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _digest(state: dict, tensors: Path) -> str:
+    """sha256 of a snapshot's state (less the digest) and its tensors' bytes: an edit after it was written (fewer
+    steps in the ledger, other weights) is refused on resume. It detects accidents and casual edits, not someone who
+    recomputes it (docs/security.md); the step count is also checked against the optimizer's own (restore)."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps({k: v for k, v in state.items() if k != "digest"}, sort_keys=True).encode())
+    try:
+        with open(tensors, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return ""
+    return h.hexdigest()
 
 
 def _fsync_dir(d: Path) -> None:
@@ -211,8 +241,16 @@ class RunParts:
         if state["ledger"] != {"steps": step, "events": self.ledger(step)}:
             raise DpauditError("the snapshot's privacy ledger does not match this run's mechanism; remove the snapshot "
                                "folder to start over")
+        if len(state.get("losses", [])) != step:
+            raise DpauditError(f"the snapshot records {len(state.get('losses', []))} step losses for step {step}; it was "
+                               "edited: remove the snapshot folder to start over")
         restore_params(self.module, tensors)
         restore_optimizer(self.optimizer, state["optimizer"], tensors)
+        counts = {int(st["step"]) for st in getattr(self.optimizer, "state", {}).values()
+                  if isinstance(st, dict) and "step" in st}
+        if counts and counts != {step}:  # the optimizer counted its own steps: the ledger cannot claim fewer
+            raise DpauditError(f"the snapshot's ledger says {step} steps but its optimizer state took {sorted(counts)}; "
+                               "the snapshot was edited: remove the snapshot folder to start over")
         for name, g in self.generators.items():
             restore_generator(name, g, tensors)
         for name, g in self.numpy_rngs.items():
