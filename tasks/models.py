@@ -249,13 +249,58 @@ def load_dir(path: Path):
             else AutoModelForSequenceClassification if any(a.endswith("ForSequenceClassification") for a in archs)
             else AutoModelForCausalLM)
     tok = safe_folder_tokenizer(path)
+    check_weight_files(path)
     try:
-        model = auto.from_pretrained(path, dtype=torch.float32, **SAFE_LOAD)
+        model, info = auto.from_pretrained(path, dtype=torch.float32, output_loading_info=True, **SAFE_LOAD)
     except Exception as e:  # noqa: BLE001 - any failure to read a hostile or damaged folder is bad input
         raise DpauditError(f"cannot load the model at {path}: {first_line(e)}; check that the folder was written "
                            "by save_pretrained and is complete") from None
+    for what, keys in (("has no weights for", info.get("missing_keys")), ("has weights the model does not have:",
+                                                                           info.get("unexpected_keys")),
+                       ("has weights of the wrong shape for", info.get("mismatched_keys"))):
+        keys = sorted(str(k[0] if isinstance(k, tuple) else k) for k in (keys or []))
+        if keys:  # transformers would initialise (or drop) them and the audit would run on a model nobody trained
+            raise DpauditError(f"{path}: the weights do not match the architecture: the folder {what} {keys[0]}"
+                               f"{f' (and {len(keys) - 1} more)' if len(keys) > 1 else ''}; save the model whole "
+                               "with save_pretrained")
     check_model(model, tok, path)
     return model.eval(), tok
+
+
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+
+
+def check_weight_files(path: Path) -> None:
+    """The weights transformers will read are the folder's only weights, and floating point: a second
+    .safetensors file beside them (which transformers ignores) or a file not in the shard index is refused, as are
+    integer or boolean tensors (weights quantised or replaced by something else)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    files = sorted(f.name for f in path.glob("*.safetensors"))
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        listed = read_json(index, "weights index", "").get("weight_map")
+        want = sorted(set(listed.values())) if isinstance(listed, dict) else None
+        if want != files:
+            raise DpauditError(f"{path}: the .safetensors files {files} are not the shards its index lists ({want}); "
+                               "remove the others or save the model again")
+    elif files != ["model.safetensors"]:
+        raise DpauditError(f"{path}: expected one model.safetensors, found {files}; a weights file transformers would "
+                           "not read cannot sit beside the one it reads: remove it or save the model again")
+    for name in files:
+        try:
+            with safe_open(str(path / name), framework="pt") as f:
+                for k in f.keys():
+                    dt = f.get_slice(k).get_dtype()
+                    if dt not in FLOAT_DTYPES:
+                        raise DpauditError(f"{path / name}: tensor {k!r} is {dt}, not floating point; dpaudit audits "
+                                           "full-precision weights: save the model unquantised")
+        except DpauditError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a damaged header is bad input
+            raise DpauditError(f"cannot load the model at {path}: {first_line(e)}; check that the folder was written "
+                               "by save_pretrained and is complete") from None
 
 
 def safe_folder_tokenizer(path: Path):

@@ -79,6 +79,34 @@ def _pickle_only(ck):
     (ck / "model" / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
 
 
+def _tensors(edit):
+    """model.safetensors rewritten with ``edit(tensors)`` applied (a dict name -> tensor)."""
+    def damage(ck):
+        from safetensors.torch import load_file, save_file
+
+        f = ck / "model" / "model.safetensors"
+        t = load_file(f)
+        edit(t)
+        save_file(t, f, metadata={"format": "pt"})
+    return damage
+
+
+def _drop_layer(t):
+    for k in [k for k in t if ".h.1." in k]:
+        del t[k]
+
+
+def _int8(t):
+    import torch
+
+    k = sorted(k for k in t if k.endswith("mlp.c_fc.weight"))[0]
+    t[k] = t[k].to(torch.int8)
+
+
+def _second_weights(ck):
+    shutil.copy(ck / "model" / "model.safetensors", ck / "model" / "other.safetensors")
+
+
 def _nan_weights(ck):
     from safetensors.torch import load_file, save_file
 
@@ -238,6 +266,10 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("config.json not JSON", _raw("model/config.json", "{not json"), [], "not valid JSON"),
     ("config.json a list", _raw("model/config.json", "[1, 2]"), [], "JSON object"),
     ("NaN weights", _nan_weights, [], "non-finite weights"),
+    ("a layer's weights missing", _tensors(_drop_layer), [], "has no weights for"),
+    ("an extra tensor", _tensors(lambda t: t.update(extra=t[sorted(t)[0]].clone())), [], "does not have: extra"),
+    ("int8 weights", _tensors(_int8), [], "not floating point"),
+    ("a second .safetensors beside the weights", _second_weights, [], "expected one model.safetensors"),
     ("tokenizer larger than the model", _small_vocab, [], "tokenizer"),
     ("canary longer than the context", _long_canaries, [], "context"),
     ("all canaries inserted", _external(_all_inserted), [], "every canary is inserted"),
