@@ -477,6 +477,8 @@ def _check_canaries(plan: CanaryPlan, canaries: list[Canary], audit_plan: dict, 
                                f"1..{MAX_REPETITIONS}, a held-out one 0..{MAX_REPETITIONS}")
     users: dict = {}
     for c in canaries:
+        if not (c.user is None or isinstance(c.user, str)):
+            raise DpauditError(f"{source}: canary {c.id}'s user must be a string or null, got {type(c.user).__name__}")
         users.setdefault(c.user, set()).add(c.sign)
     if plan.records_per_user > 1 and any(len(v) > 1 for v in users.values()):
         raise DpauditError(f"{source}: a canary user has both inserted and held-out records; a user is in or out")

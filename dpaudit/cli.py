@@ -268,15 +268,32 @@ def main(argv=None) -> int:
         return 2
     except SystemExit as e:
         return int(e.code or 0)
-    except Exception as e:  # noqa: BLE001 - a bug must not read as "a check failed" (1) nor print a wall of text
-        import os
+    except OSError as e:  # the machine, not dpaudit: a full disk, a closed stdout, a file system limit
+        import errno
 
-        if os.environ.get("DPAUDIT_DEBUG"):
-            raise
-        click.echo(f"error: internal error ({type(e).__name__}: {first_line(e)}); this is a dpaudit bug: please report it with "
-                   "the command (DPAUDIT_DEBUG=1 prints the traceback)", err=True)
-        return 3
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.ENAMETOOLONG, errno.EROFS, errno.EIO):
+            try:
+                click.echo(f"error: {e.strerror or e}{f' ({e.filename})' if e.filename else ''}; free space, fix the "
+                           "output or pass another path (nothing partial was kept: outputs are written whole or not "
+                           "at all)", err=True)
+            except OSError:
+                pass
+            return 2
+        return _internal(e)
+    except Exception as e:  # noqa: BLE001 - a bug must not read as "a check failed" (1) nor print a wall of text
+        return _internal(e)
     return 0
+
+
+def _internal(e: Exception) -> int:
+    """A dpaudit bug: one line, exit 3 (the traceback with DPAUDIT_DEBUG=1)."""
+    import os
+
+    if os.environ.get("DPAUDIT_DEBUG"):
+        raise e
+    click.echo(f"error: internal error ({type(e).__name__}: {first_line(e)}); this is a dpaudit bug: please report it with "
+               "the command (DPAUDIT_DEBUG=1 prints the traceback)", err=True)
+    return 3
 
 
 if __name__ == "__main__":

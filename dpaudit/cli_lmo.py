@@ -48,9 +48,13 @@ def search(epsilon, delta, steps, sample_rate, clipping_norm, draw, as_json, obj
 
     Then dpaudit's re-accounted ε of that noise on the d-dimensional gradient. The grid (printed) covers the shapes; the scale of Y is bisected for
     each grid point. The paper's own grid beyond a_k in [0.1, 0.9] is not reported."""
-    from dpaudit.accounting import lmo_paper, validate_delta
+    from dpaudit.accounting import lmo_paper, validate_delta, validate_mechanism
+    from dpaudit.errors import DpauditError
 
     validate_delta(delta)
+    if not (math.isfinite(epsilon) and 0 < epsilon <= 1000):
+        raise DpauditError(f"--epsilon must be a finite number in (0, 1000], got {epsilon}")
+    validate_mechanism(1.0, sample_rate, steps)
     from dpaudit import progress
 
     progress.set_quiet(quiet or as_json)

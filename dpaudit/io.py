@@ -28,6 +28,14 @@ def read_json(path: Path, what: str, fix: str) -> dict:
                            "null where the field allows 'none' (e.g. claim.epsilon of a non-private model)") from None
     except RecursionError:
         raise DpauditError(f"{what} {path} is nested too deeply to be a dpaudit file") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts (a 5,001-digit number)
+        raise DpauditError(f"{what} {path} cannot be read as dpaudit JSON ({first_line_of(e)}); restore the file") \
+            from None
+
+
+def first_line_of(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
 
 
 class _NonFinite(ValueError):
@@ -48,9 +56,13 @@ def read_toml(path: Path, what: str, fix: str) -> dict:
     if not path.is_file():
         raise DpauditError(f"{what} {path} not found; {fix}")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise DpauditError(f"{what} {path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise DpauditError(f"{what} {path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    except (OSError, ValueError) as e:
+        raise DpauditError(f"cannot read {what} {path}: {first_line_of(e)}") from None
 
 
 def write_atomic(path: Path, save) -> None:
@@ -87,6 +99,10 @@ def check_out(out, protected=(), what: str = "--out") -> Path:
     import os
 
     out = Path(out).expanduser().absolute()
+    long = [part for part in out.parts if len(part.encode()) > 255]
+    if long:
+        raise DpauditError(f"{what}: the name {long[0][:40]}... is {len(long[0].encode())} bytes, more than a file "
+                           "system allows (255); pass a shorter name")
     for p in (out, *out.parents):
         if p.exists():
             if not p.is_dir():
@@ -94,9 +110,11 @@ def check_out(out, protected=(), what: str = "--out") -> Path:
             if not os.access(p, os.W_OK | os.X_OK):
                 raise DpauditError(f"{what} {out}: {p} is not writable; pass a folder you can write")
             break
+    real = out.resolve()  # a symlink into the checkpoint is the checkpoint
     for p in protected:
         p = Path(p).expanduser().absolute()
-        if out == p or p in out.parents:
+        rp = p.resolve()
+        if out == p or p in out.parents or real == rp or rp in real.parents:
             raise DpauditError(f"{what} {out} is inside the checkpoint {p} (it would change what is audited); write "
                                "the report elsewhere")
     return out

@@ -77,6 +77,8 @@ def load_policy(path: Path | None) -> Policy:
     if extra:
         raise DpauditError(f"unknown policy section [{extra[0]}]; put rules under [rules]")
     rules = d.get("rules", {})
+    if not isinstance(rules, dict):
+        raise DpauditError(f"policy 'rules' must be a table ([rules] with one key per rule), got {type(rules).__name__}")
     names = {f.name for f in fields(Policy)}
     bad = sorted(set(rules) - names)
     if bad:

@@ -55,8 +55,19 @@ class ModelSpec:
             self.kind  # noqa: B018 - a folder that is not a usable model is refused when the config is read
         if self.name not in MODEL_NAMES:
             raise DpauditError(f"unknown model {self.name!r}; choose one of {', '.join(MODEL_NAMES)}")
-        if self.max_len < 8:
-            raise DpauditError(f"model.max_len must be >= 8, got {self.max_len}")
+        for field, (lo, hi) in LIMITS.items():  # sizes are checked before anything is allocated
+            v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise DpauditError(f"model.{field} must be an integer from {lo} to {hi:,}, got {v!r}")
+        if self.name in APPLIES_TO["n_embd"] and self.n_embd % self.n_head:
+            raise DpauditError(f"model.n_embd ({self.n_embd}) must be a multiple of model.n_head ({self.n_head})")
+        if self.name in APPLIES_TO["vocab_size"] + APPLIES_TO["n_embd"]:
+            need = 4 * self.parameters_estimate()
+            avail = available_memory()
+            if avail and need > avail:
+                raise DpauditError(f"model sizes (vocab_size {self.vocab_size:,}, n_embd {self.n_embd}, n_layer "
+                                   f"{self.n_layer}) need about {need / 2**30:.1f} GiB for the weights alone, more than "
+                                   f"this machine's {avail / 2**30:.1f} GiB; choose smaller sizes")
         if not isinstance(self.pretrain_steps, int) or self.pretrain_steps < 0:
             raise DpauditError(f"model.pretrain_steps must be an integer >= 0, got {self.pretrain_steps!r}")
         for field, names in APPLIES_TO.items():
@@ -65,6 +76,12 @@ class ModelSpec:
                                    f"from [model]")
         if self.pooling not in POOLINGS:
             raise DpauditError(f"model.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+
+    def parameters_estimate(self) -> int:
+        """Parameters of a bundled model built from these sizes (embeddings in and out, 12 n_embd^2 per layer)."""
+        e = self.n_embd
+        vocab = self.vocab_size if self.name == "tiny-gpt2" else 30522
+        return 2 * vocab * e + self.max_len * e + self.n_layer * 12 * e * e
 
     @property
     def is_classifier(self) -> bool:
@@ -85,6 +102,19 @@ class ModelSpec:
 
 
 _DEFAULTS = {f: getattr(ModelSpec, f) for f in APPLIES_TO}
+# bounds no real config reaches and every hostile one does (a 10^9-token vocabulary, 10^5 layers, a 10^9 context)
+LIMITS = {"vocab_size": (16, 1_000_000), "n_embd": (8, 65_536), "n_layer": (1, 1_000), "n_head": (1, 1_024),
+          "max_len": (8, 1_048_576)}
+
+
+def available_memory() -> int | None:
+    """Physical memory of this machine in bytes (None where it cannot be read)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def is_hub_id(path: str) -> bool:

@@ -275,6 +275,8 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("all canaries inserted", _external(_all_inserted), [], "every canary is inserted"),
     ("no canary inserted", _external(_none_inserted), [], "no canary is inserted"),
     ("duplicate canary ids", _canaries(_dup("id")), [], "share the id"),
+    ("a canary user that is a list", _canaries(lambda d: d["canaries"][0].update(user=["a", "b"])), [],
+     "user must be a string"),
     ("duplicate secrets", _canaries(_dup("secret")), [], "share the secret"),
     ("secret outside the space", _canaries(_first_inserted(_secret_outside)), [], "not in the declared space"),
     ("negative repetitions", _canaries(_first_inserted(lambda c, d: c.update(repetitions=-3))), [], "repetitions"),
@@ -411,6 +413,11 @@ CHECK = [  # (id, report maker, extra args maker, needle)
     ("policy unknown rule", None, _policy("[rules]\nmax_claimed_epsilonn = 8\n"), "unknown"),
     ("policy not TOML", None, _policy("[rules\n"), "TOML"),
     ("policy missing", None, lambda w: ["--policy", w / "none.toml"], "not found"),
+    ("policy rules not a table", None, _policy("rules = 3\n"), "must be a table"),
+    ("policy not UTF-8", None, lambda w: (w / "p.toml").write_bytes(b"\xff\xfe[rules]\n") and ["--policy", w / "p.toml"],
+     "not UTF-8"),
+    ("a 5,001-digit number in the report", _report_raw('{"kind": "evaluation", "x": ' + "1" * 5001 + "}"), None,
+     "cannot be read as dpaudit JSON"),
 ]
 
 
@@ -481,6 +488,11 @@ NUMERIC = [
      "confidence"),
     (["audit", "one-run", "--canaries", "-100", "--guesses", "50", "--correct", "40"], "canaries"),
     (["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "60"], "cannot exceed"),
+    (["account", "--target-epsilon", "1e6", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"],
+     "above 1000"),
+    (["lmo", "search", "--epsilon", "nan", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"], "--epsilon"),
+    (["lmo", "search", "--epsilon", "1", "--sample-rate", "0.01", "--steps", "1000000000", "--delta", "1e-5"],
+     "steps"),
 ]
 
 
@@ -551,6 +563,13 @@ RUN = [
      '[variants.frost]\ngamma = 0.5\n', "applies to method = 'dp_frost' only"),
     ("a flat method key", RUN_BASE + '[[variants]]\nname = "bad"\nmethod = "dp_frost"\nfrost_gamma = 0.5\n',
      "[train.frost]"),
+    ("vocab_size 10^9", RUN_BASE.replace("vocab_size = 512", "vocab_size = 1000000000"), "model.vocab_size"),
+    ("n_layer 10^5", RUN_BASE.replace("n_layer = 2", "n_layer = 100000"), "model.n_layer"),
+    ("max_len 10^9", RUN_BASE.replace("max_len = 32", "max_len = 1000000000"), "model.max_len"),
+    ("sizes beyond this machine's memory", RUN_BASE.replace("vocab_size = 512", "vocab_size = 900000").replace(
+        "n_embd = 32", "n_embd = 60000").replace("n_head = 2", "n_head = 4"), "more than this machine's"),
+    ("10^9 epochs", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 3\nepochs = 1000000000\n', "steps"),
+    ("a variant name that is a path", RUN_BASE + '[[variants]]\nname = "a/../b"\ntarget_epsilon = 3\n', "name"),
 ]
 
 
@@ -558,6 +577,11 @@ RUN = [
 def test_run_refuses_before_training(name, text, needle, tmp_path, capsys):
     (tmp_path / "cfg.toml").write_text(text)
     _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], needle, tmp_path, capsys)
+
+
+def test_run_config_not_utf8_is_one_line(tmp_path, capsys):
+    (tmp_path / "cfg.toml").write_bytes(b"\xff\xfe[task]\n")
+    _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], "not UTF-8", tmp_path, capsys)
 
 
 def test_run_out_existing_file_refused_before_training(tmp_path, capsys):

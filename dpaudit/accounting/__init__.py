@@ -141,6 +141,7 @@ def intervals(events: list, delta: float, relation: str = "add_remove", dataset_
 
 
 SIGMA_MAX = 1e4  # calibrate_sigma searches noise multipliers up to this
+CALIBRATE_MAX = 1000.0  # and targets epsilon up to this (beyond it sigma is tiny and the accountants' grids explode)
 
 
 def check_reachable(target_epsilon: float, delta: float, sample_rate: float, steps: int, what: str = "") -> None:
@@ -164,6 +165,10 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
     _check_accountant(accountant, GAUSSIAN_ACCOUNTANTS)
     if not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0 or math.isinf(target_epsilon):
         raise DpauditError(f"target epsilon must be a finite number > 0, got {target_epsilon}")
+    if target_epsilon > CALIBRATE_MAX:
+        raise DpauditError(f"target epsilon {target_epsilon:g} is above {CALIBRATE_MAX:g}: no noise multiplier worth "
+                           "calibrating (the accountants' grids at such tiny sigma take hours); train without a claim "
+                           "(target_epsilon = inf) or choose a smaller epsilon")
     validate_delta(delta)
     validate_mechanism(1.0, sample_rate, steps)
 
