@@ -38,7 +38,8 @@ def main() -> None:
     print(f"| public model p0 (SmolLM2-135M) | never saw the data | {pp['public']:.2f} |")
     print(f"| non-private ensemble (mean of the N = {s['n_models']} adapters) | none | {pp['ensemble']:.2f} |")
     print(f"| PMixED (N = {s['n_models']}, q = {s['sample_rate']:g}, T = {s['queries']}) | claimed ε_G = "
-          f"{s['epsilon']:g}, δ = {s['delta']:.0e}, one partition | {pp['pmixed']:.2f} |")
+          f"{s['epsilon']:g}, δ = {s['delta']:.0e}, one partition, per budget of T queries: these {pp['tokens']} "
+          f"tokens spend {pp['runs_of_T']} fresh budgets | {pp['pmixed']:.2f} |")
     if dp is not None:
         c = dp["claim"]
         print(f"| DP-LoRA (DP-Adam, shared engine) | ε = {c['epsilon']:.2f}, δ = {c['delta']:.0e}, one record "
