@@ -132,12 +132,15 @@ def staged_folder(dest, replace: bool = True):
 
     dest = Path(dest).expanduser().absolute()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    prefix = f".{dest.name}.partial-"
+    remove_stale(dest.parent, prefix)
+    stage = _owned(Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent)))
     try:
         yield stage
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    (stage / OWNER).unlink(missing_ok=True)
     if dest.exists():
         if not replace:
             shutil.rmtree(stage, ignore_errors=True)
@@ -145,6 +148,45 @@ def staged_folder(dest, replace: bool = True):
         shutil.rmtree(dest)
     os.replace(stage, dest)
     os.chmod(dest, 0o755)  # mkdtemp makes it private
+
+
+OWNER = ".dpaudit-owner"  # inside a partial folder: the pid of the process writing it
+
+
+def _owned(stage: Path) -> Path:
+    import os
+
+    (stage / OWNER).write_text(str(os.getpid()))
+    return stage
+
+
+def remove_stale(where: Path, prefix: str) -> None:
+    """Partial folders under ``where`` named ``prefix...`` whose writer is gone (killed mid-write): removed, so a
+    killed evaluation or run never leaves debris that later runs keep. A partial of a live process is kept."""
+    import os
+    import shutil
+    import time
+
+    try:
+        entries = [p for p in Path(where).iterdir() if p.name.startswith(prefix) and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return
+    for p in entries:
+        try:
+            pid = int((p / OWNER).read_text().strip())
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None:
+            try:
+                os.kill(pid, 0)
+                continue  # its writer is alive
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        elif time.time() - p.stat().st_mtime < 3600:
+            continue  # no owner recorded (an older dpaudit): only once it is an hour old
+        shutil.rmtree(p, ignore_errors=True)
 
 
 class atomic_folder:
@@ -160,10 +202,12 @@ class atomic_folder:
         import tempfile
 
         if self.out.is_dir():
-            self.tmp = Path(tempfile.mkdtemp(prefix=".dpaudit-partial-", dir=self.out))
+            where, prefix = self.out, ".dpaudit-partial-"
         else:
             self.out.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.partial-", dir=self.out.parent))
+            where, prefix = self.out.parent, f".{self.out.name}.partial-"
+        remove_stale(where, prefix)  # what a killed earlier run left behind
+        self.tmp = _owned(Path(tempfile.mkdtemp(prefix=prefix, dir=where)))
         return self.tmp
 
     def __exit__(self, kind, value, tb) -> bool:
@@ -173,6 +217,7 @@ class atomic_folder:
         if kind is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
+        (self.tmp / OWNER).unlink(missing_ok=True)
         if not self.out.exists():
             os.replace(self.tmp, self.out)
             os.chmod(self.out, 0o755)  # mkdtemp makes it private

@@ -706,3 +706,26 @@ def test_check_escapes_what_it_prints_from_a_report(work, capsys):
     code = main(["check", str(work / "report" / "report.json")])
     out = capsys.readouterr().out
     assert code in (0, 1) and "\x1b" not in out and "\nok: every claim verified" not in out
+
+
+def test_a_killed_writer_leaves_nothing_later_runs_keep(tmp_path):
+    """A partial folder left by a process that died mid-write is removed by the next write; a live one is kept."""
+    import subprocess
+    import sys
+
+    from dpaudit.io import OWNER, atomic_folder
+
+    out = tmp_path / "report"
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = out / ".dpaudit-partial-abc"
+    stale.mkdir()
+    (stale / OWNER).write_text(dead.stdout.strip())
+    (stale / "report.json").write_text("{half")
+    live = out / ".dpaudit-partial-live"
+    live.mkdir()
+    (live / OWNER).write_text(str(os.getpid()))
+    with atomic_folder(out) as tmp:
+        (tmp / "report.json").write_text("{}")
+    assert not stale.exists() and live.exists()
+    assert sorted(p.name for p in out.iterdir()) == [".dpaudit-partial-live", "report.json"]
