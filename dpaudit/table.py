@@ -176,6 +176,8 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "accuracy": ("test accuracy", lambda x: f"{x.m['accuracy']:.3f}"),
     "accuracy_ci": ("test accuracy [95% CI]", _accuracy_ci),
     "bleu": ("BLEU", lambda x: f"{x.m['bleu']:.1f}"),
+    "perplexity": ("perplexity", lambda x: f"{x.m['perplexity']:.1f}"),
+    "user_sampling": ("user records", lambda x: (x.card.get("extra") or {}).get("records_per_step", "—")),
     "validation_bleu": ("validation BLEU", lambda x: f"{x.m['bleu']:.1f}"),
     "nist": ("NIST", lambda x: f"{x.m['nist']:.2f}"),
     "meteor": ("METEOR", lambda x: f"{x.m['meteor']:.1f}"),
