@@ -40,7 +40,28 @@ def provenance(folder: Path) -> str | None:
         return None
     span = min(dates) if len(dates) == 1 else f"{min(dates)} to {max(dates)}"
     return (f"{MARK} (from this folder's report.json files): written {span}; {'; '.join(sorted(machines)) or '?'}"
-            f" (the project's CPU machine); torch {', '.join(sorted(torch)) or '?'}.")
+            f" (the project's CPU machine); torch {', '.join(sorted(torch)) or '?'}.{calibration(folder)}")
+
+
+def calibration(folder: Path) -> str:
+    """Which accountant wrote each private card's claim (for the Gaussian methods, the one that calibrated σ),
+    beside each method's paper's own (dpaudit.options.PAPER_ACCOUNTANT)."""
+    from dpaudit.options import PAPER_ACCOUNTANT
+
+    used: dict[str, set] = {}
+    for f in folder.rglob("privacy_card.json"):
+        try:
+            c = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if (c.get("claim") or {}).get("epsilon") is None:
+            continue
+        used.setdefault(c.get("method", "?"), set()).add(c["claim"].get("accountant", "?"))
+    if not used:
+        return ""
+    own = {**PAPER_ACCOUNTANT, "lmo_dp": "lmo_paper", "pmixed": "pmixed_paper"}  # their own analyses claim
+    parts = [f"{m}: {'/'.join(sorted(a))} (paper: {own.get(m, '?')})" for m, a in sorted(used.items())]
+    return " Claims written (σ calibrated) by " + "; ".join(parts) + "."
 
 
 def updated(text: str, line: str) -> str:
