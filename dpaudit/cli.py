@@ -221,18 +221,27 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
 @click.argument("report_json", type=click.Path(path_type=Path))
 @click.option("--policy", type=click.Path(path_type=Path),
               help="Policy TOML with a [rules] table. Omitted: the default policy, exactly configs/policy.toml.")
-def check(report_json, policy):
+@click.option("--checkpoint", "ckpt", type=click.Path(path_type=Path), default=None,
+              help="Re-derive the report's checkpoint hash, claim, mechanism, accounting check and evaluation plan "
+                   "from this checkpoint folder instead of trusting the JSON; any difference fails the gate. The "
+                   "attack scores are not recomputed (docs/security.md).")
+def check(report_json, policy, ckpt):
     """CI gate: exit 0 when REPORT_JSON satisfies every policy rule, 1 when one fails, 2 on bad input."""
     from dpaudit import policy as pol
 
     p = pol.load_policy(policy)
     r = pol.load_report(report_json)
     fails = pol.check_any(r, p)
+    if ckpt is not None:
+        from dpaudit import rederive
+
+        fails = [f"re-derived from {ckpt}: {m}" for m in rederive.mismatches(r, ckpt)] + fails
     for f in fails:  # strings from the report are escaped: a report cannot print lines of its own
         click.echo(f"FAIL {printable(f)}")
     if fails:
         raise SystemExit(1)
-    click.echo(f"ok: {printable(report_json)} satisfies the policy")
+    click.echo(f"ok: {printable(report_json)} satisfies the policy"
+               + (f"; its hash, claim, accounting and plan re-derived from {printable(ckpt)} agree" if ckpt else ""))
     for line in pol.summaries(r):
         click.echo(f"  {printable(line)}")
 

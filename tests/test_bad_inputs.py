@@ -729,3 +729,26 @@ def test_a_killed_writer_leaves_nothing_later_runs_keep(tmp_path):
         (tmp / "report.json").write_text("{}")
     assert not stale.exists() and live.exists()
     assert sorted(p.name for p in out.iterdir()) == [".dpaudit-partial-live", "report.json"]
+
+
+def test_check_with_the_checkpoint_rederives_what_the_json_claims(work, capsys):
+    """A report edited consistently (claim and accounting rows together) passes a JSON-only gate; with
+    --checkpoint the gate re-derives them from the model's folder and fails it."""
+    rep, ck = work / "report" / "report.json", work / "ck"
+    capsys.readouterr()
+    assert main(["check", str(rep), "--checkpoint", str(ck)]) == 0
+    assert "plan re-derived from" in capsys.readouterr().out
+    r = json.loads(rep.read_text())
+    r["claim"]["epsilon"] = 1.0
+    r["accounting"]["certified_epsilon"] = 0.99
+    rep.write_text(json.dumps(r))
+    capsys.readouterr()
+    assert main(["check", str(rep), "--checkpoint", str(ck)]) == 1
+    out = capsys.readouterr().out
+    assert "the report's claim (epsilon) is not the privacy card's" in out
+    assert "accounting certified_epsilon 0.99" in out
+    r["checkpoint"]["hash"] = "0" * 16
+    rep.write_text(json.dumps(r))
+    capsys.readouterr()
+    assert main(["check", str(rep), "--checkpoint", str(ck)]) == 1
+    assert "was not made from this model" in capsys.readouterr().out
