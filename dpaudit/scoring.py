@@ -103,7 +103,12 @@ def base_model(ck):
             from dpaudit import canary_tokens
             from dpaudit.trainers import pretrain
 
-            model, tok = pretrain.build(models.ModelSpec(**spec))
+            try:
+                built = models.ModelSpec(**spec)
+            except DpauditError as e:
+                raise DpauditError(f"{ck.path}/run.json: its model spec is not valid ({e}); restore the run.json the "
+                                   "trainer wrote, or pass --reference-model") from None
+            model, tok = pretrain.build(built)
             canary_tokens.add(model, tok, ck.manifest)  # the base as the trainer extended it (new-token canaries)
             return model.eval()
         except DpauditError:

@@ -250,6 +250,7 @@ def load_dir(path: Path):
             else AutoModelForCausalLM)
     tok = safe_folder_tokenizer(path)
     check_weight_files(path)
+    check_sizes(path, auto)
     try:
         model, info = auto.from_pretrained(path, dtype=torch.float32, output_loading_info=True, **SAFE_LOAD)
     except Exception as e:  # noqa: BLE001 - any failure to read a hostile or damaged folder is bad input
@@ -268,6 +269,49 @@ def load_dir(path: Path):
 
 
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+CONFIG_LIMITS = {"num_hidden_layers": 1_000, "n_layer": 1_000, "hidden_size": 65_536, "n_embd": 65_536,
+                 "vocab_size": 2_000_000, "intermediate_size": 1_000_000, "num_attention_heads": 1_024}
+
+
+def check_sizes(path: Path, auto) -> None:
+    """Before any weight is allocated: config.json's sizes within bounds, the model it describes built on the meta
+    device (no memory), its parameter count against the tensors the .safetensors files hold (a config that does
+    not match its weights would make transformers allocate a model nobody trained, possibly of any size) and
+    against this machine's memory."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    from dpaudit.tasks.model_spec import available_memory
+
+    cfg_json = read_json(path / "config.json", "model config", "")
+    for key, hi in CONFIG_LIMITS.items():
+        v = cfg_json.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= hi):
+            raise DpauditError(f"{path}/config.json: {key} = {v!r} is outside 1..{hi:,}; the config is damaged or "
+                               "describes a model this machine cannot hold")
+    have = 0
+    for f in sorted(path.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            for k in st.keys():
+                n = 1
+                for d in st.get_slice(k).get_shape():
+                    n *= int(d)
+                have += n
+    try:
+        cfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        with torch.device("meta"):
+            build = getattr(auto, "from_config", None) or auto._from_config
+            skeleton = build(cfg)
+    except Exception as e:  # noqa: BLE001 - a config transformers cannot build is bad input
+        raise DpauditError(f"cannot load the model at {path}: {first_line(e)}; check its config.json") from None
+    need = sum(p.numel() for p in skeleton.parameters())
+    if need > 1.25 * have + 10_000:  # tied weights are stored once, so `have` may be below `need` by a table
+        raise DpauditError(f"{path}/config.json describes a model of {need:,} parameters but the weights hold "
+                           f"{have:,}: the config does not match the weights; save the model with save_pretrained")
+    avail = available_memory()
+    if avail and 4 * need > avail:
+        raise DpauditError(f"the model at {path} needs about {4 * need / 2**30:.1f} GiB in float32, more than this "
+                           f"machine's {avail / 2**30:.1f} GiB")
 
 
 def check_weight_files(path: Path) -> None:
