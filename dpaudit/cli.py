@@ -291,6 +291,12 @@ def main(argv=None) -> int:
         return _internal(e)
     except Exception as e:  # noqa: BLE001 - a bug must not read as "a check failed" (1) nor print a wall of text
         return _internal(e)
+    except BaseException as e:  # a Rust panic in tokenizers/safetensors (pyo3's PanicException) on a hostile file
+        if type(e).__name__ != "PanicException":
+            raise
+        click.echo(f"error: a tokenizer or weights file made its parser panic ({printable(first_line(e))}); the file "
+                   "is damaged or hostile: restore it from its source", err=True)
+        return 2
     return 0
 
 

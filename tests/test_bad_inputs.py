@@ -755,3 +755,20 @@ def test_check_with_the_checkpoint_rederives_what_the_json_claims(work, capsys):
     capsys.readouterr()
     assert main(["check", str(rep), "--checkpoint", str(ck)]) == 1
     assert "was not made from this model" in capsys.readouterr().out
+
+
+def test_a_parser_panic_is_one_line_exit_2(monkeypatch, capsys):
+    """pyo3's PanicException (a Rust panic in tokenizers or safetensors on a hostile file) derives from
+    BaseException: it must still be one line and exit 2, not a traceback and exit 1."""
+    from dpaudit.audit import one_run
+
+    class PanicException(BaseException):
+        pass
+
+    def boom(*a, **k):
+        raise PanicException("called `Option::unwrap()` on a `None` value")
+
+    monkeypatch.setattr(one_run, "epsilon_lower_bound", boom)
+    code = main(["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "40"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "panic" in err
