@@ -46,6 +46,8 @@ from dpaudit.errors import DpauditError
 from dpaudit.io import read_json
 from dpaudit.options import CLAIM_SOURCES, NEIGHBOURING, UNITS
 
+MAX_EVENTS = 1000  # a card's mechanism phases (DP-FROST's K selections and trainings are 2K); each is accounted
+
 SCHEMA_VERSION = 1
 
 
@@ -142,7 +144,11 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     if acc not in CLAIM_SOURCES:
         raise DpauditError(f"{source}: claim.accountant {acc!r} unknown; known: {', '.join(CLAIM_SOURCES)}")
     m = _need(d, "mechanism", source, dict)
-    events = [event_from_dict(e) for e in m.get("events", [])]
+    raw = m.get("events", [])
+    if not isinstance(raw, list) or len(raw) > MAX_EVENTS:
+        raise DpauditError(f"{source}: mechanism.events must be a list of at most {MAX_EVENTS} events (each with its "
+                           "own steps); merge repeated identical phases into one event with more steps")
+    events = [event_from_dict(e) for e in raw]
     if eps is not None and not events:
         raise DpauditError(f"{source}: a finite epsilon needs mechanism.events describing the noise")
     group = m.get("group_size", 1)

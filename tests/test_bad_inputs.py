@@ -298,6 +298,8 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("card negative clipping norm", _set("privacy_card.json", ["mechanism", "clipping_norm"], -1), [], "clipping_norm"),
     ("card dataset size zero", _set("privacy_card.json", ["mechanism", "dataset_size"], 0), [], "dataset_size"),
     ("card 10^9 steps", _set("privacy_card.json", ["mechanism", "events", 0, "steps"], 10 ** 9), [], "steps"),
+    ("card with 10,000 events", lambda ck: _mut_json(ck / "privacy_card.json", lambda d: d["mechanism"].update(
+        events=d["mechanism"]["events"] * 10_000)), [], "at most 1000 events"),
     ("card delta 1e-300", _set("privacy_card.json", ["claim", "delta"], 1e-300), [], "delta"),
     ("card epsilon string", _set("privacy_card.json", ["claim", "epsilon"], "8"), [], "claim.epsilon"),
     ("card missing", lambda ck: (ck / "privacy_card.json").unlink(), [], "privacy card not found"),
