@@ -53,8 +53,18 @@ def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants,
                                       f"T = {steps}:", "σ")
         return
     events = [accounting.SubsampledGaussian(sample_rate, sigma, steps)]
-    _per_accountant({n: accounting.compute(events, delta, n).epsilon for n in names}, as_json, f"ε at δ = {delta}:",
-                    "ε")
+    values, skipped = {}, {}
+    for n in names:
+        try:
+            values[n] = accounting.compute(events, delta, n).epsilon
+        except accounting.NotApplicable as e:  # e.g. PRV/PLD at a tiny sigma (their grids need GBs)
+            skipped[n] = str(e)
+    if not values:
+        raise DpauditError(f"no accountant asked for can analyse this mechanism: {next(iter(skipped.values()))}")
+    _per_accountant(values, as_json, f"ε at δ = {delta}:", "ε")
+    if skipped and not as_json:
+        for n, why in skipped.items():
+            click.echo(f"  {n:8s} not applicable: {why}")
 
 
 def _account_card(path: Path, as_json: bool) -> None:

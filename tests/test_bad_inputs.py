@@ -495,6 +495,7 @@ NUMERIC = [
     (["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "60"], "cannot exceed"),
     (["account", "--target-epsilon", "1e6", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"],
      "above 1000"),
+    (["account", "--sigma", "1e-300", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"], "below 0.01"),
     (["lmo", "search", "--epsilon", "nan", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"], "--epsilon"),
     (["lmo", "search", "--epsilon", "1", "--sample-rate", "0.01", "--steps", "1000000000", "--delta", "1e-5"],
      "steps"),
@@ -774,3 +775,12 @@ def test_a_parser_panic_is_one_line_exit_2(monkeypatch, capsys):
     code = main(["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "40"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "panic" in err
+
+
+def test_a_tiny_sigma_is_accounted_by_rdp_in_seconds(capsys, monkeypatch):
+    """PRV and PLD need grids of GBs below sigma = 0.1 (18 GB and minutes at 0.05): they decline, RDP answers."""
+    monkeypatch.setenv("DPAUDIT_ACCOUNTING_CACHE", "0")
+    t = time.time()
+    assert main(["account", "--sigma", "0.05", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"]) == 0
+    out = capsys.readouterr().out
+    assert time.time() - t < 30 and "rdp      ε = 17046" in out and "prv      not applicable" in out

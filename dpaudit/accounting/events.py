@@ -141,6 +141,8 @@ def require(events: list, samplers: tuple, name: str, relation: str, relations: 
         raise NotApplicable(f"{name} analyses {' or '.join(samplers)} sampling only, not {bad[0]}")
 
 
+SIGMA_MIN = 0.01  # below this every grid accountant needs tens of GB (and RDP divides by ~0)
+GRID_SIGMA_MIN = 0.1  # PLD and PRV below this: grids of GBs and minutes (PRV > 60 s at 0.07); RDP answers alone
 MAX_STEPS = 10 ** 8  # beyond this the accountants' compositions run for hours; no training run takes as many
 MIN_DELTA = 1e-30  # below this the PLD/PRV discretisations cannot resolve delta (and no claim uses one)
 
@@ -148,6 +150,9 @@ MIN_DELTA = 1e-30  # below this the PLD/PRV discretisations cannot resolve delta
 def validate_mechanism(sigma: float, q: float, steps: int) -> None:
     if not number(sigma) or not 0 < sigma < math.inf:
         raise DpauditError(f"noise multiplier sigma must be a finite number > 0, got {sigma}")
+    if sigma < SIGMA_MIN:
+        raise DpauditError(f"noise multiplier sigma = {sigma:g} is below {SIGMA_MIN:g}: so little noise has no useful "
+                           "epsilon and no accountant can compute one in memory; claim no epsilon for such a model")
     if not number(q) or not 0 < q <= 1:
         raise DpauditError(f"sample rate q must be in (0, 1], got {q}")
     if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
