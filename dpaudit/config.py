@@ -248,8 +248,12 @@ def parse(d: dict) -> RunConfig:
     variants_raw = d.get("variants") or [{"name": "model"}]
     variants = []
     for i, v in enumerate(variants_raw):
-        if "name" not in v or not str(v["name"]).replace("-", "").replace("_", "").isalnum():
-            raise DpauditError(f"variants[{i}] needs a 'name' of letters, digits, '-' or '_'")
+        import re
+
+        if not isinstance(v, dict) or not isinstance(v.get("name"), str) \
+                or not re.fullmatch(r"[A-Za-z0-9_-]{1,100}", v["name"]):
+            raise DpauditError(f"variants[{i}] needs a 'name' of 1 to 100 ASCII letters, digits, '-' or '_' (it names "
+                               "a folder)")
         over = {k: val for k, val in v.items() if k != "name"}
         variants.append(Variant(str(v["name"]), _trainer(_merged(base, over), f"variants[{i}]")))
     if len({v.name for v in variants}) != len(variants):

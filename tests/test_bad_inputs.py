@@ -576,6 +576,10 @@ RUN = [
         "n_embd = 32", "n_embd = 60000").replace("n_head = 2", "n_head = 4"), "more than this machine's"),
     ("10^9 epochs", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 3\nepochs = 1000000000\n', "steps"),
     ("a variant name that is a path", RUN_BASE + '[[variants]]\nname = "a/../b"\ntarget_epsilon = 3\n', "name"),
+    ("a 300-character variant name", RUN_BASE + f'[[variants]]\nname = "{"v" * 300}"\ntarget_epsilon = 3\n',
+     "1 to 100 ASCII"),
+    ("a variant name of non-ASCII digits", RUN_BASE + '[[variants]]\nname = "\u0663\u0664"\ntarget_epsilon = 3\n',
+     "1 to 100 ASCII"),
 ]
 
 
@@ -784,3 +788,21 @@ def test_a_tiny_sigma_is_accounted_by_rdp_in_seconds(capsys, monkeypatch):
     assert main(["account", "--sigma", "0.05", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"]) == 0
     out = capsys.readouterr().out
     assert time.time() - t < 30 and "rdp      ε = 17046" in out and "prv      not applicable" in out
+
+
+def test_a_full_disk_is_one_line_exit_2_and_the_report_folder_is_kept(work, monkeypatch, capsys):
+    """ENOSPC while writing a report: exit 2 in one line naming the problem, the existing report folder as it was."""
+    import errno
+
+    from dpaudit import report
+
+    before = _tree(work / "report")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "write", full)
+    code = main(["evaluate", str(work / "ck"), "--out", str(work / "report"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "No space left on device" in err
+    assert _tree(work / "report") == before
