@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from dpaudit import options
+from dpaudit.accounting import events as _events
 from dpaudit.accounting.events import (
     NotApplicable,
     SubsampledGaussian,
@@ -58,27 +59,15 @@ def _backend(name: str):
 def epsilon_function(name: str) -> Callable[[list, float], float]:
     """``epsilon(events, delta)``: the accountant's upper value, add/remove neighbours."""
     fn = _backend(name).epsilon
-    if name not in GRID_ACCOUNTANTS:
+    if name not in _events.GRID_ACCOUNTANTS:
         return fn
 
     def guarded(events, delta):
-        grid_guard(name, events)
+        _events.grid_guard(name, events)
         return fn(events, delta)
     return guarded
 
 
-GRID_ACCOUNTANTS = ("prv", "pld")
-
-
-def grid_guard(name: str, events) -> None:
-    """PRV and PLD discretise the privacy loss on a grid whose size grows as σ shrinks: below
-    events.GRID_SIGMA_MIN it needs GBs and minutes, so they decline (NotApplicable) and RDP answers."""
-    from dpaudit.accounting.events import GRID_SIGMA_MIN
-
-    small = min((getattr(e, "noise_multiplier", math.inf) for e in events), default=math.inf)
-    if name in GRID_ACCOUNTANTS and small < GRID_SIGMA_MIN:
-        raise NotApplicable(f"{name} needs a grid of GBs at sigma = {small:g} < {GRID_SIGMA_MIN:g}; the RDP "
-                            "accountants give the upper value")
 
 
 __all__ = ["ACCOUNTANTS", "AccountingResult", "GAUSSIAN_ACCOUNTANTS", "NotApplicable", "epsilon_function",

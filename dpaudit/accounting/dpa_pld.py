@@ -13,7 +13,7 @@ import dp_accounting
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.privacy_accountant import NeighboringRelation
 
-from dpaudit.accounting.events import GRID_SIGMA_MIN, NotApplicable, SubsampledGaussian, require
+from dpaudit.accounting.events import SubsampledGaussian, grid_guard, require
 
 RELATIONS = {"add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE, "replace_one": NeighboringRelation.REPLACE_ONE}
 COARSEST, FINEST, GAP = 1e-3, 1e-5, 0.01
@@ -48,10 +48,7 @@ def _epsilon(events, delta: float, relation: str, disc: float, pessimistic: bool
 
 def interval(events, delta: float, relation: str = "add_remove", dataset_size=None) -> tuple:
     require(events, ("poisson",), "dp_accounting PLD", relation, tuple(RELATIONS))
-    small = min(ev.noise_multiplier for ev in events)
-    if small < GRID_SIGMA_MIN:  # its grid would need GBs and minutes; RDP's closed form gives the upper value
-        raise NotApplicable(f"dp_accounting PLD needs a grid of GBs at sigma = {small:g} < {GRID_SIGMA_MIN:g}; the RDP "
-                            "accountants give the upper value")
+    grid_guard("pld", events)  # its grid would need GBs at a tiny sigma: RDP answers
     rough = _epsilon(events, delta, relation, COARSEST, True)
     steps = sum(ev.steps for ev in events)
     disc = min(DEFAULT, max(FINEST, 2 * GAP * rough / steps))

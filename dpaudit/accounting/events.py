@@ -162,3 +162,15 @@ def validate_mechanism(sigma: float, q: float, steps: int) -> None:
 def validate_delta(delta: float) -> None:
     if not number(delta) or not MIN_DELTA <= delta < 1:
         raise DpauditError(f"delta must be in [{MIN_DELTA:g}, 1), got {delta}")
+
+
+GRID_ACCOUNTANTS = ("prv", "pld")
+
+
+def grid_guard(name: str, events) -> None:
+    """PRV and PLD discretise the privacy loss on a grid whose size grows as sigma shrinks: below GRID_SIGMA_MIN it
+    needs GBs and minutes, so they decline (NotApplicable) and the RDP accountants answer."""
+    small = min((getattr(e, "noise_multiplier", math.inf) for e in events), default=math.inf)
+    if name in GRID_ACCOUNTANTS and small < GRID_SIGMA_MIN:
+        raise NotApplicable(f"{name} needs a grid of GBs at sigma = {small:g} < {GRID_SIGMA_MIN:g}; the RDP "
+                            "accountants give the upper value")

@@ -7,7 +7,7 @@ the PRV's error bounds are kept (``PRVAccountant._get_dprv``, Opacus 1.4 - 1.6).
 
 from opacus.accountants import PRVAccountant
 
-from dpaudit.accounting.events import GRID_SIGMA_MIN, NotApplicable, SubsampledGaussian, require
+from dpaudit.accounting.events import SubsampledGaussian, grid_guard, require
 
 COARSE_ERROR = 0.01
 RELATIVE_ERROR = 0.005  # eps_error = RELATIVE_ERROR * epsilon: the interval is about 1% wide
@@ -25,10 +25,7 @@ def _bounds(events, delta: float, eps_error: float) -> tuple[float, float, float
 
 def interval(events, delta: float, relation: str = "add_remove", dataset_size=None) -> tuple:
     require(events, ("poisson",), "Opacus PRV", relation)
-    small = min(ev.noise_multiplier for ev in events)
-    if small < GRID_SIGMA_MIN:  # its grid would need GBs and minutes; RDP's closed form gives the upper value
-        raise NotApplicable(f"Opacus PRV needs a grid of GBs at sigma = {small:g} < {GRID_SIGMA_MIN:g}; the RDP "
-                            "accountants give the upper value")
+    grid_guard("prv", events)  # its grid would need GBs at a tiny sigma: RDP answers
     low, est, high = _bounds(events, delta, COARSE_ERROR)
     err = max(MIN_ERROR, RELATIVE_ERROR * est)
     if err < COARSE_ERROR:
