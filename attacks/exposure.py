@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from dpaudit.attacks.scoring import encode, owns
-from dpaudit.tokens import model_device
+from dpaudit.tokens import model_device, pad_id
 
 NAME = "exposure"
 
@@ -52,7 +52,7 @@ def log_perplexities(model, tokenizer, prefix: str, secrets: list[str], suffix: 
             if not owns(shard, chunk_no):
                 continue
             S = max(len(r) for _, r in chunk)
-            ids = torch.full((len(chunk), S), tokenizer.pad_token_id, dtype=torch.long)
+            ids = torch.full((len(chunk), S), pad_id(tokenizer), dtype=torch.long)
             valid = torch.zeros((len(chunk), S), dtype=torch.bool)
             for j, (_, r) in enumerate(chunk):
                 ids[j, : len(r)] = torch.tensor(r)

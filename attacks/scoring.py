@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from dpaudit import options
-from dpaudit.tokens import frame, model_device, pad_batch
+from dpaudit.tokens import frame, model_device, pad_batch, pad_id
 
 
 @dataclass
@@ -83,7 +83,7 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
             continue
         idx = order[start:start + batch_size]
         seqs, masks = [all_seqs[i] for i in idx], [all_masks[i] for i in idx]
-        ids, att, pos = pad_batch(seqs, tokenizer.pad_token_id, device)
+        ids, att, pos = pad_batch(seqs, pad_id(tokenizer), device)
         logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits.float()
         L, V = logits.shape[1], logits.shape[2]
         # the positions that predict a scored token (padding, the last position and unscored ones are skipped):

@@ -81,7 +81,7 @@ def _rarest(model, tokenizer, words, texts, n):
     """The n word tokens with the lowest mean next-token probability under ``model`` over ``texts``."""
     import torch
 
-    from dpaudit.tokens import frame, model_device, pad_batch
+    from dpaudit.tokens import frame, model_device, pad_batch, pad_id
 
     model.eval()
     device = model_device(model)
@@ -95,7 +95,7 @@ def _rarest(model, tokenizer, words, texts, n):
     seqs = [frame(tokenizer, tokenizer(t, add_special_tokens=False).input_ids)[:keep] for t in texts if t]
     with torch.inference_mode():
         for a in range(0, len(seqs), 16):
-            ids, att, pos = pad_batch(seqs[a:a + 16], tokenizer.pad_token_id, device)
+            ids, att, pos = pad_batch(seqs[a:a + 16], pad_id(tokenizer), device)
             probs = model(input_ids=ids, attention_mask=att, position_ids=pos).logits.float().softmax(-1)
             total += (probs * att.unsqueeze(-1)).sum((0, 1)).double().cpu()
             count += int(att.sum())

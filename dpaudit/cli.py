@@ -261,6 +261,10 @@ def main(argv=None) -> int:
     from dpaudit import offline
 
     offline.setup()
+    if sys.stdout is None:  # started with fd 1 closed (`dpaudit ... >&-`): every result line would vanish silently
+        click.echo("error: standard output is closed; dpaudit prints its results there: run it with stdout open "
+                   "(redirect to a file or /dev/null to discard them)", err=True)
+        return 2
     try:
         cli.main(args=argv, standalone_mode=False)
     except DpauditError as e:
@@ -276,6 +280,8 @@ def main(argv=None) -> int:
         e.show()
         return 2
     except SystemExit as e:
+        if _stdout_broke():
+            return 2
         return int(e.code or 0)
     except OSError as e:  # the machine, not dpaudit: a full disk, a closed stdout, a file system limit
         import errno
@@ -298,6 +304,19 @@ def main(argv=None) -> int:
                    "is damaged or hostile: restore it from its source", err=True)
         return 2
     return 0
+
+
+def _stdout_broke() -> bool:
+    """Click answers a broken pipe on stdout (the reader, e.g. `| head`, went away) with exit 1 and swaps in a
+    flush-pacifying wrapper; 1 reads as "a check failed", so say what happened and let main exit 2."""
+    if not type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):  # click.utils (_)PacifyFlushWrapper, by name
+        return False
+    try:
+        click.echo("error: standard output was closed before dpaudit finished writing (broken pipe); the reader "
+                   "left early: read the whole output, or redirect it to a file", err=True)
+    except OSError:
+        pass
+    return True
 
 
 def _internal(e: Exception) -> int:

@@ -104,9 +104,10 @@ def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -
     checkpoint.check_manifest(ck, options.off_plan)  # the plan fixed before training, or --off-plan
     opts = options.resolve(ck.manifest, scoring.framing_of(ck, options.framing))
     mechanism = ck.card.audited_mechanism()
+    whitebox = scoring.whitebox(ck.whitebox_dir or ck.path, mechanism)  # a shard checks it too: before scoring
     if shard:
         return Loaded(ck, opts, mechanism, None, {})
-    return Loaded(ck, opts, mechanism, scoring.whitebox(ck.whitebox_dir or ck.path, mechanism), reaccount(ck.card))
+    return Loaded(ck, opts, mechanism, whitebox, reaccount(ck.card))
 
 
 def score(loaded: Loaded, device: str | None, shard: tuple[int, int] | None = None) -> Scored:

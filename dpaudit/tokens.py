@@ -1,18 +1,34 @@
 """Token batches shared by task metrics (tasks/) and attacks (attacks/): the BOS id and right-padded
-batches with per-example position ids. Torch only; it imports nothing else of ours, so both layers can
+batches with per-example position ids. Torch and dpaudit.errors only, so both layers can
 use it without depending on each other. Tensors are built on ``device`` (the model's)."""
 
 from __future__ import annotations
 
 import torch
 
+from dpaudit.errors import DpauditError
+
 
 def bos_id(tokenizer) -> int:
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
 
 
+def pad_id(tokenizer) -> int:
+    """The id right-padded positions hold: the tokenizer's pad token, else its EOS, else 0. Padded positions are
+    masked out of attention and never scored, so any id in the vocabulary serves; a tokenizer without special
+    tokens (a bare BPE) still pads."""
+    for i in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if i is not None:
+            return i
+    return 0
+
+
 def frame(tokenizer, ids) -> list[int]:
     """BOS + ``ids`` + EOS: how dpaudit's trainers feed a record (the ``bos_eos`` canary framing)."""
+    if tokenizer.eos_token_id is None:
+        raise DpauditError("the tokenizer defines no EOS token, which the bos_eos canary framing puts around each "
+                           "record; set eos_token in the tokenizer's tokenizer_config.json, or score with "
+                           "--canary-framing tokenizer (records framed by the tokenizer itself)")
     return [bos_id(tokenizer)] + list(ids) + [tokenizer.eos_token_id]
 
 

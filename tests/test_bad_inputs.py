@@ -203,6 +203,13 @@ def _tok_auto_map(ck):
     _mut_json(ck / "model" / "tokenizer_config.json", lambda d: d.update(auto_map={"AutoTokenizer": ["evil.Tok", None]}))
 
 
+def _no_special_tokens(ck):
+    """A bare BPE tokenizer: no BOS, EOS, PAD or UNK anywhere."""
+    _mut_json(ck / "model" / "tokenizer_config.json",
+              lambda d: [d.pop(k, None) for k in ("bos_token", "eos_token", "pad_token", "unk_token")])
+    _mut_json(ck / "model" / "tokenizer.json", lambda d: d.update(added_tokens=[]))
+
+
 def _bad_run_spec(ck):
     (ck / "run.json").write_text(json.dumps({"model": {"name": "tiny-gpt2", "n_embd": "wide"}}))
 
@@ -274,6 +281,8 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("int8 weights", _tensors(_int8), [], "not floating point"),
     ("a second .safetensors beside the weights", _second_weights, [], "expected one model.safetensors"),
     ("tokenizer larger than the model", _small_vocab, [], "tokenizer"),
+    ("no EOS token for the bos_eos framing", _no_special_tokens, ["--canary-framing", "bos_eos", "--off-plan"],
+     "no EOS token"),
     ("canary longer than the context", _long_canaries, [], "context"),
     ("all canaries inserted", _external(_all_inserted), [], "every canary is inserted"),
     ("no canary inserted", _external(_none_inserted), [], "no canary is inserted"),
@@ -307,6 +316,7 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("white-box record too short", _whitebox(lambda m: [0.0] * (m - 1)), [], "same length"),
     ("white-box record without kind", _whitebox(lambda m: [0.0] * m, kind=None), [], "'kind'"),
     ("white-box signs not +-1", _whitebox(lambda m: [0.0] * m, signs=[2] * 20), [], "'signs'"),
+    ("NaN white-box scores, one shard", _whitebox(lambda m: [float("nan")] * m), ["--shard", "1/2"], "finite"),
     ("bad model spec in run.json", _bad_run_spec, ["--base-metrics"], "run.json"),
     ("confidence above 1", None, ["--confidence", "1.5", "--off-plan"], "confidence"),
     ("confidence NaN", None, ["--confidence", "nan", "--off-plan"], "confidence"),
@@ -806,3 +816,42 @@ def test_a_full_disk_is_one_line_exit_2_and_the_report_folder_is_kept(work, monk
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "No space left on device" in err
     assert _tree(work / "report") == before
+
+
+def test_a_bare_tokenizer_pads_and_scores_with_its_own_framing(work, capsys):
+    """A tokenizer with no special tokens at all (a bare BPE): padded with id 0 (masked, never scored), the canaries
+    framed by the tokenizer itself; a complete report, exit 0."""
+    _no_special_tokens(work / "ck")
+    code = main(["evaluate", str(work / "ck"), "--out", str(work / "bare"), "--quiet", "--attacks", "loss"])
+    assert code == 0, capsys.readouterr().err
+    r = json.loads((work / "bare" / "report.json").read_text())
+    assert r["canary_plan"]["framing"] == "tokenizer" and len(r["attacks"]["loss"]["scores"]) == 20
+
+
+def _cli(*args):
+    import sys
+
+    return [sys.executable, "-m", "dpaudit.cli", *args]
+
+
+ONE_RUN = ("audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "40")
+
+
+def test_a_closed_stdout_is_one_line_exit_2():
+    """`dpaudit ... >&-`: the results would vanish while the exit code says success."""
+    import subprocess
+
+    p = subprocess.run(_cli(*ONE_RUN), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       preexec_fn=lambda: os.close(1), timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().startswith("error: standard output is closed"), p.stderr
+
+
+def test_a_reader_that_leaves_early_is_one_line_exit_2_not_a_failed_check():
+    """`dpaudit ... | head -0`: click exits 1 on the broken pipe, which a CI job reads as "a check failed"."""
+    import subprocess
+
+    p = subprocess.Popen(_cli(*ONE_RUN), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # before the child has imported anything: its first write meets no reader
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 2, err
+    assert len(err.strip().splitlines()) == 1 and "broken pipe" in err, err

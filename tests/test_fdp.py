@@ -42,6 +42,19 @@ def test_rejection_is_monotone_in_the_curve():
     assert not rej[first_kept:].any()
 
 
+@pytest.mark.parametrize("m, r, v", [(1000, 300, 260), (1000, 100, 100), (1000, 100, 50), (50, 10, 0),
+                                     (10 ** 6, 2000, 1500), (400, 100, 71)])
+def test_the_grid_search_equals_scanning_the_whole_grid(m, r, v):
+    """The bounds search the grid in rounds (seconds at 10^5 guesses); a scan of every grid point is the truth."""
+    def scan(grid, finv):
+        idx = np.flatnonzero(fdp.rejects(finv, m, r, v))
+        return float(grid[idx.max()]) if idx.size else 0.0
+
+    assert fdp.gdp_mu_lower_bound(m, r, v) == scan(fdp.MU_GRID, fdp.gdp_finv(fdp.MU_GRID))
+    assert fdp.approx_dp_epsilon_lower_bound(m, r, v, 1e-5) == scan(fdp.EPS_GRID,
+                                                                      fdp.approx_dp_finv(fdp.EPS_GRID, 1e-5))
+
+
 def _simulated_right(scores_fn, m, k, sims, rng):
     """Number of right guesses (k highest in, k lowest out) over ``sims`` audits with canary coins of 1/2."""
     signs = rng.choice([-1, 1], size=(sims, m))

@@ -83,6 +83,32 @@ def test_binomial_form_equals_opacus_for_the_gaussian_and_zhu_wang_is_above_it()
     assert rdp_general.poisson_subsampled(base, 1.0, [5])[5] == base[5]
 
 
+def test_the_all_orders_matrix_equals_the_sum_written_per_order():
+    """poisson_subsampled sums every order in one matrix; Zhu & Wang's Thm 6 written out order by order (scipy's
+    logsumexp) is the reference, with an infinite base order that only the orders above it need."""
+    from scipy.special import gammaln, logsumexp
+
+    q, base = 0.03, {a: 0.02 * a ** 1.5 for a in range(2, 41)}
+    base[30] = math.inf
+    got = rdp_general.poisson_subsampled(base, q, range(2, 41))
+    for a in range(2, 41):
+        ls = np.arange(2, a + 1)
+        eps = np.array([base[int(j)] for j in ls])
+        terms = (gammaln(a + 1) - gammaln(ls + 1) - gammaln(a - ls + 1) + ls * math.log(q)
+                 + (a - ls) * math.log1p(-q) + (ls - 1) * eps + np.where(ls >= 3, math.log(3), 0.0))
+        want = logsumexp(np.r_[(a - 1) * math.log1p(-q) + math.log1p((a - 1) * q), terms]) / (a - 1)
+        assert got[a] == (math.inf if a >= 30 else pytest.approx(want, rel=1e-12)), a
+
+
+def test_the_step_curve_of_all_orders_equals_the_scalar_rdp_of_each():
+    for noise in (BRIEF, LmoNoise(a1=0.2, a2=0.3, a3=0.5, gamma_k=2.0, gamma_theta=0.3, exp_rate=2.0, u_low=0.5,
+                                  u_high=1.5, form="mixture")):
+        curve = lmo_paper.step_curve(noise, 0.7, range(2, 30))
+        for a, v in curve.items():
+            want = lmo_paper.scalar_rdp(noise, 0.7, a)
+            assert v == (math.inf if math.isinf(want) else pytest.approx(want, rel=1e-12)), a
+
+
 def test_conversion_floors_and_the_printed_eq1():
     assert rdp_general.floor(1e-10, 128) == pytest.approx(0.1353, abs=1e-4)  # Table 2's 0.16 sits just above
     assert rdp_general.floor(8e-6, 128) == pytest.approx(0.0464, abs=1e-4)  # Table 1's 0.046807 sits just above

@@ -108,6 +108,20 @@ class LmoNoise:
             return float(sum(lm for _, lm in parts))
         return float(_logsumexp([math.log(w) + lm for w, lm in parts]))
 
+    def log_mgf_v(self, t) -> np.ndarray:
+        """:meth:`log_mgf` at every entry of an array ``t`` at once (the noise search's per-order curves)."""
+        t = np.asarray(t, dtype=float)
+        out = np.full(t.shape, math.inf)
+        ok = t < self.t_max()
+        tt = t[ok]
+        parts = [(w, _log_part_mgf_v(p, self, w * tt if self.form == "sum" else tt))
+                 for p, w in zip(PARTS, self.weights) if w > 0]
+        if self.form == "sum":
+            out[ok] = sum(lm for _, lm in parts)
+        else:
+            out[ok] = np.logaddexp.reduce(np.stack([math.log(w) + lm for w, lm in parts]), axis=0)
+        return out
+
     def mean(self) -> float:
         """E[Y]."""
         m = [self.gamma_k * self.gamma_theta, 1.0 / self.exp_rate, 0.5 * (self.u_low + self.u_high)]
