@@ -46,6 +46,7 @@ class Checkpoint:
     objects: tuple | None = None  # (model, tokenizer) when the model is not in a folder
     max_len: int | None = None  # the scoring context, when run.json does not give it (a model held as objects)
     whitebox_dir: Path | None = None  # where a probe saved its records (a model held as objects); else ``path``
+    base_model: Path | None = None  # a LoRA adapter's base outside the folder, given explicitly (--base-model)
 
     @property
     def context_len(self) -> int:
@@ -74,21 +75,40 @@ class Checkpoint:
         return models.load_dir(mdir)
 
     def adapter_base(self) -> Path:
-        """The base model folder of a LoRA adapter: base_model/, the adapter's base_model_name_or_path when it is
-        a local folder, or SmolLM2 for dpaudit's own LoRA runs. Nothing is ever downloaded."""
+        """The base model folder of a LoRA adapter: base_model/ inside the checkpoint, the adapter's
+        base_model_name_or_path when it resolves inside it, the folder given explicitly (``base_model``,
+        ``--base-model``: recorded in the report and hashed), or SmolLM2 for dpaudit's own LoRA runs. A path the
+        checkpoint names outside itself is never followed on its own. Nothing is ever downloaded."""
         from dpaudit.tasks import models
 
-        if (self.path / "base_model").is_dir():
-            return self.path / "base_model"
+        inside = self.path / "base_model"
+        if inside.is_dir():
+            if self.base_model is not None:
+                raise DpauditError(f"{self.path} ships its adapter's base in base_model/ and --base-model names "
+                                   f"another; leave --base-model out, or remove base_model/")
+            return inside
+        if self.base_model is not None:
+            base = Path(self.base_model)
+            if not base.is_dir():
+                raise DpauditError(f"--base-model {base} is not a folder; pass the local folder the adapter was "
+                                   "trained on (save_pretrained of its base model)")
+            check_contained(base, "base model")
+            return base
         cfg = read_json(self.model_dir / "adapter_config.json", "adapter config", "")
         named = cfg.get("base_model_name_or_path")
-        if named and Path(named).is_dir():
-            return Path(named)
+        if isinstance(named, str) and named and (self.model_dir / named).is_dir():
+            where = (self.model_dir / named).resolve()
+            if where == self.path.resolve() or self.path.resolve() in where.parents:
+                return where
         if self.run.get("model", {}).get("name") == "smollm2-135m":
             return models.assets.smollm2_dir()
+        if isinstance(named, str) and named and Path(named).is_dir():
+            raise DpauditError(f"{self.model_dir} holds a LoRA adapter whose base model {named!r} lies outside the "
+                               f"checkpoint; audit it with --base-model {named} (the report records the base and "
+                               "its hash covers it), or save the base under base_model/")
         raise DpauditError(f"{self.model_dir} holds a LoRA adapter whose base model {named!r} is not a local folder "
-                           "(nothing is downloaded); set base_model_name_or_path in adapter_config.json to a local "
-                           "copy, or save the base under base_model/")
+                           "(nothing is downloaded); pass a local copy with --base-model FOLDER, or save the base "
+                           "under base_model/")
 
     def hash(self) -> str:
         """sha256 over the checkpoint's weights, tokenizer, card and manifest (names and bytes), first 16 hex
@@ -146,7 +166,9 @@ def check_manifest(ck: Checkpoint, off_plan: bool) -> None:
                            "restore canaries.json, or evaluate with --off-plan (an exploratory report)")
 
 
-def load(path: Path) -> Checkpoint:
+def load(path: Path, base_model: Path | str | None = None) -> Checkpoint:
+    """The checkpoint folder ``path``; ``base_model``: a LoRA adapter's base outside it (see
+    :meth:`Checkpoint.adapter_base`)."""
     path = Path(path)
     if not path.is_dir():
         raise DpauditError(f"checkpoint directory {path} not found; pass a folder written by `dpaudit run` "
@@ -158,7 +180,10 @@ def load(path: Path) -> Checkpoint:
     card = load_card(path / "privacy_card.json")
     manifest = load_manifest(path / "canaries.json")
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
-    return Checkpoint(path, card, manifest, run)
+    if base_model is not None and not (path / "model" / "adapter_config.json").is_file() \
+            and not (path / "adapter_config.json").is_file():
+        raise DpauditError(f"--base-model is for a LoRA adapter's base, and {path} holds a whole model; leave it out")
+    return Checkpoint(path, card, manifest, run, base_model=Path(base_model) if base_model is not None else None)
 
 
 def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, run: dict,

@@ -125,6 +125,10 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
                    "(spaces up to 10^6 secrets with models up to ~200M parameters); 0: never (sampled references).")
 @click.option("--reference-model", type=click.Path(path_type=Path),
               help="HF model folder for the reference attack (default: the checkpoint's base model).")
+@click.option("--base-model", type=click.Path(path_type=Path), default=None,
+              help="The base model folder of a LoRA adapter checkpoint that does not ship it under base_model/ "
+                   "(the adapter's base_model_name_or_path is never followed outside the checkpoint on its own): "
+                   "the report records it and its hash covers the base's bytes.")
 @click.option("--confidence", default=None, type=float,
               help="Confidence of the empirical lower bounds (family-wise over every test that can trigger a "
                    "verdict). Default: the plan's, else 0.95.")
@@ -158,11 +162,11 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
 @click.option("--redact", is_flag=True, help="Replace canary secrets by placeholders in the reports.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.pass_context
-def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, confidence, off_plan,
-             base_metrics, framing, whitebox_queries, device_name, batch_size, shard, merge_parts, redact, quiet):
+def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, base_model,
+             confidence, off_plan, base_metrics, framing, whitebox_queries, device_name, batch_size, shard, merge_parts, redact, quiet):
     """Audit CHECKPOINT: attacks, bounds, claim check, metrics. CHECKPOINT is a folder with privacy_card.json and
     canaries.json beside the model: dpaudit's model/ sub-folder, or a plain Hugging Face output folder (model
-    files at its root, or a LoRA adapter whose base_model_name_or_path is a local folder). A PMixED deployment
+    files at its root, or a LoRA adapter with its base in base_model/ or given by --base-model). A PMixED deployment
     (a folder with pmixed.json) is audited through its outputs: the exact per-query check, black-box canary
     extraction within one budget, and perplexity through the protocol (the attack options do not apply)."""
     from dpaudit import device, progress
@@ -170,11 +174,11 @@ def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit,
 
     progress.set_quiet(quiet)
     device.resolve(device_name, "--device")  # before any work
-    out = check_out(out, [checkpoint, *merge_parts])
+    out = check_out(out, [checkpoint, *merge_parts, *([base_model] if base_model else [])])
     opts = EvalOptions(attacks=attacks, rule=rule, confidence=confidence, n_references=n_references,
                        enumerate_limit=enumerate_limit, batch_size=batch_size, framing=framing,
                        reference=reference_model, base_metrics=base_metrics, off_plan=off_plan,
-                       whitebox_queries=whitebox_queries, device=device_name)
+                       whitebox_queries=whitebox_queries, device=device_name, base_model=base_model)
     if shard is not None or merge_parts:
         _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts)
         return

@@ -22,7 +22,7 @@ MAX_REFERENCES = 10 ** 6  # sampled reference secrets: beyond this exposure scor
 MAX_BATCH = 4096
 # the options a shard's partial records, which every shard of one evaluation must share (dpaudit.shards)
 SHARD_KEYS = ("attacks", "rule", "confidence", "n_references", "framing", "batch_size", "enumerate_limit",
-              "reference", "base_metrics", "off_plan")
+              "reference", "base_metrics", "off_plan", "base_model")
 
 
 def _int(name: str, v, low: int, high: int | None = None) -> None:
@@ -39,7 +39,8 @@ class EvalOptions:
     most this many secrets (None: whenever the token trie fits its budget; 0: never). ``framing``: how a
     canary is tokenised (``auto``: BOS + text + EOS for dpaudit's checkpoints). ``reference``: the reference
     attack's model (a folder, or a model object from the Python API). ``whitebox_queries``: PMixED only.
-    ``device``: where the model runs (None: left where it is)."""
+    ``device``: where the model runs (None: left where it is). ``base_model``: a LoRA adapter's base folder when
+    the checkpoint does not ship it (recorded in the report, covered by its hash)."""
 
     attacks: tuple[str, ...] | None = None
     rule: str | None = None
@@ -53,6 +54,7 @@ class EvalOptions:
     off_plan: bool = False
     whitebox_queries: int = 64
     device: str | None = "auto"
+    base_model: str | None = None
 
     def __post_init__(self):
         if isinstance(self.attacks, str):
@@ -61,6 +63,8 @@ class EvalOptions:
             object.__setattr__(self, "attacks", tuple(dict.fromkeys(self.attacks)))
         if isinstance(self.reference, Path):
             object.__setattr__(self, "reference", str(self.reference))
+        if isinstance(self.base_model, Path):
+            object.__setattr__(self, "base_model", str(self.base_model))
         if self.attacks is not None:
             unknown = [a for a in self.attacks if a not in options.ATTACKS]
             if unknown:
@@ -111,7 +115,7 @@ class EvalOptions:
                         n_references=checked.n_references, enumerate_limit=self.enumerate_limit,
                         batch_size=self.batch_size, framing=framing or self.framing, reference=self.reference,
                         base_metrics=self.base_metrics, off_plan=self.off_plan,
-                        whitebox_queries=self.whitebox_queries, plan_entry=entry)
+                        whitebox_queries=self.whitebox_queries, plan_entry=entry, base_model=self.base_model)
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ class Resolved:
     off_plan: bool
     whitebox_queries: int
     plan_entry: dict
+    base_model: str | None = None
 
     def shard_record(self) -> dict:
         """What a shard's partial records of these settings (JSON; the merge re-derives and compares them)."""

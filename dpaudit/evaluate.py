@@ -48,7 +48,8 @@ class Scored:
 
 def evaluate(ckpt_dir: Path, options: EvalOptions | None = None, command: str | None = None) -> dict:
     """The report of the checkpoint folder ``ckpt_dir`` under ``options`` (default: the manifest's plan)."""
-    return evaluate_checkpoint(checkpoint.load(ckpt_dir), options, command)
+    options = options or EvalOptions()
+    return evaluate_checkpoint(checkpoint.load(ckpt_dir, options.base_model), options, command)
 
 
 def evaluate_folder(folder: Path, opts: EvalOptions, command: str | None, out: Path, redact: bool = False) -> dict:
@@ -80,7 +81,7 @@ def evaluate_checkpoint(ck: checkpoint.Checkpoint, options: EvalOptions | None =
 
 def score_shard(ckpt_dir: Path, shard: tuple[int, int], options: EvalOptions) -> tuple[Loaded, Scored]:
     """Shard ``shard = (i, n)`` of :func:`evaluate` (scores NaN outside the shard, :mod:`dpaudit.shards`)."""
-    loaded = load(checkpoint.load(ckpt_dir), options, shard=True)
+    loaded = load(checkpoint.load(ckpt_dir, options.base_model), options, shard=True)
     loaded.opts.shard_record()  # a reference model must be a path that every shard can load
     return loaded, score(loaded, options.device, shard)
 
@@ -90,8 +91,9 @@ def merge(ckpt_dir: Path, part_folders, command: str | None = None) -> dict:
     audit), with the evaluation plan re-derived from the checkpoint."""
     from dpaudit import shards
 
-    ck = checkpoint.load(ckpt_dir)
-    used, metrics, scored, timings = shards.merge(ck, shards.read(part_folders))
+    parts = shards.read(part_folders)
+    ck = checkpoint.load(ckpt_dir, parts[0]["options"].get("base_model"))  # the base every shard scored on
+    used, metrics, scored, timings = shards.merge(ck, parts)
     loaded = load(ck, EvalOptions.from_shard_record(used))
     if loaded.opts.shard_record() != used:
         raise DpauditError("the partials' options do not resolve to themselves under this checkpoint's evaluation "

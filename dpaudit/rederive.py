@@ -32,7 +32,7 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
     if report.get("kind") != "evaluation":
         raise DpauditError("--checkpoint re-derives one evaluation report; for a run's comparison, check each "
                            "variant's VARIANT/report/report.json with its VARIANT/checkpoint")
-    ck = checkpoint.load(Path(ckpt))
+    ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"))  # the base it recorded, if outside
     out = []
     h = ck.hash()
     if report["checkpoint"].get("hash") != h:

@@ -110,8 +110,8 @@ def trained(tmp_path_factory):
     return root, card, manifest
 
 
-def _evaluate(folder, out):
-    rc = main(["evaluate", str(folder), "--out", str(out), "--references", "300", "--quiet"])
+def _evaluate(folder, out, *extra):
+    rc = main(["evaluate", str(folder), "--out", str(out), "--references", "300", "--quiet", *map(str, extra)])
     assert rc == 0
     return json.loads((out / "report.json").read_text())
 
@@ -173,7 +173,7 @@ def test_canaries_are_scored_as_the_model_saw_them(trained, tmp_path):
     assert auc["tokenizer"] > 0.9 and auc["bos_eos"] < auc["tokenizer"] - 0.2, auc
 
 
-def test_lora_adapter_folder_with_local_base(trained, tmp_path):
+def test_lora_adapter_folder_with_local_base(trained, tmp_path, capsys):
     from peft import LoraConfig, get_peft_model
 
     root, card, manifest = trained
@@ -188,22 +188,35 @@ def test_lora_adapter_folder_with_local_base(trained, tmp_path):
     _save(tmp_path / "adapter", peft, tok, manifest, card)
     cfg = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert cfg["base_model_name_or_path"] == str(base_dir)
-    r = _evaluate(tmp_path / "adapter", tmp_path / "adapter-report")
+    # a path the checkpoint names outside itself is never followed on its own: the user names the base
+    assert main(["evaluate", str(tmp_path / "adapter"), "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    assert f"--base-model {base_dir}" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    r = _evaluate(tmp_path / "adapter", tmp_path / "adapter-report", "--base-model", base_dir)
     assert "reference" in r["attacks"]  # the adapter's local base calibrates the reference attack
     # the base outside the folder is recorded, and its bytes are part of the hash: another base, another hash
     from dpaudit import checkpoint
 
     assert r["checkpoint"]["base_model"] == str(base_dir.resolve())
-    assert checkpoint.load(tmp_path / "adapter").hash() == r["checkpoint"]["hash"]
+    assert checkpoint.load(tmp_path / "adapter", base_dir).hash() == r["checkpoint"]["hash"]
+    assert main(["check", str(tmp_path / "adapter-report" / "report.json"), "--checkpoint",
+                 str(tmp_path / "adapter")]) != 2  # the re-derivation reads the base the report recorded
+    assert "was not made from this model" not in capsys.readouterr().out
     other = _model(tok)
     with torch.no_grad():
         next(other.parameters()).add_(0.01)
     other.save_pretrained(base_dir)
-    assert checkpoint.load(tmp_path / "adapter").hash() != r["checkpoint"]["hash"]
+    assert checkpoint.load(tmp_path / "adapter", base_dir).hash() != r["checkpoint"]["hash"]
     cfg["base_model_name_or_path"] = "some-org/not-here"
     (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(cfg))
     assert main(["evaluate", str(tmp_path / "adapter"), "--out", str(tmp_path / "x"), "--quiet"]) == 2
-    assert not (tmp_path / "x").exists()
+    assert "--base-model FOLDER" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    # the base shipped inside the folder needs no option
+    shutil.copytree(base_dir, tmp_path / "adapter" / "base_model")
+    assert main(["evaluate", str(tmp_path / "adapter"), "--out", str(tmp_path / "y"), "--quiet",
+                 "--base-model", str(base_dir)]) == 2
+    assert "base_model/" in capsys.readouterr().err
+    r = _evaluate(tmp_path / "adapter", tmp_path / "y")
+    assert "base_model" not in r["checkpoint"]
 
 
 def test_python_evaluate_on_objects(trained):
