@@ -96,10 +96,9 @@ class Checkpoint:
             return base
         cfg = read_json(self.model_dir / "adapter_config.json", "adapter config", "")
         named = cfg.get("base_model_name_or_path")
-        if isinstance(named, str) and named and (self.model_dir / named).is_dir():
-            where = (self.model_dir / named).resolve()
-            if where == self.path.resolve() or self.path.resolve() in where.parents:
-                return where
+        if isinstance(named, str) and named and (self.model_dir / named).is_dir() \
+                and _inside(self.path, self.model_dir / named):
+            return (self.model_dir / named).resolve()
         if self.run.get("model", {}).get("name") == "smollm2-135m":
             return models.assets.smollm2_dir()
         if isinstance(named, str) and named and Path(named).is_dir():
@@ -131,9 +130,14 @@ class Checkpoint:
         base_model_name_or_path); the report records it and the hash covers it. None otherwise."""
         if self.path is None or not (self.model_dir / "adapter_config.json").exists():
             return None
-        base = self.adapter_base().resolve()
-        root = self.path.resolve()
-        return None if base == root or root in base.parents else base
+        base = self.adapter_base()
+        return None if _inside(self.path, base) else base.resolve()
+
+
+def _inside(root: Path, p: Path) -> bool:
+    """Whether ``p`` resolves to ``root`` or somewhere under it."""
+    real, base = Path(p).resolve(), Path(root).resolve()
+    return real == base or base in real.parents
 
 
 def _object_hash(h, ck: Checkpoint) -> str:
@@ -180,10 +184,10 @@ def load(path: Path, base_model: Path | str | None = None) -> Checkpoint:
     card = load_card(path / "privacy_card.json")
     manifest = load_manifest(path / "canaries.json")
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
-    if base_model is not None and not (path / "model" / "adapter_config.json").is_file() \
-            and not (path / "adapter_config.json").is_file():
+    ck = Checkpoint(path, card, manifest, run, base_model=Path(base_model) if base_model is not None else None)
+    if base_model is not None and not (ck.model_dir / "adapter_config.json").is_file():
         raise DpauditError(f"--base-model is for a LoRA adapter's base, and {path} holds a whole model; leave it out")
-    return Checkpoint(path, card, manifest, run, base_model=Path(base_model) if base_model is not None else None)
+    return ck
 
 
 def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, run: dict,

@@ -163,7 +163,8 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.pass_context
 def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit, reference_model, base_model,
-             confidence, off_plan, base_metrics, framing, whitebox_queries, device_name, batch_size, shard, merge_parts, redact, quiet):
+             confidence, off_plan, base_metrics, framing, whitebox_queries, device_name, batch_size, shard,
+             merge_parts, redact, quiet):
     """Audit CHECKPOINT: attacks, bounds, claim check, metrics. CHECKPOINT is a folder with privacy_card.json and
     canaries.json beside the model: dpaudit's model/ sub-folder, or a plain Hugging Face output folder (model
     files at its root, or a LoRA adapter with its base in base_model/ or given by --base-model). A PMixED deployment
