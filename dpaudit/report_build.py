@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -35,7 +36,12 @@ def versions() -> dict:
 
 
 def machine() -> dict:
-    return {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()}
+    """Where the report was made: the host, and the CUDA device when this process uses torch and sees one (a
+    number measured on a GPU says so). torch is never imported for this: a process without it used none."""
+    torch = sys.modules.get("torch")
+    gpu = torch.cuda.get_device_name() if torch is not None and torch.cuda.is_available() else None
+    return {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count(),
+            "accelerator": gpu}
 
 
 def head(path: Path | None, content_hash: str, variant: str | None, card) -> dict:

@@ -32,7 +32,9 @@ def provenance(folder: Path) -> str | None:
             repro = rep.get("reproducibility") or {}
             m = repro.get("machine") or {}
             if m:
-                machines.add(f"{m.get('processor', '?')}, {m.get('cpus', '?')} CPUs")
+                gpu = m.get("accelerator")
+                machines.add(f"{m.get('processor', '?')}, {m.get('cpus', '?')} CPUs"
+                             + (f" and an {gpu} (a lent GPU machine)" if gpu else " (the project's CPU machine)"))
             v = (repro.get("versions") or {}).get("torch")
             if v:
                 torch.add(v)
@@ -40,7 +42,7 @@ def provenance(folder: Path) -> str | None:
         return None
     span = min(dates) if len(dates) == 1 else f"{min(dates)} to {max(dates)}"
     return (f"{MARK} (from this folder's report.json files): written {span}; {'; '.join(sorted(machines)) or '?'}"
-            f" (the project's CPU machine); torch {', '.join(sorted(torch)) or '?'}.{calibration(folder)}")
+            f"; torch {', '.join(sorted(torch)) or '?'}.{calibration(folder)}")
 
 
 def calibration(folder: Path) -> str:

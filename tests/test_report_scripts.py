@@ -258,3 +258,18 @@ def test_the_claim_counts_quoted_are_the_what_was_tested_table():
                   flags=re.S)
     assert m, "docs/reproductions.md must quote what_was_tested's counts"
     assert tuple(map(int, m.groups())) == (claims, verified, not_refuted)
+
+
+def test_machine_names_the_gpu_that_made_a_report(monkeypatch):
+    """A report made on a GPU says which (reproducibility.machine.accelerator), and the provenance line of its
+    README names it beside the CPU runs; a CPU run records none."""
+    import torch
+
+    from dpaudit import report_build
+
+    assert report_build.machine()["accelerator"] is None or torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    assert report_build.machine()["accelerator"] == "NVIDIA H100 80GB HBM3"
+    line = (ROOT / "reports" / "canary_designs" / "README.md").read_text().splitlines()[2]
+    assert "NVIDIA H100 80GB HBM3 (a lent GPU machine)" in line and "2 CPUs (the project's CPU machine)" in line
