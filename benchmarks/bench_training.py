@@ -1,8 +1,10 @@
-"""Step time and peak memory of non-private vs Opacus hooks vs ghost clipping, full and LoRA.
+"""Step time and peak memory of non-private vs Opacus hooks vs ghost clipping vs book-keeping (one backward),
+full and LoRA.
 
     python benchmarks/bench_training.py [--models minilm,smollm2,gpt2-small] [--batch 8] [--seq 64]
                                         [--steps 3] [--cap-gb 8] [--largest-batch minilm]
                                         [--tied untie|freeze] [--trainables full,lora]
+                                        [--modes none,hooks,ghost,bk]
 
 Each configuration runs in its own process (so peak RSS is its own), on random token batches of the
 same shape: 1 warm-up step, then the median of ``--steps`` timed steps. Ratios are against the
@@ -26,7 +28,7 @@ import time
 from dpaudit.trainers import loss as lossmod
 from dpaudit.trainers import mechanism
 
-MODES = ("none", "hooks", "ghost")
+MODES = ("none", "hooks", "ghost", "bk")  # bk: book-keeping clipping, trainers/bk_clipping.py
 
 
 def build(name: str):
@@ -115,8 +117,13 @@ def main(argv=None) -> int:
     ap.add_argument("--tied", choices=("untie", "freeze"), default="untie",
                     help="tied input/output embeddings: untie for ghost full fine-tuning, or freeze in every mode")
     ap.add_argument("--trainables", default="full,lora", help="comma-separated: full, lora")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="comma-separated, 'none' (the non-private baseline the ratios divide by) first: " + ", ".join(MODES))
     ap.add_argument("--one", nargs=4, metavar=("MODEL", "MODE", "TRAINABLE", "BATCH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    modes = args.modes.split(",")
+    if modes[0] != "none" or any(m not in MODES for m in modes):
+        ap.error(f"--modes must start with none and name only {', '.join(MODES)}, got {args.modes!r}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import warnings
 
@@ -131,7 +138,7 @@ def main(argv=None) -> int:
     for name in args.models.split(","):
         for which in args.trainables.split(","):
             base = None
-            for mode in MODES:
+            for mode in modes:
                 r = run_child(args, name, mode, which, args.batch)
                 rows.append(r)
                 if "error" in r:
@@ -146,7 +153,7 @@ def main(argv=None) -> int:
                 sys.stdout.flush()
     for name in [m for m in args.largest_batch.split(",") if m]:
         for which in ("full", "lora"):
-            for mode in MODES:
+            for mode in modes:
                 b, best = args.batch, None
                 while b <= 512:
                     r = run_child(args, name, mode, which, b)

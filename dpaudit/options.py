@@ -24,8 +24,9 @@ METHODS = RECORD_METHODS + USER_METHODS + PREDICTION_METHODS
 TRAINABLES = ("full", "lora", "head")  # head: a classifier's head only (linear probe)
 TIED_EMBEDDINGS = ("untie", "freeze")
 LORA_TARGETS = ("attention", "all-linear")
-GRAD_SAMPLE_MODES = ("hooks", "ghost", "ghost_fsdp")  # ghost_fsdp: sharded under torchrun (trainers/fsdp.py)
-GHOST_MODES = ("ghost", "ghost_fsdp")
+# ghost_fsdp: sharded under torchrun (trainers/fsdp.py); bk: book-keeping, one backward (trainers/bk_clipping.py)
+GRAD_SAMPLE_MODES = ("hooks", "ghost", "ghost_fsdp", "bk")
+GHOST_MODES = ("ghost", "ghost_fsdp", "bk")  # the clipped sum arrives in p.grad; tied embeddings must be untied
 GRADIENT_CANARY_KINDS = ("dirac", "sparse", "dense")
 # DP-FROST (trainers/dp_frost.py): how partitions are chosen, its PGM scores, and which reading of the paper's
 # selection sampling rate the accounting uses (text: q_ps; alg3: 1, as Alg. 3 passes)

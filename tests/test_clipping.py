@@ -47,7 +47,7 @@ def _reference(model, data, C, B, choices=None):
 
 
 @pytest.mark.parametrize("kind", ["causal_lm", "classifier", "classifier_mean", "label_words"])
-@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+@pytest.mark.parametrize("mode", ["hooks", "ghost", "bk"])
 @pytest.mark.parametrize("which", ["full", "lora", "lora-all-linear"])
 def test_clipped_update_matches_loop(tiny_model_factory, mode, which, kind):
     factory = {"classifier": _tiny_bert, "classifier_mean": _tiny_bert_mean}.get(kind, tiny_model_factory)
@@ -107,7 +107,7 @@ def test_physical_batches_accumulate_to_the_same_update(tiny_model_factory):
     assert max(float((a - b).abs().max()) for a, b in zip(full, split)) < 1e-7
 
 
-@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+@pytest.mark.parametrize("mode", ["hooks", "ghost", "bk"])
 def test_loss_is_recorded_once_per_logical_step(tiny_model_factory, mode):
     """One loss per logical step, the mean over its records, whatever the physical split, private or not:
     otherwise a "final training loss" means different things for a DP and a non-private run."""

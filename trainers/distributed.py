@@ -68,7 +68,8 @@ def check_variants(variants) -> None:
             raise DpauditError(f"variant {v.name!r}: only private record-level dp_adam and lmo_dp variants train "
                                "under torchrun; run the others in one process (--variant NAME)")
         if t.engine.grad_sample_mode != "hooks":
-            raise DpauditError(f"variant {v.name!r}: grad_sample_mode = 'ghost' is not supported under torchrun; "
+            raise DpauditError(f"variant {v.name!r}: grad_sample_mode = {t.engine.grad_sample_mode!r} is not supported "
+                               "under torchrun; "
                                "use 'hooks' (data parallel) or 'ghost_fsdp' (the model sharded over the ranks)")
 
 
@@ -123,7 +124,8 @@ def record_level(model, optimizer, dataset, *, sigma: float, clipping_norm: floa
     from dpaudit.trainers import noise as noise_axis
 
     if grad_sample_mode != "hooks":
-        raise DpauditError("train.grad_sample_mode = 'ghost' is not supported under torchrun yet; use 'hooks'")
+        raise DpauditError(f"train.grad_sample_mode = {grad_sample_mode!r} is not supported under torchrun yet; use "
+                           "'hooks'")
     rank, size = world()
     device = model_device(model)
     module = GradSampleModule(DPDDP(model), batch_first=True, loss_reduction="mean")

@@ -13,6 +13,8 @@ The noise is a third axis (:mod:`.noise`): it is installed on either optimizer w
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from opacus.optimizers import DPOptimizer
 from torch import nn
@@ -35,18 +37,38 @@ def record_level(model: nn.Module, optimizer, loader, *, sigma: float, clipping_
     sum is divided by B, the mechanism the card states (:func:`exact_rate`)."""
     from opacus import PrivacyEngine
 
-    check_clippable(model, grad_sample_mode)
+    bk = grad_sample_mode == "bk" and _bk_supported(model)
+    opacus_mode = "ghost" if grad_sample_mode == "bk" else grad_sample_mode
+    check_clippable(model, opacus_mode)
     engine = PrivacyEngine(accountant="prv", secure_mode=False)  # our accounting is separate (dpaudit.accounting)
     device = model_device(model)
     crit = nn.CrossEntropyLoss(ignore_index=-100, reduction="mean")
     out = engine.make_private(module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
                               max_grad_norm=clipping_norm, poisson_sampling=True, loss_reduction="mean",
-                              grad_sample_mode=grad_sample_mode, criterion=crit,
+                              grad_sample_mode=opacus_mode, criterion=crit,
                               noise_generator=noise_generator(seed, device))
-    module, dp_opt, crit, dp_loader = out if grad_sample_mode == "ghost" else (*out[:2], None, out[2])
+    module, dp_opt, crit, dp_loader = out if opacus_mode == "ghost" else (*out[:2], None, out[2])
+    if bk:  # Opacus' ghost optimizer, loader and noise; the clipped sum from one book-keeping backward instead
+        from dpaudit.trainers.bk_clipping import BKLoss, BookKeeping
+
+        module.remove_hooks()
+        module = BookKeeping(module._module, clipping_norm)
+        crit = BKLoss(module)
     exact_rate(dp_loader, dp_opt, loader.batch_size, len(loader.dataset))
     noise_axis.install(dp_opt, noise)
     return module, dp_opt, crit, dp_loader
+
+
+def _bk_supported(model: nn.Module) -> bool:
+    """Whether book-keeping clipping handles every trainable layer; else one line on stderr, and Opacus' ghost
+    clipping (the same optimizer, loader and noise) clips instead."""
+    from dpaudit.trainers.bk_clipping import unsupported
+
+    why = unsupported(model)
+    if why is not None:
+        print(f"grad_sample_mode = 'bk': {why}, which book-keeping clipping does not support; Opacus' ghost "
+              "clipping clips this run instead", file=sys.stderr)
+    return why is None
 
 
 def check_clippable(model: nn.Module, grad_sample_mode: str) -> None:

@@ -84,7 +84,7 @@ def prepare_tied(model, policy: str, mode: str, trainable: str) -> None:
     same parameters) or ``untie`` (only when ghost clipping fine-tunes everything)."""
     if policy == "freeze":
         freeze_tied_embeddings(model)
-    elif mode in ("ghost", "ghost_fsdp") and trainable == "full":
+    elif mode in ("ghost", "ghost_fsdp", "bk") and trainable == "full":
         untie_embeddings(model)  # ghost clipping needs unshared parameters
 
 

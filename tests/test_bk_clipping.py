@@ -1,0 +1,187 @@
+"""Book-keeping clipping (trainers/bk_clipping.py): per-example norms and the clipped sum from one backward equal
+a for-loop reference on every supported layer type, equal Opacus' ghost clipping on a language model, and the
+engine trains the same model with it as with ghost clipping (same sampling, noise and card)."""
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+from transformers.pytorch_utils import Conv1D
+
+from dpaudit.errors import DpauditError
+from dpaudit.trainers import bk_clipping, engine, mechanism
+from dpaudit.trainers import data as data_seam
+from dpaudit.trainers import loss as lossmod
+
+V, D = 23, 8
+SENTS = ["a fine film", "dull and long , with nothing to say about anything at all", "great fun",
+         "My account number is 123456.", "the worst", "an astonishing, moving and generous piece of work"]
+
+
+class Every(nn.Module):
+    """One of every supported layer on a (B, T) token input; the loss is each example's mean token NLL."""
+
+    def __init__(self, wide: bool):
+        super().__init__()
+        self.emb = nn.Embedding(V, D, padding_idx=0)
+        self.ln = nn.LayerNorm(D)
+        self.up = nn.Linear(D, 64 if wide else 4)  # wide: 2 T^2 <= d p, the ghost norm; else the direct one
+        self.rms = nn.RMSNorm(64 if wide else 4, eps=1e-6)
+        self.conv = Conv1D(D, 64 if wide else 4)  # GPT-2's (in, out) weight
+        self.llama_rms = LlamaRMSNorm(D)
+        self.head = nn.Linear(D, V)
+        self.pool = nn.Linear(D, 3)  # a (B, d) input: T = 1
+
+    def forward(self, ids):
+        h = self.ln(self.emb(ids))
+        h = self.llama_rms(h + self.conv(self.rms(self.up(h))))
+        return self.head(h), self.pool(h.mean(1))
+
+
+def _losses(model, ids, tgt, lab):
+    logits, cls = model(ids)
+    tok = nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), ignore_index=-100, reduction="none")
+    tok = tok.view(ids.shape).sum(1) / (tgt != -100).sum(1)
+    return tok + nn.functional.cross_entropy(cls, lab, reduction="none")
+
+
+def _data(B=5, T=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 6, (B, T), generator=g)  # few ids: repeats within a sequence (the embedding's ghost norm)
+    ids[0, -2:] = 0  # padding: the padding row is never updated
+    tgt = torch.randint(0, V, (B, T), generator=g)
+    tgt[0, -2:] = -100
+    return ids, tgt, torch.randint(0, 3, (B,), generator=g)
+
+
+def _loop(model, ids, tgt, lab, C):
+    params = [p for p in model.parameters() if p.requires_grad]
+    total, norms = [torch.zeros_like(p) for p in params], []
+    for i in range(ids.size(0)):
+        grads = torch.autograd.grad(_losses(model, ids[i:i + 1], tgt[i:i + 1], lab[i:i + 1]).sum(), params)
+        n = float(torch.sqrt(sum((g ** 2).sum() for g in grads)))
+        norms.append(n)
+        for t, g in zip(total, grads):
+            t += g * min(1.0, C / (n + 1e-6))
+    return total, torch.tensor(norms)
+
+
+@pytest.mark.parametrize("wide", [True, False])
+@pytest.mark.parametrize("C", [1e-3, 1e3])  # every example clipped; none
+def test_every_layer_type_matches_the_loop(wide, C):
+    torch.manual_seed(0)
+    model = Every(wide)
+    ids, tgt, lab = _data()
+    expected, ref_norms = _loop(model, ids, tgt, lab, C)
+    bk = bk_clipping.BookKeeping(model, C)
+    bk.clipped_backward(_losses(bk, ids, tgt, lab))
+    assert torch.allclose(bk.per_sample_gradient_norms, ref_norms, rtol=1e-4, atol=1e-6)
+    for (name, p), e in zip(model.named_parameters(), expected):
+        assert torch.allclose(p.grad, e, rtol=1e-4, atol=1e-6 * float(e.abs().max() + 1)), name
+    assert float(model.emb.weight.grad[0].abs().max()) == 0.0  # the padding row
+    assert all(p.requires_grad for p in model.parameters())  # given back after the forward
+
+
+def test_frozen_parts_and_a_layer_the_loss_never_reaches():
+    torch.manual_seed(1)
+    model = Every(True)
+    for p in (model.emb.weight, model.ln.weight, model.up.bias):
+        p.requires_grad_(False)
+    ids, tgt, lab = _data(seed=1)
+    expected, ref_norms = _loop(model, ids, tgt, lab, 0.05)
+    bk = bk_clipping.BookKeeping(model, 0.05)
+    bk.clipped_backward(_losses(bk, ids, tgt, lab))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for p, e in zip(trainable, expected):
+        assert torch.allclose(p.grad, e, rtol=1e-4, atol=1e-7)
+    assert model.emb.weight.grad is None and not model.emb.weight.requires_grad  # frozen stays frozen, no grad
+
+
+def test_equals_opacus_ghost_on_a_language_model(tiny_model_factory):
+    """Norms and clipped sums of Opacus' ghost mode (two backward passes) and book-keeping (one)."""
+    from dpaudit.tasks import sentiment
+
+    got = {}
+    for mode in ("ghost", "bk"):
+        model, tok = tiny_model_factory()
+        records = [sentiment.encode_text(t, tok, 32) for t in SENTS]
+        data = data_seam.collate(records, tok.pad_token_id, 32)
+        opt = torch.optim.SGD(list(model.parameters()), lr=0.0)
+        module, dp_opt, crit, _ = mechanism.record_level(model, opt, DataLoader(data, batch_size=len(data)),
+                                                         sigma=0.0, clipping_norm=0.05, grad_sample_mode=mode, seed=0)
+        assert isinstance(module, bk_clipping.BookKeeping) == (mode == "bk")
+        dp_opt.zero_grad()
+        lossmod.batch_loss(module, *data.tensors, crit).backward()
+        got[mode] = (module.per_sample_gradient_norms.clone(), [p.grad.clone() for p in model.parameters()])
+    (n1, g1), (n2, g2) = got["ghost"], got["bk"]
+    assert torch.allclose(n1, n2, rtol=1e-4)
+    assert float(n1.min()) > 0.05  # every example clipped: the factors matter
+    for a, b in zip(g1, g2):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_the_engine_trains_the_same_model_as_with_ghost(tiny_model_factory):
+    """Same Poisson batches, noise, clipping and card: the weights after 4 noisy steps agree."""
+    from dpaudit.tasks import sentiment
+
+    out = {}
+    for mode in ("ghost", "bk"):
+        model, tok = tiny_model_factory()
+        records = [sentiment.encode_text(t, tok, 32) for t in SENTS * 4]
+        cfg = engine.EngineConfig(target_epsilon=8.0, epochs=1.0, batch_size=6, lr=1e-2, clipping_norm=0.1,
+                                  grad_sample_mode=mode, gradient_canaries=16)
+        trained, res = engine.train(model, records, cfg, tok.pad_token_id, 32)
+        assert all(p.requires_grad for p in trained.parameters())
+        out[mode] = ([p.detach().clone() for p in trained.parameters()], res)
+    (w1, r1), (w2, r2) = out["ghost"], out["bk"]
+    assert r1.steps == r2.steps == 4 and r1.noise_multiplier == r2.noise_multiplier and r1.epsilon == r2.epsilon
+    assert r1.clipping["per_step"]["median_norm"] == pytest.approx(r2.clipping["per_step"]["median_norm"], rel=1e-3)
+    for a, b in zip(w1, w2):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_unsupported_layers_fall_back_to_ghost_in_one_line(capsys):
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+            self.scale = nn.Parameter(torch.ones(2))  # a parameter of no supported layer
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+
+    assert "(Odd) holds trainable parameters" in bk_clipping.unsupported(Odd())
+    with pytest.raises(DpauditError, match="use grad_sample_mode = 'ghost'"):
+        bk_clipping.BookKeeping(Odd(), 1.0)
+    tied = Every(True)
+    tied.head.weight = tied.emb.weight
+    assert "shares its weights with emb.weight" in bk_clipping.unsupported(tied)
+    model = nn.Sequential(nn.Linear(4, 2), nn.Conv1d(2, 2, 1))
+    data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long))
+    opt = torch.optim.SGD(list(model.parameters()), lr=0.0)
+    module, *_ = mechanism.record_level(model, opt, DataLoader(data, batch_size=4), sigma=1.0, clipping_norm=1.0,
+                                        grad_sample_mode="bk", seed=0)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Opacus' ghost clipping clips this run instead" in err[0] and "Conv1d" in err[0]
+    assert not isinstance(module, bk_clipping.BookKeeping)
+
+
+def test_a_layer_run_twice_and_a_broadcast_batch_are_refused():
+    lin = nn.Linear(3, 3)
+    twice = bk_clipping.BookKeeping(nn.Sequential(lin, lin), 1.0)
+    with pytest.raises(DpauditError, match="ran twice in one forward"):
+        twice(torch.randn(2, 3))
+    assert lin.weight.requires_grad  # restored although the forward failed
+
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos = nn.Embedding(4, 3)
+
+        def forward(self, x):
+            return x + self.pos(torch.arange(4).unsqueeze(0))  # (1, T): one row for every example
+
+    bk = bk_clipping.BookKeeping(Shared(), 1.0)
+    with pytest.raises(DpauditError, match="saw a batch of 1 rows for 2 examples"):
+        bk.clipped_backward(bk(torch.randn(2, 4, 3)).pow(2).sum((1, 2)))

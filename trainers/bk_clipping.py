@@ -1,0 +1,296 @@
+"""Book-keeping ghost clipping (Bu et al., "Differentially private optimization on large model at small cost",
+ICML 2023): per-example gradient norms and the clipped gradient sum from ONE backward pass.
+
+Opacus' ghost clipping (``grad_sample_mode = "ghost"``) runs two backward passes: one for the per-example norms,
+one more of the loss reweighted by the clip factors. Book-keeping keeps what the single backward already has
+instead: for every trainable layer, its input ``a`` (saved in the forward) and the gradient of the loss at its
+output ``g`` (caught in the backward). From them
+
+* the per-example norm of the layer's weight gradient ``g_i^T a_i`` (sequence of T positions) is read without
+  forming it: ``sum((a_i a_i^T) * (g_i g_i^T))`` (the ghost norm, T^2 (d + p) work) when ``2 T^2 <= d p``,
+  else from the per-example gradient itself;
+* once every layer's norms are summed and the clip factors ``c_i = min(1, C / (norm_i + 1e-6))`` (Opacus') are
+  known, the clipped sum ``sum_i c_i g_i^T a_i = (c * g)^T a`` is one product per layer, the cost of the weight
+  gradient that the backward did not compute: the trainable weights are taken out of autograd during the
+  forward (``requires_grad`` off while it runs, restored at once), so autograd computes activation gradients
+  only.
+
+Supported layers (whatever holds a trainable parameter must be one): ``nn.Linear``, ``nn.Embedding``,
+``nn.LayerNorm`` over the last dimension, RMS norms (``nn.RMSNorm`` and Hugging Face's ``*RMSNorm``:
+``weight * x / rms(x)``), GPT-2's ``Conv1D``. :func:`unsupported` names the first other one, and the mechanism
+then falls back to Opacus' ghost clipping in one line. A parameter shared by two layers (tied embeddings) or a
+layer run twice in one forward is refused, as Opacus' ghost clipping refuses it.
+
+The optimizer, Poisson loader, noise and white-box canaries are Opacus' ghost-clipping ones
+(``DPOptimizerFastGradientClipping`` reads the clipped sum from ``p.grad``): only where the clipped sum comes
+from differs. Checked against a for-loop reference and Opacus' ghost mode in tests/test_bk_clipping.py.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dpaudit.errors import DpauditError
+
+
+def _is_conv1d(m: nn.Module) -> bool:
+    return type(m).__name__ == "Conv1D" and hasattr(m, "nf")
+
+
+def _is_rms(m: nn.Module) -> bool:
+    return isinstance(m, getattr(nn, "RMSNorm", ())) or (type(m).__name__.endswith("RMSNorm")
+                                                          and isinstance(getattr(m, "weight", None), nn.Parameter))
+
+
+def _kind(m: nn.Module) -> str | None:
+    if isinstance(m, nn.Linear):
+        return "linear"
+    if _is_conv1d(m):
+        return "conv1d"
+    if isinstance(m, nn.Embedding):
+        return None if (m.max_norm is not None or m.scale_grad_by_freq or m.sparse) else "embedding"
+    if isinstance(m, nn.LayerNorm):
+        return "layernorm" if len(m.normalized_shape) == 1 else None
+    if _is_rms(m):
+        return "rmsnorm"
+    return None
+
+
+def _owners(model: nn.Module) -> tuple[list[tuple[str, nn.Module]], str | None]:
+    """(the layers holding trainable parameters, the first reason book-keeping cannot clip this model or None)."""
+    seen: dict[int, str] = {}
+    layers = []
+    for name, m in model.named_modules():
+        own = [(n, p) for n, p in m.named_parameters(recurse=False) if p.requires_grad]
+        if not own:
+            continue
+        for n, p in own:
+            where = f"{name}.{n}" if name else n
+            if id(p) in seen:
+                return [], f"{where} shares its weights with {seen[id(p)]}"
+            seen[id(p)] = where
+        if _kind(m) is None:
+            return [], f"layer {name or '(root)'} ({type(m).__name__}) holds trainable parameters"
+        layers.append((name, m))
+    return layers, None
+
+
+def unsupported(model: nn.Module) -> str | None:
+    """Why book-keeping clipping cannot handle ``model``'s trainable layers (None when it can)."""
+    return _owners(model)[1]
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """(B, ..., d) -> (B, T, d), T the product of the middle dimensions (1 for a (B, d) input)."""
+    return x.reshape(x.size(0), -1, x.size(-1))
+
+
+def _normalised(m: nn.Module, a: torch.Tensor) -> torch.Tensor:
+    """What a norm layer multiplies its weight by, in float32."""
+    x = a.float()
+    if isinstance(m, nn.LayerNorm):
+        mu = x.mean(-1, keepdim=True)
+        var = x.var(-1, unbiased=False, keepdim=True)
+        return (x - mu) * torch.rsqrt(var + m.eps)
+    eps = getattr(m, "variance_epsilon", None) or getattr(m, "eps", None) or torch.finfo(x.dtype).eps
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _weight_norm2(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Per-example ||g_i^T a_i||_F^2 for a: (B, T, d), g: (B, T, p)."""
+    T, d, p = a.size(1), a.size(2), g.size(2)
+    if 2 * T * T <= d * p:  # the ghost norm: never forms the (p, d) gradient
+        return (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+    return torch.einsum("btp,btd->bpd", g, a).pow(2).sum((1, 2))
+
+
+class _Record:
+    __slots__ = ("module", "kind", "a", "g")
+
+    def __init__(self, module, kind, a):
+        self.module, self.kind, self.a, self.g = module, kind, a, None
+
+
+class BookKeeping(nn.Module):
+    """``model`` with book-keeping hooks on its trainable layers. After :meth:`clipped_backward` of the per-example
+    losses, every trainable ``p.grad`` holds the clipped sum and :attr:`per_sample_gradient_norms` the norms (read
+    by :mod:`.clip_stats`). ``remove_hooks`` and ``_module`` as Opacus' wrappers have them (mechanism.release)."""
+
+    def __init__(self, model: nn.Module, max_grad_norm: float):
+        super().__init__()
+        layers, why = _owners(model)
+        if why is not None:
+            raise DpauditError(f"book-keeping clipping cannot clip this model: {why}; use grad_sample_mode = 'ghost'")
+        self._module = model
+        self.max_grad_norm = float(max_grad_norm)
+        self._layers = layers
+        self._params = [p for _, m in layers for p in m.parameters(recurse=False) if p.requires_grad]
+        self._records: dict[int, _Record] = {}
+        self._norms: torch.Tensor | None = None
+        self._handles = [m.register_forward_hook(self._forward_hook) for _, m in layers]
+
+    # -- the forward: inputs kept, weights out of autograd -----------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        if not torch.is_grad_enabled():
+            return self._module(*args, **kwargs)
+        self._records = {}
+        for p in self._params:
+            p.requires_grad_(False)
+        try:
+            return self._module(*args, **kwargs)
+        finally:
+            for p in self._params:
+                p.requires_grad_(True)
+
+    def _forward_hook(self, module, inputs, output):
+        if not torch.is_grad_enabled():
+            return None
+        if id(module) in self._records:
+            raise DpauditError(f"book-keeping clipping: layer {type(module).__name__} ran twice in one forward (its "
+                               "per-example gradient is a sum over the calls); use grad_sample_mode = 'ghost' or 'hooks'")
+        kind = _kind(module)
+        rec = _Record(module, kind, inputs[0].detach())
+        self._records[id(module)] = rec
+        if not output.requires_grad:  # nothing below needs a gradient: this output starts the backward
+            output = output.detach().requires_grad_(True)
+
+        def catch(grad):
+            rec.g = grad.detach()
+
+        output.register_hook(catch)
+        return output
+
+    # -- the backward: one pass, then norms and the clipped sums -------------------------------------------------
+
+    def clipped_backward(self, loss_per_sample: torch.Tensor) -> None:
+        """One backward of sum_i loss_i, then p.grad = sum_i c_i grad(loss_i) for every trainable parameter."""
+        B = loss_per_sample.size(0)
+        loss_per_sample.sum().backward()
+        records = [r for r in self._records.values() if r.g is not None]
+        for r in records:
+            if r.a.size(0) != B or r.g.size(0) != B:
+                raise DpauditError(f"book-keeping clipping: layer {type(r.module).__name__} saw a batch of "
+                                   f"{r.a.size(0)} rows for {B} examples (a broadcast input such as shared position "
+                                   "ids); pass per-example inputs or use grad_sample_mode = 'ghost'")
+        for p in self._params:  # this batch's clipped sum only (Opacus accumulates physical batches itself)
+            p.grad = None
+        norm2 = torch.zeros(B, device=loss_per_sample.device, dtype=torch.float32)
+        for r in records:
+            for p, n2 in self._norm2(r):
+                p._norm_sample = n2.sqrt()  # per parameter, as Opacus' ghost hooks leave it (the probe reads it)
+                norm2 += n2
+        norms = norm2.sqrt()
+        c = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        self._records = {}
+        while records:  # each layer's saved tensors freed as soon as its clipped sum is in
+            self._clipped_sum(records.pop(), c)
+        for p in self._params:  # a layer the batch never reached (no gradient flowed): zero
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+                p._norm_sample = torch.zeros(B, device=p.device)
+        self._norms = norms.detach()
+
+    @property
+    def per_sample_gradient_norms(self) -> torch.Tensor:
+        if self._norms is None:
+            raise ValueError("no backward has run")
+        return self._norms
+
+    def _norm2(self, r: _Record) -> list[tuple[nn.Parameter, torch.Tensor]]:
+        """(parameter, per-example squared norm of its gradient) for each trainable parameter of the layer."""
+        m, g = r.module, r.g.float()
+        out = []
+        bias = getattr(m, "bias", None)
+        has_bias = isinstance(bias, nn.Parameter) and bias.requires_grad
+        if r.kind in ("linear", "conv1d"):
+            a, g = _flat(r.a.float()), _flat(g)
+            if m.weight.requires_grad:
+                out.append((m.weight, _weight_norm2(a, g)))
+        elif r.kind == "embedding":
+            ids, g = r.a.reshape(r.a.size(0), -1), _flat(g)
+            if m.padding_idx is not None:  # torch never updates the padding row
+                g = g * (ids != m.padding_idx).unsqueeze(-1)
+            same = (ids.unsqueeze(2) == ids.unsqueeze(1)).float()
+            out.append((m.weight, (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))))
+        else:  # layernorm, rmsnorm
+            xh, g = _flat(_normalised(m, r.a)), _flat(g)
+            if m.weight.requires_grad:
+                out.append((m.weight, (g * xh).sum(1).pow(2).sum(1)))
+        if has_bias and r.kind != "embedding":
+            out.append((bias, g.sum(1).pow(2).sum(1)))
+        return out
+
+    def _clipped_sum(self, r: _Record, c: torch.Tensor) -> None:
+        m = r.module
+        cv = c.view(-1, 1, 1)
+        if r.kind in ("linear", "conv1d"):
+            a, g = _flat(r.a.float()), _flat(r.g.float())
+            if m.weight.requires_grad:  # c_i scales the narrower of a_i and g_i (an LM head: a, not the vocab-wide g)
+                a, gw = (a * cv, g) if a.size(-1) <= g.size(-1) else (a, g * cv)
+                w = torch.einsum("btp,btd->pd", gw, a) if r.kind == "linear" else torch.einsum("btd,btp->dp", a, gw)
+                _add_grad(m.weight, w)
+            if m.bias is not None and m.bias.requires_grad:
+                _add_grad(m.bias, torch.einsum("b,btp->p", c, g))
+            return
+        gc = _flat(r.g.float()) * cv  # each example's output gradient times its clip factor
+        if r.kind == "embedding":
+            ids = r.a.reshape(-1)
+            rows = gc.reshape(-1, gc.size(-1))
+            if m.padding_idx is not None:
+                rows = rows * (ids != m.padding_idx).unsqueeze(-1)
+            w = torch.zeros_like(m.weight, dtype=torch.float32).index_add_(0, ids, rows)
+            _add_grad(m.weight, w)
+            return
+        xh = _flat(_normalised(m, r.a))
+        if m.weight.requires_grad:
+            _add_grad(m.weight, (gc * xh).sum((0, 1)))
+        bias = getattr(m, "bias", None)
+        if isinstance(bias, nn.Parameter) and bias.requires_grad:
+            _add_grad(bias, gc.sum((0, 1)))
+
+    def remove_hooks(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for p in self._params:
+            p.requires_grad_(True)
+
+
+def _add_grad(p: nn.Parameter, g: torch.Tensor) -> None:
+    g = g.to(p.dtype).reshape(p.shape)
+    p.grad = g if p.grad is None else p.grad + g
+
+
+class BKLoss:
+    """The criterion of book-keeping clipping, with the interface of Opacus' ``DPLossFastGradientClipping``:
+    ``crit(logits, targets, shape=(B, T))`` gives each example's mean token loss (positions at ``ignore_index``
+    left out) wrapped so that ``.backward()`` is :meth:`BookKeeping.clipped_backward`."""
+
+    def __init__(self, module: BookKeeping, ignore_index: int = -100):
+        self.module, self.ignore_index = module, ignore_index
+
+    def __call__(self, logits, targets, shape=None):
+        loss = nn.functional.cross_entropy(logits, targets, ignore_index=self.ignore_index, reduction="none")
+        if shape is not None and loss.size(0) == shape[0] * shape[1]:
+            loss = loss.view(shape[0], shape[1])
+            valid = (targets.view(shape[0], shape[1]) != self.ignore_index).sum(1).clamp(min=1)
+            loss = loss.sum(1) / valid
+        return BKTensor(self.module, loss)
+
+
+class BKTensor:
+    """Per-example losses whose ``backward`` is one book-keeping pass; ``detach``/``item`` give their mean."""
+
+    def __init__(self, module: BookKeeping, loss_per_sample: torch.Tensor):
+        self.module, self.loss_per_sample = module, loss_per_sample
+
+    def detach(self) -> torch.Tensor:
+        return self.loss_per_sample.mean().detach()
+
+    def item(self) -> float:
+        return float(self.detach())
+
+    def backward(self) -> None:
+        self.module.clipped_backward(self.loss_per_sample)
