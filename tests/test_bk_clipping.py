@@ -122,7 +122,8 @@ def test_equals_opacus_ghost_on_a_language_model(tiny_model_factory):
 
 
 def test_the_engine_trains_the_same_model_as_with_ghost(tiny_model_factory):
-    """Same Poisson batches, noise, clipping and card: the weights after 4 noisy steps agree."""
+    """Same Poisson batches, noise, clipping and card: the weights after 4 noisy steps agree (logical batches split
+    in physical ones of 4: book-keeping's optimizer sums them without copies, trainers/bk_clipping.BKOptimizer)."""
     from dpaudit.tasks import sentiment
 
     out = {}
@@ -130,7 +131,7 @@ def test_the_engine_trains_the_same_model_as_with_ghost(tiny_model_factory):
         model, tok = tiny_model_factory()
         records = [sentiment.encode_text(t, tok, 32) for t in SENTS * 4]
         cfg = engine.EngineConfig(target_epsilon=8.0, epochs=1.0, batch_size=6, lr=1e-2, clipping_norm=0.1,
-                                  grad_sample_mode=mode, gradient_canaries=16)
+                                  grad_sample_mode=mode, gradient_canaries=16, max_physical_batch_size=4)
         trained, res = engine.train(model, records, cfg, tok.pad_token_id, 32)
         assert all(p.requires_grad for p in trained.parameters())
         out[mode] = ([p.detach().clone() for p in trained.parameters()], res)
@@ -185,3 +186,61 @@ def test_a_layer_run_twice_and_a_broadcast_batch_are_refused():
     bk = bk_clipping.BookKeeping(Shared(), 1.0)
     with pytest.raises(DpauditError, match="saw a batch of 1 rows for 2 examples"):
         bk.clipped_backward(bk(torch.randn(2, 4, 3)).pow(2).sum((1, 2)))
+
+
+def test_user_units_match_the_loop(tiny_model_factory):
+    """Each user's gradient (the mean of its records') clipped as one unit, from one backward over the users' rows
+    laid end to end, equals autodiff user by user; also when a pass holds only some of the users (chunk = 3)."""
+    from dpaudit.tasks import sentiment
+    from dpaudit.trainers import units
+
+    model, tok = tiny_model_factory()
+    ref, _ = tiny_model_factory()
+    by_user, k = {}, 0
+    for j, n in enumerate((1, 5, 2)):
+        by_user[f"u{j}"] = [sentiment.encode_text(SENTS[(k + i) % len(SENTS)], tok, 32) for i in range(n)]
+        k += n
+    users = list(by_user)
+    data = data_seam.UserBatches(by_user, tok.pad_token_id, 32, q=1.0, seed=0)
+    C = 0.05
+    expected = [torch.zeros_like(p) for p in ref.parameters()]
+    norms = []
+    for u in users:
+        ids, mask, tgt = data.data[u]
+        loss = sum(lossmod.per_sample_loss(lossmod.forward(ref, ids[r:r + 1], mask[r:r + 1]), tgt[r:r + 1]).sum()
+                   for r in range(ids.size(0))) / ids.size(0)
+        grads = torch.autograd.grad(loss, list(ref.parameters()))
+        n = float(torch.sqrt(sum(g.pow(2).sum() for g in grads)))
+        norms.append(n)
+        for e, g in zip(expected, grads):
+            e += g * min(1.0, C / (n + 1e-6))
+    for chunk in (64, 3):
+        bk = bk_clipping.BookKeeping(model, C)
+        params = [p for p in model.parameters() if p.requires_grad]
+        units.user_bk_step(bk, params, data, users, chunk)
+        assert torch.allclose(bk.per_sample_gradient_norms, torch.tensor(norms), rtol=1e-4)
+        assert min(norms) > C  # every user clipped
+        for p, e in zip(params, expected):
+            assert torch.allclose(p.grad, e, rtol=1e-4, atol=1e-7)
+        bk.remove_hooks()
+
+
+def test_user_level_training_equals_the_per_record_hooks_path(tiny_model_factory):
+    """Same users sampled, same noise: user-wise DP-SGD trains the same weights with book-keeping as with Opacus'
+    per-record gradients summed by user."""
+    from dpaudit.tasks import sentiment
+
+    out = {}
+    for mode in ("hooks", "bk"):
+        model, tok = tiny_model_factory()
+        by_user = {f"u{i}": [sentiment.encode_text(SENTS[(i + j) % len(SENTS)], tok, 32) for j in range(1 + i % 3)]
+                   for i in range(12)}
+        cfg = engine.EngineConfig(target_epsilon=8.0, delta=1e-5, epochs=1.0, batch_size=4, lr=1e-2,
+                                  clipping_norm=0.1, grad_sample_mode=mode, max_physical_batch_size=5)
+        trained, res = engine.train_users(model, by_user, cfg, tok.pad_token_id, 32)
+        out[mode] = ([p.detach().clone() for p in trained.parameters()], res)
+    (w1, r1), (w2, r2) = out["hooks"], out["bk"]
+    assert r1.steps == r2.steps and r1.epsilon == r2.epsilon
+    assert r1.clipping["per_step"]["median_norm"] == pytest.approx(r2.clipping["per_step"]["median_norm"], rel=1e-3)
+    for a, b in zip(w1, w2):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)

@@ -306,7 +306,8 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     mseed = mechanism_seed(cfg)
     if cfg.private:  # per-record gradients only when they are needed (to clip users)
         module, opt = mechanism.user_level(model, opt, sigma=sigma, clipping_norm=cfg.clipping_norm,
-                                           expected_users=B, seed=mseed, noise=noise)
+                                           expected_users=B, seed=mseed, noise=noise,
+                                           grad_sample_mode=cfg.grad_sample_mode)
         secure_noise(opt, cfg)
     else:
         module = model

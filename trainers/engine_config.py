@@ -25,8 +25,9 @@ class EngineConfig:
     accountant: str = "prv"
     grad_sample_mode: str = field(default="hooks", metadata=checks.applies(
         lambda t, clf: t.engine.grad_sample_mode == "hooks" or (
-            t.method != "user_dp_sgd" and (t.engine.private or t.trainable == "full")),
-        "record-level DP training as 'ghost' (user_dp_sgd clips users from per-record hooks)"))
+            t.method != "user_dp_sgd" and (t.engine.private or t.trainable == "full")) or (
+            t.method == "user_dp_sgd" and t.engine.grad_sample_mode == "bk" and t.engine.private),
+        "record-level DP training as 'ghost' (user_dp_sgd clips users from per-record hooks, or 'bk')"))
     seed: int = 0
     max_physical_batch_size: int | None = None  # split logical batches (memory); noise once per logical batch
     gradient_canaries: int = 0  # white-box canaries (dpaudit/probe/probe.py); 0 = none

@@ -49,11 +49,12 @@ def record_level(model: nn.Module, optimizer, loader, *, sigma: float, clipping_
                               noise_generator=noise_generator(seed, device))
     module, dp_opt, crit, dp_loader = out if opacus_mode == "ghost" else (*out[:2], None, out[2])
     if bk:  # Opacus' ghost optimizer, loader and noise; the clipped sum from one book-keeping backward instead
-        from dpaudit.trainers.bk_clipping import BKLoss, BookKeeping
+        from dpaudit.trainers.bk_clipping import BKLoss, BookKeeping, optimizer_like
 
         module.remove_hooks()
         module = BookKeeping(module._module, clipping_norm)
         crit = BKLoss(module)
+        dp_opt = optimizer_like(dp_opt)
     exact_rate(dp_loader, dp_opt, loader.batch_size, len(loader.dataset))
     noise_axis.install(dp_opt, noise)
     return module, dp_opt, crit, dp_loader
@@ -116,11 +117,21 @@ def clip_units(unit_grads: list[torch.Tensor], C: float) -> list[torch.Tensor]:
 
 
 def user_level(model: nn.Module, optimizer, *, sigma: float, clipping_norm: float, expected_users: int, seed: int,
-               noise=None):
-    """(per-record gradient module, user-level DP optimizer) around ``model`` and ``optimizer``."""
+               noise=None, grad_sample_mode: str = "hooks"):
+    """(per-record gradient module, user-level DP optimizer) around ``model`` and ``optimizer``; with
+    ``grad_sample_mode = "bk"`` (every trainable layer supported) a book-keeping module that clips each user's
+    summed gradient from one backward (units.user_bk_step) and Opacus' ghost optimizer for the noise."""
     from opacus import GradSampleModule
 
     device = model_device(model)
+    if grad_sample_mode == "bk" and _bk_supported(model):
+        from dpaudit.trainers.bk_clipping import BKOptimizer, BookKeeping
+
+        dp_opt = BKOptimizer(optimizer, noise_multiplier=sigma, max_grad_norm=clipping_norm,
+                             expected_batch_size=expected_users, loss_reduction="mean",
+                             generator=noise_generator(seed, device))
+        noise_axis.install(dp_opt, noise)
+        return BookKeeping(model, clipping_norm), dp_opt
     gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum")
     dp_opt = UserDPOptimizer(optimizer, noise_multiplier=sigma, max_grad_norm=clipping_norm,
                              expected_batch_size=expected_users, loss_reduction="mean",

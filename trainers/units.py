@@ -59,6 +59,8 @@ class UserStep:
         self.device = model_device(model)
 
     def __call__(self, sampled: list[str]) -> tuple[float, int]:
+        if self.private and hasattr(self.model, "clipped_backward"):  # book-keeping: users clipped in one backward
+            return user_bk_step(self.model, self.params, self.users, sampled, self.chunk), 1 if sampled else 0
         if self.private:
             grads, loss = user_gradients(self.model, self.params, self.users, sampled, self.chunk)
             for p, G in zip(self.params, grads):
@@ -94,6 +96,42 @@ def user_gradients(gsm, params: list, users: UserBatches, sampled: list[str], ch
         for p in params:
             p.grad = None
     return user_grads, total / len(sampled)
+
+
+def user_bk_step(bk, params: list, users: UserBatches, sampled: list[str], chunk: int = 64) -> float:
+    """Book-keeping user-level step (trainers/bk_clipping.py): whole users per pass (about ``chunk`` records),
+    each user's gradient — the weighted sum of its records' — clipped from one backward, never formed per record;
+    p.grad holds the sum over users of the clipped user gradients (Opacus' ghost optimizer adds the noise). Returns
+    the mean of the users' mean losses."""
+    if not sampled:
+        for p in params:
+            p.grad = torch.zeros_like(p)
+            p._norm_sample = torch.zeros(0, device=p.device)
+        return 0.0
+    ids, mask, tgt, owner, weight = users.gather(sampled, False)  # one draw per user, as the hooks path
+    counts = torch.bincount(owner, minlength=len(sampled)).tolist()  # rows come user by user
+    groups, u0, r0, rows = [], 0, 0, 0
+    for u, k in enumerate(counts):
+        if u > u0 and rows + k > chunk:
+            groups.append((u0, u, r0, r0 + rows))
+            u0, r0, rows = u, r0 + rows, 0
+        rows += k
+    groups.append((u0, len(counts), r0, r0 + rows))
+    total, sums, norms, per_param = 0.0, [torch.zeros_like(p) for p in params], [], [[] for _ in params]
+    device = model_device(bk)
+    for u0, u1, r0, r1 in groups:
+        i, m, t = (x.to(device) for x in trim(ids[r0:r1], mask[r0:r1], tgt[r0:r1]))
+        loss = per_sample_loss(forward(bk, i, m), t) * weight[r0:r1].to(device)
+        bk.clipped_backward(loss, (owner[r0:r1] - u0).to(device), u1 - u0)
+        total += float(loss.detach().sum())
+        norms.append(bk.per_sample_gradient_norms)
+        for s, p, seen in zip(sums, params, per_param):
+            s += p.grad
+            seen.append(p._norm_sample)
+    for s, p, seen in zip(sums, params, per_param):
+        p.grad, p._norm_sample = s, torch.cat(seen)
+    bk._norms = torch.cat(norms)
+    return total / len(sampled)
 
 
 def users_mean_loss_backward(model, users: UserBatches, sampled: list[str], chunk: int = 64) -> float:
