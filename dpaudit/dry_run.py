@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpaudit import canaries, config
+from dpaudit import canaries, config, options
 from dpaudit.errors import DpauditError
 
 
@@ -193,7 +193,7 @@ def _meta_model(spec):
 def _memory(total: int, trainable: int, eng, tc) -> tuple[float, str]:
     b = eng.max_physical_batch_size or eng.batch_size
     per_sample = 4 * trainable * b if eng.private and eng.grad_sample_mode == "hooks" else 0
-    ghost = 4 * trainable if eng.private and eng.grad_sample_mode in ("ghost", "ghost_fsdp", "bk") else 0
+    ghost = 4 * trainable if eng.private and eng.grad_sample_mode in options.GHOST_MODES else 0
     gb = (4 * total + 4 * trainable + 8 * trainable + per_sample + ghost) / 2 ** 30
     how = (f"weights + grads + Adam + per-sample grads of {b} examples (hooks)" if per_sample else
            f"weights + grads + Adam + one clipped sum ({'book-keeping' if eng.grad_sample_mode == 'bk' else 'ghost'})"

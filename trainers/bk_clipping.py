@@ -167,11 +167,12 @@ class BookKeeping(nn.Module):
     # -- the backward: one pass, then norms and the clipped sums -------------------------------------------------
 
     def clipped_backward(self, loss_per_sample: torch.Tensor, owner: torch.Tensor | None = None,
-                         units: int | None = None) -> None:
+                         units: int | None = None, accumulate: bool = False) -> None:
         """One backward of sum_i loss_i, then p.grad = sum_u c_u grad(sum of unit u's losses) for every trainable
         parameter. Without ``owner`` each row is its own unit (record-level); with ``owner`` (row -> unit index
         in 0 .. units - 1) a unit's rows are clipped together (user-level DP: a user's gradient is the sum of its
-        records' weighted gradients, read from the rows laid end to end, never as per-record gradients)."""
+        records' weighted gradients, read from the rows laid end to end, never as per-record gradients).
+        ``accumulate``: add to the clipped sums and norms of the passes before (other units of the same step)."""
         B = loss_per_sample.size(0)
         loss_per_sample.sum().backward()
         records = [r for r in self._records.values() if r.g is not None]
@@ -187,23 +188,29 @@ class BookKeeping(nn.Module):
                 r.a = _grouped(r.a, owner, slot, units, width, ids or r.a.dim() > 2)
                 r.g = _grouped(r.g, owner, slot, units, width, r.g.dim() > 2)
             B = units
-        for p in self._params:  # this batch's clipped sum only (Opacus accumulates physical batches itself)
+        before = {id(p): p.grad for p in self._params} if accumulate else {}
+        norms_before = self._norms if accumulate and self._norms is not None else None
+        for p in self._params:  # this pass's clipped sum (Opacus accumulates physical batches itself)
             p.grad = None
-        norm2 = torch.zeros(B, device=loss_per_sample.device, dtype=torch.float32)  # B: units
+        zero = torch.zeros(B, device=loss_per_sample.device, dtype=torch.float32)  # B: units
+        per_param = {id(p): zero for p in self._params}  # a layer the batch never reached: norm 0, gradient 0
+        norm2 = zero.clone()
         for r in records:
             for p, n2 in self._norm2(r):
-                p._norm_sample = n2.sqrt()  # per parameter, as Opacus' ghost hooks leave it (the probe reads it)
+                per_param[id(p)] = n2
                 norm2 += n2
         norms = norm2.sqrt()
         c = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
         self._records = {}
         while records:  # each layer's saved tensors freed as soon as its clipped sum is in
             self._clipped_sum(records.pop(), c)
-        for p in self._params:  # a layer the batch never reached (no gradient flowed): zero
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-                p._norm_sample = torch.zeros(B, device=p.device)
-        self._norms = norms.detach()
+        for p in self._params:
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            old = before.get(id(p))
+            p.grad = g if old is None else old + g
+            n = per_param[id(p)].sqrt()  # per parameter, as Opacus' ghost hooks leave it (the probe reads it)
+            p._norm_sample = torch.cat([p._norm_sample, n]) if accumulate and hasattr(p, "_norm_sample") else n
+        self._norms = norms.detach() if norms_before is None else torch.cat([norms_before, norms.detach()])
 
     @property
     def per_sample_gradient_norms(self) -> torch.Tensor:

@@ -9,6 +9,8 @@ import copy
 
 from peft import LoraConfig, get_peft_model
 
+from dpaudit import options
+
 # LoRA target modules per architecture: "attention" is Hu et al.'s choice (query/value projections; GPT-2's
 # fused c_attn), "all-linear" adds every other linear map of the blocks (attention output and MLP).
 LORA_TARGETS = {
@@ -84,7 +86,7 @@ def prepare_tied(model, policy: str, mode: str, trainable: str) -> None:
     same parameters) or ``untie`` (only when ghost clipping fine-tunes everything)."""
     if policy == "freeze":
         freeze_tied_embeddings(model)
-    elif mode in ("ghost", "ghost_fsdp", "bk") and trainable == "full":
+    elif mode in options.GHOST_MODES and trainable == "full":
         untie_embeddings(model)  # ghost clipping needs unshared parameters
 
 

@@ -117,20 +117,13 @@ def user_bk_step(bk, params: list, users: UserBatches, sampled: list[str], chunk
             u0, r0, rows = u, r0 + rows, 0
         rows += k
     groups.append((u0, len(counts), r0, r0 + rows))
-    total, sums, norms, per_param = 0.0, [torch.zeros_like(p) for p in params], [], [[] for _ in params]
+    total = 0.0
     device = model_device(bk)
-    for u0, u1, r0, r1 in groups:
+    for j, (u0, u1, r0, r1) in enumerate(groups):  # passes after the first add to the step's sums and norms
         i, m, t = (x.to(device) for x in trim(ids[r0:r1], mask[r0:r1], tgt[r0:r1]))
         loss = per_sample_loss(forward(bk, i, m), t) * weight[r0:r1].to(device)
-        bk.clipped_backward(loss, (owner[r0:r1] - u0).to(device), u1 - u0)
+        bk.clipped_backward(loss, (owner[r0:r1] - u0).to(device), u1 - u0, accumulate=j > 0)
         total += float(loss.detach().sum())
-        norms.append(bk.per_sample_gradient_norms)
-        for s, p, seen in zip(sums, params, per_param):
-            s += p.grad
-            seen.append(p._norm_sample)
-    for s, p, seen in zip(sums, params, per_param):
-        p.grad, p._norm_sample = s, torch.cat(seen)
-    bk._norms = torch.cat(norms)
     return total / len(sampled)
 
 
