@@ -1,23 +1,33 @@
 """dp_accounting privacy-loss distributions: an interval [optimistic, pessimistic] around the true epsilon.
 
-The pessimistic PLD (connect-the-dots) over-estimates epsilon, the optimistic one (privacy buckets)
-under-estimates it by about T * d / 2 after T compositions at discretisation d. So d is scaled to epsilon:
-d = 2% of epsilon / T (epsilon from a 1e-3 pass) puts the two within about 1%, clamped to [1e-5, 1e-4]
-(1e-4 is dp_accounting's default; below 1e-5 a pass costs minutes). Where the clamp binds (small epsilon
-over many steps) the interval is wider and its width is reported. A fixed 1e-3 grid, as used before,
-over-states epsilon by 17% at T = 5000 steps of q = 5.5e-4. Poisson sampling; add/remove or replace-one
-neighbours, as the card states.
+The upper end is the pessimistic connect-the-dots PLD, whose error shrinks about as d^2: it starts at
+dp_accounting's default discretisation d = 1e-4 (the value ``epsilon`` calibrates with) and halves d while a
+halving still moves it by more than UPPER_RTOL of epsilon. The lower end is the optimistic PLD (privacy
+buckets), which under-estimates epsilon by about T * d / 2 after T compositions, so its d is 2% of epsilon / T
+(within about 1%), clamped to [d_min, 1e-4]. A pass costs about one microsecond per grid point of one step's
+losses (``loss_range / d``), so d_min = max(1e-5, loss_range / GRID_POINTS) keeps every pass under a second
+on two cores: where it binds (small epsilon over many steps, small sigma), the upper end moves by at most a
+few 1e-5 of epsilon and the lower end is wider, its width reported; Opacus PRV's lower end is then the
+tighter one (reports/bench/accounting.md compares both with the earlier fixed 1e-5 floor). Add/remove PLDs
+are built by :mod:`.dpa_pld_grid` (dp_accounting's construction with its grid evaluated as arrays); replace-one
+ones by dp_accounting itself. A fixed 1e-3 grid, as
+used before, over-states epsilon by 17% at T = 5000 steps of q = 5.5e-4. Poisson sampling; add/remove or
+replace-one neighbours, as the card states.
 """
 
 import dp_accounting
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.privacy_accountant import NeighboringRelation
 
+from dpaudit.accounting import dpa_pld_grid
 from dpaudit.accounting.events import SubsampledGaussian, grid_guard, require
 
 RELATIONS = {"add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE, "replace_one": NeighboringRelation.REPLACE_ONE}
-COARSEST, FINEST, GAP = 1e-3, 1e-5, 0.01
-DEFAULT = 1e-4  # dp_accounting PLDAccountant's default discretisation
+GAP = 0.01
+DEFAULT = 1e-4  # dp_accounting PLDAccountant's default discretisation: the upper end's first grid
+FINEST = 1e-5  # the finest grid of either end
+GRID_POINTS = 300_000  # and at most this many points per step's losses (~0.4 s a pass on this project's CPU)
+UPPER_RTOL = 2e-5  # stop refining the upper end when halving d moves it by less than this fraction of epsilon
 
 
 def to_dp_event(events: list[SubsampledGaussian]) -> dp_accounting.DpEvent:
@@ -34,6 +44,11 @@ def to_dp_event(events: list[SubsampledGaussian]) -> dp_accounting.DpEvent:
 def _pld(events, relation: str, disc: float, pessimistic: bool):
     total = None
     for ev in events:
+        if relation == "add_remove":  # the same PLD, its grid evaluated as arrays (accounting/dpa_pld_grid.py)
+            p = dpa_pld_grid.gaussian_pld(ev.noise_multiplier, ev.sample_rate, disc, pessimistic).self_compose(
+                ev.steps)
+            total = p if total is None else total.compose(p)
+            continue
         p = pld_lib.from_gaussian_mechanism(ev.noise_multiplier, pessimistic_estimate=pessimistic,
                                             value_discretization_interval=disc, sampling_prob=ev.sample_rate,
                                             use_connect_dots=pessimistic, neighboring_relation=RELATIONS[relation]
@@ -49,12 +64,20 @@ def _epsilon(events, delta: float, relation: str, disc: float, pessimistic: bool
 def interval(events, delta: float, relation: str = "add_remove", dataset_size=None) -> tuple:
     require(events, ("poisson",), "dp_accounting PLD", relation, tuple(RELATIONS))
     grid_guard("pld", events)  # its grid would need GBs at a tiny sigma: RDP answers
-    rough = _epsilon(events, delta, relation, COARSEST, True)
+    d_min = max(FINEST, max(dpa_pld_grid.loss_range(ev.noise_multiplier, ev.sample_rate) for ev in events)
+                / GRID_POINTS)
+    d_hi = DEFAULT
+    hi = _epsilon(events, delta, relation, d_hi, True)
+    while d_hi / 2 >= d_min:
+        finer = _epsilon(events, delta, relation, d_hi / 2, True)
+        moved, hi, d_hi = hi - finer, min(hi, finer), d_hi / 2  # each is an upper bound: keep the smaller
+        if moved <= UPPER_RTOL * hi:
+            break
     steps = sum(ev.steps for ev in events)
-    disc = min(DEFAULT, max(FINEST, 2 * GAP * rough / steps))
-    hi = _epsilon(events, delta, relation, disc, True)
-    lo = _epsilon(events, delta, relation, disc, False)
-    return max(0.0, lo), hi, f"discretisation {disc:.1e}, gap {(hi - lo) / max(hi, 1e-12):.1%}"
+    d_lo = min(DEFAULT, max(d_min, 2 * GAP * hi / steps))
+    lo = _epsilon(events, delta, relation, d_lo, False)
+    return (max(0.0, lo), hi, f"discretisation {d_hi:.1e} (upper), {d_lo:.1e} (lower), "
+                              f"gap {(hi - lo) / max(hi, 1e-12):.1%}")
 
 
 def epsilon(events: list[SubsampledGaussian], delta: float) -> float:

@@ -5,13 +5,16 @@ wide interval (0.16 +- 0.01 is 6%); here the error is scaled to epsilon (1%, at 
 the PRV's error bounds are kept (``PRVAccountant._get_dprv``, Opacus 1.4 - 1.6). Add/remove, Poisson.
 """
 
-from opacus.accountants import PRVAccountant
-
+from dpaudit.accounting import opacus_modules
 from dpaudit.accounting.events import SubsampledGaussian, grid_guard, require
 
 COARSE_ERROR = 0.01
 RELATIVE_ERROR = 0.005  # eps_error = RELATIVE_ERROR * epsilon: the interval is about 1% wide
 MIN_ERROR = 1e-3
+
+
+def PRVAccountant():  # noqa: N802 - Opacus' class, loaded without torch (accounting/opacus_modules.py)
+    return opacus_modules.module("accountants.prv").PRVAccountant()
 
 
 def _bounds(events, delta: float, eps_error: float) -> tuple[float, float, float]:

@@ -1,10 +1,10 @@
 """Opacus RDP accountant (Mironov et al. 2019 subsampled Gaussian; Canonne-Kamath-Steinke conversion).
 
-An upper bound only (RDP gives no lower value of the true epsilon); add/remove neighbours, Poisson sampling.
+Opacus' own analysis module, loaded without torch (:mod:`.opacus_modules`). An upper bound only (RDP gives
+no lower value of the true epsilon); add/remove neighbours, Poisson sampling.
 """
 
-from opacus.accountants.analysis import rdp as _rdp
-
+from dpaudit.accounting import opacus_modules
 from dpaudit.accounting.events import SubsampledGaussian, require
 
 ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [80, 128, 256, 512]
@@ -13,6 +13,7 @@ INTEGER_ORDERS = list(range(2, 64)) + [80, 128, 256, 512]  # closed form, fast; 
 
 def epsilon(events: list[SubsampledGaussian], delta: float, orders=ORDERS) -> float:
     require(events, ("poisson",), "Opacus RDP", "add_remove")
+    _rdp = opacus_modules.module("accountants.analysis.rdp")  # without torch (accounting/opacus_modules.py)
     total = [0.0] * len(orders)
     for ev in events:
         r = _rdp.compute_rdp(q=ev.sample_rate, noise_multiplier=ev.noise_multiplier, steps=ev.steps,
