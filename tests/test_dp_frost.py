@@ -78,11 +78,21 @@ def _per_example_grads(model, batches, names):
     return {n: torch.stack(v) for n, v in out.items()}
 
 
+@pytest.mark.parametrize("tables", ["none", "tied", "untied"])
 @pytest.mark.parametrize("variant,alpha", [("dp_mg", 1), ("dp_mgn", 2), ("dp_mgna", 1), ("dp_mgna", 2)])
-def test_pgm_values_against_a_direct_per_example_computation(tiny, variant, alpha):
+def test_pgm_values_against_a_direct_per_example_computation(tiny, variant, alpha, tables):
+    """Dense per-example gradients (Opacus) and the sparse ones of embedding tables (the position table; with
+    ``untied``, the token table too, where a token repeated in a record sums its positions' gradients; a
+    ``tied`` token table keeps Opacus' dense path), all against one backward pass per record."""
+    import copy
+
     model, tok = tiny
-    parts = [p for p in partitions.partitions(model) if p.name.startswith("transformer.h.0")]
-    batches = _batches(tok, [f"record number {i} says hello" for i in range(7)])
+    if tables == "untied":
+        model = copy.deepcopy(model)
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    prefixes = ("transformer.h.0",) if tables == "none" else ("transformer.h.0", "transformer.wpe", "transformer.wte")
+    parts = [p for p in partitions.partitions(model) if p.name.startswith(prefixes)]
+    batches = _batches(tok, [f"record number {i} says hello hello hello" for i in range(7)])
     c = 0.05
     got = pgm.pgms(model, batches, parts, variant, alpha, c)
     assert all(p.requires_grad for p in model.parameters())  # flags restored
@@ -102,6 +112,8 @@ def test_pgm_values_against_a_direct_per_example_computation(tiny, variant, alph
         v = s.abs().sum() if alpha == 1 else s.norm()
         want.append(v / p.size ** (1 / alpha) if variant == "dp_mg" else v)
     assert torch.allclose(got, torch.stack(want), rtol=1e-4, atol=1e-9)
+    if tables != "none":  # Opacus' dense tables: the same values
+        assert torch.allclose(got, pgm.pgms(model, batches, parts, variant, alpha, c, sparse_tables=False), rtol=1e-5)
     assert pgm.sensitivity(variant, c, alpha, parts) == pytest.approx(
         c / min(p.size for p in parts) ** (1 / alpha) if variant == "dp_mg" else thr)
 
