@@ -7,7 +7,7 @@ import pytest
 
 from dpaudit.audit import families, fdp, many_run, mechanism_limit, one_run, whitebox_lr
 
-DEMO = {"sample_rate": 0.06264, "noise_multiplier": 0.6305, "steps": 32}  # reports/demo dp-eps8's card
+DEMO = {"sample_rate": 0.06264, "noise_multiplier": 0.6305, "steps": 32}  # the 32-step demo card (reports/demo to 2026-11-25)
 
 
 def test_without_subsampling_the_mechanism_is_gaussian_and_both_limits_agree():
