@@ -167,3 +167,17 @@ def test_empirical_bound_above_claim_is_a_violation():
     c = _card(2.2)
     best = {"epsilon_lb": 3.0, "ceiling": 5.8, "family_confidence": 0.95}
     assert judge(c, reaccount(c), best)["status"] == "violated"
+
+
+def test_calibration_treats_a_sigma_the_accountant_cannot_grid_as_too_small():
+    """The search for sigma may probe a noise multiplier below 0.1, where PRV and PLD decline (their grids would
+    need GBs): that probe is "too small", not an error. DP-FROST at epsilon = 8 (configs/dp_frost_sentiment.toml,
+    frost-eps8) starts its selection-noise search at 0.05 and stopped there before."""
+    train = accounting.SubsampledGaussian(0.02204, 0.5265, 46)
+    s = accounting.calibrate_sigma_after(8.0, 1e-5, [train], 0.02, 5, accountant="prv")
+    assert s == pytest.approx(0.4508, abs=2e-3)  # the committed frost-eps8 card's sigma_ps
+    both = [train, accounting.SubsampledGaussian(0.02, s, 5)]
+    assert accounting.compute(both, 1e-5, "prv").epsilon <= 8.0
+    # a target so loose that 0.6 x the RDP bracket falls below 0.1: the answer is still one PRV certifies
+    s = accounting.calibrate_sigma(60.0, 1e-5, 0.5, 10, accountant="prv")
+    assert s >= 0.1 and accounting.compute([accounting.SubsampledGaussian(0.5, s, 10)], 1e-5, "prv").epsilon <= 60.0

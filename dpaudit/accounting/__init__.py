@@ -212,9 +212,16 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
             raise DpauditError(f"no sigma below {SIGMA_MAX:g} reaches epsilon {target_epsilon}; raise epsilon or delta")
     hi = _bisect(lambda s: eps_bracket(s) > target_epsilon, lo, hi, tol)
     lo = 0.6 * hi
-    if eps(lo) <= target_epsilon:
+
+    def too_small(s: float) -> bool:  # a sigma the accountant cannot grid (NotApplicable) is never the answer
+        try:
+            return eps(s) > target_epsilon
+        except NotApplicable:
+            return True
+
+    if not too_small(lo):
         return lo
-    return _bisect(lambda s: eps(s) > target_epsilon, lo, hi, tol)
+    return _bisect(too_small, lo, hi, tol)
 
 
 def calibrate_sigma_after(target_epsilon: float, delta: float, fixed: list, sample_rate: float, steps: int,
@@ -229,8 +236,11 @@ def calibrate_sigma_after(target_epsilon: float, delta: float, fixed: list, samp
     if eps(list(fixed), delta) >= target_epsilon:
         raise DpauditError(f"the other phases already spend epsilon >= {target_epsilon}; lower their share")
 
-    def too_small(s: float) -> bool:
-        return eps([*fixed, SubsampledGaussian(sample_rate, s, steps)], delta) > target_epsilon
+    def too_small(s: float) -> bool:  # a sigma the accountant cannot grid (NotApplicable) is never the answer
+        try:
+            return eps([*fixed, SubsampledGaussian(sample_rate, s, steps)], delta) > target_epsilon
+        except NotApplicable:
+            return True
 
     lo, hi = 0.05, 1.0
     while too_small(hi):
