@@ -156,6 +156,21 @@ class SparseEmbeddingGrads:
         return out
 
 
+def _untied_tables(model, wanted: set) -> dict:
+    """{parameter name: nn.Embedding} for the embedding tables among ``wanted`` that no other layer shares (a
+    table tied to an output layer keeps Opacus' dense path: its gradient is not only the table's rows)."""
+    owners: dict[int, int] = {}
+    for _, mod in model.named_modules():
+        for q in mod.parameters(recurse=False):
+            owners[id(q)] = owners.get(id(q), 0) + 1
+    out = {}
+    for m, mod in model.named_modules():
+        name = f"{m}.weight" if m else "weight"
+        if isinstance(mod, torch.nn.Embedding) and name in wanted and owners[id(mod.weight)] == 1:
+            out[name] = mod
+    return out
+
+
 def pgms(model, batches, parts: list[Partition], variant: str = "dp_mgna", alpha: float = 1, c: float = 1.0,
          choices=None, sparse_tables: bool = True) -> torch.Tensor:
     """The PGMs of ``parts`` on the examples of ``batches`` ((ids, mask, targets) tensors), no noise.
@@ -172,13 +187,7 @@ def pgms(model, batches, parts: list[Partition], variant: str = "dp_mgna", alpha
     model.train()  # as in the training phase (dropout on); Opacus captures activations in training mode only
     for n, q in named.items():
         q.requires_grad_(n in wanted)
-    owners = {}
-    for _, mod in model.named_modules():
-        for q in mod.parameters(recurse=False):
-            owners[id(q)] = owners.get(id(q), 0) + 1
-    tables = {f"{m}.weight" if m else "weight": mod for m, mod in model.named_modules()
-              if isinstance(mod, torch.nn.Embedding) and (f"{m}.weight" if m else "weight") in wanted
-              and owners[id(mod.weight)] == 1 and sparse_tables}  # a table tied to an output layer keeps Opacus' dense path
+    tables = _untied_tables(model, wanted) if sparse_tables else {}
     dense = wanted - set(tables)
     acc = Accumulator(parts, {n: named[n] for n in wanted}, variant, alpha, c)
     try:

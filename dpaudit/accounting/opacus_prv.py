@@ -13,12 +13,13 @@ RELATIVE_ERROR = 0.005  # eps_error = RELATIVE_ERROR * epsilon: the interval is 
 MIN_ERROR = 1e-3
 
 
-def PRVAccountant():  # noqa: N802 - Opacus' class, loaded without torch (accounting/opacus_modules.py)
+def _prv_accountant():
+    """A fresh Opacus ``PRVAccountant``, loaded without torch (accounting/opacus_modules.py)."""
     return opacus_modules.module("accountants.prv").PRVAccountant()
 
 
 def _bounds(events, delta: float, eps_error: float) -> tuple[float, float, float]:
-    acc = PRVAccountant()
+    acc = _prv_accountant()
     acc.history = [(ev.noise_multiplier, ev.sample_rate, ev.steps) for ev in events]
     delta_error = delta / 1000
     low, est, high = acc._get_dprv(eps_error=eps_error, delta_error=delta_error).compute_epsilon(
@@ -41,6 +42,6 @@ def interval(events, delta: float, relation: str = "add_remove", dataset_size=No
 def epsilon(events: list[SubsampledGaussian], delta: float) -> float:
     """Opacus' own answer (upper end at eps_error 0.01): what a claim calibrated with Opacus PRV states."""
     require(events, ("poisson",), "Opacus PRV", "add_remove")
-    acc = PRVAccountant()
+    acc = _prv_accountant()
     acc.history = [(ev.noise_multiplier, ev.sample_rate, ev.steps) for ev in events]
     return float(acc.get_epsilon(delta=delta, eps_error=COARSE_ERROR))
