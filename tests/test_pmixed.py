@@ -390,3 +390,89 @@ def test_cli_evaluates_a_deployment_and_shows_its_budget(deployment, tmp_path):
     assert b.returncode == 0 and s["queries"] == 100 and s["left"] == s["queries"] - s["spent"]
     bad = subprocess.run(base + ["pmixed", "budget", str(tmp_path)], capture_output=True, text=True)
     assert bad.returncode == 2 and "not a PMixED deployment" in bad.stderr
+
+
+# --- the worst-case query search (dpaudit.pmixed.search) ---
+
+def test_batched_divergences_equal_one_query_at_a_time():
+    from dpaudit.pmixed import search
+
+    rows = [_random_dists(3, 25, s) for s in range(4)]
+    lp0 = torch.stack([r[0] for r in rows])
+    lps = torch.stack([r[1] for r in rows])
+    betas, a, q = [0.05, 0.02, 0.03], 3, 0.3
+    batched = search.screen(lp0, lps, betas, a, q)
+    for k, (p0, ps) in enumerate(rows):
+        assert torch.allclose(batched[k], audit.query_divergences(p0, ps, betas, a, q), rtol=1e-12, atol=1e-15)
+
+
+def test_coarsened_laws_stay_normalised_and_keep_everything_at_full_width():
+    from dpaudit.pmixed import search
+
+    lp0, lps = _random_dists(3, 40, 5)
+    c0, cs = search.coarsen(lp0[None], lps[None], k=8)
+    assert c0.shape == (1, 9) and cs.shape == (1, 3, 9)
+    assert torch.allclose(torch.logsumexp(c0, -1), torch.zeros(1, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(torch.logsumexp(cs, -1), torch.zeros(1, 3, dtype=torch.float64), atol=1e-12)
+    # K = V: the same laws up to the order of the tokens (the rest bucket empty), so the same divergences
+    f0, fs = search.coarsen(lp0[None], lps[None], k=40)
+    assert torch.isneginf(f0[0, -1])
+    d_full = audit.query_divergences(lp0, lps, [0.05, 0.02, 0.03], 3, 0.3)
+    assert torch.allclose(search.screen(f0, fs, [0.05, 0.02, 0.03], 3, 0.3)[0], d_full, rtol=1e-9)
+
+
+def test_subset_divergences_equal_the_conditional_quantity_for_every_subset():
+    from dpaudit.pmixed import search
+
+    lp0, lps = _random_dists(3, 30, 7)
+    spec = PMixedSpec(n_models=3, epsilon=8.0, queries=100, sample_rate=0.4)
+    betas, a = spec.betas, spec.alpha
+    got = search.subset_divergences(lp0, lps, spec)
+    want_re, want_co = 0.0, 0.0
+    for size in (1, 2, 3):
+        for S in itertools.combinations(range(3), size):
+            for m in range(size):
+                bw = betas[size - 2] if size > 1 else 0.0
+                want_re = max(want_re, audit.conditional(lps[list(S)], lp0, betas[size - 1], a, m, bw))
+                want_co = max(want_co, audit.conditional(lps[list(S)], lp0, betas[size - 1], a, m))
+    assert got["subsets"] == 7
+    assert got["worst_recomputed"]["divergence"] == pytest.approx(want_re, rel=1e-9)
+    assert got["worst_coupled"]["divergence"] == pytest.approx(want_co, rel=1e-9)
+    # the brief's two-token pattern, N = 2 at beta = 0.126 for |S| = 2: the search over subsets finds the
+    # proof's quantity 5.93 against the base loss 1.19 (test_two_token_counterexample_breaks_the_per_query_claim)
+    two = PMixedSpec(n_models=2, epsilon=8.0, queries=100, sample_rate=0.4)
+    pair = torch.stack([L([0.5, 0.5]), L([1e-12, 1 - 1e-12])])
+    got = search.subset_divergences(L([1e-9, 1 - 1e-9]), pair, two, betas=(0.126 / 3, 0.126))
+    assert got["worst_coupled"]["subset"] == [0, 1] and got["worst_coupled"]["removed"] == 0
+    assert got["worst_coupled"]["divergence"] == pytest.approx(5.93, abs=0.01)
+    assert got["largest_ratio_to_claim"] > 4.9
+
+
+def test_search_finds_at_least_the_evaluations_worst_and_every_value_is_exact(deployment, tmp_path):
+    from dpaudit.cli import main
+    from dpaudit.pmixed import search
+    from dpaudit.pmixed.deployment import Deployment
+
+    path, r = deployment
+    out = tmp_path / "s"
+    assert main(["pmixed", "search", str(path), "--out", str(out), "--per-partition", "2", "--held-out", "1",
+                 "--exact-top", "100000", "--starts", "1", "--rounds", "2", "--candidates", "6"]) == 0
+    s = json.loads((out / "search.json").read_text())
+    # every canary position was checked exactly, the evaluation's canary queries among them
+    assert s["pool"]["exact_checked"] == s["pool"]["positions"]
+    assert s["worst"]["max_per_query"] >= r["pmixed"]["exact"]["max_per_query"] * (1 - 1e-12)
+    dep = Deployment.load(path)
+    again = search.exact(dep, s["worst"]["context_ids"])
+    assert max(again) == pytest.approx(s["worst"]["max_per_query"], rel=1e-9)
+    assert s["worst"]["ratio_to_claim"] == pytest.approx(s["worst"]["max_per_query"] / r["pmixed"]["per_query_rdp"])
+    for t in s["local_search"]["trails"]:
+        assert t["trail"] == sorted(t["trail"])  # a local search never goes down
+    assert s["other_reading"]["reading"] == "theorem"
+    assert s["other_reading"]["betas"] == pytest.approx(list(PMixedSpec(n_models=3, epsilon=8.0, queries=100,
+                                                                        sample_rate=0.4, reading="theorem").betas))
+    assert s["worst"]["epsilon_lower_T_repeats"] >= 0
+    md = (out / "SEARCH.md").read_text()
+    assert f"{s['worst']['max_per_query']:.6g}" in md and "not a certificate" in md
+    # the deployment is read, never spent, and the output refuses the deployment's own folder
+    assert dep.ledger.state() == Deployment.load(path).ledger.state()
+    assert main(["pmixed", "search", str(path), "--out", str(path / "x")]) == 2

@@ -84,35 +84,39 @@ def _log_binom_pmf(n: int, q: float, device) -> torch.Tensor:
 
 
 def lambda_table(logps: torch.Tensor, logp0: torch.Tensor, betas: Sequence[float], alpha: int) -> torch.Tensor:
-    """lambda_j at the radius beta(n)·alpha of every subset size n = 1..len(betas): shape (N, len(betas))."""
+    """lambda_j at the radius beta(n)·alpha of every subset size n = 1..len(betas): shape (..., N, len(betas))
+    for ``logps`` (..., N, V) and ``logp0`` (..., V) (leading axes: independent queries)."""
     radius = torch.tensor([b * alpha for b in betas], dtype=torch.float64, device=logps.device)
-    n_models, n_sizes = logps.shape[0], len(betas)
-    lp = logps.unsqueeze(1).expand(n_models, n_sizes, logps.shape[-1])
-    return solve_lambda(lp, logp0, radius.expand(n_models, n_sizes), alpha)
+    n_sizes = len(betas)
+    lp = logps.unsqueeze(-2).expand(*logps.shape[:-1], n_sizes, logps.shape[-1])
+    return solve_lambda(lp, logp0.unsqueeze(-2).unsqueeze(-2), radius.expand(*logps.shape[:-1], n_sizes), alpha)
 
 
 def marginal(logps: torch.Tensor, logp0: torch.Tensor, lambdas: torch.Tensor, q: float) -> torch.Tensor:
-    """Exact log output law of one query over S_t ~ Poisson(q) of the models ``logps`` (N, V), given
-    ``lambdas`` (N, >= N): column n-1 is the lambda each model uses when |S_t| = n."""
-    n_models = logps.shape[0]
+    """Exact log output law of one query over S_t ~ Poisson(q) of the models ``logps`` (..., N, V), given
+    ``lambdas`` (..., N, >= N): column n-1 is the lambda each model uses when |S_t| = n. Leading axes are
+    independent queries (``logp0`` (..., V))."""
+    n_models = logps.shape[-2]
     empty = n_models * math.log1p(-q) if q < 1 else -math.inf
     if n_models == 0:
         return logp0
     sizes = torch.arange(1, n_models + 1, device=logps.device)
     # P(j in S, |S| = n) / n = q Binom(n - 1; N - 1, q) / n
     logw = math.log(q) + _log_binom_pmf(n_models - 1, q, logps.device) - torch.log(sizes.to(torch.float64))
-    comps = mollify(logps.unsqueeze(1).expand(n_models, n_models, logps.shape[-1]), logp0, lambdas[:, :n_models])
-    parts = torch.logsumexp(comps + logw.view(1, -1, 1), dim=(0, 1))
+    lp = logps.unsqueeze(-2).expand(*logps.shape[:-1], n_models, logps.shape[-1])  # (..., model j, size n, V)
+    comps = mollify(lp, logp0.unsqueeze(-2).unsqueeze(-2), lambdas[..., :n_models])
+    parts = torch.logsumexp(comps + logw.view(-1, 1), dim=(-3, -2))
     return torch.logaddexp(parts, logp0 + empty)
 
 
 def leave_one_out(logps: torch.Tensor, logp0: torch.Tensor, lambdas: torch.Tensor, q: float, alpha: float
                   ) -> torch.Tensor:
     """D_alpha^<->(M_D || M_{D - partition i}) for every model i of one query: the exact per-query RDP of the
-    deployment at order alpha against removing each partition (shape (N,))."""
+    deployment at order alpha against removing each partition (shape (..., N) for ``logps`` (..., N, V))."""
+    n_models = logps.shape[-2]
     full = marginal(logps, logp0, lambdas, q)
     out = []
-    for i in range(logps.shape[0]):
-        keep = [j for j in range(logps.shape[0]) if j != i]
-        out.append(sym_renyi(full, marginal(logps[keep], logp0, lambdas[keep], q), alpha))
-    return torch.stack(out)
+    for i in range(n_models):
+        keep = [j for j in range(n_models) if j != i]
+        out.append(sym_renyi(full, marginal(logps[..., keep, :], logp0, lambdas[..., keep, :], q), alpha))
+    return torch.stack(out, dim=-1)
