@@ -79,7 +79,11 @@ def assets(convert, wordnet, wordnet_source):
               "the divisor B, steps, δ, the noise calibrated to the target and the ε the card will claim, parameters "
               "and a memory estimate per device for the clipping mode (the model is built from its config on the "
               "meta device: no weights are read). Writes nothing; --out is not needed.")
-def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_run):
+@click.option("--train-only", is_flag=True,
+              help="Train and write each variant's checkpoint, then stop: no audit, no comparison. Audit later with "
+                   "`dpaudit evaluate OUT/VARIANT/checkpoint --out OUT/VARIANT/report` (elsewhere too: on another "
+                   "machine, or sharded).")
+def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_run, train_only):
     """Train every variant of CONFIG on the same data and canaries, audit each, and compare them."""
     from dpaudit import progress
     from dpaudit.pipeline import run as run_pipeline
@@ -96,10 +100,15 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
 
     progress.set_quiet(quiet)
     reports = run_pipeline(config_path, out, _command_line(), redact=redact,
-                           only=tuple(variants), resume=resume, snapshot_every=snapshot_every)
+                           only=tuple(variants), resume=resume, snapshot_every=snapshot_every, train_only=train_only)
     from dpaudit.trainers import distributed
 
     if not distributed.is_main():
+        return
+    if train_only:
+        for name, folder in reports.items():
+            click.echo(printable(f"{name}: trained: {folder} (audit it with `dpaudit evaluate {folder} --out "
+                                 f"{Path(folder).parent / 'report'}`)"))
         return
     for name, r in reports.items():
         click.echo(printable(f"{name}: {r['verdict']['status']}: {r['verdict']['reason']}"))

@@ -69,9 +69,12 @@ def budget(deployment, as_json):
               help="Most rounds of each local search (it stops earlier when no edit improves).")
 @click.option("--candidates", default=24, show_default=True, type=click.IntRange(1),
               help="Edits screened per round; the best two by screen are checked exactly.")
+@click.option("--baseline", default=48, show_default=True, type=click.IntRange(0),
+              help="Also check exactly the first N canary secret-token queries `dpaudit evaluate` checks (its "
+                   "--whitebox-queries), reported apart: how much worse the search gets than the evaluation.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seeds the texts drawn and the random edits.")
 @click.option("--device", default=None, help="torch device (default: cuda when present, else cpu).")
-def search(deployment, out, per_partition, held_out, exact_top, starts, rounds, candidates, seed, device):
+def search(deployment, out, per_partition, held_out, exact_top, starts, rounds, candidates, baseline, seed, device):
     """Search DEPLOYMENT for the queries (contexts) with the largest exact per-query divergence, and the
     realised subsets with the largest conditional divergence (the paper's proof's quantity), at the
     deployment's reading of Thm C.4 and at the other one. Every value written is exact; the search itself is a
@@ -87,11 +90,11 @@ def search(deployment, out, per_partition, held_out, exact_top, starts, rounds, 
     card = load_card(Path(deployment) / "privacy_card.json")
     texts = S.deployment_texts(dep, deployment, per_partition, held_out, seed)
     result = S.run(dep, texts, exact_top=exact_top, starts=starts, rounds=rounds, candidates=candidates, seed=seed,
-                   delta=card.claim.delta)
+                   delta=card.claim.delta, baseline=S.evaluation_queries(dep, deployment, baseline))
     result["command"] = "dpaudit pmixed search " + " ".join(
         [str(deployment), "--out", str(out), "--per-partition", str(per_partition), "--held-out", str(held_out),
          "--exact-top", str(exact_top), "--starts", str(starts), "--rounds", str(rounds), "--candidates",
-         str(candidates), "--seed", str(seed)])
+         str(candidates), "--baseline", str(baseline), "--seed", str(seed)])
     S.write(result, out, deployment)
     click.echo(f"worst query found: {result['worst']['max_per_query']:.6g} against partition "
                f"{result['worst']['partition']} ({result['worst']['ratio_to_claim']:.3g}x the claimed "

@@ -90,11 +90,15 @@ def canary_plan(cfg) -> canaries.CanaryPlan:
 
 
 def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
-        only: tuple[str, ...] = (), resume: bool = False, snapshot_every: int = 100) -> dict:
+        only: tuple[str, ...] = (), resume: bool = False, snapshot_every: int = 100, train_only: bool = False) -> dict:
     """Train, audit and compare every variant of the config at ``cfg_path`` into ``out``; snapshots every
-    ``snapshot_every`` logical steps (0: none); ``resume`` continues an interrupted run in ``out``."""
+    ``snapshot_every`` logical steps (0: none); ``resume`` continues an interrupted run in ``out``. ``train_only``:
+    write the checkpoints and stop (no report, no comparison); returns {variant: checkpoint folder} then."""
     if not isinstance(snapshot_every, int) or snapshot_every < 0:
         raise DpauditError(f"--snapshot-every must be an integer >= 0, got {snapshot_every!r}")
+    if train_only and resume:
+        raise DpauditError("--train-only cannot be combined with --resume yet; resume the interrupted run, then audit "
+                           "with `dpaudit evaluate`")
     out = check_out(out)
     cfg = config.load(cfg_path, only)  # fails before any work on bad input
     for v in cfg.variants:  # a device this machine does not have: before any work
@@ -131,7 +135,10 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
         folder = method.fit(cfg, v, data, manifest, run.checkpoint(v.name), snapshots=snaps)
         if snaps is not None:
             snaps.clear()  # the checkpoint is written: the snapshots have served
+        if train_only:
+            reports[v.name] = folder
+            continue
         reports[v.name] = evaluate_folder(folder, cfg.evaluate, command, run.report_dir(v.name), redact)
-    if distributed.is_main():
+    if distributed.is_main() and not train_only:
         report.write_comparison(reports, out, command, cfg.to_dict(), redact=redact)
     return reports

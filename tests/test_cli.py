@@ -209,3 +209,22 @@ def test_insert_canaries_into_a_dataset():
     out = insert_canaries(cls, labelled, column="sentence", label_column="label")
     assert sorted(zip(out["sentence"], out["label"]))[:0] == [] and len(out) == 2 + len(labelled.inserted)
     assert {(c.text, c.label) for c in labelled.inserted} <= set(zip(out["sentence"], out["label"]))
+
+
+def test_run_train_only_writes_checkpoints_that_evaluate_audits_later(tmp_path, capsys):
+    """--train-only: the checkpoint and nothing else (no report, no comparison); `dpaudit evaluate` on it later
+    writes the report `dpaudit run` would have; with --resume it is refused before any work."""
+    from conftest import TINY_RUN
+
+    p = tmp_path / "c.toml"
+    p.write_text(TINY_RUN + "[train]\nepochs = 1\n[[variants]]\nname = 'dp'\ntarget_epsilon = 8.0\n")
+    out = tmp_path / "out"
+    code, text, _ = run_cli(["run", str(p), "--out", str(out), "--train-only", "--quiet"], capsys)
+    assert code == 0 and "dp: trained:" in text and "dpaudit evaluate" in text
+    assert (out / "dp" / "checkpoint" / "privacy_card.json").is_file()
+    assert not (out / "dp" / "report").exists() and not (out / "REPORT.md").exists()
+    code, _, _ = run_cli(["evaluate", str(out / "dp" / "checkpoint"), "--out", str(out / "dp" / "report"), "--quiet"],
+                         capsys)
+    assert code == 0 and json.loads((out / "dp" / "report" / "report.json").read_text())["verdict"]["status"]
+    code, _, err = run_cli(["run", str(p), "--out", str(tmp_path / "o2"), "--train-only", "--resume"], capsys)
+    assert code == 2 and "--train-only cannot be combined with --resume" in err and not (tmp_path / "o2").exists()

@@ -456,11 +456,15 @@ def test_search_finds_at_least_the_evaluations_worst_and_every_value_is_exact(de
     path, r = deployment
     out = tmp_path / "s"
     assert main(["pmixed", "search", str(path), "--out", str(out), "--per-partition", "2", "--held-out", "1",
-                 "--exact-top", "100000", "--starts", "1", "--rounds", "2", "--candidates", "6"]) == 0
+                 "--exact-top", "100000", "--starts", "1", "--rounds", "2", "--candidates", "6", "--baseline", "6"]) == 0
     s = json.loads((out / "search.json").read_text())
     # every canary position was checked exactly, the evaluation's canary queries among them
     assert s["pool"]["exact_checked"] == s["pool"]["positions"]
-    assert s["worst"]["max_per_query"] >= r["pmixed"]["exact"]["max_per_query"] * (1 - 1e-12)
+    # the baseline is the evaluation's own list of queries: the same worst value (the evaluation runs the model on
+    # the whole canary, the search on the context alone: float32 forward passes of different lengths, ~1e-8 apart)
+    assert s["baseline"]["queries"] == 6
+    assert s["baseline"]["best"]["max_per_query"] == pytest.approx(r["pmixed"]["exact"]["max_per_query"], rel=1e-6)
+    assert s["worst"]["max_per_query"] >= s["baseline"]["best"]["max_per_query"]
     dep = Deployment.load(path)
     again = search.exact(dep, s["worst"]["context_ids"])
     assert max(again) == pytest.approx(s["worst"]["max_per_query"], rel=1e-9)

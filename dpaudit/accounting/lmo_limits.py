@@ -47,12 +47,20 @@ def gaussian_pld_epsilon(noise_multiplier: float, sample_rate: float, steps: int
 
 def gaussian_rdp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> float:
     """epsilon(delta) of the same mechanism through its exact RDP (dp_accounting) at :data:`RDP_ORDERS`."""
+    import logging
+
     from dp_accounting import dp_event
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
-    acc = rdp.RdpAccountant(orders=list(RDP_ORDERS))
-    acc.compose(dp_event.PoissonSampledDpEvent(sample_rate, dp_event.GaussianDpEvent(noise_multiplier)), steps)
-    return float(acc.get_epsilon(delta))
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)  # orders whose series does not converge are dropped, with a warning each
+    try:
+        acc = rdp.RdpAccountant(orders=list(RDP_ORDERS))
+        acc.compose(dp_event.PoissonSampledDpEvent(sample_rate, dp_event.GaussianDpEvent(noise_multiplier)), steps)
+        return float(acc.get_epsilon(delta))
+    finally:
+        absl.setLevel(level)
 
 
 def fisher_multiplier(noise: LmoNoise, C: float) -> float:

@@ -217,24 +217,28 @@ def other_reading(spec: PMixedSpec) -> PMixedSpec:
 
 
 def run(dep, texts: list[tuple[str, list[int]]], *, exact_top: int = 64, starts: int = 4, rounds: int = 12,
-        candidates: int = 24, recheck: int = 2, seed: int = 0, delta: float | None = None) -> dict:
+        candidates: int = 24, recheck: int = 2, seed: int = 0, delta: float | None = None,
+        baseline: list[tuple[tuple[int, ...], str]] = ()) -> dict:
     """The whole search (module docstring) over the positions of ``texts`` ((source, framed ids)); ``delta``:
-    also the lower value of the true epsilon when the worst query is asked T times. Returns a JSON-ready dict."""
+    also the lower value of the true epsilon when the worst query is asked T times; ``baseline``: queries
+    (context, source) checked exactly first, reported apart and used as starts too (the evaluation's canary
+    queries, :func:`evaluation_queries`). Returns a JSON-ready dict."""
     spec = dep.spec
+    known = [Found(c, src, exact(dep, list(c))) for c, src in progress.bar(baseline, desc="PMixED search: baseline")]
     queries, scores = pool(dep, texts)
     worst_screen = scores.max(dim=-1).values if len(queries) else torch.empty(0)
     order = worst_screen.argsort(descending=True)[:exact_top].tolist()
     checked = [Found(queries[j][0], queries[j][1], exact(dep, list(queries[j][0])))
                for j in progress.bar(order, desc="PMixED search: exact")]
     pool_best = max(checked, key=lambda f: f.worst) if checked else None
-    seeds = sorted(checked, key=lambda f: -f.worst)[:starts]
+    seeds = sorted(checked + known, key=lambda f: -f.worst)[:starts]
     trails, climbed = [], []
     for s_i, s in enumerate(progress.bar(seeds, desc="PMixED search: local")):
         best, trail = local_search(dep, s, rounds, candidates, recheck, seed + s_i, _bos(dep))
         climbed.append(best)
         trails.append({"from": s.source, "start": s.worst, "end": best.worst, "rounds": len(trail) - 1,
                        "trail": trail})
-    every = checked + climbed
+    every = checked + known + climbed
     worst = max(every, key=lambda f: f.worst)
     lp0, lps = dep.next_token_logprobs(torch.tensor(worst.context, device=dep.device))
     lp0, lps = lp0[-1], lps[:, -1]
@@ -244,6 +248,7 @@ def run(dep, texts: list[tuple[str, list[int]]], *, exact_top: int = 64, starts:
                  "exact_checked": len(checked), "best": _found(dep, pool_best) if pool_best else None,
                  "screen_vs_exact_spearman": _spearman([float(worst_screen[j]) for j in order],
                                                        [f.worst for f in checked])},
+        "baseline": {"queries": len(known), "best": _found(dep, max(known, key=lambda f: f.worst)) if known else None},
         "local_search": {"starts": len(seeds), "rounds": rounds, "candidates": candidates, "trails": trails},
         "worst": {**_found(dep, worst), "ratio_to_claim": worst.worst / spec.per_query},
         "subsets": subset_divergences(lp0, lps, spec),
@@ -342,6 +347,9 @@ def render(r: dict) -> str:
          f"tokens | — |",
          f"| exact | top {p['exact_checked']} by screen (Spearman screen vs exact {p['screen_vs_exact_spearman']}) | "
          f"{p['best']['max_per_query']:.6g} ({p['best']['source']}) |" if p["best"] else "| exact | none | — |",
+         (f"| evaluation's queries | the first {r['baseline']['queries']} canary secret-token queries `dpaudit evaluate` "
+          f"checks | {r['baseline']['best']['max_per_query']:.6g} ({r['baseline']['best']['source']}) |"
+          if r.get("baseline", {}).get("best") else "| evaluation's queries | none | — |"),
          f"| local search | {r['local_search']['starts']} starts × ≤ {r['local_search']['rounds']} rounds × "
          f"{r['local_search']['candidates']} edits | {trails} |",
          f"| **worst** | {w['source']}, {w['tokens']} tokens, against partition {w['partition']} | "
@@ -376,3 +384,20 @@ def write(r: dict, out, deployment) -> None:
     with staged_folder(Path(out)) as stage:
         (stage / "search.json").write_text(json.dumps(jsonable(r), indent=1) + "\n")
         (stage / "SEARCH.md").write_text(render(r))
+
+
+def evaluation_queries(dep, path, limit: int) -> list[tuple[tuple[int, ...], str]]:
+    """The first ``limit`` secret-token queries of the inserted canaries, in the order ``dpaudit evaluate``'s
+    exact check logs them (:func:`dpaudit.pmixed.evaluate.canary_audit`): (context, source)."""
+    from pathlib import Path
+
+    from dpaudit.canaries import load_manifest
+    from dpaudit.pmixed.evaluate import secret_span
+
+    man, out = load_manifest(Path(path) / "canaries.json"), []
+    for c in man.canaries:
+        ids, s, e = secret_span(dep.tokenizer, man.plan.prefix, c.text, c.secret)
+        for j in range(s, e):
+            if c.inserted and len(out) < limit:
+                out.append((tuple(ids[:j]), f"canary {c.id} secret token {j - s + 1} (evaluation query)"))
+    return out
