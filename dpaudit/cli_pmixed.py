@@ -85,14 +85,14 @@ def search(deployment, out, per_partition, held_out, exact_top, starts, rounds, 
     from dpaudit.pmixed import search as S
     from dpaudit.pmixed.deployment import Deployment
 
-    out = check_out(out, protected=(deployment,))
+    given, out = out, check_out(out, protected=(deployment,))
     dep = Deployment.load(deployment, device=device)
     card = load_card(Path(deployment) / "privacy_card.json")
     texts = S.deployment_texts(dep, deployment, per_partition, held_out, seed)
     result = S.run(dep, texts, exact_top=exact_top, starts=starts, rounds=rounds, candidates=candidates, seed=seed,
                    delta=card.claim.delta, baseline=S.evaluation_queries(dep, deployment, baseline))
     result["command"] = "dpaudit pmixed search " + " ".join(
-        [str(deployment), "--out", str(out), "--per-partition", str(per_partition), "--held-out", str(held_out),
+        [str(deployment), "--out", str(given), "--per-partition", str(per_partition), "--held-out", str(held_out),
          "--exact-top", str(exact_top), "--starts", str(starts), "--rounds", str(rounds), "--candidates",
          str(candidates), "--baseline", str(baseline), "--seed", str(seed)])
     S.write(result, out, deployment)

@@ -273,3 +273,39 @@ def test_machine_names_the_gpu_that_made_a_report(monkeypatch):
     assert report_build.machine()["accelerator"] == "NVIDIA H100 80GB HBM3"
     line = (ROOT / "reports" / "canary_designs" / "README.md").read_text().splitlines()[2]
     assert "NVIDIA H100 80GB HBM3 (a lent GPU machine)" in line and "2 CPUs (the project's CPU machine)" in line
+
+
+def test_lmo_limits_table_is_what_the_script_prints():
+    """reports/lmo_dp/limits.md: each LMO-DP claim against the proven interval and the sound methods' floors."""
+    md = (REPORTS / "lmo_dp" / "limits.md").read_text()
+    command = re.search(r"`(python scripts/lmo_limits\.py [^`>]+) > reports/lmo_dp/limits\.md`",
+                        (REPORTS / "lmo_dp" / "README.md").read_text())
+    assert command, "name the command that writes limits.md in reports/lmo_dp/README.md"
+    import shlex
+
+    out = _run(ROOT / shlex.split(command.group(1))[1], *shlex.split(command.group(1))[2:])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == md, "regenerate reports/lmo_dp/limits.md with scripts/lmo_limits.py"
+
+
+def test_pmixed_search_markdown_is_what_its_json_renders():
+    from dpaudit.pmixed import search
+
+    folder = REPORTS / "pmixed" / "worst_case"
+    r = json.loads((folder / "search.json").read_text())
+    assert (folder / "SEARCH.md").read_text() == search.render(r)
+    assert r["worst"]["max_per_query"] >= r["baseline"]["best"]["max_per_query"]
+    assert r["command"].startswith("dpaudit pmixed search reports/pmixed/pmixed-eps8-retrain/checkpoint --out "
+                                   "reports/pmixed/worst_case")
+    # the README's numbers are the JSON's
+    readme = (REPORTS / "pmixed" / "README.md").read_text()
+    claim = r["claimed_per_query"]
+    for value in (r["baseline"]["best"]["max_per_query"], r["pool"]["best"]["max_per_query"]):
+        assert f"| {value:.6f} " in readme and f"{value / claim:.2f}×" in readme
+    w = r["worst"]
+    assert f"**{w['max_per_query']:.6f}**" in readme and f"**{w['ratio_to_claim']:.2f}×**" in readme
+    assert f"true ε ≥ {w['epsilon_lower_T_repeats']:.2f}" in readme
+    o = r["other_reading"]
+    assert f"reaches {o['max_per_query']:.5f} = {o['ratio_to_claim']:.2f}×" in readme
+    assert f"{r['pool']['positions']:,} positions" in readme and f"Spearman {r['pool']['screen_vs_exact_spearman']:.2f}" in readme
+    assert r["subsets"]["largest_ratio_to_claim"] == pytest.approx(1.0) and "largest ratio 1.0" in readme

@@ -345,7 +345,7 @@ def render(r: dict) -> str:
          "| stage | what | worst exact per-query D_α found |", "|---|---|---|",
          f"| pool + screen | {p['positions']} positions of {p['texts']} texts, ranked on {p['screen_tokens']} + 1 "
          f"tokens | — |",
-         f"| exact | top {p['exact_checked']} by screen (Spearman screen vs exact {p['screen_vs_exact_spearman']}) | "
+         f"| exact | top {p['exact_checked']} by screen (Spearman screen vs exact {_num(p['screen_vs_exact_spearman'])}) | "
          f"{p['best']['max_per_query']:.6g} ({p['best']['source']}) |" if p["best"] else "| exact | none | — |",
          (f"| evaluation's queries | the first {r['baseline']['queries']} canary secret-token queries `dpaudit evaluate` "
           f"checks | {r['baseline']['best']['max_per_query']:.6g} ({r['baseline']['best']['source']}) |"
@@ -401,3 +401,7 @@ def evaluation_queries(dep, path, limit: int) -> list[tuple[tuple[int, ...], str
             if c.inserted and len(out) < limit:
                 out.append((tuple(ids[:j]), f"canary {c.id} secret token {j - s + 1} (evaluation query)"))
     return out
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
