@@ -51,3 +51,9 @@ def test_the_committed_epsilon_0p3_claim_sits_between_the_estimate_and_every_flo
     assert got["dense_limit_estimate"] < claim < min(got["rdp_floor"], got["gdp_floor"])
     # RDP's conversion never beats the PLD of the same Gaussian
     assert got["rdp_floor"] > got["dense_limit_estimate"]
+
+
+def test_at_the_papers_epsilon_0p16_a_gaussian_domination_could_settle_the_claim():
+    card = json.loads((ROOT / "reports/lmo_dp/lmo-eps0p16/checkpoint/privacy_card.json").read_text())
+    got = lmo_limits.limits(card["mechanism"]["events"][0], card["claim"]["delta"])
+    assert got["dense_limit_estimate"] < got["rdp_floor"] < got["gdp_floor"] < card["claim"]["epsilon"]
