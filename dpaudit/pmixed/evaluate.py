@@ -190,6 +190,20 @@ def accounting(card, ex: dict) -> dict:
             "certified_epsilon": check["upper"]}
 
 
+def task_data(run: dict):
+    """The task data a deployment's run record names (None without one), refused when it no longer matches the
+    fingerprint the deployment was trained on."""
+    if not run.get("task"):
+        return None
+    from dpaudit.tasks import registry
+
+    data = registry.load_data(run["task"])
+    if run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
+        raise DpauditError(f"the task data no longer matches the deployment's fingerprint "
+                           f"{run['data']['fingerprint']}; restore the data it was trained on")
+    return data
+
+
 def evaluate_deployment(path: Path, options: EvalOptions | None = None, command: str | None = None,
                         seed: int = 0) -> dict:
     """The report of one PMixED deployment. Of ``options`` (:class:`dpaudit.eval_options.EvalOptions`) it reads
@@ -206,13 +220,8 @@ def evaluate_deployment(path: Path, options: EvalOptions | None = None, command:
     confidence = plan_entry["used"]["confidence"]
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
     metrics = {}
-    if run.get("task"):
-        from dpaudit.tasks import registry
-
-        data = registry.load_data(run["task"])
-        if run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
-            raise DpauditError(f"the task data no longer matches the deployment's fingerprint "
-                               f"{run['data']['fingerprint']}; restore the data it was trained on")
+    data = task_data(run)
+    if data is not None:
         ppl = perplexity(dep, [r["text"] for r in data.test], seed)
         metrics = {"task": run["task"]["name"], "perplexity": ppl["pmixed"], "n_test": len(data.test),
                    "source": data.source, "split": "validation" if run["task"].get("validation") else "test",

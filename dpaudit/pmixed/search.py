@@ -97,9 +97,7 @@ def exact(dep, context: list[int], betas=None) -> tuple[float, ...]:
 def _batch_last(dep, contexts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """(log p0, log p_j) at the last position of each context, right-padded in one batch: (B, V), (B, N, V).
     Causal attention: padding after a context never changes its logits."""
-    width = max(len(c) for c in contexts)
-    pad = dep.tokenizer.eos_token_id if dep.tokenizer.eos_token_id is not None else 0
-    ids = torch.tensor([c + [pad] * (width - len(c)) for c in contexts], device=dep.device)
+    ids = _padded(dep, contexts)
     last = torch.tensor([len(c) - 1 for c in contexts], device=dep.device)
     rows = torch.arange(len(contexts), device=dep.device)
 
@@ -108,6 +106,15 @@ def _batch_last(dep, contexts: list[list[int]]) -> tuple[torch.Tensor, torch.Ten
 
     lp0 = at_last(None)
     return lp0, torch.stack([at_last(k) for k in range(dep.spec.n_models)], dim=1)
+
+
+def _padded(dep, seqs: list[list[int]]) -> torch.Tensor:
+    """Right-padded ids of ``seqs`` on the deployment's device (causal models: the padding after a sequence never
+    changes its logits, so no mask is needed for the positions read)."""
+    from dpaudit.tokens import pad_batch
+
+    pad = dep.tokenizer.eos_token_id if dep.tokenizer.eos_token_id is not None else 0
+    return pad_batch([list(x) for x in seqs], pad, dep.device)[0]
 
 
 def pool(dep, texts: list[tuple[str, list[int]]], batch: int = 8, k: int = SCREEN_TOKENS, desc: str = "pool"
@@ -119,9 +126,7 @@ def pool(dep, texts: list[tuple[str, list[int]]], batch: int = 8, k: int = SCREE
         chunk = [(src, ids[:spec.max_len]) for src, ids in texts[s:s + batch] if len(ids) >= 2]
         if not chunk:
             continue
-        width = max(len(ids) for _, ids in chunk)
-        pad = dep.tokenizer.eos_token_id if dep.tokenizer.eos_token_id is not None else 0
-        x = torch.tensor([ids + [pad] * (width - len(ids)) for _, ids in chunk], device=dep.device)
+        x = _padded(dep, [ids for _, ids in chunk])
         valid = [(b, t) for b, (_, ids) in enumerate(chunk) for t in range(len(ids) - 1)]  # context ids[:t + 1]
         bb = torch.tensor([v[0] for v in valid], device=dep.device)
         tt = torch.tensor([v[1] for v in valid], device=dep.device)
@@ -294,23 +299,18 @@ def deployment_texts(dep, path, per_partition: int, held_out: int, seed: int) ->
     from pathlib import Path
 
     from dpaudit.canaries import load_manifest
-    from dpaudit.errors import DpauditError
     from dpaudit.io import read_json
     from dpaudit.pmixed.deployment import partition_of
-    from dpaudit.tasks import registry
+    from dpaudit.pmixed.evaluate import task_data
     from dpaudit.tokens import frame_text
 
     path, spec, tok = Path(path), dep.spec, dep.tokenizer
     man = load_manifest(path / "canaries.json")
     out = [(f"canary {c.id} ({'inserted' if c.inserted else 'not inserted'})", frame_text(tok, c.text))
            for c in man.canaries]
-    run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
-    if not run.get("task"):
+    data = task_data(read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {})
+    if data is None:
         return out
-    data = registry.load_data(run["task"])
-    if run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
-        raise DpauditError(f"the task data no longer matches the deployment's fingerprint {run['data']['fingerprint']}; "
-                           "restore the data it was trained on")
     rng = np.random.default_rng(seed)
     parts: dict[int, list[str]] = {}
     for r in data.train:
