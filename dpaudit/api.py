@@ -31,7 +31,8 @@ __all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "card_from_opacus
 
 
 def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-                 coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True):
+                 coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True, model=None,
+                 on_fail: str | None = "warn", dataset_size: int | None = None):
     """Attach dpaudit's white-box probe to an Opacus DP optimizer (hooks or ghost clipping, distributed), after
     ``make_private`` and before the first step: ``m`` gradient canaries sampled at the card's ``sample_rate``
     (``loader.sample_rate`` of the loader make_private returned), on a dedicated parameter block (``coordinates=
@@ -39,11 +40,16 @@ def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0,
     After training, ``probe.save(model_dir)``; ``dpaudit evaluate`` then audits the recorded updates and checks the
     noise, sampling, clipping, steps and divisor that ran against the card (docs/probe.md). ``record_steps=False``
     keeps O(m) state instead of every step's projections (for m of 10^5 and more): the per-step likelihood ratio
-    is accumulated online at the optimizer's sigma, which the card must then state."""
+    is accumulated online at the optimizer's sigma, which the card must then state. ``model``: the model the
+    optimizer trains, so the probe also checks that nothing outside the DP optimizer moves (coverage);
+    ``dataset_size``: N, so the batch sizes are tested while training runs; ``on_fail``: what a check that fails
+    while training does, ``"warn"`` (default), ``"raise"`` (:class:`dpaudit.probe.online.ProbeFailure`) or None;
+    ``probe.status()`` reads the online checks at any step (anytime-valid)."""
     from dpaudit.probe import attach
 
     return attach(optimizer, sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
-                  clip_canaries=clip_canaries, record_steps=record_steps)
+                  clip_canaries=clip_canaries, record_steps=record_steps, model=model, on_fail=on_fail,
+                  dataset_size=dataset_size)
 
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:

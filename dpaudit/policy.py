@@ -18,7 +18,7 @@ Policy TOML (every key optional; unknown keys are errors)::
     no_noise_shortfall = false        # fail when a white-box noise check bounds the noise actually added below the
                                       # card's sigma (dpaudit/audit/noise_check.py; outside the verdict's family-wise
                                       # correction, so on top of its false-failure rate)
-    mechanism_checks = ["noise", "sampling", "clipping", "steps", "divisor"]  # probe checks that must not fail
+    mechanism_checks = ["noise", "sampling", "clipping", "steps", "divisor", "coverage"]  # probe checks that must not fail
                                       # (dpaudit/audit/mechanism_checks.py; each at its stated false-alarm rate)
     require_mechanism_checks = false  # true: each check named above must also have been run and passed (a report
                                       # without a probe, or with the check not tested, then fails)
@@ -49,7 +49,7 @@ class Policy:
     max_exposure: float | None = None
     allowed_verdicts: tuple = ("consistent", "not-refuted")
     no_noise_shortfall: bool = False
-    mechanism_checks: tuple = ("noise", "sampling", "clipping", "steps", "divisor")
+    mechanism_checks: tuple = ("noise", "sampling", "clipping", "steps", "divisor", "coverage")
     require_mechanism_checks: bool = False
 
     def __post_init__(self):
@@ -173,7 +173,7 @@ def check(r: dict, p: Policy) -> list[str]:
                 fails.append(f"{name}: the updates recorded on the {c['attack']} canaries carry noise at most "
                              f"{c['upper']:.4g} ({c['confidence']:.0%}), below the card's sigma "
                              f"{c['noise_multiplier']:.4g}")
-    fails += _mechanism(name, r, p)
+    fails += mechanism_fails(name, r, p)
     plan = r.get("audit_plan") or {}
     if plan.get("status") == "off-plan":
         fails.append(f"{name}: the evaluation departs from the plan fixed before training "
@@ -184,7 +184,7 @@ def check(r: dict, p: Policy) -> list[str]:
     return fails
 
 
-def _mechanism(name: str, r: dict, p: Policy) -> list[str]:
+def mechanism_fails(name: str, r: dict, p: Policy) -> list[str]:
     """The probe's mechanism checks the policy names: a failed one fails the gate; with require_mechanism_checks,
     so does one that was not run or not tested."""
     fails = []

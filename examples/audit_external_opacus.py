@@ -69,24 +69,24 @@ def per_sequence_loss(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Ten
 
 def plant_bug(optimizer, bug: str) -> None:
     """The optimizer-side bugs, as a team's own DP code might have them (the card is written as if they were not)."""
-    from opacus.optimizers.optimizer import _check_processed_flag, _generate_noise, _mark_as_processed
+    from dpaudit import opacus_private as op
 
     if bug == "half-noise":  # e.g. a hand-written noise step that uses sigma / 2 while the card says sigma
         def add_noise():
             for p in optimizer.params:
-                _check_processed_flag(p.summed_grad)
-                noise = _generate_noise(std=optimizer.noise_multiplier * optimizer.max_grad_norm / 2,
+                op.check_processed(p.summed_grad)
+                noise = op.generate_noise(std=optimizer.noise_multiplier * optimizer.max_grad_norm / 2,
                                         reference=p.summed_grad, generator=optimizer.generator)
                 p.grad = (p.summed_grad + noise).view_as(p)
-                _mark_as_processed(p.summed_grad)
+                op.mark_processed(p.summed_grad)
         optimizer.add_noise = add_noise
     elif bug == "no-clip":  # per-sample gradients summed without their clip factor (cf. Opacus PR #664)
         def clip_and_accumulate():
             for p in optimizer.params:
-                _check_processed_flag(p.grad_sample)
+                op.check_processed(p.grad_sample)
                 g = optimizer._get_flat_grad_sample(p).sum(0)
                 p.summed_grad = g if p.summed_grad is None else p.summed_grad + g
-                _mark_as_processed(p.grad_sample)
+                op.mark_processed(p.grad_sample)
         optimizer.clip_and_accumulate = clip_and_accumulate
     elif bug == "divisor":  # the noisy sum divided by the records actually in the batch, not the expected B
         rows = {"n": 0}

@@ -57,22 +57,22 @@ def _loop(tmp_path, *, mode="hooks", sigma=1.0, steps=30, bug=None, m=200, clip=
 
 
 def _plant(opt, bug):
-    from opacus.optimizers.optimizer import _check_processed_flag, _generate_noise, _mark_as_processed
+    from dpaudit import opacus_private as op
 
     if bug == "half-noise":
         def add_noise():
             for p in opt.params:
-                _check_processed_flag(p.summed_grad)
-                noise = _generate_noise(std=opt.noise_multiplier * opt.max_grad_norm / 2, reference=p.summed_grad)
+                op.check_processed(p.summed_grad)
+                noise = op.generate_noise(std=opt.noise_multiplier * opt.max_grad_norm / 2, reference=p.summed_grad)
                 p.grad = (p.summed_grad + noise).view_as(p)
-                _mark_as_processed(p.summed_grad)
+                op.mark_processed(p.summed_grad)
         opt.add_noise = add_noise
     elif bug == "no-clip":
         def clip_and_accumulate():
             for p in opt.params:
                 g = opt._get_flat_grad_sample(p).sum(0)
                 p.summed_grad = g if p.summed_grad is None else p.summed_grad + g
-                _mark_as_processed(p.grad_sample)
+                op.mark_processed(p.grad_sample)
         opt.clip_and_accumulate = clip_and_accumulate
     elif bug == "divisor":
         rows = {"n": 0}

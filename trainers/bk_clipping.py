@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import torch
 from opacus.optimizers import DPOptimizerFastGradientClipping
-from opacus.optimizers.optimizer import _check_processed_flag, _generate_noise, _mark_as_processed
 from torch import nn
 
+from dpaudit import opacus_private as op
 from dpaudit.errors import DpauditError
 
 
@@ -354,11 +354,11 @@ class BKOptimizer(DPOptimizerFastGradientClipping):
     def add_noise(self):
         std = getattr(self, "_adjusted_noise_multiplier", self.noise_multiplier) * self.max_grad_norm
         for p in self.params:
-            _check_processed_flag(p.summed_grad)
-            noise = _generate_noise(std=std, reference=p.summed_grad, generator=self.generator,
+            op.check_processed(p.summed_grad)
+            noise = op.generate_noise(std=std, reference=p.summed_grad, generator=self.generator,
                                     secure_mode=self.secure_mode)
             p.grad = p.summed_grad.add_(noise).view_as(p)
-            _mark_as_processed(p.summed_grad)
+            op.mark_processed(p.summed_grad)
 
 
 def optimizer_like(ghost: DPOptimizerFastGradientClipping) -> BKOptimizer:

@@ -28,9 +28,9 @@ class Gaussian:
         self.std = float(std)
 
     def sample(self, reference, generator, secure_mode):
-        from opacus.optimizers.optimizer import _generate_noise
+        from dpaudit import opacus_private as op
 
-        return _generate_noise(std=self.std, reference=reference, generator=generator, secure_mode=secure_mode)
+        return op.generate_noise(std=self.std, reference=reference, generator=generator, secure_mode=secure_mode)
 
 
 def install(optimizer, noise: Noise | None, only_rank0: bool = False) -> None:
@@ -39,20 +39,20 @@ def install(optimizer, noise: Noise | None, only_rank0: bool = False) -> None:
     (trainers/distributed.py) the other ranks pass their clipped sum on unchanged, so the noise is added once."""
     if noise is None:
         return
-    from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
+    from dpaudit import opacus_private as op
 
     def add_noise():
         if hasattr(noise, "new_step"):
             noise.new_step()
         draw = not only_rank0 or getattr(optimizer, "rank", 0) == 0
         for p in optimizer.params:
-            _check_processed_flag(p.summed_grad)
+            op.check_processed(p.summed_grad)
             if draw:
                 p.grad = (p.summed_grad + noise.sample(p.summed_grad, optimizer.generator,
                                                        optimizer.secure_mode)).view_as(p)
             else:
                 p.grad = p.summed_grad.view_as(p)
-            _mark_as_processed(p.summed_grad)
+            op.mark_processed(p.summed_grad)
 
     optimizer.add_noise = add_noise
 

@@ -36,12 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from dpaudit.audit import sequential
 from dpaudit.options import MECHANISM_CHECKS
 
 ALPHA = 0.001  # false-alarm rate of each statistical check (noise, sampling, clip canaries, divisor)
 CHECKS = MECHANISM_CHECKS
 PERMUTATIONS = 9999
-SIMULATIONS = 4000
+SIMULATIONS = 9999  # two-sided Monte Carlo: the smallest p is 2 / 10^4, below the spread test's ALPHA / 4
 SEED = 20261125  # the fixed seed of the permutation and simulation draws (a check is a function of its inputs)
 
 
@@ -68,6 +69,9 @@ class Readings:
     clip_sampled: np.ndarray  # (T, k) bool
     heldout_ss: np.ndarray | None  # (T,) sum over held-out canaries of the squared projection (units C / D)
     heldout_m: int
+    noise: dict | None = None  # the optimizer's noise per step and per tensor (dpaudit/probe/meters.py), units C
+    clip_exact: np.ndarray | None = None  # (T,) clip canaries read before the noise: max |out / C - 1| (NaN: none)
+    heldout_steps: np.ndarray | None = None  # (T, m_out) held-out canaries' projections, for the independence test
 
 
 def row(check: str, status: str, finding: str, false_alarm: float | None, **values) -> dict:
@@ -75,18 +79,38 @@ def row(check: str, status: str, finding: str, false_alarm: float | None, **valu
 
 
 def run(r: Readings, card: CardView) -> list[dict]:
-    """Every check, in :data:`CHECKS` order."""
-    return [noise(r, card), sampling(r, card), clipping(r, card), steps(r, card), divisor(r)]
+    """Every check, in :data:`CHECKS` order. A record the statistics cannot read (NaN, empty or inconsistent
+    arrays) fails the check it broke, with the reason, instead of stopping the evaluation."""
+    out = []
+    for name, fn in (("noise", lambda: noise(r, card)), ("sampling", lambda: sampling(r, card)),
+                     ("clipping", lambda: clipping(r, card)), ("steps", lambda: steps(r, card)),
+                     ("divisor", lambda: divisor(r)), ("coverage", lambda: coverage(r))):
+        try:
+            out.append(fn())
+        except (ValueError, FloatingPointError, ZeroDivisionError, IndexError, TypeError, KeyError) as e:
+            out.append(row(name, "fail", f"the probe's record cannot be read by this check ({type(e).__name__}: {e}): "
+                           "a degenerate or damaged record is not evidence that the mechanism ran as the card says",
+                           0.0))
+    return out
 
 
 def noise(r: Readings, card: CardView) -> dict:
     if card.noise_multiplier is None or not card.noise_multiplier > 0:
         return row("noise", "not tested", "the card's mechanism is not one Gaussian with sigma > 0", None)
+    if r.noise is not None:
+        return _noise_full(r, card)
     if r.heldout_ss is None or r.heldout_ss.size == 0 or r.heldout_m == 0:
         return row("noise", "not tested", "the probe recorded no per-step projections of held-out canaries", None)
+    return _noise_canaries(r, card, ALPHA)
+
+
+def _noise_canaries(r: Readings, card: CardView, alpha: float) -> dict:
+    """The held-out canaries' pooled chi2 bound on the noise (a record written before the per-tensor readings)."""
     n = int(r.heldout_ss.size * r.heldout_m)
     ss = float(np.sum(r.heldout_ss))
-    upper = float(np.sqrt(ss / stats.chi2.ppf(ALPHA, n)))
+    if n == 0 or not np.isfinite(ss):
+        raise ValueError("no finite held-out canary projections")
+    upper = float(np.sqrt(ss / stats.chi2.ppf(alpha, n)))
     rms = float(np.sqrt(ss / n))
     s = float(card.noise_multiplier)
     where = ("the noise alone (canary block)" if r.probe.get("coordinates") == "block" else
@@ -94,9 +118,64 @@ def noise(r: Readings, card: CardView) -> dict:
     if upper < s:
         return row("noise", "fail", f"the updates carry noise sigma <= {upper:.4g} at {1 - ALPHA:.1%} confidence "
                    f"(measured {rms:.4g}), below the card's sigma {s:.4g}: less noise was added than the card says",
-                   ALPHA, upper=upper, rms=rms, card=s, projections=n)
+                   alpha, upper=upper, rms=rms, card=s, projections=n)
     return row("noise", "pass", f"measured noise {rms:.4g} (upper bound {upper:.4g}) on {n} projections of {where}; "
-               f"the card's sigma {s:.4g}", ALPHA, upper=upper, rms=rms, card=s, projections=n)
+               f"the card's sigma {s:.4g}", alpha, upper=upper, rms=rms, card=s, projections=n)
+
+
+def _noise_full(r: Readings, card: CardView) -> dict:
+    """Four tests at ALPHA / 4 each (one family): the optimizer's noise at every step (Bonferroni over steps, so a
+    schedule shows), in every tensor pooled over the steps (Bonferroni over tensors, so a tensor left without
+    noise shows), its independence from step to step (a reused draw), and the held-out canaries' pooled bound."""
+    a = ALPHA / 4
+    s = float(card.noise_multiplier)
+    z = r.noise
+    ss_t, n_t = np.asarray(z["noise_ss_step"], float), np.asarray(z["noise_n_step"], float)
+    ss_k, n_k = np.asarray(z["noise_ss_tensor"], float), np.asarray(z["noise_n_tensor"], float)
+    names = list(z.get("names") or [f"tensor {i}" for i in range(ss_k.size)])
+    if ss_t.size == 0 or not (np.isfinite(ss_t).all() and np.isfinite(ss_k).all()) or (n_t <= 0).any():
+        raise ValueError("the per-step noise readings are empty or not finite")
+    vals = dict(card=s, steps=int(ss_t.size), coordinates_per_step=int(n_t.max()))
+    # per step: sigma_t <= sqrt(ss / chi2_{a/T}(n)) at 1 - a/T each
+    upper_t = np.sqrt(ss_t / stats.chi2.ppf(a / ss_t.size, n_t)) / 1.0
+    low = np.flatnonzero(upper_t < s)
+    rms_t = np.sqrt(ss_t / n_t)
+    vals.update(rms=float(np.sqrt(ss_t.sum() / n_t.sum())), min_step_rms=float(rms_t.min()),
+                step_of_min=int(np.argmin(rms_t)) + 1)
+    if low.size:
+        return row("noise", "fail", f"{low.size} of {ss_t.size} steps carried less noise than the card's sigma {s:.4g} "
+                   f"(from step {low[0] + 1}; the lowest, step {int(np.argmin(rms_t)) + 1}, measured {rms_t.min():.4g}; "
+                   f"each bound at {1 - a / ss_t.size:.6%}): a noise schedule or a step without its noise, which the "
+                   "card does not state", ALPHA, steps_below=int(low.size), first_step_below=int(low[0]) + 1, **vals)
+    # per tensor pooled over steps
+    have = n_k > 0
+    upper_k = np.full(ss_k.shape, np.inf)
+    upper_k[have] = np.sqrt(ss_k[have] / stats.chi2.ppf(a / max(int(have.sum()), 1), n_k[have]))
+    short = np.flatnonzero(upper_k < s)
+    if short.size:
+        which = ", ".join(names[i] for i in short[:6]) + (f" and {short.size - 6} more" if short.size > 6 else "")
+        return row("noise", "fail", f"{short.size} of {int(have.sum())} parameter tensors carried less noise than sigma "
+                   f"{s:.4g} ({which}; lowest measured {float(np.sqrt(ss_k[short] / n_k[short]).min()):.4g}): noise "
+                   "left out of part of the model", ALPHA, tensors_short=[names[i] for i in short], **vals)
+    # independence of consecutive steps' noise: sum_t <n_t, n_t-1> / (sigma_hat^2 sqrt(sum n)) ~ N(0, 1)
+    cross = np.asarray(z.get("noise_cross_step", np.zeros(0)), float)
+    if cross.size > 1:
+        sig2 = ss_t.sum() / n_t.sum()
+        zstat = float(cross[1:].sum() / (sig2 * np.sqrt(n_t[1:].sum()))) if sig2 > 0 else 0.0
+        p_ind = float(2 * stats.norm.sf(abs(zstat)))
+        vals.update(independence_z=zstat, independence_p=p_ind)
+        if p_ind < a:
+            return row("noise", "fail", f"consecutive steps' noise is correlated (z = {zstat:.3g}, p = {p_ind:.2g}): the "
+                       "same draw, or part of it, is added again; the card's Gaussian mechanism draws afresh every step",
+                       ALPHA, **vals)
+    if r.heldout_ss is not None and r.heldout_ss.size and r.heldout_m:
+        c = _noise_canaries(r, card, a)
+        if c["status"] == "fail":
+            return {**c, "false_alarm": ALPHA}
+        vals.update(canary_upper=c["values"]["upper"])
+    return row("noise", "pass", f"every one of {ss_t.size} steps and every one of {int(have.sum())} parameter tensors "
+               f"carried noise of at least the card's sigma {s:.4g} (measured {vals['rms']:.4g}; lowest step "
+               f"{vals['min_step_rms']:.4g}), drawn afresh each step", ALPHA, **vals)
 
 
 def sampling(r: Readings, card: CardView) -> dict:
@@ -112,17 +191,35 @@ def sampling(r: Readings, card: CardView) -> dict:
     if not N or b.size == 0 or (b < 0).any():
         return row("sampling", "not tested", "the card states no dataset size, or the probe counted no records", None)
     T, total = int(b.size), int(b.sum())
+    a = ALPHA / 4  # mean, spread, repeated sizes, windows: one family
     mean_p = float(stats.binomtest(total, N * T, q).pvalue) if q < 1 else float(total == N * T)
     expected = N * q
     disp = float(np.sum((b - expected) ** 2) / (expected * (1 - q))) if q < 1 else 0.0
     disp_p = _dispersion_p(disp, N, q, T) if q < 1 else 1.0
     vals = dict(records=total, expected=expected * T, steps=T, mean_p=mean_p, dispersion=disp / T,
                 dispersion_p=disp_p)
-    if mean_p < ALPHA / 2:
+    if q < 1:
+        _, log_repeat = sequential.batch_sizes_log_e(b, N, q)
+        windows = _windows(b, N, q)
+        vals.update(repeat_log_e=log_repeat, windows=len(windows),
+                    window_p=min((w["p"] for w in windows), default=1.0))
+        if log_repeat >= np.log(1 / a):
+            same = int(np.sum(b[1:] == b[:-1]))
+            return row("sampling", "fail", f"{same} of {T - 1} consecutive batches had the same number of records "
+                       f"(anytime-valid e-value {np.exp(min(log_repeat, 700)):.3g} >= {1 / a:.3g}): fixed-size batches "
+                       f"(shuffling) accounted as Poisson sampling at q = {q:.6g}", ALPHA, repeated=same, **vals)
+        bad = [w for w in windows if w["p"] < a / len(windows)]
+        if bad and mean_p >= a:
+            w = bad[0]
+            return row("sampling", "fail", f"steps {w['first']}-{w['last']} held {w['records']} records, "
+                       f"{w['expected']:.0f} expected at the card's q = {q:.6g} (exact binomial p = {w['p']:.2g}, "
+                       f"Bonferroni over {len(windows)} windows): the sampling rate changed during training",
+                       ALPHA, **vals)
+    if mean_p < a:
         return row("sampling", "fail", f"{total} records in {T} logical batches, {expected * T:.0f} expected at the "
                    f"card's q = {q:.6g} of N = {N} (mean {total / T:.2f} per batch against {expected:.2f}; exact "
                    f"binomial p = {mean_p:.2g}): the loop sampled at another rate than the card's", ALPHA, **vals)
-    if disp_p < ALPHA / 2:
+    if disp_p < a:
         return row("sampling", "fail", f"the batch sizes spread {disp / T:.3g} times as much as Poisson sampling at "
                    f"q = {q:.6g} would (p = {disp_p:.2g}): fixed-size or otherwise non-Poisson batches, accounted "
                    "as Poisson", ALPHA, **vals)
@@ -130,14 +227,37 @@ def sampling(r: Readings, card: CardView) -> dict:
                f"at q = {q:.6g} of N = {N}), spread as Poisson sampling's", ALPHA, **vals)
 
 
+WINDOWS = 10  # time-resolved sampling: the steps in this many consecutive windows (fewer on short runs)
+
+
+def _windows(b: np.ndarray, N: int, q: float) -> list[dict]:
+    """Exact binomial test of each window's records against N q per step (windows of >= 20 steps)."""
+    T = b.size
+    k = min(WINDOWS, T // 20)
+    if k < 2:
+        return []
+    out = []
+    for idx in np.array_split(np.arange(T), k):
+        tot = int(b[idx].sum())
+        out.append({"first": int(idx[0]) + 1, "last": int(idx[-1]) + 1, "records": tot,
+                    "expected": N * q * idx.size, "p": float(stats.binomtest(tot, N * idx.size, q).pvalue)})
+    return out
+
+
 def _dispersion_p(observed: float, N: int, q: float, T: int) -> float:
-    """Two-sided Monte Carlo p-value of the dispersion statistic under T independent Binomial(N, q) batches."""
+    """Two-sided Monte Carlo p-value of the dispersion statistic under T independent Binomial(N, q) batches (in
+    chunks of bounded memory)."""
     rng = np.random.default_rng(SEED)
-    sims = rng.binomial(N, q, size=(SIMULATIONS, T)).astype(np.float64)
-    d = np.sum((sims - N * q) ** 2, axis=1) / (N * q * (1 - q))
+    d = np.concatenate([np.sum((rng.binomial(N, q, size=(n, T)).astype(np.float64) - N * q) ** 2, axis=1)
+                        for n in _chunks(SIMULATIONS, T)]) / (N * q * (1 - q))
     lo = (1 + np.sum(d <= observed)) / (SIMULATIONS + 1)
     hi = (1 + np.sum(d >= observed)) / (SIMULATIONS + 1)
     return float(min(1.0, 2 * min(lo, hi)))
+
+
+def _chunks(total: int, width: int) -> list[int]:
+    per = max(1, 2_000_000 // max(width, 1))
+    return [min(per, total - i) for i in range(0, total, per)]
 
 
 def clipping(r: Readings, card: CardView) -> dict:
@@ -154,6 +274,16 @@ def clipping(r: Readings, card: CardView) -> dict:
                    f"b C (up to {worst:.3g} b C): per-sample clipping was not enforced", 0.0, worst_ratio=worst,
                    batches_over=over)
     notes.append(f"every clipped sum had norm <= b C (largest {worst:.3f} b C)")
+    exact = r.clip_exact[np.isfinite(r.clip_exact)] if r.clip_exact is not None and r.clip_exact.size else None
+    ex_tol = float(r.probe.get("clip_exact_tolerance", 1e-3))
+    if exact is not None and exact.size:
+        if (exact > ex_tol).any():
+            bad = int(np.sum(exact > ex_tol))
+            return row("clipping", "fail", f"at {bad} of {exact.size} steps a clip canary (a per-sample gradient of norm "
+                       f"{float(r.probe.get('clip_multiple', 4)):g} C) came out of the optimizer's own clipping at other "
+                       f"than C (off by up to {float(exact.max()):.3g} C, read before the noise): per-sample clipping "
+                       "is not enforced", 0.0, worst_ratio=worst, clip_exact_max=float(exact.max()))
+        notes.append(f"clip canaries left the optimizer's clipping at exactly C in {exact.size} steps")
     k = r.clip_projections.shape[1] if r.clip_projections.ndim == 2 else 0
     s = r.clip_sampled.astype(bool) if k else None
     if not k or s.sum() < 2 or (~s).sum() < 2:
@@ -165,6 +295,11 @@ def clipping(r: Readings, card: CardView) -> dict:
     a, b = x[s], x[~s]
     diff = float(a.mean() - b.mean())
     se = float(np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size))
+    if not se > 0:  # no noise at all on the block: the projections are exact
+        ok = abs(diff - 1.0) <= 1e-3
+        return row("clipping", "pass" if ok else "fail",
+                   "; ".join(notes) + f"; clip canaries came out at exactly {diff:.4g} C (the block carried no noise: "
+                   "see the noise check)", 0.0, worst_ratio=worst, clip_magnitude=diff)
     z = (diff - 1.0) / se
     p = float(2 * stats.norm.sf(abs(z)))
     entry = r.probe.get("clip_entry") or ""
@@ -183,9 +318,13 @@ def steps(r: Readings, card: CardView) -> dict:
     T = int(r.probe.get("steps", r.records.size))
     if card.steps is None:
         return row("steps", "not tested", "the card has no event at the probe's sample rate", None, probe=T)
-    if T != card.steps:
-        return row("steps", "fail", f"{T} noisy steps were taken, the card accounts for {card.steps}", 0.0, probe=T,
-                   card=card.steps)
+    if T > card.steps:
+        return row("steps", "fail", f"{T} noisy steps were taken, the card accounts for {card.steps}: the card "
+                   "under-counts the steps, so its epsilon is too small", 0.0, probe=T, card=card.steps)
+    if T < card.steps:
+        return row("steps", "pass", f"{T} noisy steps taken, fewer than the card's {card.steps}: the card over-counts "
+                   "(a run stopped early under its planned card); its epsilon over-states the privacy loss, which is "
+                   "conservative", 0.0, probe=T, card=card.steps, over_counted=card.steps - T)
     return row("steps", "pass", f"{T} noisy steps taken, as the card accounts", 0.0, probe=T, card=card.steps)
 
 
@@ -228,3 +367,31 @@ def _corr(x: np.ndarray, y: np.ndarray) -> float:
     x, y = x - x.mean(), y - y.mean()
     d = float(np.sqrt(np.sum(x * x) * np.sum(y * y)))
     return float(np.sum(x * y) / d) if d > 0 else 0.0
+
+
+def coverage(r: Readings) -> dict:
+    """Deterministic: with the model, nothing outside the DP optimizer moved, and nothing else moved its
+    parameters between its steps (dpaudit/probe/meters.py)."""
+    c = r.probe.get("coverage") or {}
+    if not c.get("model_given"):
+        return row("coverage", "not tested", "the probe was attached without the model (attach_probe(optimizer, "
+                   "model=model, ...) checks that every parameter that moved was moved by the DP optimizer)", None)
+    outside = c.get("changed_outside") or []
+    between = c.get("changed_between_steps") or []
+    vals = dict(dp_parameters=c.get("dp_parameters"), outside=c.get("outside"),
+                trainable_outside=len(c.get("trainable_outside") or []))
+    if outside:
+        names = ", ".join(f"{x['name']} ({x['kind']}, from step {x['step']})" for x in outside[:5])
+        return row("coverage", "fail", f"{len(outside)} tensor(s) outside the DP optimizer changed during training "
+                   f"({names}): trained or updated from the data without DP", 0.0,
+                   changed=[x["name"] for x in outside], **vals)
+    if between:
+        names = ", ".join(f"{x['name']} (before step {x['step']})" for x in between[:5])
+        return row("coverage", "fail", f"{len(between)} parameter(s) of the DP optimizer moved between its steps "
+                   f"({names}): a second optimizer or a hand-written update changes them without DP", 0.0,
+                   changed=[x["name"] for x in between], **vals)
+    extra = (f"; {vals['trainable_outside']} trainable parameter(s) are not in the DP optimizer and did not change"
+             if vals["trainable_outside"] else "")
+    return row("coverage", "pass", f"every parameter that changed was changed by the DP optimizer's steps "
+               f"({vals['dp_parameters']} tensors); {vals['outside']} tensor(s) outside it, buffers included, stayed "
+               f"as they were{extra}", 0.0, **vals)

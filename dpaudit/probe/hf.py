@@ -20,10 +20,19 @@ from dpaudit.errors import DpauditError
 
 
 class ProbeCallback(TrainerCallback):
+    """``on_fail``: ``"warn"`` (default) warns when an online check fails; ``"raise"`` stops the Trainer at the end of
+    that step (``control.should_training_stop``) and saves what the probe saw; None only records. The probe is given
+    the Trainer's model (coverage) unless ``check_model=False``; ``dataset_size`` lets it test the batch sizes while
+    training runs."""
+
     def __init__(self, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-                 coordinates: str = "block", clip_canaries: int = 32, save_to: str | Path | None = None):
+                 coordinates: str = "block", clip_canaries: int = 32, save_to: str | Path | None = None,
+                 on_fail: str | None = "warn", dataset_size: int | None = None, check_model: bool = True):
         self.settings = dict(sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
-                             clip_canaries=clip_canaries)
+                             clip_canaries=clip_canaries, on_fail=None if on_fail == "raise" else on_fail,
+                             dataset_size=dataset_size)
+        self.stop_on_fail = on_fail == "raise"
+        self.check_model = check_model
         self.save_to = save_to
         self.probe = None
 
@@ -38,7 +47,19 @@ class ProbeCallback(TrainerCallback):
             inner = inner.optimizer  # accelerate's AcceleratedOptimizer
         if inner is None:
             raise DpauditError("the Trainer has no optimizer at train begin; pass optimizers=(dp_optimizer, None)")
-        self.probe = attach(inner, **self.settings)
+        model = kwargs.get("model") if self.check_model else None
+        self.probe = attach(inner, **self.settings, model=model)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.stop_on_fail and self.probe is not None and self.probe.online.alarms:
+            check, alarm = next(iter(self.probe.online.alarms.items()))
+            import warnings
+
+            from dpaudit.probe.online import ProbeWarning
+
+            warnings.warn(f"dpaudit probe: mechanism check '{check}' failed at step {alarm['step']}: {alarm['finding']}; "
+                          "stopping the Trainer", ProbeWarning, stacklevel=2)
+            control.should_training_stop = True
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.probe is not None and state.is_world_process_zero:

@@ -33,10 +33,13 @@ import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.probe.canaries import GradientCanaries
+from dpaudit.probe.meters import Coverage, NoiseMeter
+from dpaudit.probe.online import Online
 
 COORDINATES = ("block", "model")
 CLIP_MULTIPLE = 4.0  # a clip canary's norm before clipping, in units of C
 SUM_TOLERANCE = 1e-4  # relative float slack of the clipped-sum bound
+CLIP_EXACT_TOLERANCE = 1e-3  # float slack of a clip canary read before the noise (Opacus' 1e-6 in C / (norm + 1e-6))
 
 
 class Probe:
@@ -46,7 +49,9 @@ class Probe:
     def __init__(self, optimizer, *, sample_rate: float, m: int = 1000, kind: str = "dirac", seed: int = 0,
                  coordinates: str = "block", params: list | None = None, clip_canaries: int = 32,
                  stream_seed: int | None = None, expected_batch_size: float | None = None, private: bool = True,
-                 clipping_norm: float | None = None, record_steps: bool = True):
+                 clipping_norm: float | None = None, record_steps: bool = True, model=None,
+                 on_fail: str | None = "warn", dataset_size: int | None = None,
+                 noise_multiplier: float | None = None, noise_coordinates: int = 1024):
         if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
             raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {sample_rate!r}")
         if coordinates not in COORDINATES:
@@ -61,6 +66,12 @@ class Probe:
         self.ghost = private and _is_ghost(optimizer)
         self.world = int(getattr(optimizer, "world_size", 1)) if private else 1
         self.rank = int(getattr(optimizer, "rank", 0)) if private else 0
+        if private and not isinstance(getattr(optimizer, "max_grad_norm", None), (int, float)):
+            raise DpauditError(f"the probe reads the clipping norm C from optimizer.max_grad_norm, which is "
+                               f"{getattr(optimizer, 'max_grad_norm', None)!r} on this {type(optimizer).__name__}; attach "
+                               "it to the DP optimizer make_private returned")
+        if dataset_size is not None and not (isinstance(dataset_size, int) and dataset_size > 0):
+            raise DpauditError(f"dataset_size must be the number of records (or users) N > 0, got {dataset_size!r}")
         C = float(optimizer.max_grad_norm) if private else clipping_norm
         if C is None or not C > 0:
             raise DpauditError(f"the probe needs the clipping norm C > 0 (a non-private optimizer: pass clipping_norm), "
@@ -84,6 +95,11 @@ class Probe:
             # in the last parameter group, not a new one: learning-rate schedulers keep one rate per existing group.
             # Its values change with the steps, harmlessly: nothing reads them, the probe reads its gradient.
             optimizer.param_groups[-1]["params"].append(self.block)
+            if private:  # what DPOptimizer.__init__ gives its own parameters: a loop may step before any zero_grad
+                self.block.grad_sample = None
+                self.block.summed_grad = None
+                if isinstance(getattr(optimizer, "max_grad_norms", None), list):  # per-layer clipping: one C each
+                    optimizer.max_grad_norms.append(C)  # the block's records' rows are zero: nothing of theirs changes
             canary_params = [self.block[:m]]
         else:
             canary_params = self.model_params
@@ -102,7 +118,18 @@ class Probe:
         self._rows = 0
         self._ratio = 0.0
         self._clip_mask = None
+        self.clip_exact = []  # per step: largest |clip canary out of the optimizer's own clipping / C - 1|, hooks
         self.saved_to = None
+        self.meter = self.coverage = self.online = None
+        if private:
+            dp_params = [p for g in optimizer.param_groups for p in g["params"]]
+            self.meter = NoiseMeter(dp_params, per_tensor=noise_coordinates, seed=seed)
+            self.coverage = Coverage(model, [p for p in dp_params if p is not self.block], seed=seed) \
+                if model is not None else None
+            sigma = self.noise_multiplier if noise_multiplier is None else float(noise_multiplier)
+            self.online = Online(noise_multiplier=sigma, tensors=len(dp_params), sample_rate=self.sample_rate,
+                                 dataset_size=dataset_size, on_fail=on_fail)
+            self.tensor_names = _tensor_names(model, dp_params, self.block)
         if private:
             self._wrap_private()
         else:
@@ -130,16 +157,30 @@ class Probe:
             return orig_pre(*args, **kwargs)
 
         def add_noise():
+            step = len(self.records) + 1
+            self.online.step = step
+            if self.coverage is not None:
+                for name in self.coverage.before_noise(step):
+                    self.online.deterministic("coverage", f"parameter {name} of the DP optimizer changed between two "
+                                              "of its steps: something else updates it (a second optimizer, a hand-"
+                                              "written update)")
             self._ratio = max(self._ratio, self._sum_ratio())
             share = 1.0 if self.rank == 0 else 0.0  # under DDP the canaries enter the sum once, from rank 0
             self.canaries.inject(lambda k: self._target(k, "summed_grad"), share)
             if self.n_clip:
                 self._inject_clip(orig_acc, share)
-            return orig_noise()
+            if self.rank == 0:  # under DDP the other ranks pass their sum on; the noise is rank 0's
+                self.meter.before()
+            out = orig_noise()
+            if self.rank == 0:
+                ss = self.meter.after()  # in the units of the gradient: C^2 makes it sigma^2 per coordinate
+                self.online.noise_step(None if ss is None else ss / self.clipping_norm ** 2, self.meter.n)
+            return out
 
         def step(*args, **kwargs):
             out = orig_step(*args, **kwargs)
             self._observe()
+            self._online_after_step()
             return out
 
         opt.pre_step = pre_step
@@ -198,6 +239,7 @@ class Probe:
         call); under ghost clipping, where per-sample clipping happens inside the loss's backward, added at C."""
         mask = self._clip_rng.random(self.n_clip) < self.sample_rate
         self._clip_mask = mask
+        self.clip_exact.append(float("nan"))
         if not mask.any() or share == 0.0:
             return
         m, b = self.canaries.m, self.block
@@ -206,20 +248,35 @@ class Probe:
                 b.summed_grad[m:][torch.from_numpy(mask).to(b.device)] += self.clipping_norm
             return
         idx = np.flatnonzero(mask)
+        at = torch.as_tensor(m + idx, device=b.device)
         rows = torch.zeros(idx.size, b.numel(), device=b.device, dtype=b.dtype)
-        rows[torch.arange(idx.size), torch.as_tensor(m + idx)] = CLIP_MULTIPLE * self.clipping_norm
+        rows[torch.arange(idx.size, device=b.device), at] = CLIP_MULTIPLE * self.clipping_norm
         opt = self.optimizer
         groups = opt.original_optimizer.param_groups
         saved_sample, saved_processed = b.grad_sample, getattr(b.grad_sample, "_processed", None)
+        per_layer = getattr(opt, "max_grad_norms", None)
+        before = b.summed_grad[at].detach().double().clone() if b.summed_grad is not None else 0.0
         opt.original_optimizer.param_groups = [{**groups[-1], "params": [b]}]  # the block alone
         try:
+            if isinstance(per_layer, list):
+                opt.max_grad_norms = [self.clipping_norm]  # the block's own C while it is the only parameter
             b.grad_sample = rows
             orig_acc()
         finally:
             opt.original_optimizer.param_groups = groups
+            if isinstance(per_layer, list):
+                opt.max_grad_norms = per_layer
             b.grad_sample = saved_sample
             if saved_processed is not None:
                 saved_sample._processed = saved_processed
+        with torch.no_grad():  # before the noise: each clip canary's contribution, exactly C if it was clipped
+            out = (b.summed_grad[at].double() - before) / self.clipping_norm
+            dev = float((out - 1.0).abs().max())
+        self.clip_exact[-1] = dev
+        if not dev <= CLIP_EXACT_TOLERANCE:
+            self.online.deterministic("clipping", f"a per-sample gradient of norm {CLIP_MULTIPLE:g} C came out of the "
+                                      f"optimizer's clipping at {float(out.max()):.4g} C, not C: per-sample clipping "
+                                      "is not enforced")
 
     def _observe(self) -> None:
         """After a real step: the update's projections, this step's records and the clipped-sum reading."""
@@ -241,6 +298,32 @@ class Probe:
             self.clip_sampled.append(self._clip_mask.copy() if self._clip_mask is not None
                                      else np.zeros(self.n_clip, dtype=bool))
             self._clip_mask = None
+
+    def _online_after_step(self) -> None:
+        """After a logical step: the deterministic clipped-sum bound, coverage and the batch-size e-process; then
+        an alarm raised under ``on_fail="raise"``."""
+        step = len(self.records)
+        if self.sum_ratio[-1] > 1 + SUM_TOLERANCE:
+            self.online.deterministic("clipping", f"the clipped sum of step {step} had norm {self.sum_ratio[-1]:.3g} b C, "
+                                      "above b C: per-sample clipping is not enforced")
+        if self.coverage is not None:
+            for name in self.coverage.after_step(step):
+                self.online.deterministic("coverage", f"{name}, outside the DP optimizer, changed during training: it "
+                                          "is trained (or updated from the data) without DP")
+        self.online.sampling_step(self.records[-1])
+        self.online.raise_pending()
+
+    def status(self) -> dict:
+        """The online checks now (anytime-valid: read it as often as you like; docs/probe.md "Fail fast"):
+        {check: {"status": "ok" | "fail" | "not checked online", ...}}."""
+        if not self.private:
+            return {}
+        return self.online.status(self.coverage is not None)
+
+    @property
+    def steps(self) -> int:
+        """Noisy (logical) steps seen so far."""
+        return len(self.records) if self.private else self.canaries.n_steps
 
     # -- what the probe saw ----------------------------------------------------------------------------------
 
@@ -274,7 +357,13 @@ class Probe:
             "clip_entry": ("before clipping (per-sample rows)" if not self.ghost else "after clipping (ghost mode)")
             if self.n_clip else None,
             "sum_tolerance": SUM_TOLERANCE,
-            "arrays": {**({"heldout_ss": np.asarray(self.canaries.online["heldout_ss"], dtype=np.float64)}
+            "clip_exact_tolerance": CLIP_EXACT_TOLERANCE,
+            "noise_tensors": self.tensor_names,
+            "coverage": self.coverage.record() if self.coverage is not None else {"model_given": False},
+            "online": self.online.record(),
+            "arrays": {**self.meter.arrays(self.clipping_norm),
+                       "clip_exact": np.asarray(self.clip_exact if self.n_clip else [], dtype=np.float64),
+                       **({"heldout_ss": np.asarray(self.canaries.online["heldout_ss"], dtype=np.float64)}
                           if self.canaries.online is not None else {}),
                        "records_per_step": np.asarray(self.records, dtype=np.int64),
                        "sum_ratio": np.asarray(self.sum_ratio, dtype=np.float64),
@@ -298,6 +387,8 @@ class Probe:
             raise DpauditError(f"{folder} is not a folder; save the model there first, then the probe beside it")
         if not self.canaries.n_steps:
             raise DpauditError("the probe saw no optimizer step; attach it before training and save after")
+        if self.coverage is not None:
+            self.coverage.final(len(self.records))
         written = files(self.to_dict(), stem)
         with atomic_folder(folder) as tmp:
             for name, body in written.items():
@@ -318,7 +409,9 @@ class Probe:
             r = self.readings()["arrays"]
             tensors[f"{prefix}/clip_projections"] = torch.from_numpy(r["clip_projections"].copy())
             tensors[f"{prefix}/clip_sampled"] = torch.from_numpy(r["clip_sampled"].copy())
-            state = {**state, "clip_rng": self._clip_rng.bit_generator.state}
+            state = {**state, "clip_rng": self._clip_rng.bit_generator.state, "clip_exact": list(self.clip_exact)}
+        if self.meter is not None:
+            state = {**state, "noise_meter": self.meter.snapshot()}
         return state
 
     def restore(self, prefix: str, state: dict, tensors: dict) -> None:
@@ -329,6 +422,11 @@ class Probe:
             self._clip_rng.bit_generator.state = state["clip_rng"]
             self.clip_proj = list(tensors[f"{prefix}/clip_projections"].numpy().copy())
             self.clip_sampled = list(tensors[f"{prefix}/clip_sampled"].numpy().copy())
+            self.clip_exact = list(state.get("clip_exact", [float("nan")] * len(self.records)))
+        if self.meter is not None and state.get("noise_meter"):
+            self.meter.restore(state["noise_meter"])
+        if self.online is not None:
+            self.online.step = len(self.records)
 
 
 def _is_ghost(optimizer) -> bool:
@@ -338,9 +436,21 @@ def _is_ghost(optimizer) -> bool:
     return isinstance(optimizer, DPOptimizerFastGradientClipping)
 
 
+def _tensor_names(model, params: list, block) -> list[str]:
+    """A name per parameter tensor of the optimizer (the model's names when the probe has the model)."""
+    names = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
+    return ["dpaudit probe block" if p is block else names.get(id(p), f"param {i} {tuple(p.shape)}")
+            for i, p in enumerate(params)]
+
+
 def attach(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-           coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True) -> Probe:
+           coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True, model=None,
+           on_fail: str | None = "warn", dataset_size: int | None = None) -> Probe:
     """Attach a probe to an Opacus DP optimizer (after ``make_private``, before the first step); see :class:`Probe`.
-    ``record_steps=False`` keeps O(m) state (the likelihood ratio accumulated online) instead of O(T m)."""
+    ``record_steps=False`` keeps O(m) state (the likelihood ratio accumulated online) instead of O(T m).
+    ``model``: the model the optimizer trains (coverage: nothing outside the DP optimizer moves); ``on_fail``:
+    what an online check that fails does (``"warn"``, ``"raise"``, None); ``dataset_size``: N, to test the batch
+    sizes while training runs."""
     return Probe(optimizer, sample_rate=sample_rate, m=m, kind=kind, seed=seed, coordinates=coordinates,
-                 clip_canaries=clip_canaries, record_steps=record_steps)
+                 clip_canaries=clip_canaries, record_steps=record_steps, model=model, on_fail=on_fail,
+                 dataset_size=dataset_size)

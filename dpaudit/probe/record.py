@@ -14,6 +14,8 @@ import io
 
 import numpy as np
 
+NOISE_ARRAYS = ("noise_ss_step", "noise_n_step", "noise_cross_step", "noise_ss_tensor", "noise_n_tensor")
+
 
 def files(record: dict, stem: str) -> dict:
     """{file name: JSON-able dict or bytes} of one record (``step_projections`` and ``probe.arrays`` become files)."""
@@ -59,6 +61,7 @@ def read(folder, record: dict, steps_array, signs):
         with np.load(f, allow_pickle=False) as z:
             arrays = {k: z[k] for k in ("records_per_step", "sum_ratio", "clip_projections", "clip_sampled")}
             online_ss = z["heldout_ss"] if "heldout_ss" in z.files else None
+            extra = {k: z[k] for k in NOISE_ARRAYS + ("clip_exact",) if k in z.files}
     except (OSError, ValueError, KeyError) as e:
         raise DpauditError(f"{f}: cannot read the probe's per-step arrays ({e}); restore the file written with the "
                            "record") from None
@@ -76,8 +79,21 @@ def read(folder, record: dict, steps_array, signs):
         heldout = np.sum(x * x, axis=1)
     elif online_ss is not None and online_ss.shape == (T,):  # the probe kept only these sums (O(m) mode)
         heldout = online_ss.astype(np.float64)
+    noise = None
+    if all(k in extra for k in NOISE_ARRAYS):
+        noise = {k: extra[k] for k in NOISE_ARRAYS} | {"names": probe.get("noise_tensors")}
+        if noise["noise_ss_step"].shape != (T,) or noise["noise_ss_tensor"].shape != noise["noise_n_tensor"].shape:
+            raise DpauditError(f"{f}: the probe's noise readings do not have one row per step ({T}) and one per tensor; "
+                               "the files come from different runs")
+    clip_exact = extra.get("clip_exact")
+    if clip_exact is not None and clip_exact.size == 0:
+        clip_exact = None
+    if clip_exact is not None and clip_exact.shape != (T,):
+        raise DpauditError(f"{f}: the probe's clip readings do not have one row per step ({T}); the files come from "
+                           "different runs")
     return Readings(probe={k: v for k, v in probe.items() if k != "arrays_file"},
                     records=arrays["records_per_step"].astype(np.int64),
                     sum_ratio=arrays["sum_ratio"].astype(np.float64),
                     clip_projections=arrays["clip_projections"], clip_sampled=arrays["clip_sampled"].astype(bool),
-                    heldout_ss=heldout, heldout_m=m_out)
+                    heldout_ss=heldout, heldout_m=m_out, noise=noise,
+                    clip_exact=None if clip_exact is None else clip_exact.astype(np.float64))

@@ -1,0 +1,90 @@
+"""Anytime-valid tests of the mechanism while training runs: e-processes (test supermartingales) for the probe's
+online checks (dpaudit/probe/online.py, docs/probe.md "Fail fast").
+
+An e-process E_t is a product of per-step factors e_t >= 0 with E[e_t | past] <= 1 under the null (the card's
+mechanism), so by Ville's inequality P(sup_t E_t >= 1 / alpha) <= alpha: the false-alarm rate holds however
+often, and whenever, the running value is looked at, and at the end of the run too. A mixture (average) of
+e-processes is one; each monitor here averages a few fixed alternatives so that a large and a small departure are
+both found quickly. Everything is on the log scale.
+
+* :class:`NoiseScale`   each step's noise on n coordinates, X = ||noise||^2 / (sigma C)^2 ~ chi2(n) under the card
+                        (more noise only makes X larger). Alternatives: the noise at rho sigma, rho < 1; factor
+                        rho^-n exp(-(X / 2)(rho^-2 - 1)), the chi2 scale family's likelihood ratio, which has mean
+                        1 at sigma and less above it.
+* :class:`BatchSizes`   the records of each logical batch, b ~ Binomial(N, q) under Poisson sampling at the card's
+                        q. Mean shifts: exponential tilts exp(lambda b) / E[exp(lambda b)], exact for the binomial.
+                        Too little spread (fixed-size batches accounted as Poisson): the alternative "this batch has
+                        the size of the previous one" (a predictable choice), mixed 9:1 with the null so that a
+                        batch of another size (an epoch's short last batch) costs a factor 0.1, not the whole test.
+
+Pure NumPy/SciPy (an audit module: no torch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special, stats
+
+RHOS = np.array([0.5, 0.7, 0.8, 0.9, 0.95, 0.98])  # noise alternatives, as fractions of the card's sigma
+TILTS = np.array([-0.4, -0.2, -0.1, -0.05, 0.05, 0.1, 0.2, 0.4])  # mean-shift tilts, in units of 1 / sd(b)
+REPEAT_WEIGHT = 0.9
+
+
+def _log_mean_exp(x: np.ndarray) -> float:
+    return float(special.logsumexp(x) - np.log(x.size))
+
+
+class NoiseScale:
+    """One e-process per group (group 0: every tensor together; groups 1..P: one tensor each, when given)."""
+
+    def __init__(self, groups: int = 1):
+        self.log = np.zeros((groups, RHOS.size))
+
+    def update(self, chi2: np.ndarray, n: np.ndarray) -> None:
+        """``chi2[g]`` = ||noise_g||^2 / (sigma C)^2 of this step on ``n[g]`` coordinates."""
+        chi2, n = np.asarray(chi2, float)[:, None], np.asarray(n, float)[:, None]
+        self.log += -n * np.log(RHOS)[None, :] - 0.5 * chi2 * (RHOS[None, :] ** -2 - 1.0)
+
+    def log_e(self) -> np.ndarray:
+        """log E of each group (the mixture over the alternatives)."""
+        return np.array([_log_mean_exp(row) for row in self.log])
+
+
+class BatchSizes:
+    """The batch sizes' e-process under Binomial(N, q): mean-shift tilts and repeated sizes, mixed equally."""
+
+    def __init__(self, N: int, q: float):
+        self.N, self.q = int(N), float(q)
+        sd = max(np.sqrt(N * q * (1 - q)), 1e-9)
+        self.lam = TILTS / sd
+        self.log_tilt = np.zeros(TILTS.size)
+        self.log_repeat = 0.0
+        self.previous = None
+
+    def update(self, b: int) -> None:
+        N, q = self.N, self.q
+        if q >= 1:
+            return
+        self.log_tilt += self.lam * b - N * np.log1p(q * np.expm1(self.lam))
+        if self.previous is not None:
+            pmf = float(stats.binom.pmf(b, N, q))
+            repeat = REPEAT_WEIGHT / pmf if b == self.previous and pmf > 0 else 0.0
+            self.log_repeat += float(np.log(repeat + (1 - REPEAT_WEIGHT)))
+        self.previous = int(b)
+
+    def log_e(self) -> float:
+        return _log_mean_exp(np.r_[self.log_tilt, self.log_repeat])
+
+    def log_e_repeat(self) -> float:
+        return self.log_repeat
+
+
+def batch_sizes_log_e(b: np.ndarray, N: int, q: float) -> tuple[float, float]:
+    """(log E of the whole batch-size e-process, log E of its repeated-size part alone) at the end of ``b``,
+    and the largest value either reached (an e-process may be read at any time: its running maximum is the test)."""
+    e = BatchSizes(N, q)
+    best, best_repeat = 0.0, 0.0
+    for x in np.asarray(b, dtype=np.int64):
+        e.update(int(x))
+        best, best_repeat = max(best, e.log_e()), max(best_repeat, e.log_e_repeat())
+    return best, best_repeat

@@ -1,0 +1,520 @@
+"""Honest DP training loops in the shapes people write them, and the bugs the field keeps finding in them: the
+conformance suite of the white-box probe (docs/probe.md, reports/probe/conformance.md).
+
+Each loop is written the way a public example writes it (the pattern it follows is named in ``LOOPS``), on a tiny
+model and synthetic data so that one run takes about a second on a CPU; the probe is attached in one line after
+``make_private`` (``attach_probe(optimizer, sample_rate=..., model=...)``) and saved after training, and the card
+is what Opacus' engine did (``card_from_opacus``), or, for a bug that lives in the card, what the team wrote.
+:func:`run` trains one loop (honest, or with one bug planted) and returns the probe, the card and the folder the
+probe's records were saved in; ``experiments/probe_conformance.py`` judges them with the gate's own rules.
+
+Nothing here is imported by the package: it is test and experiment code (tests/test_probe_conformance.py runs
+every loop and bug once on small settings; the table runs them over many seeds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+VOCAB, LENGTH, WIDTH = 64, 8, 16
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop pattern: how the user's code is shaped."""
+
+    source: str  # the public pattern it follows
+    order: str = "zero-first"  # "zero-first": zero_grad, backward, step; "zero-last": backward, step, zero_grad
+    optimizer: str = "sgd"  # sgd | sgd-momentum | adam | adamw
+    scheduler: str | None = None  # None | "step" | "cosine"
+    clipping: str = "flat"  # flat | per_layer
+    mode: str = "hooks"  # hooks | ghost | functorch
+    loss_reduction: str = "mean"
+    physical: int | None = None  # BatchMemoryManager's max_physical_batch_size
+    accumulate: int = 1  # micro-batches per noisy step by Opacus' skip signal (expected batch / accumulate each)
+    frozen: bool = False  # the embedding frozen before make_private
+    early_stop: float | None = None  # stop after this fraction of the planned steps, the card states the plan
+    eval_between: bool = False  # an evaluation pass (no_grad) between steps
+    clip_grad_norm: bool = False  # torch.nn.utils.clip_grad_norm_ on p.grad before step (a no-op for Opacus)
+    model_kind: str = "tiny"  # tiny | gpt2-lora | gpt2-classifier
+    trainer: bool = False  # a Hugging Face Trainer steps the DP optimizer (dp-transformers pattern)
+    with_epsilon: bool = False  # make_private_with_epsilon instead of make_private(noise_multiplier=...)
+    pass_model: bool = True  # attach_probe(..., model=model)
+
+
+LOOPS = {
+    "opacus-tutorial": Loop("Opacus tutorial (zero_grad, backward, step; SGD)"),
+    "pytorch-order": Loop("PyTorch quickstart order (backward, step, zero_grad)", order="zero-last"),
+    "adam": Loop("Adam, zero_grad last", order="zero-last", optimizer="adam"),
+    "adamw-cosine": Loop("AdamW with weight decay and a cosine schedule (HF scripts)", optimizer="adamw",
+                         scheduler="cosine"),
+    "sgd-momentum-steplr": Loop("SGD with momentum and StepLR (Opacus CIFAR-10 example)", optimizer="sgd-momentum",
+                                scheduler="step"),
+    "make-private-with-epsilon": Loop("make_private_with_epsilon (Opacus README)", with_epsilon=True),
+    "batch-memory-manager": Loop("BatchMemoryManager virtual steps (Opacus examples)", physical=5),
+    "bmm-zero-last": Loop("BatchMemoryManager, zero_grad last", physical=5, order="zero-last"),
+    "skip-signal-accumulation": Loop("gradient accumulation by skip signals (dp-transformers)", accumulate=2),
+    "per-layer-clipping": Loop("per-layer clipping (clipping='per_layer')", clipping="per_layer"),
+    "per-layer-zero-last": Loop("per-layer clipping, zero_grad last", clipping="per_layer", order="zero-last"),
+    "ghost-clipping": Loop("ghost clipping (grad_sample_mode='ghost', Opacus 1.5+)", mode="ghost"),
+    "ghost-zero-last": Loop("ghost clipping, zero_grad last", mode="ghost", order="zero-last"),
+    "functorch": Loop("functorch per-sample gradients (grad_sample_mode='functorch')", mode="functorch"),
+    "loss-sum": Loop("loss_reduction='sum'", loss_reduction="sum"),
+    "frozen-embedding": Loop("frozen layers (requires_grad=False before make_private)", frozen=True),
+    "early-stopping": Loop("early stopping at 60% of the planned steps, card for the plan", early_stop=0.6),
+    "eval-between-steps": Loop("a validation pass under no_grad between steps", eval_between=True),
+    "clip-grad-norm": Loop("clip_grad_norm_ before step (HF habit; Opacus ignores p.grad)", clip_grad_norm=True),
+    "no-model-given": Loop("the probe attached without the model", pass_model=False),
+    "gpt2-lora": Loop("LoRA adapters on a tiny GPT-2 (peft)", model_kind="gpt2-lora", optimizer="adamw"),
+    "gpt2-classifier-head": Loop("GPT-2 with a classification head", model_kind="gpt2-classifier", optimizer="adam"),
+    "hf-trainer": Loop("Hugging Face Trainer stepping Opacus' optimizer (ProbeCallback)", trainer=True,
+                       model_kind="gpt2-classifier", optimizer="adam"),
+    "hf-trainer-accumulation": Loop("HF Trainer, gradient accumulation by skip signals (dp-transformers)",
+                                    trainer=True, model_kind="gpt2-classifier", optimizer="adam", accumulate=2),
+}
+
+# bug -> (what it is, the mechanism check whose FAIL line must name it)
+BUGS = {
+    "half-noise": ("add_noise with half the card's sigma", "noise"),
+    "no-noise": ("noise left out altogether (p.grad = summed_grad)", "noise"),
+    "noise-without-C": ("noise std sigma instead of sigma * C (C = 5)", "noise"),
+    "noise-schedule": ("sigma halved after 30% of the steps, the card states one sigma", "noise"),
+    "noise-some-tensors": ("no noise on the bias tensors", "noise"),
+    "noise-reused": ("the same noise draw added at every step", "noise"),
+    "no-clip": ("per-sample clipping bypassed (sum without clip factors)", "clipping"),
+    "card-clip-smaller": ("the optimizer clips at 2 C, the card says C", "clipping"),
+    "wrong-rate": ("loader at 1 / ceil(N / B), card at B / N", "sampling"),
+    "double-rate": ("every batch twice the card's expected size (cf. Opacus #444)", "sampling"),
+    "shuffle-as-poisson": ("fixed-size shuffled batches (N mod B != 0) accounted as Poisson", "sampling"),
+    "shuffle-as-poisson-even": ("fixed-size shuffled batches (N mod B = 0) accounted as Poisson", "sampling"),
+    "batch-growth": ("the batch size doubles after half the steps, the card states one rate", "sampling"),
+    "accumulation": ("two micro-batches per noisy step, the card counting each as a step", "sampling"),
+    "extra-epochs": ("the card accounts for 2/3 of the steps taken", "steps"),
+    "divisor": ("the noisy sum divided by the actual batch size", "divisor"),
+    "outside-optimizer": ("the output layer trained by a second, plain optimizer", "coverage"),
+    "running-buffer": ("a running mean of the private inputs kept in a buffer", "coverage"),
+}
+
+
+@dataclass
+class Settings:
+    records: int = 500
+    batch: int = 20
+    epochs: int = 8
+    sigma: float = 1.0
+    clip: float = 1.0
+    lr: float = 0.05
+    m: int = 200  # probe canaries
+    delta: float = 1e-5
+    on_fail: str = "warn"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return self.epochs * self.records // self.batch
+
+
+class Tiny(nn.Module):
+    def __init__(self, buffer: bool = False):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, WIDTH)
+        self.fc1 = nn.Linear(WIDTH, WIDTH)
+        self.fc2 = nn.Linear(WIDTH, 2)
+        self.track = buffer
+        if buffer:
+            self.register_buffer("running_mean", torch.zeros(WIDTH))
+
+    def forward(self, x):
+        h = self.emb(x).mean(1)
+        if self.track and self.training:
+            with torch.no_grad():
+                self.running_mean.mul_(0.9).add_(0.1 * h.mean(0))
+        return self.fc2(torch.relu(self.fc1(h)))
+
+
+def synthetic(n: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, VOCAB, (n, LENGTH), generator=g)
+    y = (x[:, 0] >= VOCAB // 2).long()
+    return x, y
+
+
+def build_model(loop: Loop, bug: str | None):
+    if loop.model_kind == "tiny":
+        return Tiny(buffer=bug == "running-buffer")
+    from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=WIDTH, n_layer=1, n_head=2, num_labels=2,
+                     pad_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False)
+    if loop.model_kind == "gpt2-classifier":
+        return GPT2ForSequenceClassification(cfg)
+    from peft import LoraConfig, get_peft_model
+
+    base = GPT2LMHeadModel(cfg)
+    return get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn"], fan_in_fan_out=True,
+                                           lora_dropout=0.0))
+
+
+def logits_of(model, x):
+    out = model(x) if isinstance(model, Tiny) or isinstance(getattr(model, "_module", None), Tiny) else None
+    if out is not None:
+        return out
+    pos = torch.arange(x.shape[1]).expand_as(x)  # per sequence: Opacus needs it
+    o = model(input_ids=x, position_ids=pos)
+    lg = o.logits
+    return lg if lg.dim() == 2 else lg[:, -1, :2]
+
+
+def make_optimizer(loop: Loop, params, lr: float):
+    if loop.optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr / 10)
+    if loop.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=lr / 10, weight_decay=0.01)
+    if loop.optimizer == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return torch.optim.SGD(params, lr=lr)
+
+
+def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None = None):
+    """Train loop ``name`` with ``bug`` (None: honest) and save the probe's records into ``folder``; returns
+    (probe, card, folder). Raises what the loop raises (a crash is a conformance failure)."""
+    from opacus import PrivacyEngine
+
+    from dpaudit import api
+
+    s = s or Settings()
+    if bug == "noise-without-C":
+        s = dataclasses.replace(s, clip=5.0)  # std sigma where sigma C was due: 5x too little
+    if bug == "wrong-rate":  # 1 / ceil(N / B) departs from B / N by up to B / N: a large B makes it matter
+        s = dataclasses.replace(s, batch=100, records=520)
+    loop = LOOPS[name]
+    torch.manual_seed(seed)
+    N = s.records + (7 if bug == "shuffle-as-poisson" else 0)
+    x, y = synthetic(N, seed)
+    model = build_model(loop, bug)
+    if loop.frozen:
+        model.emb.weight.requires_grad_(False)
+    plain_model = model
+    outside = None
+    if bug == "outside-optimizer":
+        dp_params = [p for n, p in model.named_parameters() if not n.startswith("fc2")]
+        outside = torch.optim.Adam(model.fc2.parameters(), lr=1e-2)
+    else:
+        dp_params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(loop, dp_params, s.lr)
+    batch = s.batch
+    if bug == "shuffle-as-poisson-even":
+        batch = 25  # 500 / 25: every batch exactly B
+    loader = DataLoader(TensorDataset(x, y), batch_size=batch // (2 if bug == "accumulation" else 1), shuffle=True,
+                        generator=torch.Generator().manual_seed(seed))
+    engine = PrivacyEngine(accountant="prv")
+    kw = dict(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=s.clip,
+              poisson_sampling=bug not in ("shuffle-as-poisson", "shuffle-as-poisson-even"),
+              loss_reduction=loop.loss_reduction, grad_sample_mode=loop.mode)
+    if loop.clipping == "per_layer":
+        n = len([p for p in dp_params])
+        kw["max_grad_norm"] = [s.clip / n ** 0.5] * n
+        kw["clipping"] = "per_layer"
+    if bug == "card-clip-smaller":
+        kw["max_grad_norm"] = 2 * s.clip
+    criterion = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if loop.with_epsilon:
+            out = engine.make_private_with_epsilon(**kw, target_epsilon=8.0, target_delta=s.delta,
+                                                   epochs=s.epochs, **({"criterion": nn.CrossEntropyLoss(
+                                                       reduction=loop.loss_reduction)} if loop.mode == "ghost" else {}))
+        else:
+            out = engine.make_private(**kw, noise_multiplier=s.sigma, **({"criterion": nn.CrossEntropyLoss(
+                reduction=loop.loss_reduction)} if loop.mode == "ghost" else {}))
+    if loop.mode == "ghost":
+        model, optimizer, criterion, loader = out
+    else:
+        model, optimizer, loader = out
+        criterion = nn.CrossEntropyLoss(reduction=loop.loss_reduction)
+    q_card = loader.sample_rate if hasattr(loader, "sample_rate") else batch / N
+    if bug == "wrong-rate":
+        q_card = s.batch / N
+        loader = _rate_loader(loader, 1.0 / -(-N // s.batch), seed)
+    if bug == "double-rate":
+        loader = _rate_loader(loader, 2 * q_card, seed)
+    if bug == "batch-growth":
+        loader = _GrowingLoader(loader, q_card, seed, s.epochs)
+    plant(optimizer, bug, s)
+    scheduler = None
+    if loop.scheduler == "step":
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=50, gamma=0.5)
+    elif loop.scheduler == "cosine":
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=s.steps)
+    probe_kw = dict(sample_rate=q_card, m=s.m, seed=seed, on_fail=s.on_fail, dataset_size=N)
+    if loop.pass_model:
+        probe_kw["model"] = model
+    folder.mkdir(parents=True, exist_ok=True)
+    if loop.trainer:
+        probe = _train_hf(model, optimizer, loader, loop, s, seed, folder, probe_kw)
+    else:
+        probe = api.attach_probe(optimizer, **probe_kw)
+        _train(model, optimizer, criterion, loader, loop, s, bug, scheduler, outside, probe)
+        probe.save(folder)
+    card = api.card_from_opacus(engine, loader if hasattr(loader, "sample_rate") else _Rated(q_card, N),
+                                optimizer, delta=s.delta, method="conformance")
+    card = stated_card(card, loop, bug, q_card, N, s, probe)
+    del plain_model
+    return probe, card, folder
+
+
+class _Rated:
+    """What card_from_opacus reads of a loader whose rate the team states."""
+
+    def __init__(self, q, n):
+        self.sample_rate, self.dataset = q, range(n)
+
+
+def _rate_loader(loader, q: float, seed: int):
+    from opacus.data_loader import DPDataLoader
+
+    dl = DPDataLoader.from_data_loader(DataLoader(loader.dataset, batch_size=max(1, round(q * len(loader.dataset)))),
+                                       generator=torch.Generator().manual_seed(seed + 1))
+    dl.sample_rate = q
+    dl.batch_sampler.sample_rate = q
+    return dl
+
+
+class _GrowingLoader:
+    """A Poisson loader whose rate doubles after the first half of the epochs (a curriculum the card omits)."""
+
+    def __init__(self, loader, q, seed, epochs):
+        self.first, self.second = loader, _rate_loader(loader, 2 * q, seed)
+        self.sample_rate, self.dataset, self.epoch, self.epochs = q, loader.dataset, 0, epochs
+
+    def __iter__(self):
+        self.epoch += 1
+        return iter(self.first if self.epoch <= self.epochs // 2 else self.second)
+
+    def __len__(self):
+        return len(self.first)
+
+
+def plant(optimizer, bug: str | None, s: Settings) -> None:
+    """Optimizer-side bugs, as a team's own DP code has them (the card is written as if they were not)."""
+    from dpaudit import opacus_private as op
+
+    if bug in ("half-noise", "no-noise", "noise-without-C", "noise-schedule", "noise-some-tensors", "noise-reused"):
+        state = {"calls": 0, "fixed": {}}
+        total = s.steps
+
+        def add_noise():
+            state["calls"] += 1
+            for i, p in enumerate(optimizer.params):
+                op.check_processed(p.summed_grad)
+                std = optimizer.noise_multiplier * optimizer.max_grad_norm
+                if bug == "half-noise" or (bug == "noise-schedule" and state["calls"] > 0.3 * total):
+                    std /= 2
+                if bug == "noise-without-C":
+                    std = optimizer.noise_multiplier
+                if bug == "no-noise" or (bug == "noise-some-tensors" and p.dim() == 1):
+                    std = 0.0
+                noise = op.generate_noise(std, p.summed_grad, optimizer.generator) if std > 0 else 0.0
+                if bug == "noise-reused":
+                    noise = state["fixed"].setdefault(i, op.generate_noise(std, p.summed_grad, optimizer.generator))
+                p.grad = (p.summed_grad + noise).view_as(p)
+                op.mark_processed(p.summed_grad)
+        optimizer.add_noise = add_noise
+    elif bug == "no-clip":
+        def clip_and_accumulate():
+            for p in optimizer.params:
+                op.check_processed(p.grad_sample)
+                g = optimizer._get_flat_grad_sample(p).sum(0)
+                p.summed_grad = g if p.summed_grad is None else p.summed_grad + g
+                op.mark_processed(p.grad_sample)
+        optimizer.clip_and_accumulate = clip_and_accumulate
+    elif bug == "divisor":
+        rows = {"n": 0}
+        acc = optimizer.clip_and_accumulate
+
+        def counting():
+            rows["n"] += len(optimizer._get_flat_grad_sample(optimizer.params[0]))
+            acc()
+
+        def scale_grad():
+            for p in optimizer.params:
+                p.grad /= max(rows["n"], 1)
+            rows["n"] = 0
+        optimizer.clip_and_accumulate = counting
+        optimizer.scale_grad = scale_grad
+
+
+def _train(model, optimizer, criterion, loader, loop: Loop, s: Settings, bug, scheduler, outside, probe) -> None:
+    model.train()
+    planned = s.steps
+    stop_at = int(loop.early_stop * planned) if loop.early_stop else None
+    micro = 2 if bug == "accumulation" else loop.accumulate
+    noisy = 0
+    batches = 0
+    xv, _ = synthetic(32, 10_000)
+
+    def one_batch(xb, yb):
+        nonlocal batches, noisy
+        if loop.order == "zero-first":
+            optimizer.zero_grad()
+            if outside is not None:
+                outside.zero_grad()
+                model.zero_grad()  # GradSampleModule's: also the per-sample gradients of the outside layer
+        if len(xb):
+            criterion(logits_of(model, xb), yb).backward()
+        else:  # an empty Poisson batch (or micro-batch): Opacus still needs its (empty) per-sample gradients
+            (logits_of(model, xb).sum() * 0).backward()
+        if loop.clip_grad_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        batches += 1
+        skip = batches % micro != 0
+        if skip:
+            optimizer.signal_skip_step(True)
+        optimizer.step()
+        if outside is not None:
+            outside.step()
+        if not skip:
+            noisy += 1
+            if scheduler is not None:
+                scheduler.step()
+            if loop.order == "zero-last":
+                optimizer.zero_grad()
+                if outside is not None:
+                    outside.zero_grad()
+                    model.zero_grad()
+        if loop.eval_between and not skip:
+            model.eval()
+            with torch.no_grad():
+                logits_of(model, xv)
+            model.train()
+
+    for _epoch in range(s.epochs):
+        if loop.physical:
+            from opacus.utils.batch_memory_manager import BatchMemoryManager
+
+            with BatchMemoryManager(data_loader=loader, max_physical_batch_size=loop.physical,
+                                    optimizer=optimizer) as mem:
+                for xb, yb in mem:
+                    if len(xb) == 0:
+                        continue
+                    one_batch(xb, yb)
+                    if stop_at and probe.steps >= stop_at:
+                        return
+        else:
+            for xb, yb in loader:
+                if len(xb) == 0 and micro == 1:
+                    continue
+                chunks = list(zip(torch.tensor_split(xb, loop.accumulate), torch.tensor_split(yb, loop.accumulate))) \
+                    if loop.accumulate > 1 else [(xb, yb)]  # dp-transformers: one Poisson batch, split
+                for cx, cy in chunks:
+                    one_batch(cx, cy)
+                if stop_at and noisy >= stop_at:
+                    return
+
+
+def _train_hf(model, optimizer, loader, loop: Loop, s: Settings, seed: int, folder: Path, probe_kw: dict):
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from dpaudit.probe.hf import ProbeCallback
+
+    class DPTrainer(Trainer):
+        def get_train_dataloader(self):
+            return self._dp_loader
+
+        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+            if not len(inputs["x"]):  # an empty Poisson micro-batch
+                return logits_of(model, inputs["x"]).sum() * 0
+            return F.cross_entropy(logits_of(model, inputs["x"]), inputs["y"])
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            self.optimizer.zero_grad()  # Opacus' zero_grad keeps a skipped step's clipped sum
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    class SkipSignal(TrainerCallback):
+        """dp-transformers' DPCallback: Opacus clips and sums every micro-batch, noise once per accumulated step."""
+
+        def on_substep_end(self, args, state, control, **kw):
+            optimizer.signal_skip_step(do_skip=True)
+            optimizer.step()
+            optimizer.zero_grad()  # the raw Opacus optimizer's: Accelerate's skips zero_grad while accumulating
+
+        def on_step_end(self, args, state, control, **kw):
+            optimizer.zero_grad()  # after the noisy step, clear the clipped sum it used
+
+    class Rows(torch.utils.data.Dataset):
+        def __init__(self, ds):
+            self.ds = ds
+
+        def __len__(self):
+            return len(self.ds)
+
+        def __getitem__(self, i):
+            xb, yb = self.ds[i]
+            return {"x": xb, "y": yb}
+
+    args = TrainingArguments(output_dir=str(folder / "trainer"), num_train_epochs=s.epochs, max_grad_norm=0.0,
+                             learning_rate=s.lr / 10, lr_scheduler_type="constant", report_to=[], save_strategy="no",
+                             logging_strategy="no", remove_unused_columns=False, disable_tqdm=True, use_cpu=True,
+                             seed=seed, gradient_accumulation_steps=loop.accumulate)
+    kw = {k: v for k, v in probe_kw.items() if k != "model"}
+    cb = ProbeCallback(**kw, save_to=folder)
+    callbacks = [cb] + ([SkipSignal()] if loop.accumulate > 1 else [])
+    trainer = DPTrainer(model=model, args=args, train_dataset=Rows(loader.dataset), optimizers=(optimizer, None),
+                        callbacks=callbacks)
+    trainer._dp_loader = _DictLoader(loader, loop.accumulate)
+    trainer.train()
+    return cb.probe
+
+
+class _DictLoader:
+    """Opacus' Poisson batches as the Trainer's dicts; with accumulation, each batch split into k micro-batches (the
+    Trainer steps once per k, dp-transformers' callback signals Opacus to skip the others)."""
+
+    def __init__(self, loader, k: int = 1):
+        self.loader, self.k = loader, k
+        self.dataset = loader.dataset
+        self.sample_rate = loader.sample_rate
+
+    def __iter__(self):
+        for xb, yb in self.loader:
+            for cx, cy in zip(torch.tensor_split(xb, self.k), torch.tensor_split(yb, self.k)):
+                yield {"x": cx, "y": cy}
+
+    def __len__(self):
+        return len(self.loader) * self.k
+
+
+def stated_card(card, loop: Loop, bug: str | None, q: float, N: int, s: Settings, probe):
+    """The card the team publishes: Opacus' own, or for the card-side bugs and conservative statements, theirs."""
+    from dpaudit import accounting
+    from dpaudit.accounting import SubsampledGaussian
+
+    e = card.events[-1]
+    steps = sum(x.steps for x in card.events)
+    sampler = e.sampler
+    if loop.early_stop:
+        steps = s.steps // loop.accumulate  # the planned steps: over-counted, conservative
+    if bug == "accumulation":
+        steps = 2 * steps  # every micro-batch counted as a step
+    if bug == "extra-epochs":
+        steps = (2 * steps) // 3
+    if bug in ("shuffle-as-poisson", "shuffle-as-poisson-even"):
+        sampler = "poisson"
+    sigma = e.noise_multiplier
+    clip = card.clipping_norm
+    if bug == "card-clip-smaller":
+        clip = s.clip
+    if (steps, sampler, q, clip) == (sum(x.steps for x in card.events), e.sampler, e.sample_rate, card.clipping_norm):
+        return card
+    event = SubsampledGaussian(q, sigma, steps, sampler)
+    eps = accounting.compute([event], card.claim.delta, "prv").epsilon
+    return dataclasses.replace(card, events=[event], claim=dataclasses.replace(card.claim, epsilon=eps),
+                               clipping_norm=clip, expected_batch_size=q * N, dataset_size=N)

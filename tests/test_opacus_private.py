@@ -1,0 +1,33 @@
+"""Opacus' private names that dpaudit uses (dpaudit/opacus_private.py): present in the installed Opacus, and they
+behave as the adapter's callers assume. Checked against the release named in CHECKED_WITH."""
+
+import opacus
+import pytest
+import torch
+
+from dpaudit import opacus_private as op
+
+
+def test_every_private_name_is_present_in_the_installed_opacus():
+    gone = op.missing()
+    assert not gone, (f"Opacus {opacus.__version__} lacks {', '.join(gone)} (dpaudit was checked with Opacus "
+                      f"{op.CHECKED_WITH}); update dpaudit/opacus_private.py")
+
+
+def test_the_release_checked_is_the_one_installed():
+    assert opacus.__version__ == op.CHECKED_WITH, (
+        f"Opacus {opacus.__version__} is installed, the private names were checked with {op.CHECKED_WITH}: re-read "
+        "opacus/optimizers/optimizer.py and the accountant modules, then update CHECKED_WITH")
+
+
+def test_noise_and_processed_flags_behave_as_the_callers_assume():
+    ref = torch.zeros(20_000)
+    g = torch.Generator().manual_seed(0)
+    n = op.generate_noise(0.5, ref, g)
+    assert n.shape == ref.shape and abs(float(n.std()) - 0.5) < 0.01
+    assert float(op.generate_noise(0.0, ref, g).abs().sum()) == 0.0
+    x = torch.ones(3)
+    op.check_processed(x)  # a fresh tensor passes
+    op.mark_processed(x)
+    with pytest.raises(ValueError):
+        op.check_processed(x)  # a gradient used twice is refused
