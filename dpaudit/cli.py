@@ -178,7 +178,10 @@ def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit,
     canaries.json beside the model: dpaudit's model/ sub-folder, or a plain Hugging Face output folder (model
     files at its root, or a LoRA adapter with its base in base_model/ or given by --base-model). A PMixED deployment
     (a folder with pmixed.json) is audited through its outputs: the exact per-query check, black-box canary
-    extraction within one budget, and perplexity through the protocol (the attack options do not apply)."""
+    extraction within one budget, and perplexity through the protocol (the attack options do not apply).
+    Exit 0 once the report is written, whatever its verdict (the verdict is the printed line; `dpaudit check`
+    gates it: exit 1 on `violated`, `mechanism-mismatch` or `accounting-mismatch` under the default policy), 2 on
+    bad input."""
     from dpaudit import device, progress
     from dpaudit.eval_options import EvalOptions
 

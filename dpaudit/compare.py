@@ -74,7 +74,27 @@ def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
             lines.append(f"| {check} check | {f'`{so}`' if so else '—'} | {f'`{sn}`' if sn else '—'} | "
                          f"{'' if so == sn else 'changed'} | |")
     lines.append(f"| verdict | `{vo}` | `{vn}` | | {'**regressed**' if worse else ''} |")
-    return lines + [""], regressions
+    rows, mech_reg = mechanism_rows(old, new)
+    return lines + rows + [""], regressions + mech_reg
+
+
+def _checks(r: dict) -> dict[str, str]:
+    return {c["check"]: c["status"] for e in r.get("mechanism_checks") or [] for c in e["checks"]}
+
+
+def mechanism_rows(old: dict, new: dict) -> tuple[list[str], int]:
+    """The probe's mechanism checks side by side; a check that passed (or was not run) and now fails regresses."""
+    a, b = _checks(old), _checks(new)
+    if not a and not b:
+        return [], 0
+    lines, reg = [], 0
+    for check in dict.fromkeys([*a, *b]):
+        so, sn = a.get(check, "not run"), b.get(check, "not run")
+        worse = sn == "fail" and so != "fail"
+        reg += worse
+        lines.append(f"| mechanism check `{check}` | {so} | {sn} | {'' if so == sn else 'changed'} | "
+                     f"{'**regressed**' if worse else ''} |")
+    return lines, reg
 
 
 def compare(old: dict, new: dict) -> tuple[str, int]:

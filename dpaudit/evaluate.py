@@ -142,7 +142,8 @@ def finish(loaded: Loaded, scored: Scored, command: str | None) -> dict:
     ck, opts = loaded.ck, loaded.opts
     ev = evidence.audit(ck.card, ck.manifest, scored.canaries, loaded.whitebox, loaded.mechanism, opts.confidence,
                         opts.rule)
-    verdict = judge(ck.card, loaded.accounting, ev.best, ev.ceiling, ev.record_best, ev.curve, opts.plan_entry)
+    verdict = judge(ck.card, loaded.accounting, ev.best, ev.ceiling, ev.record_best, ev.curve, opts.plan_entry,
+                    mechanism=ev.mechanism_checks, noise_checks=ev.noise_checks)
     timings = {**scored.timings, "total_s": scored.timings.get("total_s", 0.0) + time.time() - t0}
     return report_build.evaluation(ck, opts, loaded.accounting, scored.metrics, scored.canaries.notes, ev, verdict,
                                    command, timings)

@@ -77,8 +77,10 @@ MECHANISM_CHECKS = ("noise", "sampling", "clipping", "steps", "divisor", "covera
 # headline verdicts, from best to worst (dpaudit compare flags a move to a worse one); equal rank = neither is
 # worse. None of them means "proven private": consistent = accounting verified and an audit able to refute
 # the claim did not; not-refuted = accounting verified, audit too weak to reach the claim.
+# mechanism-mismatch: a probe check failed (or the recorded updates carry less noise than the card): the claim
+# rests on a card that does not describe the code that ran.
 VERDICT_RANK = {"consistent": 0, "not-refuted": 1, "no-claim": 1, "inconclusive": 2, "accounting-mismatch": 3,
-                "violated": 4}
+                "mechanism-mismatch": 3, "violated": 4}
 VERDICTS = tuple(VERDICT_RANK)
 TASK_METRICS = ("accuracy", "bleu", "nist", "meteor", "rougeL", "cider")
 

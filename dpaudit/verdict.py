@@ -4,7 +4,8 @@
 * empirical (:func:`empirical`): ``violated | not-refuted | underpowered | no-power`` — an audit can refute a
   claim only up to its ceiling (the largest bound its tests could give), so a bound below the claim says
   nothing about the claim when the ceiling is below it too;
-* headline (dpaudit.options.VERDICTS): ``violated`` (the audit refutes the claim) > ``accounting-mismatch``
+* headline (dpaudit.options.VERDICTS): ``violated`` (the audit refutes the claim) > ``mechanism-mismatch`` (a
+  probe check failed: the code that ran is not the card's mechanism) > ``accounting-mismatch``
   (the accountants refute it) > ``no-claim`` > ``inconclusive`` (accounting unverifiable, or an audit with no
   power) > ``not-refuted`` (accounting verified, audit below the claim) > ``consistent`` (accounting verified
   and an audit able to refute the claim did not). None of them means "proven private": an audit can only
@@ -45,16 +46,32 @@ def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | N
 
 
 def judge(card, acct: dict, best: dict | None, ceiling: float | None = None, record_best: dict | None = None,
-          curve: dict | None = None, plan_entry: dict | None = None) -> dict:
+          curve: dict | None = None, plan_entry: dict | None = None, mechanism: list | None = None,
+          noise_checks: list | None = None) -> dict:
     """The headline verdict, its reason, and both checks. ``ceiling`` is the largest bound any of the audit's
     tests could have given; ``record_best`` the best bound of the record-level family (group privacy's second
     claim); ``curve`` a test row that rejects the card's trade-off curve. An evaluation off the plan fixed before
     training (``plan_entry``, :mod:`dpaudit.eval_plan`) keeps its headline but is marked exploratory."""
     v = _headline(card, acct, best, ceiling, record_best, curve)
+    failed = mechanism_failures(mechanism, noise_checks)
+    if failed and card.is_private and v["status"] != "violated":
+        v = {**v, "status": "mechanism-mismatch", "mechanism": failed,
+             "reason": f"the code that ran is not the mechanism the card describes: {'; '.join(failed)} (the claim rests "
+                       f"on that card; without it: {v['status']}, {v['reason']})", "without_mechanism": v["status"]}
     if plan_entry and plan_entry.get("status") == "off-plan":
         v = {**v, "off_plan": True, "reason": "EXPLORATORY, off the evaluation plan fixed before training ("
                                               + "; ".join(plan_entry["departures"]) + "): " + v["reason"]}
     return v
+
+
+def mechanism_failures(mechanism: list | None, noise_checks: list | None) -> list[str]:
+    """One line per failed probe check (dpaudit/audit/mechanism_checks.py) and per noise shortfall of a white-box
+    record (dpaudit/audit/noise_check.py): each says the run departs from its card."""
+    out = [f"mechanism check '{c['check']}' failed: {c['finding']}" for e in mechanism or [] for c in e["checks"]
+           if c["status"] == "fail"]
+    out += [f"the {c['attack']} updates carry noise at most {c['upper']:.4g}, below the card's sigma "
+            f"{c['noise_multiplier']:.4g}" for c in noise_checks or [] if c.get("status") == "below the card"]
+    return out
 
 
 def _headline(card, acct: dict, best: dict | None, ceiling: float | None, record_best: dict | None,

@@ -17,7 +17,7 @@ The four steps every external audit takes:
 ``--bug`` plants one of the bugs the field keeps finding in DP training code, to show what the probe catches
 (docs/probe.md): ``half-noise`` (half the noise the card states), ``no-clip`` (per-sample clipping bypassed),
 ``wrong-rate`` (Opacus' loader samples at 1 / ceil(N / B), the card says B / N), ``accumulation`` (four
-micro-batches per noisy step, the card counting each as a step) and ``divisor`` (the noisy sum divided by the
+micro-batches per noisy step, the card counting each as a step: four times the records per step) and ``divisor`` (the noisy sum divided by the
 actual batch size instead of the expected one). Each makes ``dpaudit check`` exit 1 with a FAIL line naming it.
 
 The training data here is synthetic public text, so that the example needs nothing but what dpaudit
@@ -151,7 +151,10 @@ def train(args) -> tuple:
     plant_bug(optimizer, args.bug)
     # the rate the card will state: what the loader does, or (--bug wrong-rate) what the team believes, B / N
     q = args.batch_size / len(data) if args.bug == "wrong-rate" else loader.sample_rate
-    probe = api.attach_probe(optimizer, sample_rate=q, m=args.probe_canaries, seed=args.seed) if args.probe else None
+    # model=: the probe also checks that nothing outside the DP optimizer moves; dataset_size=: the batch sizes are
+    # tested while training runs (probe.status(); on_fail="raise" stops the loop at the first failed check)
+    probe = api.attach_probe(optimizer, sample_rate=q, m=args.probe_canaries, seed=args.seed, model=model,
+                             dataset_size=len(data)) if args.probe else None
     model.train()
     micro = MICRO if args.bug == "accumulation" else 1
     batches = 0
@@ -165,7 +168,8 @@ def train(args) -> tuple:
             if batches % micro:
                 optimizer.signal_skip_step(True)  # accumulate: clip and sum, no noise, no step
             optimizer.step()
-        print(f"epoch {epoch + 1}/{args.epochs}: epsilon so far {engine.get_epsilon(args.delta):.3f}", flush=True)
+        online = "" if probe is None else ", probe: " + ", ".join(f"{c} {v['status']}" for c, v in probe.status().items())
+        print(f"epoch {epoch + 1}/{args.epochs}: epsilon so far {engine.get_epsilon(args.delta):.3f}{online}", flush=True)
 
     # 3. save the model, its card (from what the engine did) and the probe's records beside it
     plain = model._module  # the model under Opacus' GradSampleModule

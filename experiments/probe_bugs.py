@@ -28,7 +28,7 @@ from dpaudit.progress import set_quiet
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMED = {"none": None, "half-noise": "noise", "no-clip": "clipping", "wrong-rate": "sampling",
-         "accumulation": "steps", "divisor": "divisor"}
+         "accumulation": "sampling", "divisor": "divisor"}
 SETTINGS = ["--insecure-rng", "--epsilon", "8", "--records", "1000", "--canaries", "20", "--references", "100",
             "--secret-length", "3", "--width", "32", "--batch-size", "110", "--epochs", "4"]
 

@@ -52,7 +52,7 @@ def test_opacus_example_runs_and_its_cli_line_audits_the_same_folder(tmp_path, c
     assert "whitebox_gradient" in report["attacks"]  # the probe's canaries, audited
 
 
-@pytest.mark.parametrize("bug,check", [("accumulation", "steps")])
+@pytest.mark.parametrize("bug,check", [("accumulation", "sampling")])
 def test_a_planted_bug_makes_the_gate_fail_with_a_line_naming_it(tmp_path, capsys, bug, check):
     """The README's promise, through the CLI: the example's loop with one bug, `dpaudit evaluate` on its folder,
     then `dpaudit check` exits 1 with a FAIL line naming the check (tests/test_probe.py plants the others in a
@@ -60,8 +60,10 @@ def test_a_planted_bug_makes_the_gate_fail_with_a_line_naming_it(tmp_path, capsy
     out = tmp_path / bug
     ex = _example()
     ex.train(ex.parser().parse_args(["--out", str(out), "--insecure-rng", "--epsilon", "8", "--bug", bug, *BUGGY]))
-    assert main(["evaluate", str(out / "model"), "--out", str(out / "cli"), "--quiet"]) == 0
     capsys.readouterr()
+    assert main(["evaluate", str(out / "model"), "--out", str(out / "cli"), "--quiet"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("mechanism-mismatch: "), printed  # the failed check decides the headline
     assert main(["check", str(out / "cli" / "report.json")]) == 1
     fails = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("FAIL")]
     assert any(f"mechanism check '{check}'" in ln for ln in fails), fails
@@ -77,7 +79,8 @@ def test_hugging_face_trainer_example_runs_with_the_probe_callback(tmp_path, cap
     (entry,) = report["mechanism_checks"]
     assert entry["optimizer"] == "DPOptimizer" and entry["coordinates"] == "block"
     statuses = {c["check"]: c["status"] for c in entry["checks"]}
-    assert statuses == dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor"), "pass"), entry["checks"]
+    assert statuses == dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor", "coverage"), "pass"), \
+        entry["checks"]  # coverage: the callback hands the probe the Trainer's model
     assert (tmp_path / "hf" / "model" / "gradient_canaries.probe.npz").is_file()  # saved by the callback
 
 

@@ -105,7 +105,8 @@ def test_engine_canaries_on_a_block_with_online_statistic(tiny_model_factory, tm
     wb = [e for e in r["empirical"] if e["attack"] == "whitebox_gradient" and e["delta_kind"] == "claimed"][0]
     assert wb["statistic"] == "likelihood_ratio" and wb["epsilon_lb"] <= 1.0
     (entry,) = r["mechanism_checks"]
-    assert entry["coordinates"] == "block" and [c["status"] for c in entry["checks"]] == ["pass"] * 5
+    # coverage: dpaudit's engine steps only its DP optimizer and does not hand the probe the model
+    assert entry["coordinates"] == "block" and [c["status"] for c in entry["checks"]] == ["pass"] * 5 + ["not tested"]
     assert "clip canaries of norm 4 C" in entry["checks"][2]["finding"]
     assert r["noise_checks"][0]["coordinates"] == "block"
     # sharded: the online record is read in the merge (the load step), as in one process

@@ -136,8 +136,20 @@ def _noise_full(r: Readings, card: CardView) -> dict:
     if ss_t.size == 0 or not (np.isfinite(ss_t).all() and np.isfinite(ss_k).all()) or (n_t <= 0).any():
         raise ValueError("the per-step noise readings are empty or not finite")
     vals = dict(card=s, steps=int(ss_t.size), coordinates_per_step=int(n_t.max()))
+    # first, independence of consecutive steps' noise (the chi2 bounds below assume it):
+    # sum_t <n_t, n_t-1> / (sigma_hat^2 sqrt(sum n)) ~ N(0, 1)
+    cross = np.asarray(z.get("noise_cross_step", np.zeros(0)), float)
+    if cross.size > 1:
+        sig2 = ss_t.sum() / n_t.sum()
+        zstat = float(cross[1:].sum() / (sig2 * np.sqrt(n_t[1:].sum()))) if sig2 > 0 else 0.0
+        p_ind = float(2 * stats.norm.sf(abs(zstat)))
+        vals.update(independence_z=zstat, independence_p=p_ind)
+        if p_ind < a:
+            return row("noise", "fail", f"consecutive steps' noise is correlated (z = {zstat:.3g}, p = {p_ind:.2g}): the "
+                       "same draw, or part of it, is added again; the card's Gaussian mechanism draws afresh every step",
+                       ALPHA, **vals)
     # per step: sigma_t <= sqrt(ss / chi2_{a/T}(n)) at 1 - a/T each
-    upper_t = np.sqrt(ss_t / stats.chi2.ppf(a / ss_t.size, n_t)) / 1.0
+    upper_t = np.sqrt(ss_t / stats.chi2.ppf(a / ss_t.size, n_t))
     low = np.flatnonzero(upper_t < s)
     rms_t = np.sqrt(ss_t / n_t)
     vals.update(rms=float(np.sqrt(ss_t.sum() / n_t.sum())), min_step_rms=float(rms_t.min()),
@@ -157,17 +169,6 @@ def _noise_full(r: Readings, card: CardView) -> dict:
         return row("noise", "fail", f"{short.size} of {int(have.sum())} parameter tensors carried less noise than sigma "
                    f"{s:.4g} ({which}; lowest measured {float(np.sqrt(ss_k[short] / n_k[short]).min()):.4g}): noise "
                    "left out of part of the model", ALPHA, tensors_short=[names[i] for i in short], **vals)
-    # independence of consecutive steps' noise: sum_t <n_t, n_t-1> / (sigma_hat^2 sqrt(sum n)) ~ N(0, 1)
-    cross = np.asarray(z.get("noise_cross_step", np.zeros(0)), float)
-    if cross.size > 1:
-        sig2 = ss_t.sum() / n_t.sum()
-        zstat = float(cross[1:].sum() / (sig2 * np.sqrt(n_t[1:].sum()))) if sig2 > 0 else 0.0
-        p_ind = float(2 * stats.norm.sf(abs(zstat)))
-        vals.update(independence_z=zstat, independence_p=p_ind)
-        if p_ind < a:
-            return row("noise", "fail", f"consecutive steps' noise is correlated (z = {zstat:.3g}, p = {p_ind:.2g}): the "
-                       "same draw, or part of it, is added again; the card's Gaussian mechanism draws afresh every step",
-                       ALPHA, **vals)
     if r.heldout_ss is not None and r.heldout_ss.size and r.heldout_m:
         c = _noise_canaries(r, card, a)
         if c["status"] == "fail":

@@ -34,7 +34,7 @@ import torch
 from dpaudit.errors import DpauditError
 from dpaudit.probe.canaries import GradientCanaries
 from dpaudit.probe.meters import Coverage, NoiseMeter
-from dpaudit.probe.online import Online
+from dpaudit.probe.online import ON_FAIL, Online
 
 COORDINATES = ("block", "model")
 CLIP_MULTIPLE = 4.0  # a clip canary's norm before clipping, in units of C
@@ -61,6 +61,10 @@ class Probe:
         if private and not (hasattr(optimizer, "add_noise") and hasattr(optimizer, "original_optimizer")):
             raise DpauditError(f"attach the probe to an Opacus DPOptimizer (the optimizer make_private returns), "
                                f"got {type(optimizer).__name__}")
+        if on_fail not in ON_FAIL:
+            raise DpauditError(f"on_fail must be 'warn', 'raise' or None, got {on_fail!r}")
+        if private:
+            _refuse_unsupported(optimizer, coordinates)
         self.optimizer, self.private, self.coordinates = optimizer, private, coordinates
         self.sample_rate = float(sample_rate)
         self.ghost = private and _is_ghost(optimizer)
@@ -123,7 +127,11 @@ class Probe:
         self.meter = self.coverage = self.online = None
         if private:
             dp_params = [p for g in optimizer.param_groups for p in g["params"]]
-            self.meter = NoiseMeter(dp_params, per_tensor=noise_coordinates, seed=seed)
+            # one meter per optimizer: a second probe on it (dpaudit's trainers plant dirac+dense sets) would read the
+            # first one's canaries, added between its two readings, as noise
+            first = not getattr(optimizer, "_dpaudit_probed", False)
+            optimizer._dpaudit_probed = True
+            self.meter = NoiseMeter(dp_params, per_tensor=noise_coordinates, seed=seed) if first else None
             self.coverage = Coverage(model, [p for p in dp_params if p is not self.block], seed=seed) \
                 if model is not None else None
             sigma = self.noise_multiplier if noise_multiplier is None else float(noise_multiplier)
@@ -169,10 +177,11 @@ class Probe:
             self.canaries.inject(lambda k: self._target(k, "summed_grad"), share)
             if self.n_clip:
                 self._inject_clip(orig_acc, share)
-            if self.rank == 0:  # under DDP the other ranks pass their sum on; the noise is rank 0's
+            metered = self.rank == 0 and self.meter is not None  # under DDP the noise is rank 0's
+            if metered:
                 self.meter.before()
             out = orig_noise()
-            if self.rank == 0:
+            if metered:
                 ss = self.meter.after()  # in the units of the gradient: C^2 makes it sigma^2 per coordinate
                 self.online.noise_step(None if ss is None else ss / self.clipping_norm ** 2, self.meter.n)
             return out
@@ -361,7 +370,7 @@ class Probe:
             "noise_tensors": self.tensor_names,
             "coverage": self.coverage.record() if self.coverage is not None else {"model_given": False},
             "online": self.online.record(),
-            "arrays": {**self.meter.arrays(self.clipping_norm),
+            "arrays": {**(self.meter.arrays(self.clipping_norm) if self.meter is not None else {}),
                        "clip_exact": np.asarray(self.clip_exact if self.n_clip else [], dtype=np.float64),
                        **({"heldout_ss": np.asarray(self.canaries.online["heldout_ss"], dtype=np.float64)}
                           if self.canaries.online is not None else {}),
@@ -427,6 +436,29 @@ class Probe:
             self.meter.restore(state["noise_meter"])
         if self.online is not None:
             self.online.step = len(self.records)
+
+
+# Opacus optimizers the probe cannot serve, and why (docs/probe.md "Loops the probe refuses"): refused when it
+# attaches, never a crash in the middle of training.
+REFUSED = {
+    "FSDPOptimizerFastGradientClipping": "FSDP shards the parameters and their clipped sums across ranks; the probe "
+                                         "reads whole tensors (sharded training is not supported yet)",
+    "AdaClipDPOptimizer": "adaptive clipping changes C (and the noise) every step; the probe checks the one C and "
+                          "sigma the card states",
+    "DistributedPerLayerOptimizer": "per-layer clipping inside DDP's gradient hooks leaves no clipped sum to read "
+                                    "before the noise; use clipping='per_layer' without distributed hooks, or flat",
+}
+
+
+def _refuse_unsupported(optimizer, coordinates: str) -> None:
+    for cls in type(optimizer).__mro__:
+        if cls.__name__ in REFUSED:
+            raise DpauditError(f"the probe cannot attach to Opacus' {cls.__name__}: {REFUSED[cls.__name__]}")
+    if coordinates == "block" and getattr(optimizer, "_dpaudit_block", False):
+        raise DpauditError("this optimizer already has a probe's canary block; attach one probe per optimizer "
+                           "(several canary kinds: coordinates='model')")
+    if coordinates == "block":
+        optimizer._dpaudit_block = True
 
 
 def _is_ghost(optimizer) -> bool:

@@ -1,0 +1,183 @@
+"""The probe's new readings and decisions (docs/probe.md): the anytime-valid e-processes keep their false-alarm rate
+on simulated honest streams and find the departures they are built for; the per-step, per-tensor and independence
+parts of the noise check, the repeated-size and window parts of the sampling check and the coverage check, each on
+readings whose truth is known; a degenerate record fails its check instead of stopping the evaluation; a failed
+check decides the headline verdict and shows in ``dpaudit compare``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from dpaudit import compare, verdict
+from dpaudit.audit import mechanism_checks as mc
+from dpaudit.audit import sequential
+
+N, Q, SIGMA, T = 1000, 0.05, 1.0, 200
+SIZES = np.array([4096, 64, 1024, 2])  # coordinates read per tensor per step
+
+
+def test_noise_e_process_keeps_its_rate_under_honest_noise_and_flags_half_noise_at_once():
+    rng = np.random.default_rng(0)
+    alpha, reps, alarms = 0.05, 400, 0
+    for _ in range(reps):
+        e = sequential.NoiseScale(1)
+        for _t in range(50):
+            n = np.array([64])
+            e.update(rng.chisquare(n), n)  # honest: chi2(n) at the card's sigma
+            if e.log_e()[0] >= np.log(1 / alpha):
+                alarms += 1
+                break
+    assert alarms <= binom.ppf(0.999, reps, alpha), alarms  # Ville: P(ever >= 1/alpha) <= alpha
+    e = sequential.NoiseScale(1)
+    n = np.array([4096])
+    e.update(rng.chisquare(n) / 4, n)  # half the noise: X = chi2 / 4
+    assert e.log_e()[0] > np.log(1e6)
+
+
+def test_batch_size_e_process_keeps_its_rate_and_flags_fixed_size_batches_within_a_few_steps():
+    rng = np.random.default_rng(1)
+    alpha, reps, alarms = 0.05, 300, 0
+    for _ in range(reps):
+        e = sequential.BatchSizes(N, Q)
+        for b in rng.binomial(N, Q, size=100):
+            e.update(int(b))
+            if e.log_e() >= np.log(1 / alpha):
+                alarms += 1
+                break
+    assert alarms <= binom.ppf(0.999, reps, alpha), alarms
+    e, steps = sequential.BatchSizes(N, Q), 0
+    while e.log_e() < np.log(1 / 0.001):
+        e.update(50 if steps % 20 else 37)  # shuffled batches of 50 (q N = 50) with a short one now and then
+        steps += 1
+    assert steps <= 10, steps
+
+
+def _noise(rng, sigma_step=None, tensor_sigma=None, reuse=False):
+    sig_t = np.full(T, SIGMA) if sigma_step is None else sigma_step
+    sig_k = np.ones(SIZES.size) if tensor_sigma is None else tensor_sigma
+    prev, ss_t, cross, ss_k = None, [], [], np.zeros(SIZES.size)
+    fixed = [rng.normal(size=n) for n in SIZES]
+    for t in range(T):
+        draws = [(fixed[k] if reuse else rng.normal(size=n)) * sig_t[t] * sig_k[k] for k, n in enumerate(SIZES)]
+        sq = np.array([float(d @ d) for d in draws])
+        ss_t.append(sq.sum())
+        ss_k += sq
+        cross.append(0.0 if prev is None else sum(float(a @ b) for a, b in zip(draws, prev)))
+        prev = draws
+    return {"noise_ss_step": np.array(ss_t), "noise_n_step": np.full(T, SIZES.sum()),
+            "noise_cross_step": np.array(cross), "noise_ss_tensor": ss_k, "noise_n_tensor": SIZES * T,
+            "names": ["w", "b", "emb", "bias2"]}
+
+
+def _readings(rng, noise, **kw):
+    b = rng.binomial(N, Q, size=T)
+    probe = {"coordinates": "block", "sample_rate": Q, "clipping_norm": 1.0, "steps": T, "divisor": N * Q,
+             "clip_multiple": 4.0, "sum_tolerance": 1e-4, "coverage": kw.pop("coverage", {"model_given": False})}
+    return mc.Readings(probe=probe, records=kw.pop("records", b).astype(np.int64), sum_ratio=np.full(T, 0.5),
+                       clip_projections=np.zeros((T, 0), np.float32), clip_sampled=np.zeros((T, 0), bool),
+                       heldout_ss=None, heldout_m=0, noise=noise, **kw)
+
+
+CARD = mc.CardView(sample_rate=Q, noise_multiplier=SIGMA, steps=T, clipping_norm=1.0, dataset_size=N,
+                   expected_batch_size=N * Q)
+
+
+def test_noise_check_passes_honest_noise_and_names_a_schedule_a_missing_tensor_and_a_reused_draw():
+    rng = np.random.default_rng(2)
+    flagged = sum(mc.noise(_readings(rng, _noise(rng)), CARD)["status"] == "fail" for _ in range(60))
+    assert flagged <= 1
+    sched = np.r_[np.full(T // 2, SIGMA), np.full(T - T // 2, 0.8 * SIGMA)]
+    row = mc.noise(_readings(rng, _noise(rng, sigma_step=sched)), CARD)
+    assert row["status"] == "fail" and "schedule" in row["finding"] and row["values"]["first_step_below"] > T // 2 - 5
+    row = mc.noise(_readings(rng, _noise(rng, tensor_sigma=np.array([1, 1, 1, 0.0]))), CARD)
+    assert row["status"] == "fail" and "bias2" in row["finding"] and "part of the model" in row["finding"]
+    row = mc.noise(_readings(rng, _noise(rng, reuse=True)), CARD)
+    assert row["status"] == "fail" and "correlated" in row["finding"]
+
+
+def test_sampling_check_names_repeated_sizes_and_a_rate_that_changes_midway():
+    rng = np.random.default_rng(3)
+    fixed = np.r_[np.full(T - 1, 50), 17]  # shuffled fixed-size batches, the epoch's short last one
+    row = mc.sampling(_readings(rng, None, records=fixed), CARD)
+    assert row["status"] == "fail" and "fixed-size batches" in row["finding"]
+    grow = np.r_[rng.binomial(N, Q * 0.8, size=T // 2), rng.binomial(N, Q * 1.2, size=T // 2)]  # mean as the card's
+    row = mc.sampling(_readings(rng, None, records=grow), CARD)
+    assert row["status"] == "fail" and "changed during training" in row["finding"]
+    assert mc.sampling(_readings(rng, None), CARD)["status"] == "pass"
+
+
+def test_coverage_check_reads_what_the_probe_recorded():
+    rng = np.random.default_rng(4)
+    ok = {"model_given": True, "dp_parameters": 5, "outside": 2, "trainable_outside": [], "changed_outside": [],
+          "changed_between_steps": []}
+    assert mc.coverage(_readings(rng, None, coverage=ok))["status"] == "pass"
+    moved = {**ok, "changed_outside": [{"name": "head.weight", "kind": "trainable parameter", "step": 3}]}
+    row = mc.coverage(_readings(rng, None, coverage=moved))
+    assert row["status"] == "fail" and "head.weight" in row["finding"] and row["false_alarm"] == 0.0
+    between = {**ok, "changed_between_steps": [{"name": "fc1.weight", "step": 2}]}
+    assert "between its steps" in mc.coverage(_readings(rng, None, coverage=between))["finding"]
+
+
+def test_a_degenerate_record_fails_its_check_and_never_stops_the_evaluation():
+    rng = np.random.default_rng(5)
+    z = _noise(rng)
+    z["noise_ss_step"][3] = np.nan
+    rows = {c["check"]: c for c in mc.run(_readings(rng, z), CARD)}
+    assert rows["noise"]["status"] == "fail" and "cannot be read" in rows["noise"]["finding"]
+    # the block without noise: every clip canary's projection exact, a zero standard error
+    r = _readings(rng, None)
+    sampled = rng.random((T, 8)) < 0.3
+    r = mc.Readings(**{**r.__dict__, "clip_projections": sampled.astype(np.float32), "clip_sampled": sampled})
+    assert mc.clipping(r, CARD)["status"] == "pass"
+    r4 = mc.Readings(**{**r.__dict__, "clip_projections": (4.0 * sampled).astype(np.float32)})
+    assert mc.clipping(r4, CARD)["status"] == "fail"
+
+
+class _Card:
+    is_private = True
+    claim = type("Claim", (), {"epsilon_value": 8.0})()
+    extra = {}
+
+
+@pytest.mark.parametrize("failed", [True, False])
+def test_a_failed_check_decides_the_headline_and_compare_shows_the_checks(failed):
+    acct = {"status": "verified", "reason": "pld proves it", "lower_epsilon": 7.9, "certified_epsilon": 8.0}
+    best = {"epsilon_lb": 0.5, "family_confidence": 0.95, "ceiling": 9.0}
+    mech = [{"attack": "whitebox_gradient", "checks": [
+        {"check": "noise", "status": "fail" if failed else "pass", "finding": "half the noise", "false_alarm": 1e-3},
+        {"check": "steps", "status": "pass", "finding": "ok", "false_alarm": 0.0}]}]
+    v = verdict.judge(_Card(), acct, best, 9.0, mechanism=mech)
+    assert v["status"] == ("mechanism-mismatch" if failed else "consistent")
+    if failed:
+        assert "half the noise" in v["reason"] and v["without_mechanism"] == "consistent"
+    honest = {"mechanism_checks": [{"attack": "whitebox_gradient", "checks": [
+        {"check": "noise", "status": "pass", "finding": "", "false_alarm": 1e-3}]}]}
+    rows, reg = compare.mechanism_rows(honest, {"mechanism_checks": mech})
+    assert any("`noise` | pass | " + ("fail" if failed else "pass") in r for r in rows)
+    assert reg == int(failed)
+
+
+def test_modes_the_probe_cannot_serve_are_refused_when_it_attaches():
+    import torch
+    from opacus.optimizers.adaclipoptimizer import AdaClipDPOptimizer
+    from opacus.optimizers.optimizer import DPOptimizer
+
+    from dpaudit.api import attach_probe
+    from dpaudit.errors import DpauditError
+
+    p = torch.nn.Parameter(torch.zeros(4))
+    ada = AdaClipDPOptimizer(torch.optim.SGD([p], lr=0.1), noise_multiplier=1.0, max_grad_norm=1.0,
+                             expected_batch_size=4, target_unclipped_quantile=0.5, clipbound_learning_rate=0.2,
+                             max_clipbound=2.0, min_clipbound=0.1, unclipped_num_std=1.0)
+    with pytest.raises(DpauditError, match="adaptive clipping"):
+        attach_probe(ada, sample_rate=0.1, m=10)
+    opt = DPOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(64))], lr=0.1), noise_multiplier=1.0,
+                      max_grad_norm=1.0, expected_batch_size=4)
+    attach_probe(opt, sample_rate=0.1, m=10)
+    with pytest.raises(DpauditError, match="one probe per optimizer"):
+        attach_probe(opt, sample_rate=0.1, m=10)
+    with pytest.raises(DpauditError, match="on_fail"):
+        attach_probe(DPOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(64))], lr=0.1), noise_multiplier=1.0,
+                                 max_grad_norm=1.0, expected_batch_size=4), sample_rate=0.1, m=10, on_fail="stop")
