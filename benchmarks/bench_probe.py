@@ -3,8 +3,9 @@
     python benchmarks/bench_probe.py [--m 1000] [--steps 60] [--batch 64] [--width 64] [--mode hooks]
 
 The example's tiny GPT-2 (2 layers, sequences of 24 tokens) under Opacus (hooks or ghost clipping, sigma 1, C 1),
-two copies built from the same seed: one plain, one with ``attach_probe(optimizer, m=M)`` (canaries on the block,
-32 clip canaries). Steps of the two alternate, so that drift of the machine's speed hits both alike; the median of
+two copies built from the same seed: one plain, one with ``attach_probe(optimizer, m=M, model=model,
+dataset_size=N)`` (canaries on the block, 32 clip canaries, every tensor's noise read, coverage of the model and
+the online checks). Steps of the two alternate, so that drift of the machine's speed hits both alike; the median of
 ``--steps`` timed steps each after 5 warm-up steps; the ratio is probe / plain. Writes one markdown line per
 setting to stdout (reports/bench/probe.md holds this project's numbers).
 """
@@ -41,7 +42,9 @@ def setup(args, probe: bool):
         model, opt, _ = engine.make_private(**kw)
         crit = None
     if probe:
-        api.attach_probe(opt, sample_rate=0.1, m=args.m, seed=0)
+        # every check on: per-tensor noise meter, coverage of the model, online e-processes (sampling with N)
+        api.attach_probe(opt, sample_rate=0.1, m=args.m, seed=0, model=model, dataset_size=len(data),
+                         on_fail=None)  # this loop's fixed-size batches are not Poisson: recorded, not warned
     return model, opt, crit
 
 

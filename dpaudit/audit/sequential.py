@@ -22,8 +22,9 @@ Pure NumPy/SciPy (an audit module: no torch).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from scipy import special, stats
 
 RHOS = np.array([0.5, 0.7, 0.8, 0.9, 0.95, 0.98])  # noise alternatives, as fractions of the card's sigma
 TILTS = np.array([-0.4, -0.2, -0.1, -0.05, 0.05, 0.1, 0.2, 0.4])  # mean-shift tilts, in units of 1 / sd(b)
@@ -31,7 +32,21 @@ REPEAT_WEIGHT = 0.9
 
 
 def _log_mean_exp(x: np.ndarray) -> float:
-    return float(special.logsumexp(x) - np.log(x.size))
+    return float(_log_mean_exp_rows(np.asarray(x, float)[None, :])[0])
+
+
+def _log_mean_exp_rows(x: np.ndarray) -> np.ndarray:
+    """log of the mean of exp over each row (plain NumPy: this runs at every training step)."""
+    m = np.max(x, axis=1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    return (m + np.log(np.mean(np.exp(x - m), axis=1, keepdims=True)))[:, 0]
+
+
+def _log_binom_pmf(b: int, N: int, q: float) -> float:
+    if not 0 <= b <= N:
+        return -np.inf
+    return (math.lgamma(N + 1) - math.lgamma(b + 1) - math.lgamma(N - b + 1) + b * math.log(q)
+            + (N - b) * math.log1p(-q))
 
 
 class NoiseScale:
@@ -47,7 +62,7 @@ class NoiseScale:
 
     def log_e(self) -> np.ndarray:
         """log E of each group (the mixture over the alternatives)."""
-        return np.array([_log_mean_exp(row) for row in self.log])
+        return _log_mean_exp_rows(self.log)
 
 
 class BatchSizes:
@@ -67,9 +82,11 @@ class BatchSizes:
             return
         self.log_tilt += self.lam * b - N * np.log1p(q * np.expm1(self.lam))
         if self.previous is not None:
-            pmf = float(stats.binom.pmf(b, N, q))
-            repeat = REPEAT_WEIGHT / pmf if b == self.previous and pmf > 0 else 0.0
-            self.log_repeat += float(np.log(repeat + (1 - REPEAT_WEIGHT)))
+            if b == self.previous:  # log(0.9 / pmf(b) + 0.1), without overflow for a very unlikely b
+                x = math.log(REPEAT_WEIGHT) - _log_binom_pmf(int(b), N, q)
+                self.log_repeat += float(np.logaddexp(x, math.log(1 - REPEAT_WEIGHT)))
+            else:
+                self.log_repeat += math.log(1 - REPEAT_WEIGHT)
         self.previous = int(b)
 
     def log_e(self) -> float:

@@ -9,9 +9,10 @@ parameters moved.
   left out of one tensor shows), and the inner product of consecutive steps' noise (so a reused draw shows).
   A gather of a few thousand values per tensor and step; no copy of a gradient.
 * :class:`Coverage` (when the probe is given the model): the parameters and buffers outside the DP optimizer,
-  fingerprinted when the probe attaches and compared at every step (on the same kind of coordinate sample) and
-  in full when the record is saved; and the DP optimizer's own parameters, sampled after each step and compared
-  before the next one's noise, so a second optimizer (or a hand-written update) stepping them shows too.
+  fingerprinted when the probe attaches and compared at every step (each tensor's norm, one fused call) and in
+  full (float64 sum and sum of squares) when the record is saved; and the DP optimizer's own parameters, their
+  norms taken after each step and compared before the next one's noise, so a second optimizer (or a hand-written
+  update) stepping them shows too.
 """
 
 from __future__ import annotations
@@ -36,45 +37,67 @@ class NoiseMeter:
         self.ss_tensor = np.zeros(len(params))
         self.steps_tensor = np.zeros(len(params), dtype=np.int64)
         self._before = None
-        self._previous = None
+        self._previous = None  # (last step's noise at the sampled coordinates, which tensors)
+        self._seg = {}
+
+    def _gather(self, attr: str) -> tuple[torch.Tensor, np.ndarray]:
+        """(the sampled coordinates of every tensor's ``attr``, in one float64 vector; which tensors had it)."""
+        parts, have = [], []
+        for i, (p, ix) in enumerate(zip(self.params, self.index)):
+            t = getattr(p, attr, None)
+            if t is not None:
+                parts.append(t.detach().reshape(-1)[ix])
+                have.append(i)
+        dev = self.params[0].device
+        if not parts:
+            return torch.zeros(0, dtype=torch.float64, device=dev), np.zeros(0, dtype=np.int64)
+        if len({(x.device, x.dtype) for x in parts}) > 1:
+            parts = [x.to(dev, torch.float64) for x in parts]
+        return torch.cat(parts).to(torch.float64), np.asarray(have, dtype=np.int64)
 
     def before(self) -> None:
         """Just before the optimizer's ``add_noise``: the clipped sum at the sampled coordinates."""
         with torch.no_grad():
-            self._before = [None if getattr(p, "summed_grad", None) is None else
-                            p.summed_grad.reshape(-1)[ix].detach().to(torch.float64).clone()
-                            for p, ix in zip(self.params, self.index)]
+            self._before = self._gather("summed_grad")
 
     def after(self) -> np.ndarray | None:
-        """Just after ``add_noise``: this step's per-tensor sums of squares of the noise (None when unread)."""
+        """Just after ``add_noise``: this step's per-tensor sums of squares of the noise (None when unread). One
+        device-to-host copy per step."""
         if self._before is None:
             return None
-        parts, noise = [], []
+        (b, have_b), self._before = self._before, None
         with torch.no_grad():
-            for p, ix, b in zip(self.params, self.index, self._before):
-                if b is None or p.grad is None:
-                    parts.append(None)
-                    noise.append(None)
-                    continue
-                d = p.grad.reshape(-1)[ix].to(torch.float64) - b
-                noise.append(d)
-                parts.append(d)
-            have = [i for i, d in enumerate(parts) if d is not None]
-            sq = torch.stack([parts[i].pow(2).sum() for i in have]) if have else torch.zeros(0)
+            g, have_g = self._gather("grad")
+            if not np.array_equal(have_b, have_g):  # a tensor without a clipped sum or without a gradient
+                keep = np.intersect1d(have_b, have_g)
+                b, g = self._select(b, have_b, keep), self._select(g, have_g, keep)
+                have_b = keep
+            d = g - b
+            key = have_b.tobytes()
+            seg = self._seg.get(key)
+            if seg is None:  # which tensor each read coordinate belongs to (cached: the same every step)
+                seg = self._seg[key] = torch.as_tensor(np.repeat(np.arange(have_b.size), self.n[have_b]),
+                                                       device=d.device)
+            sq = torch.zeros(have_b.size, dtype=torch.float64, device=d.device).index_add_(0, seg, d * d)
             prev = self._previous
-            cross = (sum(float((noise[i] * prev[i]).sum()) for i in have if prev is not None and prev[i] is not None
-                             and prev[i].shape == noise[i].shape) if prev is not None else 0.0)
-            sq = sq.cpu().numpy()
-        self._before = None
-        self._previous = noise
+            same = prev is not None and np.array_equal(prev[1], have_b)
+            cross = (d @ prev[0]).reshape(1) if same else torch.zeros(1, dtype=torch.float64, device=d.device)
+            host = torch.cat([sq, cross]).cpu().numpy()
+        self._previous = (d, have_b)
+        sq, cross = host[:-1], float(host[-1])
         ss = np.zeros(len(self.params))
-        ss[have] = sq
-        self.ss_tensor[have] += sq
-        self.steps_tensor[have] += 1
+        ss[have_b] = sq
+        self.ss_tensor[have_b] += sq
+        self.steps_tensor[have_b] += 1
         self.ss_step.append(float(sq.sum()))
-        self.n_step.append(int(self.n[have].sum()))
-        self.cross_step.append(float(cross))
+        self.n_step.append(int(self.n[have_b].sum()))
+        self.cross_step.append(cross)
         return ss
+
+    def _select(self, flat: torch.Tensor, have: np.ndarray, keep: np.ndarray) -> torch.Tensor:
+        offsets = np.r_[0, np.cumsum(self.n[have])]
+        pos = {int(t): k for k, t in enumerate(have)}
+        return torch.cat([flat[offsets[pos[int(t)]]:offsets[pos[int(t)] + 1]] for t in keep]) if keep.size else flat[:0]
 
     def arrays(self, scale: float) -> dict:
         """The record's arrays, in units of ``scale`` (C: the noise's standard deviation is then sigma)."""
@@ -107,7 +130,7 @@ def _fingerprint(t: torch.Tensor) -> tuple[float, float]:
 class Coverage:
     """Which parameters moved, and whether the DP optimizer moved them (see the module docstring)."""
 
-    def __init__(self, model, dp_params: list, *, per_tensor: int = 256, seed: int = 0):
+    def __init__(self, model, dp_params: list):
         dp = {id(p) for p in dp_params}
         seen = set()
         self.outside = []  # (name, tensor, kind): parameters not stepped by the DP optimizer, and buffers
@@ -125,46 +148,68 @@ class Coverage:
         self.dp_params = dp_params
         self.dp_covered = sum(1 for p in dp_params if id(p) in self.names)
         self.trainable_outside = [n for n, _, k in self.outside if k == "trainable parameter"]
-        self._o_index = [_sample_index(t.numel(), per_tensor, seed * 104729 + i, t.device)
-                         for i, (_, t, _) in enumerate(self.outside)]
-        self._o_values = [self._gather(t, ix) for (_, t, _), ix in zip(self.outside, self._o_index)]
         self._o_full = [_fingerprint(t) for _, t, _ in self.outside]
-        self._d_index = [_sample_index(p.numel(), per_tensor, seed * 130363 + i, p.device)
-                         for i, p in enumerate(dp_params)]
-        self._d_values = None
+        self._o_norms = self.norms([t for _, t, _ in self.outside])
+        self._d_norms = None
         self.changed_outside = {}  # name -> first step at which it was seen changed
         self.changed_between = {}  # name -> first step before whose noise it had moved since the last DP step
 
     @staticmethod
-    def _gather(t, ix):
+    def norms(tensors) -> torch.Tensor:
+        """Every tensor's norm, in one fused call where torch offers it: an update that moves a tensor changes its
+        norm almost surely (the full float64 fingerprints at the end make sure)."""
         with torch.no_grad():
-            return t.detach().reshape(-1)[ix].clone()
+            ts = [t.detach() if t.is_floating_point() else t.detach().to(torch.float64) for t in tensors]
+            if not ts:
+                return torch.zeros(0)
+            foreach = getattr(torch, "_foreach_norm", None)
+            groups = {}
+            for i, t in enumerate(ts):
+                groups.setdefault((t.device, t.dtype), []).append(i)
+            out = [None] * len(ts)
+            for idx in groups.values():
+                got = foreach([ts[i] for i in idx]) if foreach is not None else [torch.linalg.vector_norm(ts[i])
+                                                                                  for i in idx]
+                for i, n in zip(idx, got):
+                    out[i] = n
+            dev = ts[0].device
+            return torch.stack([n.to(dev, torch.float64) for n in out])
 
     def before_noise(self, step: int) -> list[str]:
         """Before a DP step's noise: the DP optimizer's parameters unchanged since its last step? Returns the names
         newly seen changed."""
         new = []
-        if self._d_values is not None:
-            for p, ix, v in zip(self.dp_params, self._d_index, self._d_values):
-                if not torch.equal(self._gather(p, ix), v):
-                    name = self.names.get(id(p), "a parameter of the DP optimizer")
-                    if name not in self.changed_between:
-                        self.changed_between[name] = step
-                        new.append(name)
+        if self._d_norms is None:
+            return new
+        now = self.norms(self.dp_params)
+        if torch.equal(now, self._d_norms):
+            return new
+        for k in torch.nonzero(now != self._d_norms).flatten().tolist():
+            name = self.names.get(id(self.dp_params[k]), "a parameter of the DP optimizer")
+            if name not in self.changed_between:
+                self.changed_between[name] = step
+                new.append(name)
         return new
 
     def after_step(self, step: int) -> list[str]:
-        """After a DP step: remember its parameters; the outside ones unchanged since the probe attached?"""
-        self._d_values = [self._gather(p, ix) for p, ix in zip(self.dp_params, self._d_index)]
+        """After a DP step: remember its parameters' norms; the outside tensors unchanged since the probe attached?"""
+        both = self.norms(self.dp_params + [t for _, t, _ in self.outside])  # one fused call for both
+        nd = len(self.dp_params)
+        self._d_norms, now = both[:nd], both[nd:]
         new = []
-        for (name, t, _), ix, v in zip(self.outside, self._o_index, self._o_values):
-            if name not in self.changed_outside and not torch.equal(self._gather(t, ix), v):
+        if not self.outside:
+            return new
+        if torch.equal(now, self._o_norms):
+            return new
+        for k in torch.nonzero(now != self._o_norms).flatten().tolist():
+            name = self.outside[k][0]
+            if name not in self.changed_outside:
                 self.changed_outside[name] = step
                 new.append(name)
         return new
 
     def final(self, step: int) -> None:
-        """In full, once (when the record is written): every outside tensor's sum and sum of squares."""
+        """In full, once (when the record is written): every outside tensor's sum and sum of squares in float64."""
         for (name, t, _), fp in zip(self.outside, self._o_full):
             if name not in self.changed_outside and _fingerprint(t) != fp:
                 self.changed_outside[name] = step

@@ -132,7 +132,7 @@ class Probe:
             first = not getattr(optimizer, "_dpaudit_probed", False)
             optimizer._dpaudit_probed = True
             self.meter = NoiseMeter(dp_params, per_tensor=noise_coordinates, seed=seed) if first else None
-            self.coverage = Coverage(model, [p for p in dp_params if p is not self.block], seed=seed) \
+            self.coverage = Coverage(model, [p for p in dp_params if p is not self.block]) \
                 if model is not None else None
             sigma = self.noise_multiplier if noise_multiplier is None else float(noise_multiplier)
             self.online = Online(noise_multiplier=sigma, tensors=len(dp_params), sample_rate=self.sample_rate,
@@ -235,9 +235,9 @@ class Probe:
 
     def _sum_ratio(self) -> float:
         """||clipped sum over the model's parameters|| / (b C) of this logical step (this rank)."""
-        with torch.no_grad():
-            sq = sum(float(p.summed_grad.double().pow(2).sum()) for p in self.model_params
-                     if getattr(p, "summed_grad", None) is not None)
+        ts = [p.summed_grad for p in self.model_params if getattr(p, "summed_grad", None) is not None]
+        with torch.no_grad():  # one fused norm per tensor (float32 suffices at SUM_TOLERANCE), one sync per step
+            sq = float(Coverage.norms(ts).pow(2).sum()) if ts else 0.0
         if self._rows == 0:
             return 0.0 if sq == 0 else float("inf")
         return float(np.sqrt(sq)) / (self._rows * self.clipping_norm)
