@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dpaudit.canaries import Manifest, load_manifest
-from dpaudit.canaries import new as new_canaries
+from dpaudit.canary_making import new as new_canaries
 from dpaudit.canary_tokens import add as add_canary_tokens
 from dpaudit.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError

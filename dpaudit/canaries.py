@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit import options
+from dpaudit import eval_plan, options
 from dpaudit.errors import DpauditError
 from dpaudit.io import read_json
 
@@ -123,8 +123,6 @@ class CanaryPlan:
         if not isinstance(self.guess_fraction, (int, float)) or not 0 < self.guess_fraction <= 1:
             raise DpauditError(f"canaries.guess_fraction must be in (0, 1], got {self.guess_fraction}")
         if self.evaluation is not None:
-            from dpaudit import eval_plan
-
             eval_plan.check(self.evaluation, "canaries.json audit_plan.evaluation")
 
     def _check_token_design(self) -> None:
@@ -376,41 +374,6 @@ def parse_template(template: str) -> tuple[str, str]:
                            f"{DEFAULT_TEMPLATE!r}")
     prefix, suffix = template.split("{secret}")
     return prefix, suffix
-
-
-def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = DEFAULT_TEMPLATE,
-        alphabet: str = "0123456789", length: int = 6, guess_fraction: float = 0.5, labels: int = 0, *,
-        attacks=None, rule: str = "bonferroni", confidence: float = 0.95, n_references: int = 2000,
-        plan: bool = True, design: str = "template", pool: int = 0, tokenizer=None, base_model=None) -> Manifest:
-    """Canaries for a model trained anywhere: m canaries, each inserted (``repetitions`` copies) or held out by a
-    fair coin, the audit's guess counts fixed now, before training. ``seed`` None draws a fresh one from the
-    operating system (recorded in the manifest, which regenerates from it). ``attacks`` (default: all), ``rule``,
-    ``confidence`` and ``n_references`` are the evaluation plan fixed with them (:mod:`dpaudit.eval_plan`;
-    ``plan=False`` fixes none). ``design`` (module docstring): ``rare-token`` needs the ``base_model`` and its
-    ``tokenizer``, ``bigram`` the ``tokenizer``; ``length`` then counts tokens (``pool`` words to draw from).
-    A ``new-token`` manifest's tokens go into the model with ``dpaudit.api.add_canary_tokens`` before training."""
-    import secrets
-
-    from dpaudit import eval_plan
-
-    for name, v, low in (("m", m, 2), ("repetitions", repetitions, 1), ("length", length, 1)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < low:
-            raise DpauditError(f"canaries: {name} must be an integer >= {low}, got {v!r}")
-    if seed is None:
-        seed = secrets.randbits(31)
-    prefix, suffix = parse_template(template)
-    cp = CanaryPlan(m=m, repetitions=repetitions, prefix=prefix, suffix=suffix, alphabet=alphabet, length=length,
-                    seed=seed, guess_fraction=guess_fraction, labels=labels, design=design, pool=pool,
-                    evaluation=eval_plan.planned(attacks or eval_plan.DEFAULTS["attacks"], rule, confidence,
-                                                 n_references) if plan else None)
-    if design in POOL_DESIGNS:
-        from dpaudit import canary_pools
-
-        if tokenizer is None:
-            raise DpauditError(f"canary design {design!r} chooses its words with the base model's tokenizer: pass "
-                               "tokenizer= (and base_model= for rare-token)")
-        cp = canary_pools.resolve(cp, tokenizer, base_model)
-    return generate(cp)
 
 
 def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:

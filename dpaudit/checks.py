@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 
+from dpaudit import options
 from dpaudit.errors import DpauditError
+
+MAX_REFERENCES = 10 ** 6  # sampled reference secrets: beyond this exposure scoring takes hours
 
 
 def number(x) -> bool:
@@ -29,3 +32,28 @@ def applies(when, where: str) -> dict:
     applies to a variant's resolved trainer config, ``where`` names those runs. dpaudit/config.py refuses an option
     set where it would be silently ignored; the rule lives beside the option it governs."""
     return {"applies": (when, where)}
+
+
+def integer(name: str, v, low: int, high: int | None = None) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+        span = f"from {low:,} to {high:,}" if high is not None else f">= {low}"
+        raise DpauditError(f"{name} must be an integer {span}, got {v!r}")
+
+
+def evaluation_settings(attacks, rule, confidence, n_references) -> None:
+    """The bounds of an evaluation's attacks, rule, confidence and references, each checked here once: by the
+    options of an evaluation (:class:`dpaudit.eval_options.EvalOptions`) and by the plan a manifest fixes before
+    training (:func:`dpaudit.eval_plan.check`). None: not given (nothing to check)."""
+    if attacks is not None:
+        unknown = [a for a in attacks if a not in options.ATTACKS]
+        if unknown:
+            raise DpauditError(f"unknown attack {unknown[0]!r}; choose from {', '.join(options.ATTACKS)}")
+        if not attacks:
+            raise DpauditError("no attacks selected; pass e.g. --attacks loss,exposure")
+    if rule is not None and rule not in options.RULES:
+        raise DpauditError(f"unknown threshold rule {rule!r}; choose from {', '.join(options.RULES)}")
+    if confidence is not None:
+        check_confidence(confidence, "confidence")
+    if n_references is not None:
+        integer("n_references (--references)", n_references, 10, MAX_REFERENCES)
+

@@ -58,8 +58,7 @@ def canaries():
 def canaries_new(m, repetitions, seed, template, design, pool, base_model, tokenizer_dir, alphabet, length, out,
                  records, force, attacks, rule, confidence, n_references):
     """Write a canary manifest (and the records to insert) before training, for any trainer."""
-    from dpaudit import canaries as can
-    from dpaudit import planting
+    from dpaudit import canary_making, planting
 
     if records is not None and out.resolve() == records.resolve():
         raise DpauditError("--records and --out name the same file; the records must not overwrite the manifest")
@@ -86,9 +85,10 @@ def canaries_new(m, repetitions, seed, template, design, pool, base_model, token
                 (None, models.load_tokenizer(base_model))
         else:
             tok = models.load_tokenizer(tokenizer_dir)
-    man = can.new(m, repetitions, seed, template, alphabet, length or (6 if design == "template" else 4),
-                  attacks=[a.strip() for a in attacks.split(",") if a.strip()], rule=rule, confidence=confidence,
-                  n_references=n_references, design=design, pool=pool, tokenizer=tok, base_model=model)
+    man = canary_making.new(m, repetitions, seed, template, alphabet, length or (6 if design == "template" else 4),
+                            attacks=[a.strip() for a in attacks.split(",") if a.strip()], rule=rule,
+                            confidence=confidence, n_references=n_references, design=design, pool=pool,
+                            tokenizer=tok, base_model=model)
     write_atomic(out, man.save)
     n = planting.write_records(man, records) if records is not None else None
     k_pos, k_neg = man.plan.guesses

@@ -18,17 +18,14 @@ from pathlib import Path
 from dpaudit import checks, eval_plan, options
 from dpaudit.errors import DpauditError
 
-MAX_REFERENCES = 10 ** 6  # sampled reference secrets: beyond this exposure scoring takes hours
+MAX_REFERENCES = checks.MAX_REFERENCES
 MAX_BATCH = 4096
 # the options a shard's partial records, which every shard of one evaluation must share (dpaudit.shards)
 SHARD_KEYS = ("attacks", "rule", "confidence", "n_references", "framing", "batch_size", "enumerate_limit",
               "reference", "base_metrics", "off_plan", "base_model")
 
 
-def _int(name: str, v, low: int, high: int | None = None) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
-        span = f"from {low:,} to {high:,}" if high is not None else f">= {low}"
-        raise DpauditError(f"{name} must be an integer {span}, got {v!r}")
+_int = checks.integer
 
 
 @dataclass(frozen=True)
@@ -65,18 +62,7 @@ class EvalOptions:
             object.__setattr__(self, "reference", str(self.reference))
         if isinstance(self.base_model, Path):
             object.__setattr__(self, "base_model", str(self.base_model))
-        if self.attacks is not None:
-            unknown = [a for a in self.attacks if a not in options.ATTACKS]
-            if unknown:
-                raise DpauditError(f"unknown attack {unknown[0]!r}; choose from {', '.join(options.ATTACKS)}")
-            if not self.attacks:
-                raise DpauditError("no attacks selected; pass e.g. --attacks loss,exposure")
-        if self.rule is not None and self.rule not in options.RULES:
-            raise DpauditError(f"unknown threshold rule {self.rule!r}; choose from {', '.join(options.RULES)}")
-        if self.confidence is not None:
-            checks.check_confidence(self.confidence, "confidence")
-        if self.n_references is not None:
-            _int("n_references (--references)", self.n_references, 10, MAX_REFERENCES)
+        checks.evaluation_settings(self.attacks, self.rule, self.confidence, self.n_references)
         if self.enumerate_limit is not None:
             _int("enumerate_limit (0: never enumerate; leave it out for the default)", self.enumerate_limit, 0)
         _int("batch_size", self.batch_size, 1, MAX_BATCH)

@@ -13,7 +13,7 @@ No torch here.
 
 from __future__ import annotations
 
-from dpaudit import options
+from dpaudit import checks, options
 from dpaudit.errors import DpauditError
 
 DEFAULTS = {"attacks": list(options.ATTACKS), "rule": "bonferroni", "confidence": 0.95, "n_references": 2000}
@@ -29,9 +29,8 @@ def planned(attacks, rule: str, confidence: float, n_references: int) -> dict:
 
 
 def check(plan: dict, source: str) -> None:
-    """Refuse a plan whose settings an evaluation would refuse (the bounds of :mod:`dpaudit.eval_options`)."""
-    from dpaudit.eval_options import EvalOptions
-
+    """Refuse a plan whose settings an evaluation would refuse (the bounds of :func:`dpaudit.checks.evaluation_settings`,
+    which the evaluation's options check too)."""
     if not isinstance(plan.get("attacks"), list) or not plan["attacks"]:
         raise DpauditError(f"{source}: attacks must be a non-empty list of {', '.join(options.ATTACKS)}")
     if plan.get("score_on", "record") not in options.SCORE_ON:
@@ -40,8 +39,7 @@ def check(plan: dict, source: str) -> None:
         if plan.get(key) is None:
             raise DpauditError(f"{source}: {key} is missing")
     try:
-        EvalOptions(attacks=tuple(plan["attacks"]), rule=plan["rule"], confidence=plan["confidence"],
-                    n_references=plan["n_references"])
+        checks.evaluation_settings(tuple(plan["attacks"]), plan["rule"], plan["confidence"], plan["n_references"])
     except DpauditError as e:
         raise DpauditError(f"{source}: {e}") from None
 

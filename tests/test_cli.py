@@ -187,7 +187,7 @@ def test_card_command(tmp_path, capsys):
 def test_insert_canaries_into_a_dataset():
     from datasets import Dataset
 
-    from dpaudit.canaries import new
+    from dpaudit.canary_making import new
     from dpaudit.errors import DpauditError
     from dpaudit.planting import insert_canaries
 

@@ -1,6 +1,7 @@
 """Privacy card, canary manifest and config: round trips and errors that name the field."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +88,23 @@ def test_config_parse_and_errors(tmp_path):
         config.parse({"train": {"delta": 1.5}})
     with pytest.raises(DpauditError, match="not found"):
         config.load(tmp_path / "missing.toml")
+
+
+def test_the_cycle_check_finds_a_circle_and_the_package_has_none(tmp_path, monkeypatch):
+    """make lint's .ci/check_cycles.py: a planted circle (even through an import inside a function) is found;
+    dpaudit itself (as checked in place here; make lint checks the installed layout) has none."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_cycles", Path(__file__).resolve().parents[1] / ".ci" /
+                                                  "check_cycles.py")
+    cc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cc)
+    pkg = tmp_path / "circlepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from circlepkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from circlepkg import a\n    return a\n")
+    (pkg / "c.py").write_text("from circlepkg import a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cc.cycles("circlepkg") == [["circlepkg.a", "circlepkg.b"]]
+    assert cc.cycles("dpaudit") == []

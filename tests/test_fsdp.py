@@ -137,7 +137,7 @@ def test_what_sharded_training_cannot_do_is_refused_in_one_line():
         v = config.parse({"train": {"grad_sample_mode": "ghost_fsdp", **train},
                           "variants": [{"name": "dp", "target_epsilon": 3}]}).variants[0]
         with pytest.raises(DpauditError, match=why):
-            fsdp.check_variant(v.name, v.trainer)
+            distributed.check_fsdp_variant(v.name, v.trainer)
     with pytest.raises(DpauditError, match=r"cannot clip layer 'transformer.h.0.attn.c_attn' \(GPT-2's Conv1D\)"):
         fsdp.check_layers(_llama("gpt2"))  # its ghost norms under FSDP disagree with the for-loop reference: refused
     bn = _llama()

@@ -51,8 +51,6 @@ def check_variants(variants) -> None:
     """Under torchrun: the variants the data-parallel path supports (private record-level DP-Adam or LMO-DP with
     per-sample gradients by hooks) or the sharded one (trainers/fsdp.py), else one line before any work; in one
     process, ghost_fsdp is refused (it needs ranks)."""
-    from dpaudit.trainers import fsdp
-
     if world()[1] <= 1:
         for v in variants:
             if v.trainer.engine.grad_sample_mode == "ghost_fsdp":
@@ -62,7 +60,7 @@ def check_variants(variants) -> None:
     for v in variants:
         t = v.trainer
         if t.engine.grad_sample_mode == "ghost_fsdp":
-            fsdp.check_variant(v.name, t)
+            check_fsdp_variant(v.name, t)
             continue
         if t.user_level or t.method not in ("dp_adam", "lmo_dp") or not t.engine.private:
             raise DpauditError(f"variant {v.name!r}: only private record-level dp_adam and lmo_dp variants train "
@@ -71,6 +69,22 @@ def check_variants(variants) -> None:
             raise DpauditError(f"variant {v.name!r}: grad_sample_mode = {t.engine.grad_sample_mode!r} is not supported "
                                "under torchrun; "
                                "use 'hooks' (data parallel) or 'ghost_fsdp' (the model sharded over the ranks)")
+
+
+def check_fsdp_variant(name: str, t) -> None:
+    """One line before any work for a variant ghost_fsdp (trainers/fsdp.py) cannot train (``t``: its TrainerConfig);
+    here, not in fsdp.py, which imports this module (no import circle)."""
+    why = None
+    if t.method != "dp_adam" or t.user_level or not t.engine.private:
+        why = "only private record-level dp_adam variants train sharded"
+    elif t.trainable != "full":
+        why = f"trainable = {t.trainable!r} is not supported sharded (LoRA and head-only models fit one device: use " \
+              "'ghost' or 'hooks' in one process or data-parallel with 'hooks')"
+    elif t.engine.gradient_canaries:
+        why = "white-box gradient canaries are not injected into sharded gradients; set gradient_canaries = 0 (or " \
+              "train data-parallel with grad_sample_mode = 'hooks')"
+    if why:
+        raise DpauditError(f"variant {name!r}, grad_sample_mode = 'ghost_fsdp': {why}")
 
 
 def barrier() -> None:

@@ -29,21 +29,6 @@ import torch.nn as nn
 from dpaudit.errors import DpauditError
 
 
-def check_variant(name: str, t) -> None:
-    """One line before any work for a variant ghost_fsdp cannot train (``t``: its TrainerConfig)."""
-    why = None
-    if t.method != "dp_adam" or t.user_level or not t.engine.private:
-        why = "only private record-level dp_adam variants train sharded"
-    elif t.trainable != "full":
-        why = f"trainable = {t.trainable!r} is not supported sharded (LoRA and head-only models fit one device: use " \
-              "'ghost' or 'hooks' in one process or data-parallel with 'hooks')"
-    elif t.engine.gradient_canaries:
-        why = "white-box gradient canaries are not injected into sharded gradients; set gradient_canaries = 0 (or " \
-              "train data-parallel with grad_sample_mode = 'hooks')"
-    if why:
-        raise DpauditError(f"variant {name!r}, grad_sample_mode = 'ghost_fsdp': {why}")
-
-
 def check_layers(model: nn.Module) -> None:
     """Layers Opacus cannot clip per sample are refused as in one process (mechanism.check_clippable); tied weights
     cannot be sharded under ghost clipping; the unsharded copy for the checkpoint needs a Hugging Face config."""
