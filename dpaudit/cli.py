@@ -1,8 +1,9 @@
 """The ``dpaudit`` command line. Exit codes: 0 success, 1 a check failed, 2 bad input.
 
-One file on purpose (about 300 lines): every command is a thin click wrapper whose options and help text
-are the user-facing contract; the work happens in the modules each command imports lazily, so that light
-commands (check, compare, audit) never load torch.
+The top-level group and the evaluate, check, compare and run commands; the other command groups live in
+``dpaudit/cli_*.py`` (account, audit, canaries, lmo, pmixed, reports). Every command is a thin click wrapper whose
+options and help text are the user-facing contract; the work happens in the modules each command imports lazily,
+so that light commands (check, compare, audit) never load torch.
 """
 
 from __future__ import annotations

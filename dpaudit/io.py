@@ -9,7 +9,7 @@ import math
 from contextlib import contextmanager
 from pathlib import Path
 
-from dpaudit.errors import DpauditError
+from dpaudit.errors import DpauditError, first_line
 
 
 def read_json(path: Path, what: str, fix: str) -> dict:
@@ -29,13 +29,8 @@ def read_json(path: Path, what: str, fix: str) -> dict:
     except RecursionError:
         raise DpauditError(f"{what} {path} is nested too deeply to be a dpaudit file") from None
     except ValueError as e:  # e.g. an integer of more digits than Python converts (a 5,001-digit number)
-        raise DpauditError(f"{what} {path} cannot be read as dpaudit JSON ({first_line_of(e)}); restore the file") \
+        raise DpauditError(f"{what} {path} cannot be read as dpaudit JSON ({first_line(e, 200)}); restore the file") \
             from None
-
-
-def first_line_of(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:200] if text else type(e).__name__
 
 
 class _NonFinite(ValueError):
@@ -62,7 +57,7 @@ def read_toml(path: Path, what: str, fix: str) -> dict:
     except UnicodeDecodeError as e:
         raise DpauditError(f"{what} {path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except (OSError, ValueError) as e:
-        raise DpauditError(f"cannot read {what} {path}: {first_line_of(e)}") from None
+        raise DpauditError(f"cannot read {what} {path}: {first_line(e, 200)}") from None
 
 
 def write_atomic(path: Path, save) -> None:

@@ -17,6 +17,7 @@ from dpaudit import plots
 from dpaudit.io import atomic_folder, jsonable
 from dpaudit.options import TASK_METRICS
 from dpaudit.plots import clipping_summary
+from dpaudit.report_build import SCHEMA_VERSION
 from dpaudit.report_md import LIMITATIONS, fmt_eps, render_markdown
 
 
@@ -71,7 +72,7 @@ def _clipped_cell(r: dict) -> str:
 def write_comparison(reports: dict[str, dict], out: Path, command: str, config: dict, redact: bool = False) -> Path:
     """One report comparing the variants of a run (each keeps its own folder and report)."""
     with atomic_folder(out) as tmp:
-        body = {"schema_version": 1, "kind": "comparison", "command": command, "config": config,
+        body = {"schema_version": SCHEMA_VERSION, "kind": "comparison", "command": command, "config": config,
                 "variants": {k: (_redact_json(v) if redact else v) for k, v in reports.items()}}
         (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
         L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",

@@ -1,4 +1,4 @@
-"""Step 1 of ``dpaudit evaluate``: score every canary of the manifest against the checkpoint's model.
+"""Step 2 of ``dpaudit evaluate`` (load, **score**, audit, judge, render): score every canary of the manifest against the checkpoint's model.
 
 Pure in the sense the pipeline needs: it reads the model and the manifest, returns a :class:`CanaryScores`
 (one float per canary and attack, higher = member; exposure's log-perplexities; notes on what was

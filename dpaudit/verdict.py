@@ -1,4 +1,4 @@
-"""Step 3 of ``dpaudit evaluate``: the two checks of a claim, reported separately, and one headline.
+"""Step 4 of ``dpaudit evaluate`` (load, score, audit, **judge**, render): the two checks of a claim, reported separately, and one headline.
 
 * accounting (:mod:`dpaudit.claim_check`): ``verified | under-claim | unverifiable``;
 * empirical (:func:`empirical`): ``violated | not-refuted | underpowered | no-power`` — an audit can refute a
