@@ -110,7 +110,8 @@ def main(argv=None) -> int:
                               learning_rate=3e-3, lr_scheduler_type="constant", report_to=[], save_strategy="no",
                               logging_strategy="no", remove_unused_columns=False, disable_tqdm=True,
                               use_cpu=not torch.cuda.is_available(), seed=args.seed)
-    probe = ProbeCallback(sample_rate=loader.sample_rate, m=args.probe_canaries, seed=args.seed, save_to=model_dir)
+    probe = ProbeCallback(sample_rate=loader.sample_rate, m=args.probe_canaries, seed=args.seed, save_to=model_dir,
+                          dataset_size=len(rows))  # batch sizes tested while training; on_fail="raise" stops it
     DPTrainer(model=dp_model, args=targs, train_dataset=rows, optimizers=(dp_opt, None), dp_loader=loader,
               callbacks=[probe]).train()
 

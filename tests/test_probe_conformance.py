@@ -130,3 +130,12 @@ def test_ddp_loop_on_two_gloo_ranks(tmp_path, bug):
         return
     assert not fails, fails
     assert statuses["noise"] == statuses["sampling"] == statuses["clipping"] == statuses["coverage"] == "pass", statuses
+
+
+def test_the_hugging_face_callback_stops_the_trainer_and_still_saves_the_record(tmp_path):
+    s = PL.Settings(epochs=4, m=100, on_fail="raise")
+    with pytest.warns(Warning, match="stopping the Trainer"):
+        probe, card, folder = PL.run("hf-trainer", "half-noise", 0, tmp_path, s)
+    assert probe.steps <= 2 and probe.online.alarms["noise"]["step"] == 1  # stopped at the end of the failed step
+    checks, fails = CONF.judge(folder, card)
+    assert any("mechanism check 'noise'" in f for f in fails), fails
