@@ -79,6 +79,9 @@ def _same(a, b):
             continue
         assert ca["scores"] == cb["scores"] and ca["times_sampled"] == cb["times_sampled"]
         assert np.array_equal(ca["step_projections"], cb["step_projections"])
+        pa, pb = ((c.get("probe") or {}).get("arrays") or {} for c in (ca, cb))
+        for k in ("noise_ss_step", "noise_cross_step", "noise_ss_tensor", "records_per_step"):  # the probe's readings
+            assert (k in pa) == (k in pb) and (k not in pa or np.array_equal(pa[k], pb[k])), k
 
 
 @pytest.mark.parametrize("case", list(CASES))

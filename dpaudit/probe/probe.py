@@ -421,6 +421,9 @@ class Probe:
             state = {**state, "clip_rng": self._clip_rng.bit_generator.state, "clip_exact": list(self.clip_exact)}
         if self.meter is not None:
             state = {**state, "noise_meter": self.meter.snapshot()}
+            if self.meter._previous is not None:  # the last step's noise: the next step's independence term needs it
+                tensors[f"{prefix}/noise_previous"] = self.meter._previous[0].detach().cpu()
+                state["noise_meter"]["previous_have"] = self.meter._previous[1].tolist()
         return state
 
     def restore(self, prefix: str, state: dict, tensors: dict) -> None:
@@ -434,6 +437,10 @@ class Probe:
             self.clip_exact = list(state.get("clip_exact", [float("nan")] * len(self.records)))
         if self.meter is not None and state.get("noise_meter"):
             self.meter.restore(state["noise_meter"])
+            if f"{prefix}/noise_previous" in tensors and "previous_have" in state["noise_meter"]:
+                dev = self.meter.params[0].device
+                self.meter._previous = (tensors[f"{prefix}/noise_previous"].to(dev),
+                                        np.asarray(state["noise_meter"]["previous_have"], dtype=np.int64))
         if self.online is not None:
             self.online.step = len(self.records)
 
