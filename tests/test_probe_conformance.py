@@ -139,3 +139,23 @@ def test_the_hugging_face_callback_stops_the_trainer_and_still_saves_the_record(
     assert probe.steps <= 2 and probe.online.alarms["noise"]["step"] == 1  # stopped at the end of the failed step
     checks, fails = CONF.judge(folder, card)
     assert any("mechanism check 'noise'" in f for f in fails), fails
+
+
+def test_the_committed_table_is_its_json_and_meets_the_targets(tmp_path):
+    """reports/probe/conformance.md is what `--from-json` renders from the committed conformance.json, and the
+    numbers docs/probe.md and the README quote hold there: no honest loop crashed or failed the gate, and every
+    bug was named in at least 95% of its runs."""
+    committed = ROOT / "reports" / "probe"
+    assert CONF.main(["--from-json", str(committed / "conformance.json"), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "conformance.md").read_text() == (committed / "conformance.md").read_text()
+    import json
+
+    rows = json.loads((committed / "conformance.json").read_text())["rows"]
+    honest = [r for r in rows if r["bug"] is None]
+    assert len({r["loop"] for r in honest}) >= 20 and all(len([r for r in honest if r["loop"] == n]) >= 20
+                                                          for n in {r["loop"] for r in honest})
+    assert not any("crash" in r for r in rows)
+    assert sum(r["gate_exit"] for r in honest) <= 0.01 * len(honest) + 1
+    for bug in PL.BUGS:
+        rs = [r for r in rows if r["bug"] == bug]
+        assert len(rs) >= 20 and sum(r["named_fail_line"] for r in rs) >= 0.95 * len(rs), bug
