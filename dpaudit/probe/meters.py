@@ -159,20 +159,22 @@ class Coverage:
         """Every tensor's norm, in one fused call where torch offers it: an update that moves a tensor changes its
         norm almost surely (the full float64 fingerprints at the end make sure)."""
         with torch.no_grad():
-            ts = [t.detach() if t.is_floating_point() else t.detach().to(torch.float64) for t in tensors]
+            ts = [t if t.is_floating_point() else t.to(torch.float64) for t in tensors]
             if not ts:
                 return torch.zeros(0)
             foreach = getattr(torch, "_foreach_norm", None)
             groups = {}
             for i, t in enumerate(ts):
                 groups.setdefault((t.device, t.dtype), []).append(i)
+            dev = ts[0].device
+            if foreach is not None and len(groups) == 1:  # the usual case: one fused call, one stack
+                return torch.stack(foreach(ts)).to(torch.float64)
             out = [None] * len(ts)
             for idx in groups.values():
                 got = foreach([ts[i] for i in idx]) if foreach is not None else [torch.linalg.vector_norm(ts[i])
                                                                                   for i in idx]
                 for i, n in zip(idx, got):
                     out[i] = n
-            dev = ts[0].device
             return torch.stack([n.to(dev, torch.float64) for n in out])
 
     def before_noise(self, step: int) -> list[str]:
