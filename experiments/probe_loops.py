@@ -328,28 +328,18 @@ def plant(optimizer, bug: str | None, s: Settings) -> None:
                 p.grad = (p.summed_grad + noise).view_as(p)
                 op.mark_processed(p.summed_grad)
         optimizer.add_noise = add_noise
-    elif bug == "no-clip":
-        def clip_and_accumulate():
-            for p in optimizer.params:
-                op.check_processed(p.grad_sample)
-                g = optimizer._get_flat_grad_sample(p).sum(0)
-                p.summed_grad = g if p.summed_grad is None else p.summed_grad + g
-                op.mark_processed(p.grad_sample)
-        optimizer.clip_and_accumulate = clip_and_accumulate
-    elif bug == "divisor":
-        rows = {"n": 0}
-        acc = optimizer.clip_and_accumulate
+    elif bug in ("no-clip", "divisor"):  # the example's own planted bugs (examples/audit_external_opacus.py)
+        _example().plant_bug(optimizer, bug)
 
-        def counting():
-            rows["n"] += len(optimizer._get_flat_grad_sample(optimizer.params[0]))
-            acc()
 
-        def scale_grad():
-            for p in optimizer.params:
-                p.grad /= max(rows["n"], 1)
-            rows["n"] = 0
-        optimizer.clip_and_accumulate = counting
-        optimizer.scale_grad = scale_grad
+def _example():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "audit_external_opacus.py"
+    spec = importlib.util.spec_from_file_location("audit_external_opacus", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _train(model, optimizer, criterion, loader, loop: Loop, s: Settings, bug, scheduler, outside, probe) -> None:
