@@ -89,7 +89,7 @@ def table(rows: list[dict], pl) -> str:
         out.append(f"| `{name}` | {loop.source} | {len(rs)} | {crashes} | {rate(sum(r['gate_exit'] == 0 for r in ok), len(rs))}"
                    f" | {', '.join(f'{c} ({k})' for c, k in nt.items() if k) or '—'} | "
                    f"{sum(bool(r['online_alarm_step']) for r in ok)} |")
-    out += ["", "## Planted bugs (in the Opacus tutorial loop)", "",
+    out += ["", "## Planted bugs (in the Opacus tutorial loop; a bug of the ranks in the DDP loop)", "",
             "| bug | what | check that must name it | runs | detected (FAIL line naming it) | online: flagged | "
             "online: median step of detection (of the run's steps) |", "|---|---|---|---|---|---|---|"]
     for bug, (what, check) in pl.BUGS.items():
@@ -110,6 +110,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="Folder for conformance.json and conformance.md.")
     ap.add_argument("--loops", default="all", help="Comma-separated honest loops to run (default: all).")
     ap.add_argument("--bugs", default="all", help="Comma-separated bugs to run (default: all; 'none' for none).")
+    ap.add_argument("--append", action="store_true",
+                    help="Add these runs to OUT's conformance.json (a run of the same loop, bug and seed is replaced) "
+                         "and re-render the table from all of them; the commands are listed together.")
     ap.add_argument("--from-json", type=Path, default=None,
                     help="Re-render OUT's table from this conformance.json (no training); the date and command are "
                          "the JSON's.")
@@ -128,7 +131,7 @@ def main(argv=None) -> int:
     if unknown:
         print(f"error: unknown loop or bug {', '.join(unknown)}; see experiments/probe_loops.py", file=sys.stderr)
         return 2
-    jobs = [(n, None) for n in names] + [("opacus-tutorial", b) for b in bugs]
+    jobs = [(n, None) for n in names] + [(pl.loop_of(b), b) for b in bugs]
     rows = []
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +142,13 @@ def main(argv=None) -> int:
             print(f"[{i + 1}/{len(jobs)}] {loop} {bug or 'honest'}: crashes {sum('crash' in r for r in last)}, gate "
                   f"exit 1 in {sum(r.get('gate_exit', 0) for r in last)} ({time.time() - t0:.0f} s)", flush=True)
     cmd = "nice python experiments/probe_conformance.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write(args.out, rows, cmd, time.strftime("%Y-%m-%d"), round(time.time() - t0), pl)
+    seconds = round(time.time() - t0)
+    if args.append and (args.out / "conformance.json").exists():
+        old = json.loads((args.out / "conformance.json").read_text())
+        new = {(r["loop"], r["bug"], r["seed"]) for r in rows}
+        rows = [r for r in old["rows"] if (r["loop"], r["bug"], r["seed"]) not in new] + rows
+        cmd, seconds = f"{old['command']}` + `{cmd}", old["seconds"] + seconds
+    write(args.out, rows, cmd, time.strftime("%Y-%m-%d"), seconds, pl)
     print(f"wrote {args.out / 'conformance.md'}")
     return 0
 

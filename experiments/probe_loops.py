@@ -48,6 +48,7 @@ class Loop:
     trainer: bool = False  # a Hugging Face Trainer steps the DP optimizer (dp-transformers pattern)
     with_epsilon: bool = False  # make_private_with_epsilon instead of make_private(noise_multiplier=...)
     pass_model: bool = True  # attach_probe(..., model=model)
+    ddp: bool = False  # DPDDP on 2 gloo ranks (run_ddp)
 
 
 LOOPS = {
@@ -77,9 +78,17 @@ LOOPS = {
     "gpt2-classifier-head": Loop("GPT-2 with a classification head", model_kind="gpt2-classifier", optimizer="adam"),
     "hf-trainer": Loop("Hugging Face Trainer stepping Opacus' optimizer (ProbeCallback)", trainer=True,
                        model_kind="gpt2-classifier", optimizer="adam"),
+    "ddp": Loop("DPDDP + DistributedDPOptimizer on 2 gloo ranks (Opacus' distributed tutorial)", ddp=True),
+    "ddp-noise-every-rank": Loop("DDP with every rank adding its own full noise (more than the card: conservative)",
+                                 ddp=True),
     "hf-trainer-accumulation": Loop("HF Trainer, gradient accumulation by skip signals (dp-transformers)",
                                     trainer=True, model_kind="gpt2-classifier", optimizer="adam", accumulate=2),
 }
+
+def loop_of(bug: str) -> str:
+    """The loop a bug is planted in: the Opacus tutorial's, or the DDP loop for a bug of the ranks."""
+    return "ddp" if bug.endswith("-rank0") else "opacus-tutorial"
+
 
 # bug -> (what it is, the mechanism check whose FAIL line must name it)
 BUGS = {
@@ -99,6 +108,7 @@ BUGS = {
     "accumulation": ("two micro-batches per noisy step, the card counting each as a step", "sampling"),
     "extra-epochs": ("the card accounts for 2/3 of the steps taken", "steps"),
     "divisor": ("the noisy sum divided by the actual batch size", "divisor"),
+    "half-noise-rank0": ("DDP: rank 0 adds half the noise, the others none", "noise"),
     "outside-optimizer": ("the output layer trained by a second, plain optimizer", "coverage"),
     "running-buffer": ("a running mean of the private inputs kept in a buffer", "coverage"),
 }
@@ -196,6 +206,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     if bug == "wrong-rate":  # 1 / ceil(N / B) departs from B / N by up to B / N: a large B makes it matter
         s = dataclasses.replace(s, batch=100, records=520)
     loop = LOOPS[name]
+    if loop.ddp:
+        return run_ddp(bug or ("noise-every-rank" if name == "ddp-noise-every-rank" else None), seed, folder, s)
     torch.manual_seed(seed)
     N = s.records + (7 if bug == "shuffle-as-poisson" else 0)
     x, y = synthetic(N, seed)
@@ -269,6 +281,93 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     card = stated_card(card, loop, bug, q_card, N, s, probe)
     del plain_model
     return probe, card, folder
+
+
+def _ddp_worker(rank, world, port, out, bug, seed, epochs, m):
+    import os
+
+    import torch
+    from opacus import PrivacyEngine
+    from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dpaudit import api
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from datetime import timedelta
+
+    # a rank that stops early must not leave the other waiting forever: the table records it as a crash
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    x, y = synthetic(400, seed)
+    model = DPDDP(Tiny())  # rank 0's weights, broadcast
+    torch.manual_seed(seed * 1000 + rank)  # each rank its own sampling stream (one seed on all ranks samples in step)
+    engine = PrivacyEngine(accountant="prv")
+    model, opt, loader = engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                                             data_loader=DataLoader(TensorDataset(x, y), batch_size=40),  # q = 0.1
+                                             # (Opacus' distributed Poisson sampler skips a rank's empty batch, which
+                                             # leaves the ranks at different steps: at q N / W = 20 an empty one is
+                                             # ~1e-9 likely; at 10 it hung 2 of 60 runs here)
+                                             noise_multiplier=1.0, max_grad_norm=1.0)
+    if bug == "noise-every-rank":  # each rank adds its own full noise: sqrt(world) sigma, more than the card's
+        from opacus.optimizers.optimizer import DPOptimizer
+
+        opt.add_noise = lambda: DPOptimizer.add_noise(opt)
+    if bug == "half-noise-rank0":
+        from dpaudit import opacus_private as op
+
+        def half():
+            for p in opt.params:
+                noise = op.generate_noise(0.5 * opt.max_grad_norm, p.summed_grad) if rank == 0 else 0.0
+                p.grad = (p.summed_grad + noise).view_as(p)
+                op.mark_processed(p.summed_grad)
+        opt.add_noise = half
+    probe = api.attach_probe(opt, sample_rate=loader.sample_rate, m=m, seed=seed, model=model, dataset_size=len(x),
+                             on_fail=None)
+    for _ in range(epochs):
+        for xb, yb in loader:
+            opt.zero_grad()
+            if len(xb):
+                torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            else:
+                (model(xb).sum() * 0).backward()
+            opt.step()
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.save(out)
+        api.card_from_opacus(engine, loader, opt, delta=1e-5).save(out / "privacy_card.json")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def run_ddp(bug: str | None, seed: int, folder: Path, s: Settings, world: int = 2):
+    """The DDP loop on ``world`` gloo ranks (DPDDP + Opacus' DistributedDPOptimizer, the probe on every rank, rank 0
+    saving); returns what :func:`run` returns, the probe's state read back from its saved record."""
+    import json
+    import os
+    import socket
+    import sys
+    from types import SimpleNamespace
+
+    import torch
+
+    from dpaudit.card import load_card
+
+    here = str(Path(__file__).resolve().parent)  # the spawned ranks import this module by name
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import probe_loops
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    torch.multiprocessing.spawn(probe_loops._ddp_worker, args=(world, port, folder, bug, seed, s.epochs, s.m),
+                                nprocs=world, join=True)
+    rec = json.loads((folder / "gradient_canaries.json").read_text())["probe"]
+    probe = SimpleNamespace(steps=rec["steps"], online=SimpleNamespace(alarms=rec["online"]["alarms"]))
+    return probe, load_card(folder / "privacy_card.json"), folder
 
 
 class _Rated:
