@@ -214,7 +214,6 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     model = build_model(loop, bug)
     if loop.frozen:
         model.emb.weight.requires_grad_(False)
-    plain_model = model
     outside = None
     if bug == "outside-optimizer":
         dp_params = [p for n, p in model.named_parameters() if not n.startswith("fc2")]
@@ -232,7 +231,7 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
               poisson_sampling=bug not in ("shuffle-as-poisson", "shuffle-as-poisson-even"),
               loss_reduction=loop.loss_reduction, grad_sample_mode=loop.mode)
     if loop.clipping == "per_layer":
-        n = len([p for p in dp_params])
+        n = len(dp_params)
         kw["max_grad_norm"] = [s.clip / n ** 0.5] * n
         kw["clipping"] = "per_layer"
     if bug == "card-clip-smaller":
@@ -279,7 +278,6 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     card = api.card_from_opacus(engine, loader if hasattr(loader, "sample_rate") else _Rated(q_card, N),
                                 optimizer, delta=s.delta, method="conformance")
     card = stated_card(card, loop, bug, q_card, N, s, probe)
-    del plain_model
     return probe, card, folder
 
 

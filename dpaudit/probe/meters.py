@@ -127,6 +127,29 @@ def _fingerprint(t: torch.Tensor) -> tuple[float, float]:
         return float(x.sum()), float(x.pow(2).sum())
 
 
+def norms(tensors) -> torch.Tensor:
+    """Every tensor's norm, in one fused call where torch offers it: an update that moves a tensor changes its
+    norm almost surely (the full float64 fingerprints at the end make sure)."""
+    with torch.no_grad():
+        ts = [t if t.is_floating_point() else t.to(torch.float64) for t in tensors]
+        if not ts:
+            return torch.zeros(0)
+        foreach = getattr(torch, "_foreach_norm", None)
+        groups = {}
+        for i, t in enumerate(ts):
+            groups.setdefault((t.device, t.dtype), []).append(i)
+        dev = ts[0].device
+        if foreach is not None and len(groups) == 1:  # the usual case: one fused call, one stack
+            return torch.stack(foreach(ts)).to(torch.float64)
+        out = [None] * len(ts)
+        for idx in groups.values():
+            got = foreach([ts[i] for i in idx]) if foreach is not None else [torch.linalg.vector_norm(ts[i])
+                                                                              for i in idx]
+            for i, n in zip(idx, got):
+                out[i] = n
+        return torch.stack([n.to(dev, torch.float64) for n in out])
+
+
 class Coverage:
     """Which parameters moved, and whether the DP optimizer moved them (see the module docstring)."""
 
@@ -149,33 +172,10 @@ class Coverage:
         self.dp_covered = sum(1 for p in dp_params if id(p) in self.names)
         self.trainable_outside = [n for n, _, k in self.outside if k == "trainable parameter"]
         self._o_full = [_fingerprint(t) for _, t, _ in self.outside]
-        self._o_norms = self.norms([t for _, t, _ in self.outside])
+        self._o_norms = norms([t for _, t, _ in self.outside])
         self._d_norms = None
         self.changed_outside = {}  # name -> first step at which it was seen changed
         self.changed_between = {}  # name -> first step before whose noise it had moved since the last DP step
-
-    @staticmethod
-    def norms(tensors) -> torch.Tensor:
-        """Every tensor's norm, in one fused call where torch offers it: an update that moves a tensor changes its
-        norm almost surely (the full float64 fingerprints at the end make sure)."""
-        with torch.no_grad():
-            ts = [t if t.is_floating_point() else t.to(torch.float64) for t in tensors]
-            if not ts:
-                return torch.zeros(0)
-            foreach = getattr(torch, "_foreach_norm", None)
-            groups = {}
-            for i, t in enumerate(ts):
-                groups.setdefault((t.device, t.dtype), []).append(i)
-            dev = ts[0].device
-            if foreach is not None and len(groups) == 1:  # the usual case: one fused call, one stack
-                return torch.stack(foreach(ts)).to(torch.float64)
-            out = [None] * len(ts)
-            for idx in groups.values():
-                got = foreach([ts[i] for i in idx]) if foreach is not None else [torch.linalg.vector_norm(ts[i])
-                                                                                  for i in idx]
-                for i, n in zip(idx, got):
-                    out[i] = n
-            return torch.stack([n.to(dev, torch.float64) for n in out])
 
     def before_noise(self, step: int) -> list[str]:
         """Before a DP step's noise: the DP optimizer's parameters unchanged since its last step? Returns the names
@@ -183,7 +183,7 @@ class Coverage:
         new = []
         if self._d_norms is None:
             return new
-        now = self.norms(self.dp_params)
+        now = norms(self.dp_params)
         if torch.equal(now, self._d_norms):
             return new
         for k in torch.nonzero(now != self._d_norms).flatten().tolist():
@@ -195,7 +195,7 @@ class Coverage:
 
     def after_step(self, step: int) -> list[str]:
         """After a DP step: remember its parameters' norms; the outside tensors unchanged since the probe attached?"""
-        both = self.norms(self.dp_params + [t for _, t, _ in self.outside])  # one fused call for both
+        both = norms(self.dp_params + [t for _, t, _ in self.outside])  # one fused call for both
         nd = len(self.dp_params)
         self._d_norms, now = both[:nd], both[nd:]
         new = []

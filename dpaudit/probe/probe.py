@@ -33,7 +33,7 @@ import torch
 
 from dpaudit.errors import DpauditError
 from dpaudit.probe.canaries import GradientCanaries
-from dpaudit.probe.meters import Coverage, NoiseMeter
+from dpaudit.probe.meters import Coverage, NoiseMeter, norms
 from dpaudit.probe.online import ON_FAIL, Online
 
 COORDINATES = ("block", "model")
@@ -237,7 +237,7 @@ class Probe:
         """||clipped sum over the model's parameters|| / (b C) of this logical step (this rank)."""
         ts = [p.summed_grad for p in self.model_params if getattr(p, "summed_grad", None) is not None]
         with torch.no_grad():  # one fused norm per tensor (float32 suffices at SUM_TOLERANCE), one sync per step
-            sq = float(Coverage.norms(ts).pow(2).sum()) if ts else 0.0
+            sq = float(norms(ts).pow(2).sum()) if ts else 0.0
         if self._rows == 0:
             return 0.0 if sq == 0 else float("inf")
         return float(np.sqrt(sq)) / (self._rows * self.clipping_norm)
