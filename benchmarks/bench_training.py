@@ -4,7 +4,7 @@ full and LoRA.
     python benchmarks/bench_training.py [--models minilm,smollm2,gpt2-small] [--batch 8] [--seq 64]
                                         [--steps 3] [--cap-gb 8] [--largest-batch minilm]
                                         [--tied untie|freeze] [--trainables full,lora]
-                                        [--modes none,hooks,ghost,bk]
+                                        [--modes none,hooks,ghost,bk] [--device cuda]
 
 Each configuration runs in its own process (so peak RSS is its own), on random token batches of the
 same shape: 1 warm-up step, then the median of ``--steps`` timed steps. Ratios are against the
@@ -12,6 +12,12 @@ non-private run of the same model and trainable set, measured in the same invoca
 (SmolLM2) are untied for ghost full fine-tuning (``--tied untie``), or frozen in every mode of full
 fine-tuning (``--tied freeze``, so the baseline trains the same parameters). With
 ``--largest-batch``, the batch is doubled until peak RSS passes ``--cap-gb`` for those models.
+
+On a GPU (``--device cuda``) every configuration runs in one process, one after another (each built, timed and
+freed before the next; the device's peak allocated memory is reset between them, so each peak is its own);
+steps are timed with the device synchronised. ``smollm2-arch`` and ``gpt2-small`` are random-weight models of
+the real architectures (step time and memory do not depend on the weights), for machines without SmolLM2's
+GGUF.
 """
 
 from __future__ import annotations
@@ -43,6 +49,14 @@ def build(name: str):
     if name == "smollm2":
         m, _ = models.build(models.ModelSpec(name="smollm2-135m"))
         return m, "lm", m.config.vocab_size
+    if name == "smollm2-arch":  # SmolLM2-135M's architecture (its GGUF metadata), random weights, tied embeddings
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                          num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                          tie_word_embeddings=True)
+        torch.manual_seed(0)
+        return LlamaForCausalLM(cfg), "lm", 49152
     if name == "gpt2-small":
         cfg = GPT2Config(vocab_size=50257, n_positions=256, n_embd=768, n_layer=12, n_head=12, tie_word_embeddings=False)
         torch.manual_seed(0)
@@ -50,19 +64,23 @@ def build(name: str):
     raise SystemExit(f"unknown model {name}")
 
 
-def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied: str = "untie") -> dict:
+def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied: str = "untie",
+        device: str = "cpu") -> dict:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     from dpaudit.trainers import engine, trainable
 
     torch.set_num_threads(os.cpu_count() or 1)
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
     model, kind, vocab = build(name)
     if which == "full":
         trainable.prepare_tied(model, tied, mode, which)
     if which == "lora":
         model, _ = trainable.apply(model, "lora", 8, 16)  # BERT: query/value adapters + the head
-    model.train()
+    model.to(device).train()
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (batch * 4, seq), generator=g)
     mask = torch.ones_like(ids)
@@ -71,6 +89,7 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
         targets[:, 0] = torch.randint(0, 2, (batch * 4,), generator=g)
     else:
         targets = ids.clone()
+    ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-4)
     loader = DataLoader(TensorDataset(ids, mask, targets), batch_size=batch)
@@ -85,6 +104,8 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
         loss = lossmod.batch_loss(model, x, m, y, crit)
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize(device)
 
     step(0)
     times = []
@@ -92,11 +113,31 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
         t = time.perf_counter()
         step((k + 1) % 4)
         times.append(time.perf_counter() - t)
+    peak = (torch.cuda.max_memory_allocated(device) / 2 ** 30 if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20)
     return {"model": name, "mode": mode, "trainable": which, "batch": batch, "seq": seq, "tied": tied,
-            "step_s": statistics.median(times), "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
+            "device": device, "step_s": statistics.median(times), "peak_rss_gb": peak}
+
+
+def in_process(args, name, mode, which, batch) -> dict:
+    """One configuration in this process (GPU: a child per configuration would pay the CUDA start each time);
+    freed before the next, so the device's peak allocated memory is this configuration's own."""
+    import gc
+
+    import torch
+
+    try:
+        return one(name, mode, which, batch, args.seq, args.steps, args.tied, args.device)
+    except Exception as e:  # a configuration that fails (out of memory, an unsupported layer) is a row, not a stop
+        return {"model": name, "mode": mode, "trainable": which, "batch": batch, "error": f"{type(e).__name__}: {e}"[:160]}
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def run_child(args, name, mode, which, batch) -> dict:
+    if args.device != "cpu":
+        return in_process(args, name, mode, which, batch)
     cmd = [sys.executable, __file__, "--one", name, mode, which, str(batch), "--seq", str(args.seq), "--steps", str(args.steps),
            "--tied", args.tied]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -119,6 +160,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trainables", default="full,lora", help="comma-separated: full, lora")
     ap.add_argument("--modes", default=",".join(MODES),
                     help="comma-separated, 'none' (the non-private baseline the ratios divide by) first: " + ", ".join(MODES))
+    ap.add_argument("--device", default="cpu",
+                    help="cpu (each configuration in its own process, peak RSS) or cuda[:i] (one process, peak "
+                         "allocated device memory; the column is then GPU GB)")
     ap.add_argument("--one", nargs=4, metavar=("MODEL", "MODE", "TRAINABLE", "BATCH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     modes = args.modes.split(",")
@@ -130,10 +174,15 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     if args.one:
         name, mode, which, batch = args.one
-        print(json.dumps(one(name, mode, which, int(batch), args.seq, args.steps, args.tied)))
+        print(json.dumps(one(name, mode, which, int(batch), args.seq, args.steps, args.tied, args.device)))
         return 0
     rows = []
-    print(f"batch {args.batch}, seq {args.seq}, median of {args.steps} steps, {os.cpu_count()} CPUs")
+    where = f"{os.cpu_count()} CPUs"
+    if args.device != "cpu":
+        import torch
+
+        where = f"{torch.cuda.get_device_name(args.device)}, torch {torch.__version__}, peak = max allocated"
+    print(f"batch {args.batch}, seq {args.seq}, median of {args.steps} steps, {where}")
     print(f"{'model':11s} {'trainable':9s} {'mode':6s} {'step s':>8s} {'x non-private':>14s} {'peak GB':>8s} {'x non-private':>14s}")
     for name in args.models.split(","):
         for which in args.trainables.split(","):
