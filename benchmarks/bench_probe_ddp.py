@@ -149,7 +149,8 @@ def main(argv=None) -> int:
            "trainable_params": sum(p.numel() for p in probed[0].parameters() if p.requires_grad)}
     row["ratio"] = row["probe_ms"] / row["plain_ms"]
     if rank == 0:
-        from dpaudit import evidence, policy, scoring
+        from dpaudit.evaluation import evidence, scoring
+        from dpaudit.gate import policy
 
         out = Path(args.out or tempfile.mkdtemp(prefix="dpaudit-probe-ddp-"))
         out.mkdir(parents=True, exist_ok=True)

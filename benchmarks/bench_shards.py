@@ -5,7 +5,7 @@
 
 The scoring work of an evaluation (the shared attack pass with Min-K%++'s moments over ``--n`` canary texts,
 and exposure over ``--references`` sampled secrets) is run (1) in one process with every core, and (2) as
-``--shards`` concurrent processes started together, each running its shard (dpaudit/shards.py) with the cores
+``--shards`` concurrent processes started together, each running its shard (dpaudit/evaluation/shards.py) with the cores
 split evenly; the sharded wall time is the slowest shard's. Runs alternate ``--repeats`` times; medians and
 the ratio (one process / sharded wall time, > 1 = sharding is faster) are printed. On one CPU machine the
 shards share the cores, so this measures the overhead and the gain from running smaller batches side by side;

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dpaudit.canaries import Manifest, load_manifest
-from dpaudit.canary_making import new as new_canaries
-from dpaudit.canary_tokens import add as add_canary_tokens
-from dpaudit.card import PrivacyCard, load_card
+from dpaudit.canaries.making import new as new_canaries
+from dpaudit.canaries.manifest import Manifest, load_manifest
+from dpaudit.canaries.new_tokens import add as add_canary_tokens
+from dpaudit.canaries.planting import insert_canaries, write_records
+from dpaudit.claim.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
-from dpaudit.eval_options import EvalOptions
-from dpaudit.planting import insert_canaries, write_records
+from dpaudit.evaluation.options import EvalOptions
 
 __all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "card_from_opacus", "evaluate", "insert_canaries", "load_manifest", "new_canaries", "write_records", "write_report"]
 
@@ -53,8 +53,8 @@ def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0,
 
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:
-    """See :func:`dpaudit.opacus_card.card_from_opacus` (imported lazily: it needs Opacus)."""
-    from dpaudit.opacus_card import card_from_opacus as build
+    """See :func:`dpaudit.claim.opacus_card.card_from_opacus` (imported lazily: it needs Opacus)."""
+    from dpaudit.claim.opacus_card import card_from_opacus as build
 
     return build(privacy_engine, data_loader, optimizer, **kwargs)
 
@@ -63,7 +63,7 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
              options: EvalOptions | None = None, *, max_len: int = 64, probe=None, **settings) -> dict:
     """Audit a model held as objects: ``card`` and ``manifest`` are objects or paths to their JSON files.
     ``options`` (or the same settings as keywords, e.g. ``batch_size=32``) is a
-    :class:`dpaudit.eval_options.EvalOptions`: ``attacks``, ``rule``, ``confidence`` and ``n_references`` default
+    :class:`dpaudit.evaluation.options.EvalOptions`: ``attacks``, ``rule``, ``confidence`` and ``n_references`` default
     to the evaluation plan of the manifest (departing from it needs ``off_plan=True``); ``reference`` (a model
     object or a folder) calibrates the reference attack, which is skipped with a note without one; ``framing``
     (here ``tokenizer`` by default: ``tokenizer(text)``, as a Hugging Face loop saw its records; ``bos_eos``:
@@ -71,7 +71,7 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
     ``probe``: the folder a probe saved its records into (or the saved probe): its white-box audit and mechanism
     checks join the report. Returns the report dict (the report.json contract); writes nothing."""
     from dpaudit.checkpoint import Checkpoint
-    from dpaudit.evaluate import evaluate_checkpoint
+    from dpaudit.evaluation.steps import evaluate_checkpoint
 
     if options is not None and settings:
         raise DpauditError("pass either options or keyword settings to evaluate, not both")
@@ -98,7 +98,7 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
 
 def write_report(report: dict, out: str | Path, redact: bool = False) -> Path:
     """REPORT.md, report.json and plots of ``report`` in folder ``out``; returns the REPORT.md path."""
-    from dpaudit import report as rep
+    from dpaudit.report import write as rep
 
     rep.write(report, Path(out), redact=redact)
     return Path(out) / "REPORT.md"

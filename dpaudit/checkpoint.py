@@ -4,8 +4,8 @@
       model/              HF save_pretrained (safetensors) or a PEFT adapter; or those files at the root of
                           CHECKPOINT itself (a plain Hugging Face output folder)
       base_model/         the base weights, when a LoRA adapter sits on a base that is not an asset
-      privacy_card.json   the claim + the mechanism (dpaudit.card)
-      canaries.json       the canary manifest (dpaudit.canaries)
+      privacy_card.json   the claim + the mechanism (dpaudit.claim.card)
+      canaries.json       the canary manifest (dpaudit.canaries.manifest)
       run.json            resolved config, seeds, data hash, package versions (optional for others' models)
       gradient_canaries.json  white-box canary plan and scores (optional; dpaudit/probe/probe.py);
                               gradient_canaries_<kind>.json for a further kind of the same run;
@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpaudit.canaries import Manifest, load_manifest
-from dpaudit.card import PrivacyCard, load_card
+from dpaudit.canaries.manifest import Manifest, load_manifest
+from dpaudit.claim.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
 from dpaudit.io import check_contained, jsonable, read_json, staged_folder
 

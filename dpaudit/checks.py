@@ -29,7 +29,7 @@ def check_confidence(c, what: str) -> None:
 
 def applies(when, where: str) -> dict:
     """Field metadata of a config option used by some runs only: ``when(trainer, classifier)`` says whether it
-    applies to a variant's resolved trainer config, ``where`` names those runs. dpaudit/config.py refuses an option
+    applies to a variant's resolved trainer config, ``where`` names those runs. dpaudit/run/config.py refuses an option
     set where it would be silently ignored; the rule lives beside the option it governs."""
     return {"applies": (when, where)}
 
@@ -42,8 +42,8 @@ def integer(name: str, v, low: int, high: int | None = None) -> None:
 
 def evaluation_settings(attacks, rule, confidence, n_references) -> None:
     """The bounds of an evaluation's attacks, rule, confidence and references, each checked here once: by the
-    options of an evaluation (:class:`dpaudit.eval_options.EvalOptions`) and by the plan a manifest fixes before
-    training (:func:`dpaudit.eval_plan.check`). None: not given (nothing to check)."""
+    options of an evaluation (:class:`dpaudit.evaluation.options.EvalOptions`) and by the plan a manifest fixes before
+    training (:func:`dpaudit.canaries.plan.check`). None: not given (nothing to check)."""
     if attacks is not None:
         unknown = [a for a in attacks if a not in options.ATTACKS]
         if unknown:

@@ -60,14 +60,14 @@ LMO_ACCOUNTINGS = ("paper", "vector")  # which analysis calibrates LMO-DP's nois
 # ---- audits and reports -----------------------------------------------------------------------------
 ATTACKS = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")  # all of them run by default
 RULES = ("bonferroni", "held_out")
-# canary designs (dpaudit/canaries.py, docs/canary_designs.md); a classifier's mislabelled canaries are the
+# canary designs (dpaudit/canaries/manifest.py, docs/canary_designs.md); a classifier's mislabelled canaries are the
 # template design with labels >= 2
 CANARY_DESIGNS = ("template", "new-token", "rare-token", "bigram")
 SCORE_ON = ("record", "secret")  # what the black-box attacks score: the whole canary, or its secret's tokens
 # how a canary is framed for scoring, as the model saw its training records: BOS + text + EOS (dpaudit's
 # trainers) or the tokenizer's own special tokens (tokenizer(text): a Hugging Face training loop)
 FRAMINGS = ("bos_eos", "tokenizer")
-# The two checks of a claim, reported separately (dpaudit.claim_check, dpaudit.verdict):
+# The two checks of a claim, reported separately (dpaudit.claim.status, dpaudit.claim.verdict):
 ACCOUNTING_STATUSES = ("verified", "under-claim", "unverifiable")
 # violated: a lower bound exceeds the claim; not-refuted: the audit could have refuted the claim (its ceiling
 # reaches it) and did not; underpowered: not refuted, but only tested up to a ceiling below the claim;

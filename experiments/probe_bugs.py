@@ -6,7 +6,7 @@ FAIL line naming it, and how often an honest loop is flagged.
 Every run trains the external Opacus loop of examples/audit_external_opacus.py (the example's own ``train``,
 small settings: a 1-layer-wide tiny GPT-2 on 1,000 public sentences, B = 110, 4 epochs, epsilon = 8, the probe's
 1,000 canaries), evaluates it with ``dpaudit.api.evaluate`` (black-box canaries, white-box probe and mechanism
-checks) and applies the gate's default policy (``dpaudit.policy.check``, what ``dpaudit check`` runs). A bug counts
+checks) and applies the gate's default policy (``dpaudit.gate.policy.check``, what ``dpaudit check`` runs). A bug counts
 as detected when the gate fails with a FAIL line for the mechanism check that names it; the honest loop counts as
 flagged when any mechanism check fails. Writes ``runs.json`` (one row per run) and ``README.md``'s table
 (``table.md``) into OUT.
@@ -23,7 +23,8 @@ from pathlib import Path
 
 from scipy.stats import binomtest
 
-from dpaudit import api, policy
+from dpaudit import api
+from dpaudit.gate import policy
 from dpaudit.progress import set_quiet
 
 ROOT = Path(__file__).resolve().parents[1]

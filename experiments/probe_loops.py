@@ -350,7 +350,7 @@ def run_ddp(bug: str | None, seed: int, folder: Path, s: Settings, world: int = 
 
     import torch
 
-    from dpaudit.card import load_card
+    from dpaudit.claim.card import load_card
 
     here = str(Path(__file__).resolve().parent)  # the spawned ranks import this module by name
     os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])

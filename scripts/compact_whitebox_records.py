@@ -23,7 +23,7 @@ import numpy as np
 
 def compact(record_file: Path) -> str | None:
     from dpaudit.audit import whitebox_lr
-    from dpaudit.card import load_card
+    from dpaudit.claim.card import load_card
 
     d = json.loads(record_file.read_text())
     steps_name = d.get("steps_file")

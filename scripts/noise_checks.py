@@ -18,9 +18,9 @@ CONFIDENCE = 0.95
 
 
 def rows(folder: Path) -> list[str]:
-    from dpaudit import scoring
-    from dpaudit.card import card_from_dict
-    from dpaudit.evidence import noise_checks
+    from dpaudit.claim.card import card_from_dict
+    from dpaudit.evaluation import scoring
+    from dpaudit.evaluation.evidence import noise_checks
 
     out = []
     for card_file in sorted(folder.glob("*/checkpoint/privacy_card.json")):

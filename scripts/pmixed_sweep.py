@@ -33,7 +33,7 @@ def table(rows: list[dict]) -> str:
 
 
 def sweep(path: Path, rates, queries: int, seed: int, max_texts: int | None = None) -> list[dict]:
-    from dpaudit.canaries import load_manifest
+    from dpaudit.canaries.manifest import load_manifest
     from dpaudit.io import read_json
     from dpaudit.pmixed import evaluate as ev
     from dpaudit.pmixed.deployment import Deployment, PMixedSpec

@@ -1,5 +1,5 @@
 """REPORT.md of every committed evaluation, re-rendered from its report.json by the current renderer
-(dpaudit/report_md.py): the numbers are the run's, the layout today's. The images a REPORT.md shows are the PNGs
+(dpaudit/report/markdown.py): the numbers are the run's, the layout today's. The images a REPORT.md shows are the PNGs
 already beside it; PMixED deployments and comparisons keep their own renderers.
 
 Run: `python scripts/render_reports.py [--check]` (from the repository root; --check exits 1 when a committed
@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from dpaudit.report_md import render_markdown
+from dpaudit.report.markdown import render_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 

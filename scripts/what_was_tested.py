@@ -1,6 +1,6 @@
 """What each committed audit of reports/ tested, under the two-check verdict: the claim re-accounted from the
-privacy card committed beside its report.json (every accountant's interval, dpaudit.reaccount) and the empirical check
-re-derived from its one-run rows (dpaudit.verdict.empirical). Models are not reloaded; nothing under reports/ is
+privacy card committed beside its report.json (every accountant's interval, dpaudit.claim.reaccount) and the empirical check
+re-derived from its one-run rows (dpaudit.claim.verdict.empirical). Models are not reloaded; nothing under reports/ is
 changed but the table.
 
 Run: `python scripts/what_was_tested.py > reports/what_was_tested/README.md`
@@ -15,9 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from dpaudit.card import load_card
-from dpaudit.reaccount import reaccount
-from dpaudit.verdict import judge
+from dpaudit.claim.card import load_card
+from dpaudit.claim.reaccount import reaccount
+from dpaudit.claim.verdict import judge
 
 ROOT = Path(__file__).resolve().parents[1]
 

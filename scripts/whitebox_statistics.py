@@ -16,9 +16,9 @@ from pathlib import Path
 
 
 def rows(folder: Path) -> list[str]:
-    from dpaudit import scoring
     from dpaudit.audit import families, fdp, mechanism_limit, one_run
-    from dpaudit.card import load_card
+    from dpaudit.claim.card import load_card
+    from dpaudit.evaluation import scoring
     from dpaudit.run_folder import RunFolder
 
     out = []

@@ -185,7 +185,7 @@ def accuracy(model, tokenizer, examples: list[dict], batch_size: int = 64, max_l
 
 def outcomes(model, tokenizer, examples: list[dict], batch_size: int = 64, max_len: int = 64) -> list[bool]:
     """Per example, in order: whether the model predicts its label (what :func:`accuracy` averages; the report keeps
-    it for paired comparisons, dpaudit/paired.py)."""
+    it for paired comparisons, dpaudit/report/paired.py)."""
     from dpaudit.tasks.models import is_classifier
 
     if is_classifier(model):
@@ -212,7 +212,7 @@ def outcomes(model, tokenizer, examples: list[dict], batch_size: int = 64, max_l
 def metrics(model, tokenizer, test: list[dict], batch_size: int = 64, max_len: int = 64) -> dict:
     """Accuracy, and beside it the constant predictor's (the majority label of the test set): a DP model at that
     number has learnt nothing. ``correct`` (one 0/1 per test example, in order) and ``test_fingerprint`` let two
-    models evaluated on the same examples be compared paired (dpaudit/paired.py)."""
+    models evaluated on the same examples be compared paired (dpaudit/report/paired.py)."""
     right = outcomes(model, tokenizer, test, batch_size, max_len)
     return {"accuracy": sum(right) / len(test), "n_test": len(test), "task": "sentiment",
             "constant_predictor_accuracy": majority_accuracy(test),

@@ -120,15 +120,15 @@ def test_group_mixture_accounting():
 
 
 def _card(claim_eps, sampler="poisson", sigma=1.0):
-    from dpaudit.card import Claim, PrivacyCard
+    from dpaudit.claim.card import Claim, PrivacyCard
 
     return PrivacyCard(claim=Claim(epsilon=claim_eps, delta=1e-5),
                        events=[SubsampledGaussian(0.01, sigma, 1000, sampler)])
 
 
 def test_claim_check_flags_too_small_claim():
-    from dpaudit.reaccount import reaccount
-    from dpaudit.verdict import judge
+    from dpaudit.claim.reaccount import reaccount
+    from dpaudit.claim.verdict import judge
 
     honest = _card(1.84)  # PLD 1.83, PRV ~1.84, RDP 2.10: certified by PLD/PRV
     acct = reaccount(honest)
@@ -146,9 +146,9 @@ def test_claim_check_flags_too_small_claim():
 def test_shuffled_batches_are_accounted_without_replacement_but_not_certified():
     import dataclasses
 
-    from dpaudit.card import Claim
-    from dpaudit.reaccount import reaccount
-    from dpaudit.verdict import judge
+    from dpaudit.claim.card import Claim
+    from dpaudit.claim.reaccount import reaccount
+    from dpaudit.claim.verdict import judge
 
     c = dataclasses.replace(_card(2.2, sampler="shuffle"), dataset_size=10_000,
                             claim=Claim(epsilon=2.2, delta=1e-5, neighbouring="replace_one"))
@@ -161,8 +161,8 @@ def test_shuffled_batches_are_accounted_without_replacement_but_not_certified():
 
 
 def test_empirical_bound_above_claim_is_a_violation():
-    from dpaudit.reaccount import reaccount
-    from dpaudit.verdict import judge
+    from dpaudit.claim.reaccount import reaccount
+    from dpaudit.claim.verdict import judge
 
     c = _card(2.2)
     best = {"epsilon_lb": 3.0, "ceiling": 5.8, "family_confidence": 0.95}

@@ -95,8 +95,8 @@ def test_a_fresh_process_accounts_a_card_without_torch_and_can_still_import_opac
           "--epsilon", "8", "--out", str(card)])
     code = (
         "import json, sys\n"
-        "from dpaudit.card import load_card\n"
-        "from dpaudit.reaccount import reaccount\n"
+        "from dpaudit.claim.card import load_card\n"
+        "from dpaudit.claim.reaccount import reaccount\n"
         f"acct = reaccount(load_card({str(card)!r}))\n"
         "no_torch = 'torch' not in sys.modules and 'opacus' not in sys.modules\n"
         "import opacus\n"

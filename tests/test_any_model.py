@@ -10,9 +10,9 @@ import tomllib
 import pytest
 import torch
 
-from dpaudit import config
 from dpaudit.cli import main
 from dpaudit.errors import DpauditError
+from dpaudit.run import config
 from dpaudit.tasks import models
 from dpaudit.tasks.model_spec import ModelSpec
 

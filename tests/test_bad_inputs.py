@@ -23,11 +23,11 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 def healthy(tmp_path_factory, tiny_model_factory):
     from dpaudit import checkpoint
     from dpaudit.accounting.events import SubsampledGaussian
-    from dpaudit.canaries import CanaryPlan, generate
-    from dpaudit.card import Claim, PrivacyCard
-    from dpaudit.eval_options import EvalOptions
-    from dpaudit.evaluate import evaluate
-    from dpaudit.report import write
+    from dpaudit.canaries.manifest import CanaryPlan, generate
+    from dpaudit.claim.card import Claim, PrivacyCard
+    from dpaudit.evaluation.options import EvalOptions
+    from dpaudit.evaluation.steps import evaluate
+    from dpaudit.report.write import write
 
     d = tmp_path_factory.mktemp("healthy")
     model, tok = tiny_model_factory()
@@ -138,7 +138,7 @@ def _long_canaries(ck):
 
 def _plan_edited(d):
     """An evaluation plan written into the manifest after training (the card's digest is of the one without)."""
-    from dpaudit import eval_plan
+    from dpaudit.canaries import plan as eval_plan
 
     d["audit_plan"]["evaluation"] = eval_plan.planned(["loss"], "bonferroni", 0.5, 100)
 
@@ -622,7 +622,7 @@ def test_rule_held_out_writes_a_schema_valid_report(work, capsys):
     and bound present, accepted by `dpaudit check`'s schema validation."""
     import numpy as np
 
-    from dpaudit.policy import load_report
+    from dpaudit.gate.policy import load_report
 
     rng = np.random.default_rng(0)
     signs = [1, -1] * 50
@@ -804,7 +804,7 @@ def test_a_full_disk_is_one_line_exit_2_and_the_report_folder_is_kept(work, monk
     """ENOSPC while writing a report: exit 2 in one line naming the problem, the existing report folder as it was."""
     import errno
 
-    from dpaudit import report
+    from dpaudit.report import write as report
 
     before = _tree(work / "report")
 

@@ -1,4 +1,4 @@
-"""Canary designs (dpaudit/canaries.py, canary_pools.py, canary_tokens.py): manifests that regenerate and refuse
+"""Canary designs (dpaudit/canaries/manifest.py, canary_pools.py, canary_tokens.py): manifests that regenerate and refuse
 edits, pools chosen as documented, new tokens that extend a model identically, loss scored on the secret only,
 and on tiny models: a non-private model betrays new-token canaries, strong noise hides them."""
 
@@ -9,9 +9,11 @@ import pytest
 import torch
 from conftest import TINY_MODEL
 
-from dpaudit import canaries, canary_pools, canary_tokens
 from dpaudit.attacks.scoring import encode
 from dpaudit.audit import one_run
+from dpaudit.canaries import manifest as canaries
+from dpaudit.canaries import new_tokens as canary_tokens
+from dpaudit.canaries import pools as canary_pools
 from dpaudit.cli import main
 from dpaudit.errors import DpauditError
 

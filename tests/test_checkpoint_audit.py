@@ -6,12 +6,13 @@ import json
 import numpy as np
 import pytest
 
-from dpaudit import checkpoint, checkpoint_audit
+from dpaudit import checkpoint
 from dpaudit.audit import many_run
-from dpaudit.canaries import CanaryPlan, Manifest, generate
-from dpaudit.card import Claim, PrivacyCard
+from dpaudit.canaries.manifest import CanaryPlan, Manifest, generate
+from dpaudit.claim.card import Claim, PrivacyCard
 from dpaudit.cli import main
 from dpaudit.errors import DpauditError
+from dpaudit.evaluation import checkpoint_audit
 from dpaudit.tasks import sentiment
 from dpaudit.trainers import dp_adam, engine
 

@@ -14,10 +14,10 @@ import pytest
 from dp_accounting.pld import PLDAccountant
 from opacus.accountants import PRVAccountant, RDPAccountant
 
-from dpaudit import claim_check
 from dpaudit.accounting import SubsampledGaussian, intervals
-from dpaudit.card import Claim, PrivacyCard
-from dpaudit.reaccount import reaccount
+from dpaudit.claim import status as claim_check
+from dpaudit.claim.card import Claim, PrivacyCard
+from dpaudit.claim.reaccount import reaccount
 
 # (sigma, q, T, delta): small and large epsilon, tiny and large q, T up to 10,000
 GRID = [(0.6, 0.0145, 300, 1e-5), (2.0, 0.001, 100, 1e-6), (4.0, 0.5, 1000, 1e-5)]

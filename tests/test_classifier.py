@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit import canaries, config
 from dpaudit.attacks import classifier as clf_attack
+from dpaudit.canaries import manifest as canaries
 from dpaudit.errors import DpauditError
+from dpaudit.run import config
 from dpaudit.tasks import models, sentiment
 from dpaudit.trainers import data as data_seam
 from dpaudit.trainers import loss as lossmod
@@ -155,8 +156,8 @@ def test_reported_accuracy_is_recomputed_from_the_checkpoint(clf_run):
 
 
 def test_only_lm_attacks_on_a_classifier_is_a_clear_error(clf_run):
-    from dpaudit.eval_options import EvalOptions
-    from dpaudit.evaluate import evaluate
+    from dpaudit.evaluation.options import EvalOptions
+    from dpaudit.evaluation.steps import evaluate
 
     with pytest.raises(DpauditError, match="need a causal LM"):
         evaluate(clf_run / "dp" / "checkpoint", EvalOptions(attacks=("zlib", "exposure"), off_plan=True))

@@ -73,7 +73,7 @@ def test_config_errors_exit_2(tmp_path, capsys):
 def test_run_variant_selection(tmp_path, capsys):
     """--variant keeps the named variants in config order with the shared sections untouched; a name the
     config lacks is one line, exit 2, nothing written."""
-    from dpaudit import config
+    from dpaudit.run import config
 
     p = tmp_path / "c.toml"
     p.write_text("[train]\nlr = 1e-3\n[[variants]]\nname = 'a'\ntarget_epsilon = inf\n"
@@ -92,7 +92,7 @@ def test_run_variant_selection(tmp_path, capsys):
 
 def test_account_card(tmp_path, capsys):
     from dpaudit.accounting import SubsampledGaussian
-    from dpaudit.card import Claim, PrivacyCard
+    from dpaudit.claim.card import Claim, PrivacyCard
 
     c = PrivacyCard(claim=Claim(epsilon=2.2, delta=1e-5), events=[SubsampledGaussian(0.01, 1.0, 1000)])
     c.save(tmp_path / "card.json")
@@ -120,7 +120,7 @@ def test_account_card(tmp_path, capsys):
 
 
 def test_canaries_new_writes_manifest_and_records(tmp_path, capsys):
-    from dpaudit.canaries import load_manifest, regenerate
+    from dpaudit.canaries.manifest import load_manifest, regenerate
 
     out, recs = tmp_path / "canaries.json", tmp_path / "records.jsonl"
     assert main(["canaries", "new", "--m", "40", "--repetitions", "3", "--seed", "5", "--template",
@@ -156,7 +156,7 @@ def test_canaries_new_bad_input(tmp_path, capsys, args, needle):
 
 
 def test_card_command(tmp_path, capsys):
-    from dpaudit.card import load_card
+    from dpaudit.claim.card import load_card
 
     out = tmp_path / "card.json"
     base = ["card", "--epsilon", "2.2", "--delta", "1e-5", "--sigma", "1.0", "--sample-rate", "0.01", "--steps",
@@ -187,9 +187,9 @@ def test_card_command(tmp_path, capsys):
 def test_insert_canaries_into_a_dataset():
     from datasets import Dataset
 
-    from dpaudit.canary_making import new
+    from dpaudit.canaries.making import new
+    from dpaudit.canaries.planting import insert_canaries
     from dpaudit.errors import DpauditError
-    from dpaudit.planting import insert_canaries
 
     man = new(m=20, repetitions=2, seed=3)
     ds = Dataset.from_dict({"text": [f"public {i}" for i in range(50)], "source": ["web"] * 50})

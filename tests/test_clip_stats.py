@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dpaudit.report_md import clipping_lines, training_lines
+from dpaudit.report.markdown import clipping_lines, training_lines
 from dpaudit.tasks import sentiment
 from dpaudit.trainers import data as data_seam
 from dpaudit.trainers import engine, mechanism

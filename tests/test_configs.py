@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit import config
-from dpaudit.policy import load_policy
+from dpaudit.gate.policy import load_policy
+from dpaudit.run import config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # sub-folders too, but configs/paper/, which names the user's own model folders (tests/test_dry_run.py)

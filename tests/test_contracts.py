@@ -5,9 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit import canaries, card, config
 from dpaudit.accounting import SubsampledGaussian
+from dpaudit.canaries import manifest as canaries
+from dpaudit.claim import card
 from dpaudit.errors import DpauditError
+from dpaudit.run import config
 
 
 def _card_dict():

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from dpaudit import config
-from dpaudit.config import TaskConfig
 from dpaudit.errors import DpauditError
+from dpaudit.run import config
+from dpaudit.run.config import TaskConfig
 from dpaudit.tasks import registry, sentiment, table2text, userlm
 
 

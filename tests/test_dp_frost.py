@@ -275,8 +275,9 @@ rounds = 3
 def _fit(tmp_path, extra: str, name: str = "v"):
     import tomllib
 
-    from dpaudit import canaries, config
+    from dpaudit.canaries import manifest as canaries
     from dpaudit.checkpoint import load
+    from dpaudit.run import config
     from dpaudit.tasks import registry
     from dpaudit.trainers import dp_frost
 
@@ -299,7 +300,7 @@ def _changed(cfg, ck):
 def test_dp_frost_trains_only_its_choice_and_accounts_the_composition(tmp_path, extra):
     import json
 
-    from dpaudit.reaccount import reaccount
+    from dpaudit.claim.reaccount import reaccount
 
     cfg, ck = _fit(tmp_path, extra)
     run = json.loads((ck.path / "run.json").read_text())
@@ -336,7 +337,7 @@ def test_data_independent_baselines_cost_no_selection(tmp_path):
 def test_bad_frost_settings_fail_before_training(extra, needle):
     import tomllib
 
-    from dpaudit import config
+    from dpaudit.run import config
 
     with pytest.raises(DpauditError, match=needle):
         config.parse(tomllib.loads(FROST_CONFIG + f'[[variants]]\nname = "v"\ntarget_epsilon = 1.0\n{extra}\n'))
@@ -351,7 +352,7 @@ def test_budget_smaller_than_every_partition_fails_before_training(tmp_path):
 def test_frost_options_refused_for_other_methods():
     import tomllib
 
-    from dpaudit import config
+    from dpaudit.run import config
 
     text = FROST_CONFIG.replace('method = "dp_frost"', 'method = "dp_adam"')
     with pytest.raises(DpauditError, match="dp_frost"):

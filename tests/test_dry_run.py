@@ -1,4 +1,4 @@
-"""`dpaudit run CONFIG --dry-run` (dpaudit/dry_run.py): every paper config of configs/paper/ resolves its plan with
+"""`dpaudit run CONFIG --dry-run` (dpaudit/run/dry_run.py): every paper config of configs/paper/ resolves its plan with
 small stand-in models of the same architectures (no weights read, nothing written), and the plan is the one the
 trainer would run."""
 
@@ -10,8 +10,9 @@ import pytest
 import torch
 from conftest import TINY_RUN
 
-from dpaudit import accounting, dry_run
+from dpaudit import accounting
 from dpaudit.cli import main
+from dpaudit.run import dry_run
 from dpaudit.tasks import models
 from dpaudit.tasks.model_spec import ModelSpec
 
@@ -66,14 +67,14 @@ def test_paper_configs_dry_run_with_stand_in_models(path, stand_ins, monkeypatch
 
 
 def p_target(path: Path, variant: str) -> float:
-    from dpaudit import config
+    from dpaudit.run import config
 
     return next(v.trainer.engine.target_epsilon for v in config.load(path).variants if v.name == variant)
 
 
 def test_dry_run_plan_is_what_the_engine_would_run(tmp_path, capsys):
     """tiny.toml: the plan's q, steps and sigma are the engine's record plan and calibration."""
-    from dpaudit import config
+    from dpaudit.run import config
     from dpaudit.trainers import engine
 
     plans, notes = dry_run.plan(ROOT / "configs" / "tiny.toml")

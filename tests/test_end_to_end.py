@@ -11,7 +11,7 @@ from sklearn.metrics import roc_auc_score
 
 from dpaudit import accounting
 from dpaudit.audit import fdp, one_run
-from dpaudit.card import load_card
+from dpaudit.claim.card import load_card
 from dpaudit.cli import main
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from dpaudit import eval_plan
-from dpaudit.canaries import CanaryPlan, generate, manifest_from_dict
+from dpaudit.canaries import plan as eval_plan
+from dpaudit.canaries.manifest import CanaryPlan, generate, manifest_from_dict
 from dpaudit.errors import DpauditError
 
 PLAN = eval_plan.planned(["loss", "zlib"], "bonferroni", 0.95, 500)
@@ -49,7 +49,7 @@ def test_the_gate_fails_an_off_plan_report():
     import json
     from pathlib import Path
 
-    from dpaudit.policy import Policy, check
+    from dpaudit.gate.policy import Policy, check
 
     r = json.loads((Path(__file__).resolve().parents[1] / "reports/demo/dp-eps8/report/report.json").read_text())
     r["audit_plan"] = {"status": "off-plan", "planned": PLAN, "used": PLAN, "departures": ["confidence: planned 0.95, used 0.8"]}

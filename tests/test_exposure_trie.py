@@ -59,10 +59,10 @@ def test_evaluate_ranks_exposure_over_the_whole_space_by_default(tiny_model_fact
     """A 10^4 space fits the trie's budget: `dpaudit evaluate` ranks every canary among all other secrets,
     says the suffix was not scored, and its canary bits are the trie's."""
     from dpaudit import checkpoint
-    from dpaudit.canaries import CanaryPlan, generate
-    from dpaudit.card import Claim, PrivacyCard
-    from dpaudit.eval_options import EvalOptions
-    from dpaudit.evaluate import evaluate
+    from dpaudit.canaries.manifest import CanaryPlan, generate
+    from dpaudit.claim.card import Claim, PrivacyCard
+    from dpaudit.evaluation.options import EvalOptions
+    from dpaudit.evaluation.steps import evaluate
 
     model, tok = tiny_model_factory()
     man = generate(CanaryPlan(m=20, length=4))

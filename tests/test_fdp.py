@@ -130,7 +130,7 @@ def test_statistic_is_chosen_from_the_record_and_card_only():
     rec = {"scores": [0.0, 0.0, 0.0], "steps_array": steps, "sample_rate": 0.1}
     from dpaudit.accounting import SubsampledGaussian
     from dpaudit.audit.mechanism import Audited
-    from dpaudit.card import Claim, PrivacyCard
+    from dpaudit.claim.card import Claim, PrivacyCard
 
     def audited(*events):
         return PrivacyCard(claim=Claim(epsilon=1.0, delta=1e-5), events=list(events)).audited_mechanism()

@@ -125,7 +125,7 @@ def test_sharded_noise_is_added_once_and_never_repeated(tmp_path):
 
 
 def test_what_sharded_training_cannot_do_is_refused_in_one_line():
-    from dpaudit import config
+    from dpaudit.run import config
     from dpaudit.trainers import distributed, fsdp
 
     cfg = config.parse({"train": {"grad_sample_mode": "ghost_fsdp"}, "variants": [{"name": "dp", "target_epsilon": 3}]})

@@ -34,8 +34,9 @@ noise = {a1 = 0.3, a2 = 0.2, a3 = 0.5, gamma_k = 2.0, gamma_theta = 0.5, exp_rat
 
 
 def _fit(tmp_path, extra: str, name: str = "v"):
-    from dpaudit import canaries, config
+    from dpaudit.canaries import manifest as canaries
     from dpaudit.checkpoint import load
+    from dpaudit.run import config
     from dpaudit.tasks import registry
     from dpaudit.trainers import lmo_dp
 
@@ -46,7 +47,7 @@ def _fit(tmp_path, extra: str, name: str = "v"):
 
 
 def test_lmo_run_writes_the_papers_claim_and_dpaudit_reaccounts_the_mechanism(tmp_path):
-    from dpaudit.reaccount import reaccount
+    from dpaudit.claim.reaccount import reaccount
 
     cfg, ck = _fit(tmp_path, "target_epsilon = 3.0\n")
     card = ck.card
@@ -73,8 +74,8 @@ def test_lmo_run_writes_the_papers_claim_and_dpaudit_reaccounts_the_mechanism(tm
 
 
 def test_evaluator_audits_each_canary_set_separately(tmp_path):
-    from dpaudit.eval_options import EvalOptions
-    from dpaudit.evaluate import evaluate
+    from dpaudit.evaluation.options import EvalOptions
+    from dpaudit.evaluation.steps import evaluate
 
     cfg, ck = _fit(tmp_path, "target_epsilon = 3.0\n")
     r = evaluate(ck.path, EvalOptions(n_references=20, attacks=("loss",)))  # canaries.generate: no plan
@@ -112,7 +113,7 @@ def test_dense_canaries_are_dense_orthogonal_and_recover_their_own_counts():
 def _whitebox_auc(y0: float, kind: str) -> float:
     from dpaudit.accounting import SubsampledLaplaceMixture
     from dpaudit.audit.mia_metrics import compute
-    from dpaudit.config import ModelSpec
+    from dpaudit.run.config import ModelSpec
     from dpaudit.tasks.models import build
     from dpaudit.tasks.sentiment import encode_text
     from dpaudit.trainers import engine
@@ -150,7 +151,7 @@ def test_bad_lmo_settings_fail_before_training(tmp_path, extra, needle):
 
 
 def test_lmo_options_are_refused_for_other_methods():
-    from dpaudit import config
+    from dpaudit.run import config
 
     text = LMO_CONFIG.replace('method = "lmo_dp"', 'method = "dp_adam"').replace('gradient_canary_kind = "dirac+dense"\n', "")
     with pytest.raises(DpauditError, match="lmo_dp"):
@@ -170,7 +171,7 @@ def test_vector_calibration_meets_its_target_and_claims_with_its_own_accountant(
 
 
 def config_trainer(extra: str):
-    from dpaudit import config
+    from dpaudit.run import config
 
     text = LMO_CONFIG.replace("[train.lmo]\nnoise = {a1 = 0.3, a2 = 0.2, a3 = 0.5, gamma_k = 2.0, gamma_theta = 0.5, "
                               "exp_rate = 5.0, u_low = 0.5, u_high = 1.5}\n", "")

@@ -168,7 +168,7 @@ def test_audit_plan_prints_the_limit_of_each_m_before_training(capsys):
 def test_a_report_of_many_canaries_keeps_a_histogram_and_a_thinned_roc(tmp_path):
     """Above 20,000 canaries report.json keeps counts per bin and at most 2,000 ROC points (the metrics still use
     every score); the schema accepts it and the plots draw it."""
-    from dpaudit import plots
+    from dpaudit.report import plots
 
     rng = np.random.default_rng(0)
     m = 25_000

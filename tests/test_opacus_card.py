@@ -8,9 +8,9 @@ from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 
+from dpaudit.claim.opacus_card import card_from_opacus, sampler_of
+from dpaudit.claim.reaccount import reaccount
 from dpaudit.errors import DpauditError
-from dpaudit.opacus_card import card_from_opacus, sampler_of
-from dpaudit.reaccount import reaccount
 
 N, B = 300, 32
 

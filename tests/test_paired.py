@@ -1,4 +1,4 @@
-"""Paired accuracy comparisons (dpaudit/paired.py): McNemar's exact p from the discordant pairs, checked against
+"""Paired accuracy comparisons (dpaudit/report/paired.py): McNemar's exact p from the discordant pairs, checked against
 the binomial sum written out; valid at 5% on simulated equally accurate models; it finds a real difference the
 unpaired Newcombe interval cannot resolve; the bootstrap interval covers the true difference; `dpaudit table
 --differences` and `dpaudit compare` use it when both reports carry outcomes on the same examples."""
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from dpaudit import paired, table
 from dpaudit.errors import DpauditError
+from dpaudit.report import paired, table
 
 
 def _mcnemar_by_hand(b: int, c: int) -> float:
@@ -73,7 +73,7 @@ def _report(correct: str, fp: str = "f") -> dict:
 
 
 def test_compare_flags_accuracy_only_when_mcnemar_does():
-    from dpaudit import compare
+    from dpaudit.gate import compare
 
     old = "1" * 400 + "0" * 100
     slightly = "0" * 3 + "1" * 397 + "0" * 100  # 3 fewer right: not a significant drop

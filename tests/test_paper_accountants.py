@@ -3,7 +3,8 @@
 
 import pytest
 
-from dpaudit import config, options
+from dpaudit import options
+from dpaudit.run import config
 
 
 def _eng(method: str, task: str = "sentiment", **train):

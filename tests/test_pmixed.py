@@ -285,7 +285,7 @@ sample_rate = 0.4
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    from dpaudit import pipeline
+    from dpaudit.run import pipeline
 
     root = tmp_path_factory.mktemp("pmixed")
     (root / "c.toml").write_text(TINY_PMIXED)
@@ -347,7 +347,7 @@ def test_deployment_generates_within_budget_and_refuses_beyond_it(deployment):
 
     assert main(["pmixed", "generate", str(path), "--prompt", "hi", "--max-new-tokens", "1", "--top-k", "5"]) == 2
     # the evaluation also checks the queries users asked, exactly, from the transcript
-    from dpaudit.eval_options import EvalOptions
+    from dpaudit.evaluation.options import EvalOptions
     from dpaudit.pmixed import evaluate_deployment
 
     r = evaluate_deployment(path, EvalOptions(whitebox_queries=3))
@@ -361,7 +361,7 @@ def test_exact_check_refutes_a_deployment_configured_by_the_papers_own_analysis(
     import importlib.util
     from pathlib import Path
 
-    from dpaudit import claim_check
+    from dpaudit.claim import status as claim_check
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "pmixed_counterexample.py"
     spec = importlib.util.spec_from_file_location("pmixed_counterexample", path)

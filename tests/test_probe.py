@@ -11,9 +11,10 @@ from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from dpaudit import api, evidence, scoring
-from dpaudit.card import load_card
+from dpaudit import api
+from dpaudit.claim.card import load_card
 from dpaudit.errors import DpauditError
+from dpaudit.evaluation import evidence, scoring
 from dpaudit.probe import Probe
 
 N, B, C = 400, 40, 0.5

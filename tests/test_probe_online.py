@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from dpaudit import compare, verdict
 from dpaudit.audit import mechanism_checks as mc
 from dpaudit.audit import sequential
+from dpaudit.claim import verdict
+from dpaudit.gate import compare
 
 N, Q, SIGMA, T = 1000, 0.05, 1.0, 200
 SIZES = np.array([4096, 64, 1024, 2])  # coordinates read per tensor per step

@@ -8,9 +8,9 @@ from importlib import resources
 import jsonschema
 import pytest
 
-from dpaudit import policy
 from dpaudit.cli import main
-from dpaudit.compare import compare
+from dpaudit.gate import policy
+from dpaudit.gate.compare import compare
 
 
 def _load(p):

@@ -265,7 +265,7 @@ def test_machine_names_the_gpu_that_made_a_report(monkeypatch):
     README names it beside the CPU runs; a CPU run records none."""
     import torch
 
-    from dpaudit import report_build
+    from dpaudit.report import build as report_build
 
     assert report_build.machine()["accelerator"] is None or torch.cuda.is_available()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -109,8 +109,8 @@ def test_sharded_classifier_label_log_probs_equal_one_process():
 
 @pytest.mark.parametrize("bad", ["0/3", "4/3", "1/0", "a/b", "1"])
 def test_shard_spec_errors_name_the_form(bad):
-    from dpaudit import shards
     from dpaudit.errors import DpauditError
+    from dpaudit.evaluation import shards
 
     with pytest.raises(DpauditError, match="--shard"):
         shards.parse(bad)

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from dpaudit.cli import main
-from dpaudit.config import TaskConfig
 from dpaudit.errors import DpauditError
+from dpaudit.run.config import TaskConfig
 from dpaudit.tasks import sentiment, table2text, userlm
 
 

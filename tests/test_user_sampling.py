@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpaudit import config
 from dpaudit.errors import DpauditError
+from dpaudit.run import config
 from dpaudit.trainers import user_dp
 from dpaudit.trainers.data import UserBatches
 

@@ -6,11 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from dpaudit import checkpoint, report
-from dpaudit.canaries import CanaryPlan, generate
-from dpaudit.card import Claim, PrivacyCard
-from dpaudit.eval_options import EvalOptions
-from dpaudit.evaluate import evaluate
+from dpaudit import checkpoint
+from dpaudit.canaries.manifest import CanaryPlan, generate
+from dpaudit.claim.card import Claim, PrivacyCard
+from dpaudit.evaluation.options import EvalOptions
+from dpaudit.evaluation.steps import evaluate
+from dpaudit.report import write as report
 from dpaudit.tasks import sentiment
 from dpaudit.trainers import engine, fit, mechanism
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit.canaries import Manifest
+from dpaudit.canaries.manifest import Manifest
 from dpaudit.tasks import registry, sentiment
 from dpaudit.trainers import engine
 from dpaudit.trainers import fit as common

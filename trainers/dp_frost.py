@@ -27,8 +27,8 @@ import torch
 
 from dpaudit import accounting
 from dpaudit.accounting import SubsampledGaussian
-from dpaudit.canaries import Manifest
-from dpaudit.card import PrivacyCard
+from dpaudit.canaries.manifest import Manifest
+from dpaudit.claim.card import PrivacyCard
 from dpaudit.errors import DpauditError
 from dpaudit.tokens import model_device
 from dpaudit.trainers import data as data_seam

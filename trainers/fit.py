@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dpaudit import checkpoint, report_build
-from dpaudit.card import Claim, PrivacyCard
+from dpaudit import checkpoint
+from dpaudit.claim.card import Claim, PrivacyCard
+from dpaudit.report import build as report_build
 from dpaudit.trainers import pretrain, trainable
 
 
@@ -18,8 +19,9 @@ def engine_config(variant):
 
 def base_model(cfg, eng, manifest=None):
     """(model, tokenizer) the variant starts from, before its trainable parameters are chosen, on the device of
-    ``eng.device`` (train.device); a new-token manifest's tokens added to both (dpaudit/canary_tokens.py)."""
-    from dpaudit import canary_tokens, device
+    ``eng.device`` (train.device); a new-token manifest's tokens added to both (dpaudit/canaries/new_tokens.py)."""
+    from dpaudit import device
+    from dpaudit.canaries import new_tokens as canary_tokens
 
     model, tok = pretrain.build(cfg.model)
     if manifest is not None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from dpaudit import progress
 from dpaudit.accounting import SubsampledLaplaceMixture, lmo_paper, lmo_vector
 from dpaudit.accounting.lmo_noise import LmoNoise
-from dpaudit.canaries import Manifest
+from dpaudit.canaries.manifest import Manifest
 from dpaudit.errors import DpauditError
 from dpaudit.trainers import dp_adam, engine
 from dpaudit.trainers import fit as common

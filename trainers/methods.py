@@ -29,7 +29,7 @@ class Method:
     module: ModuleType
     snapshots: bool
     gaussian_target: bool = False  # calibrates one record-level Gaussian to train.target_epsilon: a target no noise
-    # reaches is refused before any variant trains (dpaudit.pipeline's preflight)
+    # reaches is refused before any variant trains (dpaudit.run.pipeline's preflight)
 
     def fit(self, cfg, variant, data, manifest, out, snapshots=None):
         if snapshots is not None and not self.snapshots:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from dpaudit.accounting.events import PMixedPrediction
-from dpaudit.canaries import Manifest
+from dpaudit.canaries.manifest import Manifest
 from dpaudit.errors import DpauditError
 from dpaudit.io import jsonable, staged_folder
 from dpaudit.pmixed import deployment as dep

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit.accounting import group
-from dpaudit.canaries import Manifest
+from dpaudit.canaries.manifest import Manifest
 from dpaudit.tasks import userlm
 from dpaudit.tasks.sentiment import encode_text
 from dpaudit.tokens import frame_text

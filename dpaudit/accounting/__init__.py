@@ -20,7 +20,7 @@ analyses and raises :class:`NotApplicable` for the others:
 
 ``upper`` values certify a claim (any one sound upper bound at or below it); ``lower`` values refute one (the
 true epsilon is at least the lower end). Where upper values disagree, the claim check reports the largest
-(:mod:`dpaudit.reaccount`), so that epsilon is never under-reported.
+(:mod:`dpaudit.claim.reaccount`), so that epsilon is never under-reported.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def per_family(confidence: float, n_families: int) -> float:
 
 
 def _sets(whitebox: list[dict] | None) -> list[dict]:
-    """The white-box canary sets (:func:`dpaudit.scoring.whitebox`: each with its ``name``), or none."""
+    """The white-box canary sets (:func:`dpaudit.evaluation.scoring.whitebox`: each with its ``name``), or none."""
     return list(whitebox or [])
 
 

@@ -1,6 +1,6 @@
 """``dpaudit evaluate DEPLOYMENT`` for PMixED: utility through the protocol, the exact check of the per-query
 claim, and a black-box canary audit through the sampled tokens. Returns the report dict (the report.json
-contract of dpaudit.report, plus a ``pmixed`` section); writes nothing.
+contract of dpaudit.report.write, plus a ``pmixed`` section); writes nothing.
 
 * **Perplexity** (teacher-forced, the paper's evaluation): at every position of the held-out users' texts
   (BOS + text + EOS, cut at max_len, the tokens :func:`dpaudit.tasks.userlm.metrics` scores) the public
@@ -29,19 +29,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dpaudit import checkpoint, claim_check, eval_plan, progress, report_build
+from dpaudit import checkpoint, progress
 from dpaudit.audit import families
-from dpaudit.canaries import load_manifest
-from dpaudit.card import load_card
+from dpaudit.canaries import plan as eval_plan
+from dpaudit.canaries.manifest import load_manifest
+from dpaudit.claim import status as claim_check
+from dpaudit.claim.card import load_card
+from dpaudit.claim.reaccount import lemma_delta, reaccount
+from dpaudit.claim.verdict import judge
 from dpaudit.errors import DpauditError
-from dpaudit.eval_options import EvalOptions
+from dpaudit.evaluation.options import EvalOptions
 from dpaudit.io import read_json
 from dpaudit.pmixed import audit as exact
 from dpaudit.pmixed import mixing
 from dpaudit.pmixed.deployment import Deployment, partition_of
-from dpaudit.reaccount import lemma_delta, reaccount
+from dpaudit.report import build as report_build
 from dpaudit.tokens import bos_id, frame_text
-from dpaudit.verdict import judge
 
 ATTACK = "extraction"
 
@@ -206,7 +209,7 @@ def task_data(run: dict):
 
 def evaluate_deployment(path: Path, options: EvalOptions | None = None, command: str | None = None,
                         seed: int = 0) -> dict:
-    """The report of one PMixED deployment. Of ``options`` (:class:`dpaudit.eval_options.EvalOptions`) it reads
+    """The report of one PMixED deployment. Of ``options`` (:class:`dpaudit.evaluation.options.EvalOptions`) it reads
     ``confidence`` (default: the manifest's evaluation plan; a departure needs ``off_plan``),
     ``whitebox_queries`` and ``device``; the attacks and references do not apply."""
     t0 = time.time()

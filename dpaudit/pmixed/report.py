@@ -1,4 +1,4 @@
-"""REPORT.md and report.json of a PMixED deployment's evaluation (the report.json contract of dpaudit.report,
+"""REPORT.md and report.json of a PMixED deployment's evaluation (the report.json contract of dpaudit.report.write,
 so ``dpaudit check`` and ``dpaudit run``'s comparison read it like any other), written atomically."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dpaudit import report_md as common
 from dpaudit.io import jsonable
+from dpaudit.report import markdown as common
 
 LIMITATIONS = [
     "The exact check covers the queries it logged (canary secrets of inserted canaries); a query it did not "

@@ -298,7 +298,7 @@ def deployment_texts(dep, path, per_partition: int, held_out: int, seed: int) ->
     ids). The records come from the deployment's run.json task, checked against its data fingerprint."""
     from pathlib import Path
 
-    from dpaudit.canaries import load_manifest
+    from dpaudit.canaries.manifest import load_manifest
     from dpaudit.io import read_json
     from dpaudit.pmixed.deployment import partition_of
     from dpaudit.pmixed.evaluate import task_data
@@ -391,7 +391,7 @@ def evaluation_queries(dep, path, limit: int) -> list[tuple[tuple[int, ...], str
     exact check logs them (:func:`dpaudit.pmixed.evaluate.canary_audit`): (context, source)."""
     from pathlib import Path
 
-    from dpaudit.canaries import load_manifest
+    from dpaudit.canaries.manifest import load_manifest
     from dpaudit.pmixed.evaluate import secret_span
 
     man, out = load_manifest(Path(path) / "canaries.json"), []

@@ -5,7 +5,7 @@
     <same stem>.probe.npz                   the probe's per-step arrays (records, clipped-sum ratio, clip canaries)
 
 Written by dpaudit's trainers (trainers/fit.py) and by :meth:`dpaudit.probe.Probe.save`; read by
-:func:`dpaudit.scoring.whitebox`.
+:func:`dpaudit.evaluation.scoring.whitebox`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""Insert a manifest's canaries into someone else's training data (a ``datasets.Dataset`` or a JSONL file).
+
+The canaries must be in the data the trainer samples from, shuffled in with the rest, each inserted canary
+``repetitions`` times; held-out canaries must not be there at all (the audit compares the two). These
+helpers do exactly that and nothing else, so that a team with its own training loop never hand-writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dpaudit.canaries.manifest import Manifest
+from dpaudit.errors import DpauditError
+from dpaudit.io import write_atomic
+
+
+def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dict | None = None,
+                    label_column: str | None = None, seed: int = 0):
+    """``dataset`` with the manifest's inserted canaries added (in column ``column``) and the whole shuffled.
+
+    Every other column of ``dataset`` needs a value for the canary rows: give it in ``fill`` ({column: value});
+    classifier canaries put their label in ``label_column``. Returns a new ``datasets.Dataset``; the input is
+    not changed.
+    """
+    from datasets import Dataset, concatenate_datasets
+
+    if not isinstance(dataset, Dataset):
+        raise DpauditError(f"insert_canaries needs a datasets.Dataset, got {type(dataset).__name__}; for a list of "
+                           "texts add manifest.training_texts() and shuffle")
+    if column not in dataset.column_names:
+        raise DpauditError(f"the dataset has no column {column!r} (columns: {', '.join(dataset.column_names)}); "
+                           "pass column= naming the text column")
+    fill = dict(fill or {})
+    if manifest.plan.labels:
+        if not label_column or label_column not in dataset.column_names:
+            raise DpauditError("these canaries carry labels: pass label_column= naming the dataset's label column")
+    elif label_column:
+        raise DpauditError("label_column is set but these canaries carry no labels (canaries.labels = 0)")
+    others = [c for c in dataset.column_names if c not in (column, label_column)]
+    missing = [c for c in others if c not in fill]
+    if missing:
+        raise DpauditError(f"the dataset's column {missing[0]!r} needs a value for the canary rows: pass "
+                           f"fill={{{missing[0]!r}: ...}}")
+    unknown = sorted(set(fill) - set(others))
+    if unknown:
+        raise DpauditError(f"fill names {unknown[0]!r}, which is not another column of the dataset")
+    recs = manifest.records(column)
+    if label_column:
+        recs = [{column: r[column], label_column: r["label"]} for r in recs]
+    rows = [{**r, **fill} for r in recs]
+    if not rows:
+        return dataset.shuffle(seed=seed)
+    extra = Dataset.from_list(rows, features=dataset.features)
+    return concatenate_datasets([dataset, extra]).shuffle(seed=seed)
+
+
+def write_records(manifest: Manifest, path: Path, column: str = "text") -> int:
+    """The records to insert as JSONL (one ``{column: text}`` object per line; classifier canaries add
+    ``label``), written atomically; returns how many."""
+    recs = manifest.records(column)
+    write_atomic(Path(path), lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in recs)))
+    return len(recs)

@@ -1,0 +1,71 @@
+"""The privacy card of a model trained with Opacus, from what its PrivacyEngine actually did.
+
+    model, optimizer, loader = engine.make_private(module=..., optimizer=..., data_loader=...,
+                                                   noise_multiplier=..., max_grad_norm=...)
+    ... train ...
+    card_from_opacus(engine, loader, optimizer, delta=1e-5).save("out/privacy_card.json")
+
+* the events are the accountant's history, phase by phase (Opacus merges equal consecutive steps into
+  (noise_multiplier, sample_rate, steps); heterogeneous phases compose in order);
+* the sampling rate is the one Opacus accounted, ``1 / len(data_loader)`` of the loader given to
+  ``make_private``, not batch / dataset size;
+* the sampler is the one the loader really used: Poisson only for Opacus' ``DPDataLoader``
+  (``poisson_sampling=True``, the default); a loader of fixed-size batches is recorded as ``shuffle``
+  (or ``with_replacement`` / ``other``), which the claim check then reports instead of trusting;
+* the claimed epsilon is what the engine's own accountant reports at ``delta`` unless one is given.
+"""
+
+from __future__ import annotations
+
+from dpaudit.accounting.events import SubsampledGaussian
+from dpaudit.claim.card import Claim, PrivacyCard, card_from_dict
+from dpaudit.errors import DpauditError
+from dpaudit.options import ACCOUNTANTS
+
+
+def sampler_of(data_loader) -> str:
+    """How ``data_loader`` draws its batches: poisson | shuffle | with_replacement | other."""
+    from opacus.data_loader import DPDataLoader
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+    from torch.utils.data import RandomSampler
+
+    if isinstance(data_loader, DPDataLoader) or isinstance(getattr(data_loader, "batch_sampler", None),
+                                                           UniformWithReplacementSampler):
+        return "poisson"
+    sampler = getattr(data_loader, "sampler", None)
+    if isinstance(sampler, RandomSampler):
+        return "with_replacement" if sampler.replacement else "shuffle"
+    return "other"
+
+
+def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: float, epsilon: float | None = None,
+                     unit: str = "record", method: str = "opacus", trainable: str = "full",
+                     dataset_size: int | None = None) -> PrivacyCard:
+    """The card of what ``privacy_engine`` did. ``data_loader`` is the one ``make_private`` returned (it tells the
+    sampler and the dataset size); ``optimizer`` the DPOptimizer it returned (clipping norm). ``epsilon`` None:
+    the engine's accountant's value at ``delta``."""
+    acc = getattr(privacy_engine, "accountant", None)
+    history = list(getattr(acc, "history", None) or [])
+    if not history:
+        raise DpauditError("the PrivacyEngine's accountant recorded no steps; write the card after training, with "
+                           "the engine that trained the model")
+    sampler = sampler_of(data_loader)
+    events = [SubsampledGaussian(float(q), float(sigma), int(steps), sampler) for sigma, q, steps in history]
+    if dataset_size is None:
+        try:
+            dataset_size = len(data_loader.dataset)
+        except (AttributeError, TypeError):
+            dataset_size = None
+    source = acc.mechanism() if hasattr(acc, "mechanism") else "external"
+    if epsilon is None:
+        epsilon = float(privacy_engine.get_epsilon(delta))
+    clip = getattr(optimizer, "max_grad_norm", None)
+    q = events[-1].sample_rate
+    card = PrivacyCard(
+        claim=Claim(epsilon=float(epsilon), delta=float(delta), unit=unit, neighbouring="add_remove",
+                    accountant=source if source in ACCOUNTANTS else "external"),
+        events=events, clipping_norm=None if clip is None else float(clip),
+        expected_batch_size=q * dataset_size if dataset_size else None, dataset_size=dataset_size,
+        method=method, trainable=trainable,
+        extra={"source": "opacus PrivacyEngine", "opacus_accountant": source})
+    return card_from_dict(card.to_dict(), "the card from the PrivacyEngine")  # the checks a reader applies

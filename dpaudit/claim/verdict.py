@@ -1,0 +1,106 @@
+"""Step 4 of ``dpaudit evaluate`` (load, score, audit, **judge**, render): the two checks of a claim, reported separately, and one headline.
+
+* accounting (:mod:`dpaudit.claim.status`): ``verified | under-claim | unverifiable``;
+* empirical (:func:`empirical`): ``violated | not-refuted | underpowered | no-power`` — an audit can refute a
+  claim only up to its ceiling (the largest bound its tests could give), so a bound below the claim says
+  nothing about the claim when the ceiling is below it too;
+* headline (dpaudit.options.VERDICTS): ``violated`` (the audit refutes the claim) > ``mechanism-mismatch`` (a
+  probe check failed: the code that ran is not the card's mechanism) > ``accounting-mismatch``
+  (the accountants refute it) > ``no-claim`` > ``inconclusive`` (accounting unverifiable, or an audit with no
+  power) > ``not-refuted`` (accounting verified, audit below the claim) > ``consistent`` (accounting verified
+  and an audit able to refute the claim did not). None of them means "proven private": an audit can only
+  ever refute.
+"""
+
+from __future__ import annotations
+
+
+def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | None = None) -> dict:
+    """The empirical check of a claim (``claimed`` = inf for a model without one). ``curve`` is a test row whose
+    guesses reject the card's whole trade-off curve (f-DP, :mod:`dpaudit.audit.fdp`): an eps bound above the
+    claim implies that rejection, so either one is the same test and needs no further correction."""
+    lb = best["epsilon_lb"] if best else 0.0
+    conf = best["family_confidence"] if best else None
+    base = {"epsilon_lb": lb, "ceiling": ceiling, "confidence": conf}
+    if best is not None and lb > claimed:
+        return {"status": "violated", **base,
+                "reason": f"empirical lower bound {lb:.3g} ({best.get('attack', 'audit')}) exceeds the claimed epsilon "
+                          f"{claimed:.3g} at {conf:.0%} confidence"}
+    if curve is not None:
+        return {"status": "violated", **base,
+                "reason": f"the guesses of {curve.get('attack', 'the audit')} ({curve['v']} of {curve['r']} right) reject "
+                          f"the privacy card's mechanism: its whole trade-off curve (f-DP), of which the claimed "
+                          f"epsilon {claimed:.3g} is one point, at {curve['family_confidence']:.0%} confidence"}
+    if best is None or ceiling <= 0.0:
+        return {"status": "no-power", **base,
+                "reason": "the audit could give no bound at all: with these canaries even perfect guesses prove "
+                          "nothing (use more canaries, fewer repetitions or a smaller delta)"}
+    if ceiling < claimed:
+        return {"status": "underpowered", **base,
+                "reason": f"not refuted up to epsilon {ceiling:.3g}, the most this audit could prove (bound "
+                          f"{lb:.3g} at {conf:.0%}); it could not have detected a violation between {ceiling:.3g} "
+                          f"and the claim {claimed:.3g}"}
+    return {"status": "not-refuted", **base,
+            "reason": f"the audit could have proved up to epsilon {ceiling:.3g} >= the claim {claimed:.3g} and found "
+                      f"{lb:.3g} at {conf:.0%} confidence: the claim survived a test able to refute it"}
+
+
+def judge(card, acct: dict, best: dict | None, ceiling: float | None = None, record_best: dict | None = None,
+          curve: dict | None = None, plan_entry: dict | None = None, mechanism: list | None = None,
+          noise_checks: list | None = None) -> dict:
+    """The headline verdict, its reason, and both checks. ``ceiling`` is the largest bound any of the audit's
+    tests could have given; ``record_best`` the best bound of the record-level family (group privacy's second
+    claim); ``curve`` a test row that rejects the card's trade-off curve. An evaluation off the plan fixed before
+    training (``plan_entry``, :mod:`dpaudit.canaries.plan`) keeps its headline but is marked exploratory."""
+    v = _headline(card, acct, best, ceiling, record_best, curve)
+    failed = mechanism_failures(mechanism, noise_checks)
+    if failed and card.is_private and v["status"] != "violated":
+        v = {**v, "status": "mechanism-mismatch", "mechanism": failed,
+             "reason": f"the code that ran is not the mechanism the card describes: {'; '.join(failed)} (the claim rests "
+                       f"on that card; without it: {v['status']}, {v['reason']})", "without_mechanism": v["status"]}
+    if plan_entry and plan_entry.get("status") == "off-plan":
+        v = {**v, "off_plan": True, "reason": "EXPLORATORY, off the evaluation plan fixed before training ("
+                                              + "; ".join(plan_entry["departures"]) + "): " + v["reason"]}
+    return v
+
+
+def mechanism_failures(mechanism: list | None, noise_checks: list | None) -> list[str]:
+    """One line per failed probe check (dpaudit/audit/mechanism_checks.py) and per noise shortfall of a white-box
+    record (dpaudit/audit/noise_check.py): each says the run departs from its card."""
+    out = [f"mechanism check '{c['check']}' failed: {c['finding']}" for e in mechanism or [] for c in e["checks"]
+           if c["status"] == "fail"]
+    out += [f"the {c['attack']} updates carry noise at most {c['upper']:.4g}, below the card's sigma "
+            f"{c['noise_multiplier']:.4g}" for c in noise_checks or [] if c.get("status") == "below the card"]
+    return out
+
+
+def _headline(card, acct: dict, best: dict | None, ceiling: float | None, record_best: dict | None,
+              curve: dict | None) -> dict:
+    if ceiling is None:
+        ceiling = best["ceiling"] if best else 0.0
+    emp = empirical(card.claim.epsilon_value, best, ceiling, curve if card.is_private else None)
+    accounting = {k: acct.get(k) for k in ("status", "reason")} | {"lower": acct.get("lower_epsilon"),
+                                                                    "upper": acct.get("certified_epsilon")}
+    checks = {"accounting": accounting, "empirical": emp}
+    if record_best is not None and record_best["epsilon_lb"] > card.extra["record_level"]["epsilon"]:
+        emp = {**emp, "status": "violated",
+               "reason": f"record-level lower bound {record_best['epsilon_lb']:.2f} exceeds the record-level claim "
+                         f"{card.extra['record_level']['epsilon']:.3f} at {record_best['family_confidence']:.0%} "
+                         "confidence"}
+        return {"status": "violated", "reason": emp["reason"], **checks, "empirical": emp}
+    if not card.is_private:
+        conf = f" at {emp['confidence']:.0%} confidence" if emp["confidence"] else ""
+        return {"status": "no-claim", **checks,
+                "reason": f"non-private model (no epsilon claimed); the audit proves epsilon >= {emp['epsilon_lb']:.2f}"
+                          f"{conf} (ceiling {ceiling:.2f})"}
+    if emp["status"] == "violated":
+        return {"status": "violated", "reason": emp["reason"], **checks}
+    if accounting["status"] == "under-claim":
+        return {"status": "accounting-mismatch", "reason": accounting["reason"], **checks}
+    if accounting["status"] != "verified":
+        return {"status": "inconclusive", "reason": f"accounting unverifiable: {accounting['reason']}", **checks}
+    if emp["status"] == "no-power":
+        return {"status": "inconclusive", "reason": f"accounting verified, but {emp['reason']}", **checks}
+    head = "consistent" if emp["status"] == "not-refuted" else "not-refuted"
+    return {"status": head, "reason": f"accounting verified ({accounting['reason']}); empirical: {emp['reason']}",
+            **checks}

@@ -1,0 +1,141 @@
+"""``dpaudit account`` (the accounting check of a mechanism or a privacy card) and ``dpaudit card`` (write a
+privacy card for a model trained by a stack that is not Opacus). Light: no torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dpaudit import options
+from dpaudit.errors import DpauditError
+from dpaudit.io import write_atomic
+
+
+@click.command()
+@click.option("--sigma", type=float, help="Noise multiplier σ (noise std / clipping norm).")
+@click.option("--sample-rate", type=float, help="Poisson sampling rate q (Opacus: 1 / len(data_loader)).")
+@click.option("--steps", type=int, help="Number of noisy steps T.")
+@click.option("--delta", type=float, help="Target δ.")
+@click.option("--card", type=click.Path(path_type=Path),
+              help="Check the claim of a privacy_card.json: every accountant's interval for the true ε, and the "
+                   "verdict. Exit 0 when the claim is verified, 1 when it is an under-claim or unverifiable.")
+@click.option("--target-epsilon", type=float, help="Solve for σ reaching this ε instead of computing ε.")
+@click.option("--accountants", default=",".join(options.GAUSSIAN_ACCOUNTANTS), show_default=True,
+              help="Comma-separated accountants.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: ε keyed by accountant; with --card the whole "
+              "accounting check (results with lower/upper, status as 'verdict').")
+def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants, as_json):
+    """Epsilon of Poisson-subsampled Gaussian DP-SGD under every accountant, side by side, or the accounting check
+    of a privacy card (--card)."""
+    from dpaudit import accounting
+
+    names = [a.strip() for a in accountants.split(",") if a.strip()]
+    for n in names:
+        if n not in accounting.GAUSSIAN_ACCOUNTANTS:
+            raise DpauditError(f"unknown accountant {n!r}; choose from {', '.join(accounting.GAUSSIAN_ACCOUNTANTS)}")
+    if card is not None:
+        given = [f for f, v in (("--sigma", sigma), ("--sample-rate", sample_rate), ("--steps", steps),
+                                ("--delta", delta), ("--target-epsilon", target_epsilon)) if v is not None]
+        if given:
+            raise DpauditError(f"{given[0]} cannot be combined with --card (the card states the mechanism)")
+        _account_card(card, as_json)
+        return
+    for flag, val in (("--sigma", sigma if target_epsilon is None else 1.0), ("--sample-rate", sample_rate),
+                      ("--steps", steps), ("--delta", delta)):
+        if val is None:
+            raise DpauditError(f"{flag} is required (or pass --card)")
+    accounting.validate_delta(delta)
+    if target_epsilon is not None:
+        out = {n: accounting.calibrate_sigma(target_epsilon, delta, sample_rate, steps, n) for n in names}
+        _per_accountant(out, as_json, f"σ reaching ε = {target_epsilon} at δ = {delta}, q = {sample_rate}, "
+                                      f"T = {steps}:", "σ")
+        return
+    events = [accounting.SubsampledGaussian(sample_rate, sigma, steps)]
+    values, skipped = {}, {}
+    for n in names:
+        try:
+            values[n] = accounting.compute(events, delta, n).epsilon
+        except accounting.NotApplicable as e:  # e.g. PRV/PLD at a tiny sigma (their grids need GBs)
+            skipped[n] = str(e)
+    if not values:
+        raise DpauditError(f"no accountant asked for can analyse this mechanism: {next(iter(skipped.values()))}")
+    _per_accountant(values, as_json, f"ε at δ = {delta}:", "ε")
+    if skipped and not as_json:
+        for n, why in skipped.items():
+            click.echo(f"  {n:8s} not applicable: {why}")
+
+
+def _account_card(path: Path, as_json: bool) -> None:
+    from dpaudit.claim.card import load_card
+    from dpaudit.claim.reaccount import reaccount
+
+    c = load_card(path)
+    if not c.is_private:
+        raise DpauditError(f"{path} claims no epsilon (non-private); nothing to account")
+    acct = reaccount(c)
+    if as_json:
+        click.echo(json.dumps({"verdict": acct["status"], **acct}))
+    else:
+        click.echo(f"claim: ε = {c.claim.epsilon:g} at δ = {c.claim.delta:g} ({c.claim.unit} level, "
+                   f"{c.claim.neighbouring} neighbours)")
+        for r in acct["results"]:
+            lo = "     ?    " if r.get("lower") is None else f"{r['lower']:10.4f}"
+            click.echo(f"  {r['accountant']:20s} ε in [{lo}, {r['epsilon']:.4f}]  (δ = {r['delta']:.3g}) "
+                       f"{r.get('detail', '')}")
+        for name, why in acct["not_applicable"].items():
+            click.echo(f"  {name:20s} not applicable: {why}")
+        for f in acct["findings"]:
+            click.echo(f"  finding: {f}")
+        click.echo(f"{acct['status']}: {acct['reason']}")
+    if acct["status"] != "verified":
+        raise SystemExit(1)
+
+
+def _per_accountant(values: dict, as_json: bool, title: str, symbol: str) -> None:
+    if as_json:
+        click.echo(json.dumps(values))
+        return
+    click.echo(title)
+    for n, v in values.items():
+        click.echo(f"  {n:8s} {symbol} = {v:.4f}")
+
+
+@click.command("card")
+@click.option("--epsilon", required=True, type=float, help="The claimed ε (what your accountant reported).")
+@click.option("--delta", required=True, type=float, help="The claimed δ.")
+@click.option("--sigma", required=True, type=float, help="Noise multiplier σ (noise std / clipping norm).")
+@click.option("--sample-rate", required=True, type=float,
+              help="Sampling rate q per step (Opacus: 1 / len(data_loader), not batch / dataset size).")
+@click.option("--steps", required=True, type=int, help="Number of noisy steps T.")
+@click.option("--sampler", type=click.Choice(options.SAMPLERS), default="poisson", show_default=True,
+              help="How batches were really drawn: poisson (Opacus DPDataLoader), shuffle (fixed-size batches of a "
+                   "shuffled epoch), with_replacement, other.")
+@click.option("--neighbouring", type=click.Choice(options.NEIGHBOURING), default="add_remove", show_default=True,
+              help="The neighbouring relation of the claim.")
+@click.option("--unit", type=click.Choice(options.UNITS), default="record", show_default=True,
+              help="What one neighbour differs by: a record, or all of a user's records.")
+@click.option("--accountant", default="external", show_default=True,
+              help=f"What produced the claim: {', '.join(options.ACCOUNTANTS)} or external.")
+@click.option("--clipping-norm", type=float, help="Clipping norm C (recorded).")
+@click.option("--batch-size", type=float, help="Expected batch size (checked against q x dataset size).")
+@click.option("--dataset-size", type=int, help="Records (or users) in the training data.")
+@click.option("--method", default="external", show_default=True, help="Training method (recorded).")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="privacy_card.json to write.")
+def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, unit, accountant, clipping_norm,
+             batch_size, dataset_size, method, out):
+    """Write privacy_card.json for a model trained with a stack that is not Opacus (one DP-SGD phase; for
+    several phases use dpaudit.card_from_opacus or write the events list)."""
+    from dpaudit.accounting.events import SubsampledGaussian
+    from dpaudit.claim import card as cardmod
+
+    if not out.parent.is_dir():
+        raise DpauditError(f"folder {out.parent} does not exist; create it first")
+    c = cardmod.PrivacyCard(
+        claim=cardmod.Claim(epsilon=epsilon, delta=delta, unit=unit, neighbouring=neighbouring, accountant=accountant),
+        events=[SubsampledGaussian(sample_rate, sigma, steps, sampler)], clipping_norm=clipping_norm,
+        expected_batch_size=batch_size, dataset_size=dataset_size, method=method)
+    c = cardmod.card_from_dict(c.to_dict(), "the card")  # every check a reader applies, before anything is written
+    write_atomic(out, c.save)
+    click.echo(f"{out}: claim ε = {epsilon:g} at δ = {delta:g}; check it with `dpaudit account --card {out}`")

@@ -1,0 +1,103 @@
+"""``dpaudit canaries``: canaries for a model trained with any tool, made before training. Light: no torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dpaudit import options
+from dpaudit.errors import DpauditError
+from dpaudit.io import write_atomic
+
+
+@click.group()
+def canaries():
+    """Canaries for a model trained with any tool: make them before training, insert them into its data."""
+
+
+@canaries.command("new")
+@click.option("--m", "m", required=True, type=int, help="Number of canaries; each is inserted or held out by a fair "
+              "coin (about m/2 inserted). The audit's ceiling grows with m: see `dpaudit audit one-run`.")
+@click.option("--repetitions", default=1, show_default=True, type=int,
+              help="Copies of each inserted canary in the training data (more copies: easier to detect, but the "
+                   "audit is then one of group privacy and its bound is divided by this).")
+@click.option("--seed", type=int, default=None, help="Seed of the secrets and coins (default: a fresh random one, "
+              "recorded in the manifest).")
+@click.option("--template", default="My account number is {secret}.", show_default=True,
+              help="Canary text; must contain {secret} once (for rare-token and bigram, after a space).")
+@click.option("--design", type=click.Choice(options.CANARY_DESIGNS), default="template", show_default=True,
+              help="How secrets are made (docs/canary_designs.md): template = --length symbols of --alphabet; "
+                   "new-token = --length tokens of each canary's own, added to the model before training "
+                   "(dpaudit.api.add_canary_tokens); rare-token = --length words among the base model's --pool least "
+                   "likely tokens (needs --base-model); bigram = --length common words whose adjacent pairs never "
+                   "occur in public text (needs --base-model or --tokenizer). Token designs score the secret only.")
+@click.option("--pool", default=0, type=int, help="rare-token / bigram: words to draw from (default 256).")
+@click.option("--base-model", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Folder of the base model you will fine-tune (Hugging Face format, with its tokenizer): rare-token "
+                   "ranks its tokens by this model, bigram uses its tokenizer.")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="bigram: a tokenizer folder, when you do not pass --base-model.")
+@click.option("--alphabet", default="0123456789", show_default=True, help="Symbols of the secret.")
+@click.option("--length", default=None, type=int, help="Symbols per secret (randomness space alphabet^length; "
+              "default 6); tokens per secret for the token designs (default 4).")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Manifest to write (canaries.json): which canaries are inserted, and the audit plan, fixed now.")
+@click.option("--records", type=click.Path(path_type=Path),
+              help="Also write the records to insert as JSONL, one {\"text\": ...} per line, each inserted canary "
+                   "repeated --repetitions times (shuffle them into your training data).")
+@click.option("--force", is_flag=True, help="Overwrite existing files (a manifest must never change after training).")
+@click.option("--attacks", default=",".join(options.ATTACKS), show_default=True,
+              help="Evaluation plan: the attacks `dpaudit evaluate` will audit (fixed now, before training).")
+@click.option("--rule", type=click.Choice(options.RULES), default="bonferroni", show_default=True,
+              help="Evaluation plan: how the one-run audit's choices stay valid.")
+@click.option("--confidence", default=0.95, show_default=True, type=float,
+              help="Evaluation plan: family-wise confidence of the audit.")
+@click.option("--references", "n_references", default=2000, show_default=True, type=int,
+              help="Evaluation plan: reference secrets for exposure ranks (when the space is not enumerated).")
+def canaries_new(m, repetitions, seed, template, design, pool, base_model, tokenizer_dir, alphabet, length, out,
+                 records, force, attacks, rule, confidence, n_references):
+    """Write a canary manifest (and the records to insert) before training, for any trainer."""
+    from dpaudit.canaries import making as canary_making
+    from dpaudit.canaries import planting
+
+    if records is not None and out.resolve() == records.resolve():
+        raise DpauditError("--records and --out name the same file; the records must not overwrite the manifest")
+    if design != "rare-token" and design != "bigram" and (base_model or tokenizer_dir or pool):
+        raise DpauditError(f"--base-model, --tokenizer and --pool apply to the rare-token and bigram designs, not "
+                           f"{design}")
+    if design == "rare-token" and base_model is None:
+        raise DpauditError("--design rare-token ranks the base model's tokens: pass --base-model FOLDER")
+    if design == "bigram" and base_model is None and tokenizer_dir is None:
+        raise DpauditError("--design bigram needs the tokenizer of the model you will train: pass --base-model or "
+                           "--tokenizer")
+    for path in (out, records):
+        if path is not None and path.exists() and not force:
+            raise DpauditError(f"{path} exists; a canary manifest must not change once a model trained on it "
+                               "(pass --force to overwrite)")
+        if path is not None and not path.parent.is_dir():
+            raise DpauditError(f"folder {path.parent} does not exist; create it first")
+    model = tok = None
+    if base_model is not None or tokenizer_dir is not None:
+        from dpaudit.tasks import models
+
+        if base_model is not None:
+            model, tok = models.load_dir(base_model) if design == "rare-token" else \
+                (None, models.load_tokenizer(base_model))
+        else:
+            tok = models.load_tokenizer(tokenizer_dir)
+    man = canary_making.new(m, repetitions, seed, template, alphabet, length or (6 if design == "template" else 4),
+                            attacks=[a.strip() for a in attacks.split(",") if a.strip()], rule=rule,
+                            confidence=confidence, n_references=n_references, design=design, pool=pool,
+                            tokenizer=tok, base_model=model)
+    write_atomic(out, man.save)
+    n = planting.write_records(man, records) if records is not None else None
+    k_pos, k_neg = man.plan.guesses
+    if design == "new-token":
+        click.echo(f"new-token design: add the {len(man.new_tokens())} new tokens to your model and tokenizer before "
+                   "training: dpaudit.api.add_canary_tokens(model, tokenizer, manifest), and save that tokenizer")
+    click.echo(f"{out}: {m} canaries, {len(man.inserted)} to insert x {repetitions} (seed {man.plan.seed}); "
+               f"audit plan fixed: {k_pos} member + {k_neg} non-member guesses; evaluation: {attacks}, {rule}, "
+               f"confidence {confidence:g}, {n_references} references")
+    if n is not None:
+        click.echo(f"{records}: {n} records to shuffle into the training data")

@@ -1,0 +1,54 @@
+"""``dpaudit compare`` (two reports, what regressed) and ``dpaudit table`` (report tables from run folders). Light:
+no torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dpaudit.errors import DpauditError
+from dpaudit.report.table import COLUMNS as TABLE_COLUMNS
+
+
+@click.command()
+@click.argument("old_json", type=click.Path(path_type=Path))
+@click.argument("new_json", type=click.Path(path_type=Path))
+@click.option("--fail-on-regression", is_flag=True, help="Exit 1 when anything regressed.")
+def compare(old_json, new_json, fail_on_regression):
+    """Markdown diff of two report.json files (evaluation or comparison), flagging what regressed."""
+    from dpaudit.gate.compare import compare as diff
+    from dpaudit.gate.policy import load_report
+
+    md, n = diff(load_report(old_json), load_report(new_json))
+    click.echo(md, nl=False)
+    if fail_on_regression and n:
+        raise SystemExit(1)
+
+
+@click.command("table")
+@click.argument("run_dirs", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--columns", required=True, metavar="NAME,...",
+              help="Comma-separated columns, in order: " + ", ".join(TABLE_COLUMNS) + ".")
+@click.option("--variant", "variants", multiple=True, metavar="NAME",
+              help="Only these variants (repeatable or comma-separated, in this order). Default: every variant with "
+                   "a report, by name.")
+@click.option("--differences", default="", metavar="A:B,...",
+              help="Also print the test-accuracy difference A − B of each pair: paired (McNemar's exact test and a "
+                   "paired bootstrap 95% interval) where both reports carry per-example outcomes on the same test "
+                   "examples, else Newcombe's unpaired 95% interval (conservative; reports before 2026-11-25).")
+def table_cmd(run_dirs, columns, variants, differences):
+    """One markdown row per variant of each RUN (the --out of `dpaudit run`; several: their rows in order), from
+    the committed report.json, run.json and privacy_card.json files: the tables of reports/*/README.md come from
+    here."""
+    from dpaudit.report.table import differences as diff_table
+    from dpaudit.report.table import table
+    from dpaudit.run_folder import RunFolder
+
+    runs = [RunFolder(d) for d in run_dirs]
+    pairs = [tuple(p.split(":")) for p in differences.split(",") if p.strip()]
+    if any(len(p) != 2 or not all(p) for p in pairs):
+        raise DpauditError(f"--differences takes pairs A:B separated by commas, got {differences!r}")
+    variants = [v.strip() for vs in variants for v in vs.split(",") if v.strip()]
+    out = table(runs, [c.strip() for c in columns.split(",") if c.strip()], variants)
+    click.echo(out + ("\n" + diff_table(runs, pairs) if pairs else ""), nl=False)

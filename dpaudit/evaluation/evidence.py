@@ -1,0 +1,155 @@
+"""Step 3 of ``dpaudit evaluate`` (docs/architecture.md, "The flow"): the audit of one evaluation's scores.
+
+    load ─► score ─► **audit** ─► judge ─► render
+
+From the canary scores (and the white-box records) to every test family's one-run lower bounds under one
+correction, the bounds' limits, the exposure reading and the noise checks: an :class:`Evidence` value, which
+the judge (:mod:`dpaudit.claim.verdict`) and the renderer (:mod:`dpaudit.report.build`) read and never change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpaudit.audit import families
+from dpaudit.audit.mechanism import Audited
+from dpaudit.claim.reaccount import claim_profile, group_delta, lemma_delta
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the audit found. ``empirical``: the claim's test rows (``record_rows``: group privacy's second,
+    record-level claim); ``best``: the row the verdict reads; ``ceiling``: the most any test could show."""
+
+    plan: families.Plan
+    record_reps: int
+    n_families: int
+    empirical: list
+    record_rows: list
+    best: dict | None
+    ceiling: float
+    record_best: dict | None
+    curve: dict | None
+    attack_rows: list
+    exposure: dict
+    limits: list
+    noise_checks: list
+    mechanism_checks: list
+
+
+def audit(card, man, scored, whitebox: list | None, mechanism: Audited, confidence: float, rule: str) -> Evidence:
+    """The evidence of ``scored`` (:class:`dpaudit.evaluation.scoring.CanaryScores`) and the white-box records against the
+    claim of ``card``, with the canaries of ``man``."""
+    n_families = 2 if record_claim(card) else 1  # every test that can trigger a verdict shares one correction
+    plan, record_reps = audit_plan(card, man, families.per_family(confidence, n_families), rule)
+    expo = _exposure(man, scored.exposure, card, plan) if scored.exposure is not None else {}
+    scores = per_audit_unit(man, scored.scores)
+    empirical = families.one_run_rows(scores, plan, whitebox)
+    primary = "claimed" if card.is_private else "zero"
+    record_rows = _record_level(card, man, scores, plan, record_reps)
+    return Evidence(
+        plan=plan, record_reps=record_reps, n_families=n_families, empirical=empirical, record_rows=record_rows,
+        best=families.best(empirical, primary), ceiling=families.ceiling(empirical, primary),
+        record_best=families.best(record_rows, "record_claim") if record_rows else None,
+        curve=families.curve_rejection(empirical), attack_rows=families.attack_rows(scores, plan.signs, whitebox),
+        exposure=expo,
+        limits=families.limits(empirical, card.claim.epsilon_value, mechanism) if card.is_private else [],
+        noise_checks=noise_checks(whitebox, confidence), mechanism_checks=mechanism_checks(whitebox, card))
+
+
+def audit_plan(card, man, confidence: float, rule: str) -> tuple[families.Plan, int]:
+    """(the audit plan, repetitions per inserted record). A canary user is a group of records for a
+    record-level claim; a user-level claim covers all of one user's records, however many."""
+    record_reps = max([c.repetitions for c in man.canaries] + [1])
+    reps = record_reps * man.plan.records_per_user if card.claim.unit == "record" else 1
+    signs = man.user_groups()[1] if man.per_user else man.signs()  # one coin per canary user
+    deltas = ((("claimed", group_delta(card, reps)),) if card.is_private else ()) + (("zero", 0.0),)
+    k_pos, k_neg = man.plan.guesses
+    plan = families.Plan(signs, k_pos, k_neg, reps, deltas, confidence, rule, man.plan.seed,
+                         whitebox_delta=card.claim.delta if card.is_private else 0.0,
+                         claim_profile=claim_profile(card))
+    return plan, record_reps
+
+
+def per_audit_unit(man, scores: dict) -> dict:
+    """Canary users are scored by the mean over their records; other canaries are their own unit."""
+    if not man.per_user:
+        return scores
+    _, _, owner = man.user_groups()
+    counts = np.bincount(owner)
+    return {a: np.bincount(owner, weights=sc) / counts for a, sc in scores.items()}
+
+
+def noise_checks(whitebox: list | None, confidence: float) -> list[dict]:
+    """Per white-box canary set that allows it, how much noise its recorded updates carry at most
+    (dpaudit/audit/noise_check.py): a check of the card's sigma beside the verdict, not one of its tests."""
+    from dpaudit.audit import noise_check
+
+    return [{"attack": w["name"], "kind": w["kind"], "coordinates": (w.get("probe") or {}).get("coordinates", "model"),
+             **noise_check.from_sums(w["noise_check"],
+                                                                             w["noise_check"]["noise_multiplier"],
+                                                                             confidence)}
+            for w in whitebox or [] if w.get("noise_check")]
+
+
+def mechanism_checks(whitebox: list | None, card) -> list[dict]:
+    """The run-time checks of the probe's readings against the card (dpaudit/audit/mechanism_checks.py): one
+    entry per optimizer watched, read from its first orthonormal canary set (the others watched the same steps)."""
+    from dpaudit.audit import mechanism_checks as mc
+    from dpaudit.audit import noise_check
+
+    watched = [w for w in whitebox or [] if w.get("readings") is not None]
+    if not watched:
+        return []
+    w = next((w for w in watched if w["kind"] in noise_check.KINDS), watched[0])
+    r = w["readings"]
+    if w["kind"] not in noise_check.KINDS:  # dense canaries overlap: their projections are not independent noise
+        r = mc.Readings(**{**r.__dict__, "heldout_ss": None, "heldout_m": 0})
+    view = card_view(card, float(r.probe.get("sample_rate", 0.0)))
+    return [{"attack": w["name"], "mode": r.probe.get("mode"), "coordinates": r.probe.get("coordinates"),
+             "optimizer": r.probe.get("optimizer"), "world_size": r.probe.get("world_size", 1),
+             "false_alarm_each": mc.ALPHA, "checks": mc.run(r, view)}]
+
+
+def card_view(card, probe_rate: float):
+    """What ``card`` says of the mechanism a probe sampling at ``probe_rate`` watched: the events at that rate (the
+    last rated event's rate when none is, so the sampling check names the mismatch)."""
+    from dpaudit.audit.mechanism_checks import CardView
+
+    events = [e.to_dict() for e in card.events]
+    rated = [e for e in events if e.get("sample_rate") is not None]
+    match = [e for e in rated if np.isclose(float(e["sample_rate"]), probe_rate, rtol=1e-6, atol=0)]
+    gauss = {float(e["noise_multiplier"]) for e in match if e.get("type") == "subsampled_gaussian"}
+    only_gauss = match and all(e.get("type") == "subsampled_gaussian" for e in match) and len(gauss) == 1
+    return CardView(sample_rate=float((match or rated)[-1]["sample_rate"]) if rated else None,
+                    noise_multiplier=gauss.pop() if only_gauss else None,
+                    steps=sum(int(e.get("steps", 0)) for e in match) if match else None,
+                    clipping_norm=card.clipping_norm, dataset_size=card.dataset_size,
+                    expected_batch_size=card.expected_batch_size)
+
+
+def record_claim(card) -> dict | None:
+    """Group privacy's second claim (record level, ``extra.record_level``) of a user-level card, else None."""
+    rl = (card.extra or {}).get("record_level") if card.is_private else None
+    return rl if rl and card.claim.unit == "user" else None
+
+
+def _exposure(man, exposure, card, plan: families.Plan) -> dict:
+    canaries = [{"id": c.id, "inserted": c.inserted, "repetitions": c.repetitions, "secret": c.secret}
+                for c in man.canaries]
+    return families.exposure_report(canaries, exposure.canary_bits, exposure.reference_bits, man.signs(),
+                                    man.plan.space_size, exposure.enumerated, group_delta(card, plan.group_size),
+                                    plan.confidence, plan.group_size, exposure.suffix_scored)
+
+
+def _record_level(card, man, scores: dict, plan: families.Plan, record_reps: int) -> list[dict]:
+    """Group privacy also claims a record-level guarantee: audit it too. A canary user's records share one
+    coin, so each audit unit is a group of (records per user x repetitions) records; the bound is divided
+    by that group size and uses the group's delta under the record-level claim."""
+    rl = record_claim(card)
+    if not rl:
+        return []
+    g = record_reps * man.plan.records_per_user
+    return families.record_level_rows(scores, plan, g, lemma_delta(rl["epsilon"], rl["delta"], g))

@@ -1,0 +1,328 @@
+"""Step 2 of ``dpaudit evaluate`` (load, **score**, audit, judge, render): score every canary of the manifest against the checkpoint's model.
+
+Pure in the sense the pipeline needs: it reads the model and the manifest, returns a :class:`CanaryScores`
+(one float per canary and attack, higher = member; exposure's log-perplexities; notes on what was
+skipped) and changes nothing it was given. A causal LM is scored by the black-box attacks (one shared
+forward pass) and by exposure; a sequence classifier by its label log-probabilities (attacks/classifier.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dpaudit import progress
+from dpaudit.errors import DpauditError, first_line
+from dpaudit.io import contained
+from dpaudit.tokens import model_device
+
+
+@dataclass(frozen=True)
+class ExposureScores:
+    canary_bits: np.ndarray  # log-perplexity (bits) of each canary's secret
+    reference_bits: np.ndarray  # of each reference secret
+    enumerated: bool  # the references are the whole randomness space (minus the canaries)
+    suffix_scored: bool = True  # False: log P(secret tokens | prefix) only (the token trie over the whole space)
+
+
+TRIE_SPACE_LIMIT = 10 ** 6  # ``enumerate_limit=None``: spaces up to this size are enumerated exactly by the trie ...
+TRIE_BUDGET = 2e13  # ... when (space / alphabet) forward passes x parameters stays under this (SmolLM2-135M at 10^6)
+
+
+def enumerate_whole_space(plan, model, enumerate_limit: int | None) -> bool:
+    """Whether exposure ranks over the whole space: ``enumerate_limit`` secrets at most, or, when None, the
+    space fits :data:`TRIE_SPACE_LIMIT` and the trie's cost estimate :data:`TRIE_BUDGET`."""
+    if plan.design != "template":  # the trie enumerates a template's symbol strings only
+        return False
+    if enumerate_limit is not None:
+        return 0 < plan.space_size <= enumerate_limit
+    params = sum(p.numel() for p in model.parameters())
+    return plan.space_size <= TRIE_SPACE_LIMIT and plan.space_size / len(plan.alphabet) * params <= TRIE_BUDGET
+
+
+@dataclass(frozen=True)
+class CanaryScores:
+    scores: dict  # attack -> (m,) scores in manifest order
+    exposure: ExposureScores | None = None
+    notes: tuple = field(default_factory=tuple)
+
+
+def framing_of(ck, framing: str = "auto") -> str:
+    """How the canaries are framed for scoring: as the model saw its training records. ``auto``: BOS + text + EOS
+    for a checkpoint of dpaudit's trainers (it has run.json), the tokenizer's own special tokens otherwise."""
+    from dpaudit.options import FRAMINGS
+
+    if framing not in ("auto",) + FRAMINGS:
+        raise DpauditError(f"unknown canary framing {framing!r}; choose auto, {', '.join(FRAMINGS)}")
+    if framing != "auto":
+        return framing
+    return "bos_eos" if ck.run.get("config") or ck.run.get("model", {}).get("name") else "tokenizer"
+
+
+def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, reference: str | Path | None,
+          n_references: int, enumerate_limit: int, framing: str = "bos_eos",
+          shard: tuple[int, int] | None = None) -> CanaryScores:
+    """Every canary's scores; ``shard = (i, n)`` computes only shard i's batches (NaN elsewhere, :mod:`dpaudit.evaluation.shards`)."""
+    from dpaudit.tasks.models import is_classifier
+
+    texts = [c.text for c in ck.manifest.canaries]
+    if not is_classifier(model):  # classifiers truncate to max_len, as in training
+        check_context(model, tok, texts, framing)
+    if is_classifier(model):
+        return _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, shard)
+    return _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit,
+                      framing, shard)
+
+
+def _reference_model(ck, reference: str | Path | None):
+    """The reference model for calibration: an explicit path, else the checkpoint's base model (or None)."""
+    from dpaudit.tasks import models
+
+    if isinstance(reference, (str, Path)):
+        return models.load_dir(Path(reference))[0]
+    if reference is not None:  # a model object (dpaudit.api.evaluate)
+        return reference.eval()
+    return base_model(ck)
+
+
+def base_model(ck):
+    """The model before fine-tuning: the LoRA checkpoint's base model (base_model/ or the adapter's local
+    base), else the model spec of run.json rebuilt (pretrained weights, or the seeded initialisation the
+    trainer started from); None if none is known."""
+    from dpaudit.tasks import models
+
+    if ck.path is not None and (ck.path / "base_model").exists():
+        return models.load_dir(ck.path / "base_model")[0].eval()
+    if ck.path is not None and (ck.model_dir / "adapter_config.json").exists():
+        return models.load_dir(ck.adapter_base())[0].eval()
+    spec = ck.run.get("model")
+    if spec:
+        try:
+            from dpaudit.canaries import new_tokens as canary_tokens
+            from dpaudit.trainers import pretrain
+
+            try:
+                built = models.ModelSpec(**spec)
+            except DpauditError as e:
+                raise DpauditError(f"{ck.path}/run.json: its model spec is not valid ({e}); restore the run.json the "
+                                   "trainer wrote, or pass --reference-model") from None
+            model, tok = pretrain.build(built)
+            canary_tokens.add(model, tok, ck.manifest)  # the base as the trainer extended it (new-token canaries)
+            return model.eval()
+        except DpauditError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a hand-edited or hostile run.json is bad input
+            raise DpauditError(f"{ck.path}/run.json: its model spec cannot be rebuilt ({first_line(e)}); restore "
+                               "the run.json the trainer wrote, or pass --reference-model") from None
+    return None
+
+
+def check_new_tokens(tok, manifest) -> None:
+    """A new-token manifest's canaries need the tokenizer extended with their tokens (saved with the model)."""
+    new = manifest.new_tokens()
+    if new and any(t not in tok.get_vocab() for t in new[:1] + new[-1:]):
+        raise DpauditError("these are new-token canaries but the checkpoint's tokenizer lacks their tokens; save the "
+                           "tokenizer extended by dpaudit.api.add_canary_tokens beside the model")
+
+
+def secret_spans(manifest) -> list[tuple[int, int]] | None:
+    """Character span of each canary's secret when the plan scores the secret only (``score_on = "secret"``)."""
+    if manifest.plan.score_on != "secret":
+        return None
+    start = len(manifest.plan.prefix)
+    return [(start, start + len(c.secret)) for c in manifest.canaries]
+
+
+def check_context(model, tok, texts: list[str], framing: str) -> None:
+    """Refuse canaries longer than the model's context (they would be cut, or crash the position embeddings)."""
+    from dpaudit.attacks.scoring import encode
+
+    limit = next((getattr(model.config, k) for k in ("n_positions", "max_position_embeddings")
+                  if isinstance(getattr(model.config, k, None), int)), None)
+    if limit is None or not texts:
+        return
+    seqs, _ = encode(tok, texts, None, None, framing)
+    longest = max(len(s) for s in seqs)
+    if longest > limit:
+        raise DpauditError(f"a canary is {longest} tokens long but the model's context is {limit}; make the canary "
+                           "template shorter (dpaudit canaries new --template)")
+
+
+def _with_reference(ck, reference, wanted: list[str], score_fn, device=None) -> tuple[object, list[str], tuple]:
+    """(score_fn(reference model) or None, the attacks that can run, notes): the reference attack is dropped
+    with a note when no reference model is known. The reference model is moved to ``device`` (the audited
+    model's)."""
+    if "reference" not in wanted:
+        return None, wanted, ()
+    ref_model = _reference_model(ck, reference)
+    if ref_model is None:
+        return None, [a for a in wanted if a != "reference"], (
+            "reference attack skipped: no base model known; pass --reference-model",)
+    return score_fn(ref_model.to(device) if device is not None else ref_model), wanted, ()
+
+
+def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, shard=None) -> CanaryScores:
+    from dpaudit.attacks import classifier
+
+    use = [a for a in attacks if a in classifier.NAMES]
+    skipped = [a for a in attacks if a not in classifier.NAMES]
+    if not use:
+        raise DpauditError(f"attacks {', '.join(attacks)} need a causal LM but this checkpoint is a sequence "
+                           f"classifier; use {', '.join(classifier.NAMES)}")
+    notes = (f"{', '.join(skipped)} skipped: token-level attacks need a causal LM, this is a classifier",) \
+        if skipped else ()
+    labels = ck.manifest.labels()
+    lp = classifier.label_log_probs(model, tok, texts, labels, batch_size, max_len, shard=shard)
+    ref_lp, use, more = _with_reference(ck, reference, use, lambda m: classifier.label_log_probs(
+        m, tok, texts, labels, batch_size, max_len, shard=shard), model_device(model))
+    return CanaryScores(classifier.scores(lp, ref_lp, use), None, notes + more)
+
+
+def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit,
+               framing, shard=None) -> CanaryScores:
+    from dpaudit.attacks import BLACK_BOX
+    from dpaudit.attacks.scoring import token_features
+
+    scores: dict[str, np.ndarray] = {}
+    notes: tuple = ()
+    black = [a for a in attacks if a in BLACK_BOX]
+    spans = secret_spans(ck.manifest)  # None: the whole record is scored
+    scored = texts if spans is None else [c.secret for c in ck.manifest.canaries]  # what zlib compresses
+    if black:
+        moments = any(BLACK_BOX[a].NEEDS_MOMENTS for a in black)
+        feats = token_features(model, tok, texts, batch_size=batch_size, moments=moments, framing=framing,
+                               shard=shard, spans=spans)
+        ref_feats, black, notes = _with_reference(
+            ck, reference, black, lambda m: token_features(m, tok, texts, batch_size=batch_size, framing=framing,
+                                                           shard=shard, spans=spans), model_device(model))
+        mine = [i for i, f in enumerate(feats) if f is not None]  # all of them unless sharded
+        for a in black:
+            col = np.full(len(texts), np.nan)
+            col[mine] = BLACK_BOX[a].from_features([feats[i] for i in mine], [scored[i] for i in mine],
+                                                   reference_feats=None if ref_feats is None else
+                                                   [ref_feats[i] for i in mine])
+            scores[a] = col
+    exposure = None
+    if "exposure" in attacks and ck.manifest.plan.space_size is None:
+        notes += ("exposure skipped: new-token canaries share no randomness space to rank a secret in",)
+    elif "exposure" in attacks:
+        exposure = _exposure(ck.manifest, model, tok, batch_size, n_references, enumerate_limit, len(texts),
+                             framing, shard)
+        scores["exposure"] = -exposure.canary_bits
+    return CanaryScores(scores, exposure, notes)
+
+
+def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_canaries,
+              framing, shard=None) -> ExposureScores:
+    from dpaudit.attacks import exposure as exposure_attack
+
+    p = man.plan
+    if enumerate_whole_space(p, model, enumerate_limit):
+        from dpaudit.attacks import exposure_trie
+
+        space = list(exposure_attack.enumerate_space(p.alphabet, p.length))
+        bar = progress.bar(desc="exposure: token trie over the whole space", unit=" nodes")
+        bits = exposure_trie.log_probs(model, tok, p.prefix, space, p.suffix, 4 * batch_size, framing=framing,
+                                       progress=bar.update, shard=shard)
+        bar.close()
+        index = {s: i for i, s in enumerate(space)}
+        can = np.array([index[c.secret] for c in man.canaries])
+        others = np.ones(len(space), dtype=bool)
+        others[can] = False
+        return ExposureScores(bits[can], bits[others], True, suffix_scored=False)
+    refs = man.reference_secrets(n_references)
+    bar = progress.bar(total=None if shard else len(refs) + n_canaries, desc="exposure")
+    px_can = exposure_attack.log_perplexities(model, tok, p.prefix, [c.secret for c in man.canaries], p.suffix,
+                                              4 * batch_size, progress=bar.update, framing=framing, shard=shard)
+    px_ref = exposure_attack.log_perplexities(model, tok, p.prefix, refs, p.suffix, 4 * batch_size,
+                                              progress=bar.update, framing=framing, shard=shard)
+    bar.close()
+    return ExposureScores(np.asarray(px_can), np.asarray(px_ref), False)
+
+
+def whitebox(path: Path | None, audited=None) -> list[dict] | None:
+    """The white-box gradient canary sets a trainer recorded beside the checkpoint (None when there are none):
+    ``gradient_canaries.json`` (audited as ``whitebox_gradient``) and any ``gradient_canaries_<kind>.json``
+    (``whitebox_gradient_<kind>``), each with its ``name``. ``scores`` is the statistic
+    :func:`dpaudit.audit.whitebox_lr.choose` fixes from the record and the card's ``audited`` mechanism (the per-step
+    likelihood ratio when it can, else the sum), named in ``statistic``; the sum stays in ``sum_scores``."""
+    if path is None:
+        return None
+    first = Path(path) / "gradient_canaries.json"
+    files = ([first] if first.exists() else []) + sorted(Path(path).glob("gradient_canaries_*.json"))
+    out = [{**_read_whitebox(f, audited), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
+           for f in files]
+    return out or None
+
+
+def _read_whitebox(f: Path, audited=None) -> dict:
+    from dpaudit.audit import whitebox_lr
+    from dpaudit.io import read_json
+
+    d = read_json(f, "gradient canary record", "")
+    try:
+        signs, scores = np.asarray(d["signs"], dtype=int), np.asarray(d["scores"], dtype=float)
+    except (KeyError, ValueError, TypeError):
+        raise DpauditError(f"{f}: needs 'signs' (+1/-1) and 'scores' lists of equal length") from None
+    if signs.ndim != 1 or signs.size != scores.size or signs.size < 2:
+        raise DpauditError(f"{f}: 'signs' and 'scores' must be lists of the same length >= 2")
+    if not np.isin(signs, (-1, 1)).all() or len(set(signs.tolist())) < 2:
+        raise DpauditError(f"{f}: 'signs' must be +1 (inserted) or -1 (held out), with both present")
+    if not np.isfinite(scores).all():
+        raise DpauditError(f"{f}: the white-box canary scores must be finite numbers; the run that wrote them "
+                           "diverged or the file is damaged")
+    from dpaudit.options import GRADIENT_CANARY_KINDS
+
+    if d.get("kind") not in GRADIENT_CANARY_KINDS:
+        raise DpauditError(f"{f}: 'kind' must be one of {', '.join(GRADIENT_CANARY_KINDS)}, got {d.get('kind')!r}")
+    d = {**d, "signs": signs, "scores": scores}
+    llr = np.asarray((d.get("online") or {}).get("llr", scores), dtype=float)
+    if llr.shape != scores.shape or not np.isfinite(llr).all():
+        raise DpauditError(f"{f}: 'online.llr' must be one finite number per canary; the file is damaged")
+    if d.get("steps_file"):
+        d["steps_array"] = _read_steps(contained(f.parent, d["steps_file"], f"{f.name}: steps_file"), signs.size,
+                                       scores)
+    from dpaudit.audit.mechanism import NONE
+
+    chosen, stat, params = whitebox_lr.scores(d, audited or NONE)
+    from dpaudit.audit import noise_check
+
+    if noise_check.applies(d, stat):  # what dpaudit/audit/noise_check.py needs of the per-step projections
+        d["noise_check"] = {**noise_check.summarise(d["steps_array"]), "noise_multiplier": params["noise_multiplier"]}
+    elif params.get("online") and d.get("kind") in noise_check.KINDS:  # the sums the probe kept online
+        o = d["online"]
+        d["noise_check"] = {"values": int(o["values"]), "steps": int(o["steps"]), "m": int(signs.size),
+                            "sum_of_squares": float(o["sum_of_squares"]), "noise_multiplier": params["noise_multiplier"]}
+    from dpaudit.probe import record as probe_record
+
+    d["readings"] = probe_record.read(f.parent, d, d.get("steps_array"), signs)  # the probe's, for the checks
+    d.pop("steps_array", None)
+    return {**d, "scores": chosen, "sum_scores": scores, "statistic": stat, "statistic_params": params}
+
+
+def _read_steps(f: Path, m: int, sums: np.ndarray) -> np.ndarray:
+    """The (steps, m) per-step projections; they must add up to the recorded sums. The .npy header's shape and
+    dtype are checked against m and the file's size before anything is allocated."""
+    try:
+        with open(f, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(fh)
+            offset = fh.tell()
+        need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if len(shape) != 2 or shape[1] != m or dtype.kind != "f" or need != f.stat().st_size - offset:
+            raise DpauditError(f"{f}: per-step projections must be a float (steps, {m}) array filling the file, "
+                               f"the header declares {dtype} {shape} ({need:,} bytes) in {f.stat().st_size:,}; "
+                               "the file is damaged or from another run")
+        a = np.load(f, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DpauditError(f"{f}: cannot read the per-step canary projections ({e}); restore the file or drop "
+                           "'steps_file' from the record") from None
+    if a.ndim != 2 or a.shape[1] != m or not np.isfinite(a).all():
+        raise DpauditError(f"{f}: per-step projections must be a finite (steps, {m}) array, got shape {a.shape}")
+    if not np.allclose(a.astype(np.float64).sum(axis=0), sums, rtol=1e-3, atol=1e-3 * max(1, a.shape[0]) ** 0.5):
+        raise DpauditError(f"{f}: the per-step projections do not add up to the record's scores; the two files "
+                           "come from different runs")
+    return a

@@ -1,0 +1,156 @@
+"""``dpaudit evaluate``: audit one checkpoint as a pipeline of typed steps (docs/architecture.md, "The flow").
+
+    load ─► score ─► audit ─► judge ─► render
+    Loaded   Scored   Evidence  verdict  report dict
+    (here)   (here)   (dpaudit.evaluation.evidence) (dpaudit.claim.verdict) (dpaudit.report.build)
+
+Each step returns a new value and changes nothing it is given; :func:`evaluate` returns the report dict (the
+``report.json`` contract) and writes nothing; :func:`dpaudit.report.write.write` renders it. The options are one
+:class:`dpaudit.evaluation.options.EvalOptions`, resolved against the manifest's evaluation plan in the load step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpaudit import checkpoint
+from dpaudit.audit.mechanism import Audited
+from dpaudit.claim.reaccount import reaccount
+from dpaudit.claim.verdict import judge
+from dpaudit.errors import DpauditError
+from dpaudit.evaluation import evidence, scoring
+from dpaudit.evaluation.options import EvalOptions, Resolved
+from dpaudit.report import build as report_build
+from dpaudit.tokens import model_device
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """Step 1: the checkpoint, the resolved options, the mechanism the audit is about (typed, from the card's
+    events), the white-box records (parsed and checked) and the claim's accounting (a card the accountants refuse
+    fails here, before any model work)."""
+
+    ck: checkpoint.Checkpoint
+    opts: Resolved
+    mechanism: Audited
+    whitebox: list | None
+    accounting: dict
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Step 2: the model's work. ``metrics`` is None for a shard other than the first."""
+
+    metrics: dict | None
+    canaries: scoring.CanaryScores
+    timings: dict
+
+
+def evaluate(ckpt_dir: Path, options: EvalOptions | None = None, command: str | None = None) -> dict:
+    """The report of the checkpoint folder ``ckpt_dir`` under ``options`` (default: the manifest's plan)."""
+    options = options or EvalOptions()
+    return evaluate_checkpoint(checkpoint.load(ckpt_dir, options.base_model), options, command)
+
+
+def evaluate_checkpoint(ck: checkpoint.Checkpoint, options: EvalOptions | None = None,
+                        command: str | None = None) -> dict:
+    """:func:`evaluate` of a loaded checkpoint (a folder, or a model held as objects: dpaudit.api.evaluate)."""
+    options = options or EvalOptions()
+    loaded = load(ck, options)
+    return finish(loaded, score(loaded, options.device), command)
+
+
+def score_shard(ckpt_dir: Path, shard: tuple[int, int], options: EvalOptions) -> tuple[Loaded, Scored]:
+    """Shard ``shard = (i, n)`` of :func:`evaluate` (scores NaN outside the shard, :mod:`dpaudit.evaluation.shards`)."""
+    loaded = load(checkpoint.load(ckpt_dir, options.base_model), options, shard=True)
+    loaded.opts.shard_record()  # a reference model must be a path that every shard can load
+    return loaded, score(loaded, options.device, shard)
+
+
+def merge(ckpt_dir: Path, part_folders, command: str | None = None) -> dict:
+    """The report of the checkpoint from the partials of its n shards: the one-process report (same scores, same
+    audit), with the evaluation plan re-derived from the checkpoint."""
+    from dpaudit.evaluation import shards
+
+    parts = shards.read(part_folders)
+    ck = checkpoint.load(ckpt_dir, parts[0]["options"].get("base_model"))  # the base every shard scored on
+    used, metrics, scored, timings = shards.merge(ck, parts)
+    loaded = load(ck, EvalOptions.from_shard_record(used))
+    if loaded.opts.shard_record() != used:
+        raise DpauditError("the partials' options do not resolve to themselves under this checkpoint's evaluation "
+                           "plan; re-run the shards on this checkpoint")
+    return finish(loaded, Scored(metrics, scored, timings), command)
+
+
+def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -> Loaded:
+    """Step 1 (see :class:`Loaded`); a shard only scores: its accounting and white-box records are the merge's."""
+    checkpoint.check_manifest(ck, options.off_plan)  # the plan fixed before training, or --off-plan
+    opts = options.resolve(ck.manifest, scoring.framing_of(ck, options.framing))
+    mechanism = ck.card.audited_mechanism()
+    whitebox = scoring.whitebox(ck.whitebox_dir or ck.path, mechanism)  # a shard checks it too: before scoring
+    if shard:
+        return Loaded(ck, opts, mechanism, None, {})
+    return Loaded(ck, opts, mechanism, whitebox, reaccount(ck.card))
+
+
+def score(loaded: Loaded, device: str | None, shard: tuple[int, int] | None = None) -> Scored:
+    """Step 2: task metrics and canary scores on ``device`` (None: the model stays where it is; reference models
+    follow it). Sharded: shard 0 alone measures the metrics."""
+    ck, opts = loaded.ck, loaded.opts
+    if device is not None:
+        from dpaudit import device as devices
+
+        target = devices.resolve(device, "--device")
+    t0 = time.time()
+    model, tok = ck.load_model()
+    if device is not None:
+        model = model.to(target)
+    t_load = time.time() - t0
+    metrics = task_metrics(ck, model, tok, opts.batch_size, opts.base_metrics) \
+        if shard is None or shard[0] == 0 else None
+    t_metrics = time.time() - t0 - t_load
+    scored = scoring.score(ck, model, tok, list(opts.attacks), batch_size=opts.batch_size, max_len=ck.context_len,
+                           reference=opts.reference, n_references=opts.n_references,
+                           enumerate_limit=opts.enumerate_limit, framing=opts.framing, shard=shard)
+    t_attacks = time.time() - t0 - t_load - t_metrics
+    return Scored(metrics, scored, {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks,
+                                    "total_s": time.time() - t0})
+
+
+def finish(loaded: Loaded, scored: Scored, command: str | None) -> dict:
+    """Steps 3-5: audit, judge, render."""
+    t0 = time.time()
+    ck, opts = loaded.ck, loaded.opts
+    ev = evidence.audit(ck.card, ck.manifest, scored.canaries, loaded.whitebox, loaded.mechanism, opts.confidence,
+                        opts.rule)
+    verdict = judge(ck.card, loaded.accounting, ev.best, ev.ceiling, ev.record_best, ev.curve, opts.plan_entry,
+                    mechanism=ev.mechanism_checks, noise_checks=ev.noise_checks)
+    timings = {**scored.timings, "total_s": scored.timings.get("total_s", 0.0) + time.time() - t0}
+    return report_build.evaluation(ck, opts, loaded.accounting, scored.metrics, scored.canaries.notes, ev, verdict,
+                                   command, timings)
+
+
+def task_metrics(ck, model, tok, batch_size: int, base_metrics: bool) -> dict:
+    """The task's own metrics on its test (or validation) split; {} for a checkpoint without a task."""
+    task = ck.run.get("task")
+    if not (task and task.get("name")):
+        return {}
+    from dpaudit.tasks import registry
+
+    mod = registry.get(task["name"])
+    data = registry.load_data(task)
+    if ck.run.get("data", {}).get("fingerprint") not in (None, data.fingerprint()):
+        raise DpauditError(f"the task data no longer matches the checkpoint's fingerprint "
+                           f"{ck.run['data']['fingerprint']}; restore the data the model was trained on")
+    max_len = ck.context_len
+    metrics = {**mod.metrics(model, tok, data.test, batch_size, max_len), "source": data.source,
+               "split": "validation" if task.get("validation") else "test"}
+    if base_metrics:
+        base = scoring.base_model(ck)
+        if base is None:
+            raise DpauditError("base_metrics needs the model before fine-tuning: the checkpoint has no "
+                               "base_model/ and run.json no model spec; drop the option")
+        metrics["base_model"] = mod.metrics(base.to(model_device(model)), tok, data.test, batch_size, max_len)
+    return metrics

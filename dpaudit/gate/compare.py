@@ -1,0 +1,118 @@
+"""``dpaudit compare OLD NEW``: a markdown diff of two reports, with what regressed flagged.
+
+Regressions: a larger empirical lower bound, a lower audit ceiling, a larger attack AUC or mean exposure of
+inserted canaries, a larger claimed or re-accounted epsilon, a lower accuracy (where both reports carry per-example
+outcomes on the same test examples: lower by McNemar's exact test at 5%, dpaudit/report/paired.py), or a worse verdict. The two
+checks behind the verdict are shown beside it.
+"""
+
+from __future__ import annotations
+
+from dpaudit.errors import DpauditError
+from dpaudit.options import VERDICT_RANK
+from dpaudit.report import paired
+
+
+def _metrics(r: dict) -> dict[str, tuple[float | None, int]]:
+    """name -> (value, direction): +1 when larger is worse, -1 when smaller is worse."""
+    out: dict[str, tuple[float | None, int]] = {}
+    e = r["claim"]["epsilon"]
+    out["claimed ε"] = (float("inf") if e is None else e, +1)
+    out["re-accounted ε (largest)"] = (r["accounting"].get("reaccounted_epsilon"), +1)
+    best = r.get("empirical_best")
+    out["empirical ε lower bound"] = (best["epsilon_lb"] if best else None, +1)
+    emp = r["verdict"].get("empirical") or {}
+    out["audit ceiling (the most it could prove)"] = (emp.get("ceiling"), -1)
+    for name, a in r.get("attacks", {}).items():
+        out[f"AUC {name}"] = (a["auc"], +1)
+        out[f"TPR@1%FPR {name}"] = (a["tpr_at_1_fpr"], +1)
+    ex = r.get("exposure") or {}
+    out["mean exposure, inserted (bits)"] = (ex.get("mean_inserted"), +1)
+    out["accuracy"] = ((r.get("metrics") or {}).get("accuracy"), -1)
+    return out
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "—"
+    if x == float("inf"):
+        return "∞"
+    return f"{x:.3f}"
+
+
+def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
+    a, b = _metrics(old), _metrics(new)
+    mo, mn = old.get("metrics") or {}, new.get("metrics") or {}
+    pair = paired.compare(mn["correct"], mo["correct"]) if paired.can_pair(mn, mo) else None
+    lines = [f"### {title}", "", "| quantity | old | new | change | |", "|---|---|---|---|---|"]
+    regressions = 0
+    for k in list(dict.fromkeys([*a, *b])):
+        va, da = a.get(k, (None, 0))
+        vb, db = b.get(k, (None, 0))
+        flag = ""
+        if va is not None and vb is not None and va != float("inf") and vb != float("inf"):
+            diff = vb - va
+            worse = diff * (da or db) > 1e-9
+            if k == "accuracy" and pair is not None:  # same test examples: a regression only if McNemar says so
+                worse = pair.reading() == "lower"
+            flag = "**regressed**" if worse else ""
+            regressions += bool(worse)
+            change = f"{diff:+.3f}"
+        else:
+            change = "" if va == vb else "changed"
+        lines.append(f"| {k} | {_fmt(va)} | {_fmt(vb)} | {change} | {flag} |")
+    if pair is not None:
+        lines.append(f"| accuracy, paired on the same {pair.n} test examples | | | {pair.difference:+.3f} "
+                     f"[{pair.low:+.3f}, {pair.high:+.3f}], McNemar p = {pair.p_value:.3g} ({pair.b_only} old-only vs "
+                     f"{pair.a_only} new-only correct) | {pair.reading()} |")
+    vo, vn = old["verdict"]["status"], new["verdict"]["status"]
+    worse = VERDICT_RANK.get(vn, 1) > VERDICT_RANK.get(vo, 1)
+    regressions += worse
+    for check in ("accounting", "empirical"):
+        so, sn = ((x["verdict"].get(check) or {}).get("status") for x in (old, new))
+        if so or sn:
+            lines.append(f"| {check} check | {f'`{so}`' if so else '—'} | {f'`{sn}`' if sn else '—'} | "
+                         f"{'' if so == sn else 'changed'} | |")
+    lines.append(f"| verdict | `{vo}` | `{vn}` | | {'**regressed**' if worse else ''} |")
+    rows, mech_reg = mechanism_rows(old, new)
+    return lines + rows + [""], regressions + mech_reg
+
+
+def _checks(r: dict) -> dict[str, str]:
+    return {c["check"]: c["status"] for e in r.get("mechanism_checks") or [] for c in e["checks"]}
+
+
+def mechanism_rows(old: dict, new: dict) -> tuple[list[str], int]:
+    """The probe's mechanism checks side by side; a check that passed (or was not run) and now fails regresses."""
+    a, b = _checks(old), _checks(new)
+    if not a and not b:
+        return [], 0
+    lines, reg = [], 0
+    for check in dict.fromkeys([*a, *b]):
+        so, sn = a.get(check, "not run"), b.get(check, "not run")
+        worse = sn == "fail" and so != "fail"
+        reg += worse
+        lines.append(f"| mechanism check `{check}` | {so} | {sn} | {'' if so == sn else 'changed'} | "
+                     f"{'**regressed**' if worse else ''} |")
+    return lines, reg
+
+
+def compare(old: dict, new: dict) -> tuple[str, int]:
+    """(markdown, number of regressions)."""
+    if old["kind"] == "comparison" and new["kind"] == "comparison":
+        pairs = [(k, old["variants"][k], new["variants"][k]) for k in old["variants"] if k in new["variants"]]
+        missing = sorted(set(old["variants"]) ^ set(new["variants"]))
+    elif old["kind"] == "evaluation" and new["kind"] == "evaluation":
+        pairs, missing = [(new["checkpoint"].get("variant") or "model", old, new)], []
+    else:
+        raise DpauditError("compare needs two reports of the same kind (evaluation or comparison)")
+    out = ["# dpaudit compare", ""]
+    total = 0
+    for name, o, n in pairs:
+        lines, reg = compare_one(o, n, name)
+        out += lines
+        total += reg
+    if missing:
+        out.append(f"Variants in only one report: {', '.join(missing)}")
+    out.insert(2, f"**{total} regression(s).**\n")
+    return "\n".join(out) + "\n", total

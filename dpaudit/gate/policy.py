@@ -1,0 +1,268 @@
+"""``dpaudit check``: a CI gate on privacy claims, reading only report.json.
+
+Policy TOML (every key optional; unknown keys are errors)::
+
+    [rules]
+    no_empirical_above_claim = true   # no empirical lower bound may exceed the claimed epsilon
+    accounting = ["verified"]         # allowed accounting checks: verified | under-claim | unverifiable
+    empirical = ["not-refuted", "underpowered"]  # allowed empirical checks; ["not-refuted"] demands an audit
+                                      # whose ceiling reaches the claim (violated | not-refuted | underpowered | no-power)
+    accounting_tolerance = 0.02       # numerical slack of the accounting check (the evaluator's rule, re-applied)
+    accounting_reference = "certified"  # also require this upper value <= claim: "certified" (smallest sound;
+                                      # the accounting check itself), "largest", or an accountant's name
+    max_claimed_epsilon = 10.0        # the privacy budget
+    require_claim = true              # a non-private model (no claim) fails
+    min_accuracy = 0.5                # task accuracy floor
+    max_exposure = 12.0               # no canary's exposure above this many bits
+    allowed_verdicts = ["consistent", "not-refuted"]
+    no_noise_shortfall = false        # fail when a white-box noise check bounds the noise actually added below the
+                                      # card's sigma (dpaudit/audit/noise_check.py; outside the verdict's family-wise
+                                      # correction, so on top of its false-failure rate)
+    mechanism_checks = ["noise", "sampling", "clipping", "steps", "divisor", "coverage"]  # probe checks that must not fail
+                                      # (dpaudit/audit/mechanism_checks.py; each at its stated false-alarm rate)
+    require_mechanism_checks = false  # true: each check named above must also have been run and passed (a report
+                                      # without a probe, or with the check not tested, then fails)
+
+Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from dpaudit import checks, options
+from dpaudit.claim import status as claim_check
+from dpaudit.claim import verdict
+from dpaudit.errors import DpauditError
+from dpaudit.io import number, read_json, read_toml
+from dpaudit.report import build as report_build
+
+
+@dataclass(frozen=True)
+class Policy:
+    no_empirical_above_claim: bool = True
+    accounting: tuple = ("verified",)
+    empirical: tuple = ("not-refuted", "underpowered")
+    accounting_tolerance: float | None = options.ACCOUNTING_TOLERANCE
+    accounting_reference: str = "certified"
+    max_claimed_epsilon: float | None = 10.0  # the default policy is configs/policy.toml (test_configs.py)
+    require_claim: bool = True
+    min_accuracy: float | None = None
+    max_exposure: float | None = None
+    allowed_verdicts: tuple = ("consistent", "not-refuted")
+    no_noise_shortfall: bool = False
+    mechanism_checks: tuple = ("noise", "sampling", "clipping", "steps", "divisor", "coverage")
+    require_mechanism_checks: bool = False
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("no_empirical_above_claim", "require_claim", "no_noise_shortfall",
+                          "require_mechanism_checks") and not isinstance(v, bool):
+                raise DpauditError(f"policy rules.{f.name} must be true or false, got {v!r}")
+            if f.name in ("accounting_tolerance", "max_claimed_epsilon", "min_accuracy", "max_exposure") and \
+                    v is not None and (not checks.finite(v) or v < 0):
+                raise DpauditError(f"policy rules.{f.name} must be a finite number >= 0, got {v!r}")
+        for key, known in (("allowed_verdicts", options.VERDICTS), ("accounting", options.ACCOUNTING_STATUSES),
+                           ("mechanism_checks", options.MECHANISM_CHECKS),
+                           ("empirical", options.EMPIRICAL_STATUSES)):
+            bad = [v for v in getattr(self, key) if v not in known]
+            if bad:
+                raise DpauditError(f"policy rules.{key}: unknown status {bad[0]!r}; known: {', '.join(known)}")
+
+
+def load_policy(path: Path | None) -> Policy:
+    if path is None:
+        return Policy()
+    d = read_toml(path, "policy file", "see configs/policy.toml")
+    extra = sorted(set(d) - {"rules"})
+    if extra:
+        raise DpauditError(f"unknown policy section [{extra[0]}]; put rules under [rules]")
+    rules = d.get("rules", {})
+    if not isinstance(rules, dict):
+        raise DpauditError(f"policy 'rules' must be a table ([rules] with one key per rule), got {type(rules).__name__}")
+    names = {f.name for f in fields(Policy)}
+    bad = sorted(set(rules) - names)
+    if bad:
+        raise DpauditError(f"unknown policy key 'rules.{bad[0]}'; valid keys: {', '.join(sorted(names))}")
+    for key in ("allowed_verdicts", "accounting", "empirical", "mechanism_checks"):
+        if key in rules:
+            if not isinstance(rules[key], list):
+                raise DpauditError(f"policy rules.{key} must be a list of statuses, got {rules[key]!r}")
+            rules[key] = tuple(rules[key])
+    return Policy(**rules)
+
+
+def load_report(path: Path) -> dict:
+    """A report.json that matches its JSON Schema (dpaudit/schemas/report.schema.json), holds at least one
+    evaluation, and whose claims are finite or null; anything else is bad input (exit 2), never a pass."""
+    r = read_json(path, "report", "pass the report.json written by `dpaudit evaluate`")
+    if not isinstance(r, dict):
+        raise DpauditError(f"report {path} must hold a JSON object, not a {type(r).__name__}")
+    if r.get("schema_version") != report_build.SCHEMA_VERSION:
+        raise DpauditError(f"report {path} has schema_version {r.get('schema_version')!r}; this dpaudit reads "
+                           f"{report_build.SCHEMA_VERSION}")
+    if r.get("kind") not in ("evaluation", "comparison"):
+        raise DpauditError(f"report {path} has kind {r.get('kind')!r}, neither an evaluation nor a comparison report")
+    if r["kind"] == "comparison" and not r.get("variants"):
+        raise DpauditError(f"comparison report {path} has no variants: nothing was evaluated, so nothing can pass")
+    _validate(r, path)
+    for v in (r["variants"].values() if r["kind"] == "comparison" else [r]):
+        eps = v["claim"]["epsilon"]
+        if eps is not None and (not checks.finite(eps) or eps <= 0):
+            raise DpauditError(f"report {path}: claim.epsilon {eps!r} is not a claim (a finite number > 0, or null for "
+                               "none); fix the privacy card and re-evaluate")
+    return r
+
+
+def _validate(r: dict, path: Path) -> None:
+    import json
+
+    import jsonschema
+
+    if r["kind"] not in _VALIDATORS:  # one validator per kind: the schema's oneOf would report the other branch
+        schema = json.loads((Path(__file__).parent / "schemas" / "report.schema.json").read_text())
+        schema.pop("oneOf")
+        _VALIDATORS[r["kind"]] = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{r['kind']}"})
+    err = jsonschema.exceptions.best_match(_VALIDATORS[r["kind"]].iter_errors(r))
+    if err is not None:
+        where = "/".join(str(x) for x in err.absolute_path) or "(top level)"
+        raise DpauditError(f"report {path} does not match the report schema at {where}: {err.message[:200]}; "
+                           "regenerate it with `dpaudit evaluate`")
+
+
+_VALIDATORS: dict = {}
+
+
+def check(r: dict, p: Policy) -> list[str]:
+    """Failures, one line each (empty = all rules hold) for one evaluation report."""
+    name = r.get("checkpoint", {}).get("variant") or r.get("checkpoint", {}).get("path") or "the model"
+    fails = []
+    claim = number(r["claim"]["epsilon"])
+    private = claim is not None
+    if p.require_claim and not private:
+        fails.append(f"{name}: no privacy claim (non-private model) but the policy requires one")
+    if p.no_empirical_above_claim and private:
+        for e in r["empirical"]:
+            if e["delta_kind"] == "claimed" and e["epsilon_lb"] > claim:
+                fails.append(f"{name}: empirical lower bound {e['epsilon_lb']:.3f} ({e['attack']}, "
+                             f"{e['family_confidence']:.0%}) exceeds the claimed epsilon {claim:.3f}")
+    if private:
+        fails += _accounting(name, r, claim, p)
+        emp = empirical_check(r, claim)
+        if p.empirical and emp["status"] not in p.empirical:
+            fails.append(f"{name}: empirical check '{emp['status']}' is not allowed ({emp['reason']})")
+    if p.max_claimed_epsilon is not None and private and claim > p.max_claimed_epsilon:
+        fails.append(f"{name}: claimed epsilon {claim:.3f} is above the budget {p.max_claimed_epsilon}")
+    if p.min_accuracy is not None:
+        acc = (r.get("metrics") or {}).get("accuracy")
+        if acc is None:
+            fails.append(f"{name}: no accuracy in the report but the policy sets min_accuracy")
+        elif acc < p.min_accuracy:
+            fails.append(f"{name}: accuracy {acc:.3f} is below the floor {p.min_accuracy}")
+    if p.max_exposure is not None:
+        can = (r.get("exposure") or {}).get("canaries")
+        if not can:
+            fails.append(f"{name}: no exposure in the report but the policy sets max_exposure")
+        else:
+            worst = max(can, key=lambda c: c["exposure"])
+            if worst["exposure"] > p.max_exposure:
+                fails.append(f"{name}: canary {worst['id']} has exposure {worst['exposure']:.2f} bits, above "
+                             f"the ceiling {p.max_exposure}")
+    if p.no_noise_shortfall:
+        for c in r.get("noise_checks") or []:
+            if c["status"] == "below the card":
+                fails.append(f"{name}: the updates recorded on the {c['attack']} canaries carry noise at most "
+                             f"{c['upper']:.4g} ({c['confidence']:.0%}), below the card's sigma "
+                             f"{c['noise_multiplier']:.4g}")
+    fails += mechanism_fails(name, r, p)
+    plan = r.get("audit_plan") or {}
+    if plan.get("status") == "off-plan":
+        fails.append(f"{name}: the evaluation departs from the plan fixed before training "
+                     f"({'; '.join(plan.get('departures', []))}): exploratory, not a gate result; re-evaluate "
+                     "without --off-plan")
+    if p.allowed_verdicts and r["verdict"]["status"] not in p.allowed_verdicts:
+        fails.append(f"{name}: verdict '{r['verdict']['status']}' is not allowed ({r['verdict']['reason']})")
+    return fails
+
+
+def mechanism_fails(name: str, r: dict, p: Policy) -> list[str]:
+    """The probe's mechanism checks the policy names: a failed one fails the gate; with require_mechanism_checks,
+    so does one that was not run or not tested."""
+    fails = []
+    seen = {}
+    for e in r.get("mechanism_checks") or []:
+        for c in e["checks"]:
+            seen.setdefault(c["check"], []).append(c)
+            if c["check"] in p.mechanism_checks and c["status"] == "fail":
+                rate = "deterministic" if not c["false_alarm"] else f"false-alarm rate {c['false_alarm']:.1%}"
+                fails.append(f"{name}: mechanism check '{c['check']}' ({e['attack']}, {rate}): {c['finding']}")
+    if p.require_mechanism_checks:
+        for check in p.mechanism_checks:
+            got = seen.get(check, [])
+            if not got:
+                fails.append(f"{name}: mechanism check '{check}' was not run (no probe record in the checkpoint) but "
+                             "the policy requires it; attach dpaudit's probe to the training loop")
+            elif any(c["status"] == "not tested" for c in got):
+                why = next(c["finding"] for c in got if c["status"] == "not tested")
+                fails.append(f"{name}: mechanism check '{check}' was not tested ({why}) but the policy requires it")
+    return fails
+
+
+def accounting_check(r: dict, claim: float, tolerance: float) -> dict:
+    """The report's accounting check, re-applied at ``tolerance`` with the evaluator's own rule."""
+    acct, c = r["accounting"], r["claim"]
+    return claim_check.status(claim, c["delta"], c.get("neighbouring", "add_remove"), acct["results"],
+                              acct.get("findings", []), acct.get("not_applicable"), tolerance)
+
+
+def empirical_check(r: dict, claim: float) -> dict:
+    """The report's empirical check, re-derived from its rows (reports written before it was recorded too)."""
+    rows = [e for e in r["empirical"] if e["delta_kind"] == "claimed"]
+    best = max(rows, key=lambda e: e["epsilon_lb"]) if rows else None
+    curve = next((e for e in rows if e.get("claim_curve_rejected")), None)
+    return verdict.empirical(claim, best, max((e["ceiling"] for e in rows), default=0.0), curve)
+
+
+def _accounting(name: str, r: dict, claim: float, p: Policy) -> list[str]:
+    tol = options.ACCOUNTING_TOLERANCE if p.accounting_tolerance is None else p.accounting_tolerance
+    acc = accounting_check(r, claim, tol)
+    fails = []
+    if p.accounting and acc["status"] not in p.accounting:
+        fails.append(f"{name}: accounting check '{acc['status']}' is not allowed ({acc['reason']})")
+    if p.accounting_reference != "certified" and p.accounting_tolerance is not None:
+        results = r["accounting"]["results"]
+        if p.accounting_reference == "largest":
+            ref, label = r["accounting"]["reaccounted_epsilon"], "largest accountant"
+        else:
+            vals = [a["epsilon"] for a in results if a["accountant"] == p.accounting_reference]
+            if not vals:
+                raise DpauditError(f"policy accounting_reference {p.accounting_reference!r} is not in the report")
+            ref, label = vals[0], p.accounting_reference
+        if ref is not None and options.exceeds(ref, claim, tol):
+            fails.append(f"{name}: re-accounted epsilon {ref:.3f} ({label}) exceeds the claim {claim:.3f} by more "
+                         f"than {tol:.0%}")
+    return fails
+
+
+def summary(r: dict) -> str:
+    """What the checks of one evaluation report established, in one line (printed by a passing gate)."""
+    name = r.get("checkpoint", {}).get("variant") or r.get("checkpoint", {}).get("path") or "the model"
+    claim = number(r["claim"]["epsilon"])
+    if claim is None:
+        return f"{name}: no claim"
+    acc = accounting_check(r, claim, r["accounting"].get("tolerance", options.ACCOUNTING_TOLERANCE))
+    emp = empirical_check(r, claim)
+    return (f"{name}: claim epsilon {claim:g}; accounting {acc['status']}; empirical {emp['status']} "
+            f"(tested up to epsilon {emp['ceiling']:.3g})")
+
+
+def summaries(r: dict) -> list[str]:
+    return [summary(v) for v in r["variants"].values()] if r["kind"] == "comparison" else [summary(r)]
+
+
+def check_any(r: dict, p: Policy) -> list[str]:
+    if r["kind"] == "comparison":
+        return [f for v in r["variants"].values() for f in check(v, p)]
+    return check(r, p)

@@ -1,0 +1,74 @@
+"""``dpaudit check REPORT --checkpoint CKPT``: what a report says about its model, re-derived from the model's own
+folder instead of trusted from the JSON (docs/security.md).
+
+A report's JSON can be edited consistently (claim and accounting rows together, an off-plan evaluation relabelled
+"as planned"); its digests cannot stop someone who rewrites every field. Given the checkpoint, the gate
+re-derives from it: the content hash (the bytes loaded: weights, tokenizer, card, manifest, an adapter's base), the
+claim and mechanism from the privacy card, the accounting check (every accountant, recomputed), the manifest's
+digest against the card's, and the evaluation plan fixed in the manifest against the one the report says it used.
+The attack scores themselves are not recomputed (that is a new evaluation: ``dpaudit evaluate`` then
+``dpaudit compare``); the report says which parts were re-derived.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from dpaudit.errors import DpauditError
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-9)
+
+
+def mismatches(report: dict, ckpt: Path) -> list[str]:
+    """Every way ``report`` differs from what its checkpoint gives; [] when all re-derived parts agree."""
+    from dpaudit import checkpoint
+    from dpaudit.canaries import plan as eval_plan
+    from dpaudit.claim.reaccount import reaccount
+    from dpaudit.report import build as report_build
+
+    if report.get("kind") != "evaluation":
+        raise DpauditError("--checkpoint re-derives one evaluation report; for a run's comparison, check each "
+                           "variant's VARIANT/report/report.json with its VARIANT/checkpoint")
+    ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"))  # the base it recorded, if outside
+    out = []
+    h = ck.hash()
+    if report["checkpoint"].get("hash") != h:
+        out.append(f"the report's checkpoint hash {report['checkpoint'].get('hash')} is not {ckpt}'s ({h}): the report "
+                   "was not made from this model")
+    try:
+        checkpoint.check_manifest(ck, off_plan=False)
+    except DpauditError as e:
+        out.append(str(e))
+    want = report_build.claim_section(ck.card)
+    for part in ("claim", "mechanism"):
+        if report.get(part) != want[part]:
+            keys = sorted(k for k in set(want[part]) | set(report.get(part) or {})
+                          if (report.get(part) or {}).get(k) != want[part].get(k))
+            out.append(f"the report's {part} ({', '.join(keys)}) is not the privacy card's")
+    acct = reaccount(ck.card)
+    got = report.get("accounting") or {}
+    for key in ("status", "reaccounted_epsilon", "certified_epsilon", "lower_epsilon"):
+        a, b = got.get(key), acct.get(key)
+        if (a != b) if key == "status" else not _close(a, b):
+            out.append(f"the report's accounting {key} {a!r} is not the card's re-derived {b!r}")
+    plan = ck.manifest.plan.evaluation
+    entry = report.get("audit_plan") or {}
+    if plan is not None:
+        planned = eval_plan._norm(plan)
+        if entry.get("planned") != planned:
+            out.append("the report's planned evaluation is not the one the manifest fixed before training")
+        used = entry.get("used")
+        if isinstance(used, dict):
+            try:
+                departs = eval_plan._norm(used) != planned
+            except (KeyError, TypeError, ValueError):
+                departs = True
+            if departs and entry.get("status") != "off-plan":
+                out.append(f"the report says its evaluation was {entry.get('status')!r} but what it used departs from "
+                           "the manifest's plan: it is exploratory (off-plan)")
+    return out

@@ -1,0 +1,108 @@
+"""Step 5 of an evaluation (docs/architecture.md, "The flow"): the report dict, built once and never changed.
+
+    load ─► score ─► audit ─► judge ─► **render**
+
+The ``report.json`` contract (:mod:`dpaudit.report.write` writes it; ``dpaudit check`` reads it) is one schema,
+:data:`SCHEMA_VERSION`, whichever evaluation built it: a checkpoint's (:func:`evaluation`) or a PMixED
+deployment's (:mod:`dpaudit.pmixed.evaluate`), both through :func:`head` and :func:`reproducibility`.
+Stability rules as dp_accounting's: fields are never removed, new fields are optional, meanings never
+change; an incompatible change bumps the version. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+PACKAGES = ("dpaudit", "torch", "transformers", "peft", "opacus", "dp-accounting", "numpy", "scipy", "scikit-learn")
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for p in PACKAGES:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def machine() -> dict:
+    """Where the report was made: the host, and the CUDA device when this process uses torch and sees one (a
+    number measured on a GPU says so). torch is never imported for this: a process without it used none."""
+    torch = sys.modules.get("torch")
+    gpu = torch.cuda.get_device_name() if torch is not None and torch.cuda.is_available() else None
+    return {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count(),
+            "accelerator": gpu}
+
+
+def head(path: Path | None, content_hash: str, variant: str | None, card) -> dict:
+    """The report's first entries: schema, kind, date, what was audited, the claim and its mechanism."""
+    return {"schema_version": SCHEMA_VERSION, "kind": "evaluation",
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "checkpoint": {"path": None if path is None else str(Path(path)), "hash": content_hash,
+                           "variant": variant},
+            **claim_section(card)}
+
+
+def claim_section(card) -> dict:
+    """The report's ``claim`` and ``mechanism`` entries, from the privacy card."""
+    return {"claim": {"epsilon": card.claim.epsilon, "delta": card.claim.delta, "unit": card.claim.unit,
+                      "neighbouring": card.claim.neighbouring, "accountant": card.claim.accountant,
+                      "method": card.method, "trainable": card.trainable, "private": card.is_private,
+                      "rng": (card.extra or {}).get("rng")},
+            "mechanism": card.to_dict()["mechanism"]}
+
+
+def reproducibility(run: dict, content_hash: str, command: str | None) -> dict:
+    """How to make this report again: the command, the run record's config, seeds and data, the versions."""
+    return {"command": command, "config": run.get("config"), "seeds": run.get("seeds"), "data": run.get("data"),
+            "train_result": run.get("train_result"), "checkpoint_hash": content_hash,
+            "versions": versions(), "machine": machine()}
+
+
+def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: dict, command: str | None,
+               timings: dict) -> dict:
+    """The report of one checkpoint's evaluation: resolved options ``opts``
+    (:class:`dpaudit.evaluation.options.Resolved`), accounting ``acct``, evidence ``ev``
+    (:class:`dpaudit.evaluation.evidence.Evidence`) and the judge's ``verdict``."""
+    man, plan = ck.manifest, ev.plan
+    content_hash = ck.hash()
+    top = head(ck.path, content_hash, ck.run.get("variant"), ck.card)
+    base = ck.outside_base() if ck.path is not None else None
+    if base is not None:  # an adapter's base outside the folder: recorded, and in the hash
+        top["checkpoint"]["base_model"] = str(base)
+    return {
+        **top,
+        "accounting": acct,
+        "empirical": ev.empirical + ev.record_rows,
+        "empirical_best": ev.best,
+        "family_wise": {"confidence": opts.confidence, "families": ev.n_families,
+                        "per_family_confidence": plan.confidence},
+        "audit_limits": ev.limits,
+        "noise_checks": ev.noise_checks,
+        "mechanism_checks": ev.mechanism_checks,
+        "threshold_rule": opts.rule,
+        "notes": list(notes),
+        "attacks": ev.attack_rows,
+        "exposure": ev.exposure,
+        "metrics": metrics,
+        "canary_plan": {"m": man.plan.m, "inserted": int(np.sum(plan.signs > 0)), "repetitions": ev.record_reps,
+                        "records_per_user": man.plan.records_per_user, "audit_group_size": plan.group_size,
+                        "k_pos": plan.k_pos, "k_neg": plan.k_neg, "space_size": man.plan.space_size,
+                        "framing": opts.framing,
+                        **({"design": man.plan.design, "score_on": man.plan.score_on,
+                            "pool_source": man.plan.pool_source} if man.plan.design != "template" else {})},
+        "verdict": verdict,
+        "reproducibility": reproducibility(ck.run, content_hash, command),
+        "audit_plan": opts.plan_entry,
+        "timings": timings,
+    }

@@ -1,0 +1,356 @@
+"""REPORT.md of one evaluation, from its report dict: a summary first (verdict, claim, accounting interval, best
+bound with its ceiling and the audit's limit), one compact table of bounds and one of accountants, then the
+details a reader looks up (training, task metrics, attacks, canaries, reproducibility). The long readings of
+every test (the f-DP and Gaussian readings, the simulated limits' parameters) are in report.json. (Over 300 lines
+on purpose: one document, one renderer; every section is a small function of the report dict.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from dpaudit.options import TASK_METRICS
+from dpaudit.report import mechanism as report_checks
+
+LIMITATIONS = [
+    "Black-box attacks on the final model give loose lower bounds: a bound far below the claim is evidence "
+    "of privacy, not proof of it.",
+    "The one-run audit can never certify more than its ceiling, fixed by the number of canaries and guesses.",
+    "Canaries inserted several times are audited through group privacy: the bound is divided by the "
+    "repetitions, which makes it looser.",
+    "Re-accounting checks the mechanism written on the privacy card; it cannot see a trainer that does "
+    "something other than what its card says (white-box canaries can).",
+]
+
+
+def fmt_eps(x) -> str:
+    if x is None:
+        return "∞ (no claim)"
+    if isinstance(x, str):
+        return x
+    return f"{x:.2f}"
+
+
+def summary_lines(r: dict) -> list[str]:
+    """Verdict aside, what a reader needs first: the claim, the accounting interval, the best bound with its
+    ceiling and how much of the audit's own limit it reached, the noise check, the plan."""
+    c, a, v = r["claim"], r["accounting"], r["verdict"]
+    L = []
+    if c["private"]:
+        L.append(f"- Claim: ε = {c['epsilon']:.4g} at δ = {c['delta']:.3g} ({c['unit']} level, {c['neighbouring']} "
+                 f"neighbours; accountant {c['accountant']}; method {c['method']}, {c['trainable']}).")
+    else:
+        L.append(f"- Claim: none (a non-private model; method {c['method']}).")
+    acc = v.get("accounting") or {}
+    if a.get("lower_epsilon") is not None or a.get("certified_epsilon") is not None:
+        lo = "—" if a.get("lower_epsilon") is None else f"{a['lower_epsilon']:.4g}"
+        hi = "—" if a.get("certified_epsilon") is None else f"{a['certified_epsilon']:.4g}"
+        interval = f"true ε of the stated mechanism in [{lo}, {hi}]"
+    else:
+        interval = "no accountant gives an interval"
+    if acc.get("status"):
+        L.append(f"- Accounting: **{acc['status']}** — {interval}; largest upper value {fmt_eps(a.get('reaccounted_epsilon'))}.")
+    emp = v.get("empirical") or {}
+    best = r.get("empirical_best")
+    if best:
+        L.append(f"- Empirical: **{emp.get('status', '—')}** — best bound {best['epsilon_lb']:.2f} at "
+                 f"{best['family_confidence']:.0%} ({best['attack']}), ceiling {best['ceiling']:.2f} (the most these "
+                 f"canaries could prove){_limit_phrase(r, best)}.")
+    for n in r.get("noise_checks") or []:
+        word = ("**below the card's σ**" if n["status"] == "below the card" else "no shortfall")
+        L.append(f"- Noise check ({n['attack']}): at most {n['upper']:.4g} at {n['confidence']:.0%} against the card's "
+                 f"σ = {n['noise_multiplier']:.4g}: {word}.")
+    L += report_checks.summary_line(r)
+    L += plan_lines(r)
+    L.append("- Neither check can prove a model private: accountants verify the mechanism written on the card, and an "
+             "audit can only refute a claim, up to its ceiling.")
+    return L
+
+
+def _limit_phrase(r: dict, best: dict) -> str:
+    """How much of the best possible one-run audit with the same canaries the best test reached."""
+    for x in r.get("audit_limits") or []:
+        if x["attack"] != best["attack"]:
+            continue
+        if not x["epsilon_lb"] > 0:
+            return ("; the best one-run audit with these canaries shows nothing at this claim (its limit is 0): "
+                    "more canaries are needed")
+        out = f"; {x['fraction']:.0%} of the {x['epsilon_lb']:.2f} the best one-run audit with these canaries shows"
+        ml = x.get("mechanism_limit")
+        if ml and ml["epsilon_lb"] > 0:
+            out += f" (of the card's own mechanism: {ml['epsilon_lb']:.2f})"
+        return out
+    return ""
+
+
+def bound_rows(r: dict) -> list[str]:
+    """One row per test of the claim: the lower bound, its confidence, the ceiling, the guesses."""
+    private = r["claim"]["private"]
+    rows = ["| test | ε lower bound | confidence | ceiling | correct / guesses of m | δ | group |",
+            "|---|---|---|---|---|---|---|"]
+    pure = False
+    for e in r["empirical"]:
+        kind = {"record_claim": "record-level claim", "claimed": "δ claimed"}.get(e["delta_kind"], "δ = 0")
+        pure = pure or (e["delta_kind"] == "zero" and private)
+        rows.append(f"| {e['attack']} ({kind}) | {e['epsilon_lb']:.2f} | {e['family_confidence']:.0%} | "
+                    f"{e['ceiling']:.2f} | {e['v']} / {e['r']} of {e['m']} | {e['delta']:.3g} | {e['group_size']} |")
+    ex = (r.get("exposure") or {}).get("epsilon_lb")
+    if ex:
+        rows.append(f"| exposure ≥ {ex['threshold_bits']:.2f} bits (an estimate, not a bound) | {ex['value']:.2f} | "
+                    f"{ex['confidence']:.0%} | — | — | {ex['delta']:.3g} | {ex['group_size']} |")
+    notes = []
+    fw = r.get("family_wise")
+    if fw:
+        notes.append("Confidence is family-wise: Bonferroni over the tests of each family"
+                     + (f", {fw['families']} families at {fw['per_family_confidence']:.1%} each" if fw["families"] > 1
+                        else "") + f"; {fw['confidence']:.0%} together.")
+    if pure:
+        notes.append("δ = 0 rows: a pure-DP bound, not comparable with the (ε, δ) claim and not in the verdict.")
+    if ex:
+        notes.append("The exposure row reads the canaries of one run as independent trials, which they are not: an "
+                     "estimate, never in the verdict.")
+    return rows + [""] + notes
+
+
+def accountant_rows(r: dict) -> list[str]:
+    rows = ["| accountant | true ε in | δ | relation | detail |", "|---|---|---|---|---|"]
+    for a in r["accounting"]["results"]:
+        lo = "—" if a.get("lower") is None else f"{a['lower']:.4g}"
+        hi = "no upper value" if a.get("epsilon") is None else f"{a['epsilon']:.4g}"
+        rows.append(f"| {a['accountant']} | [{lo}, {hi}] | {a['delta']:.3g} | {a.get('relation', 'add_remove')} | "
+                    f"{a.get('detail') or ''} |")
+    for name, why in (r["accounting"].get("not_applicable") or {}).items():
+        rows.append(f"| {name} | — | — | — | not applicable: {why} |")
+    return rows
+
+
+def limit_lines(r: dict) -> list[str]:
+    """How close each test of the claim came to the best possible one-run audit with the same canaries."""
+    L = []
+    for x in r.get("audit_limits") or []:
+        if not x["epsilon_lb"] > 0:
+            L.append(f"- {x['attack']}: the best possible one-run audit with these {x['m']} canaries and {x['k_pos']} + "
+                     f"{x['k_neg']} guesses shows nothing about a mechanism of exactly the claimed ε = "
+                     f"{x['epsilon']:.3g} (its limit is 0): no test with these canaries could reach the claim.")
+            continue
+        frac = f"{x['fraction']:.0%}" if x.get("fraction") is not None else "—"
+        gdp = (f"; Gaussian reading {x['reached_gdp_epsilon_estimate']:.2f} of {x['gdp_epsilon_estimate']:.2f} "
+               f"({x['fraction_gdp']:.0%})" if x.get("fraction_gdp") is not None else "")
+        L.append(f"- {x['attack']}: reaches {x['reached_epsilon_lb']:.2f} of the {x['epsilon_lb']:.2f} that the best "
+                 f"possible one-run audit with these {x['m']} canaries and {x['k_pos']} + {x['k_neg']} guesses shows "
+                 f"about a mechanism of exactly the claimed ε = {x['epsilon']:.3g} (μ = {x['mu']:.3f} GDP, median "
+                 f"of {x['simulations']} simulated audits) — {frac}{gdp}{_mechanism_limit_text(x)}.")
+    return L
+
+
+def noise_lines(r: dict) -> list[str]:
+    """The white-box noise checks (dpaudit/audit/noise_check.py); reports written before them have none."""
+    L = []
+    for c in r.get("noise_checks") or []:
+        head = (f"- {c['attack']}: the {c['values']:,} per-step projections on the {c['m']} {c['kind']} canary "
+                f"coordinates ({c['steps']} updates) have root mean square {c['rms']:.4g} (units of C/B), "
+                f"{c['ratio']:.3f} × the card's σ = {c['noise_multiplier']:.4g}; ")
+        if c["status"] == "below the card":
+            L.append(head + f"the noise actually added is at most **{c['upper']:.4g} at {c['confidence']:.0%} "
+                            f"confidence, below the card's σ**: these updates carry less noise than the card, and so "
+                            f"its ε, states.")
+        else:
+            extra = ("" if c["ratio"] <= 1 else "; the spread above σ is the inserted canaries themselves" + (
+                " (a canary block: no record's gradient reaches it)" if c.get("coordinates") == "block" else
+                " and the records' own gradients on these coordinates, which the simulated limits above leave out"))
+            L.append(head + f"the noise actually added is at most {c['upper']:.4g} at {c['confidence']:.0%} "
+                            f"confidence, so the check finds no shortfall{extra}.")
+    return L
+
+
+def _mechanism_limit_text(x: dict) -> str:
+    ml = x.get("mechanism_limit")
+    if not ml:
+        return ""
+    mech = ml["mechanism"]
+    frac = f"{ml['fraction']:.0%}" if ml.get("fraction") is not None else "—"
+    pool = (f", resampled from {ml['pool']:,} simulated canary scores per class" if ml.get("pool") else "")
+    how = (f"median of {ml['simulations']} simulated audits{pool}" if ml.get("method") != "tails" else
+           f"the count read from the tails of {ml['pool']:,} simulated canary scores per class")
+    return (f"; of the mechanism on the card itself (subsampled Gaussian q = {mech['sample_rate']:.4g}, "
+            f"σ = {mech['noise_multiplier']:.4g}, {mech['steps']} steps; per-step likelihood ratio, {how}) at most "
+            f"{ml['epsilon_lb']:.2f} — {frac}")
+
+
+def plan_lines(r: dict) -> list[str]:
+    """Whether the evaluation followed the plan fixed in the manifest before training (dpaudit/canaries/plan.py)."""
+    p = r.get("audit_plan")
+    if not p:
+        return []
+    u = p["used"]
+    used = (f"attacks {', '.join(u['attacks'])}; rule {u['rule']}; confidence {u['confidence']:g}; "
+            f"{u['n_references']} reference secrets")
+    if p["status"] == "as planned":
+        return [f"- Evaluation plan: as fixed in canaries.json before training ({used})."]
+    if p["status"] == "off-plan":
+        return [f"- **Exploratory: off the evaluation plan** fixed before training ({'; '.join(p['departures'])}); "
+                "`dpaudit check` fails this report."]
+    return [f"- Evaluation plan: none in the manifest; these choices were made at evaluation time ({used})."]
+
+
+def attack_rows(r: dict) -> list[str]:
+    rows = ["| attack | AUC | AUC 95% interval | TPR @ 0.1% FPR | TPR @ 1% FPR | one-run ε lb |",
+            "|---|---|---|---|---|---|"]
+    coarse: dict[int, list[str]] = {}
+    for name, a in r["attacks"].items():
+        lb = [e["epsilon_lb"] for e in r["empirical"] if e["attack"] == name
+              and e["delta_kind"] == ("claimed" if r["claim"]["private"] else "zero")]
+        n_out = a.get("n_nonmembers") or 0
+        cells = []
+        for key, fpr in (("tpr_at_0_1_fpr", 1e-3), ("tpr_at_1_fpr", 1e-2)):
+            mark = "†" if n_out and 1.0 / n_out > fpr else ""
+            if mark and name not in coarse.setdefault(n_out, []):
+                coarse[n_out].append(name)
+            cells.append(f"{a[key]:.3f}{mark}")
+        rows.append(f"| {name} | {a['auc']:.3f} | [{a['auc_ci'][0]:.3f}, {a['auc_ci'][1]:.3f}] | "
+                    f"{cells[0]} | {cells[1]} | {lb[0] if lb else 0.0:.2f} |")
+    for n in sorted(coarse):
+        rows.append(f"\n† {', '.join(coarse[n])}: {n} held-out canaries resolve no FPR below 1/{n} = {1 / n:.2%}: a "
+                    "TPR at a smaller FPR is the TPR at zero false positives.")
+    return rows
+
+
+def clipping_lines(c: dict | None) -> list[str]:
+    """Report lines for a ``train_result.clipping`` summary (empty for non-private runs)."""
+    if not c or not c.get("steps_observed"):
+        return []
+    C = c["clipping_norm"]
+    L = [f"- Clipping at C = {C:g}: on average {c['mean_fraction_clipped']:.1%} of units clipped per step "
+         f"(first step {c['fraction_clipped_first']:.1%}, last {c['fraction_clipped_last']:.1%}); median per-unit "
+         f"gradient norm {c['median_norm_first']:.3g} at the first step, {c['median_norm_last']:.3g} at the last "
+         f"({c['steps_observed']} steps observed)."]
+    if c["all_clipped_every_step"]:
+        ratio = c["median_norm_first"] / C if C > 0 else math.inf
+        L.append(f"- Note: every unit was clipped at every step (median norm {ratio:.3g}× C at the start): each "
+                 "update is a mean of gradient directions. That is Li et al.'s intended small-C regime, but if the "
+                 "model stays at a trivial solution (e.g. the majority class) try a larger C: clipping alone, without "
+                 "noise, can hold it there (reports/li_repro_minilm_c_sweep).")
+    elif c["none_clipped_any_step"]:
+        L.append("- Note: no unit was ever clipped: C is above every gradient norm, so the noise sigma*C is larger "
+                 "than it needs to be for these gradients; a smaller C adds less noise for the same ε.")
+    return L
+
+
+def training_lines(tr: dict | None) -> list[str]:
+    """The training section: steps, sampling, noise, final loss and how hard clipping bit."""
+    if not tr:
+        return ["- no training summary in run.json"]
+    noise = f", noise multiplier σ = {tr['noise_multiplier']:.4g}" if tr.get("noise_multiplier") is not None else ""
+    k = tr.get("final_loss_steps")
+    loss = (f"; final training loss {tr['final_loss']:.3f} (mean over the last {k} of {tr['steps']} steps)" if k else
+            f"; final training loss {tr['final_loss']:.3f} (mean of the last 20 physical batches, an older "
+            "definition: not comparable between private and non-private runs)") if tr.get("final_loss") is not None else ""
+    L = [f"- {tr['steps']} steps over {tr['dataset_size']} units at sampling rate q = {tr['sample_rate']:.4g}"
+         f"{noise}{loss}; {tr.get('seconds', 0.0):.0f} s."]
+    c = tr.get("clipping") or {}
+    if tr.get("noise_multiplier") is not None and c.get("clipping_norm") and tr.get("dataset_size"):
+        B = tr["sample_rate"] * tr["dataset_size"]
+        tau = tr["noise_multiplier"] * c["clipping_norm"] / B
+        L.append(f"- Noise on the averaged gradient: std σC/B = {tau:.2g} per coordinate (expected batch B = {B:.0f}). "
+                 "Under Adam, a coordinate whose mean gradient is below this moves at random by about lr per step, "
+                 "however small σ is (reports/li_repro_minilm_c_sweep).")
+    return L + clipping_lines(c)
+
+
+def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
+    v = r["verdict"]
+    L = [f"# dpaudit report: {r['checkpoint'].get('variant') or r['checkpoint']['path']}", "",
+         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", *summary_lines(r), "", "## Bounds", "",
+         *bound_rows(r), "", "## Accounting", "", *accountant_rows(r), ""]
+    for f in r["accounting"].get("findings", []):
+        L.append(f"- Finding: {f}")
+    lim = limit_lines(r)
+    if lim:
+        L += ["", "What these canaries could show at best (the audit's own limit, not the claim's):", "", *lim]
+    noise = noise_lines(r)
+    if noise:
+        L += ["", "Noise in the recorded updates (a check of the card's σ beside the verdict, not one of its tests):",
+              "", *noise]
+    probe = report_checks.table(r)
+    if probe:
+        L += ["", "## Mechanism checks", "", "What the probe saw the training code do, against its privacy card "
+              "(docs/probe.md):", "", *probe]
+    L += ["", "## Training", "", *training_lines(r["reproducibility"].get("train_result"))]
+    L += ["", "## Task metrics", ""]
+    if r["metrics"]:
+        m = r["metrics"]
+        split = m.get("split", "test")
+        held = " held out from the training split; the test split was not used" if split == "validation" else ""
+        L.append(f"- task `{m.get('task')}` on {m['n_test']} {split} examples ({m['source']}{held}): " + ", ".join(
+            f"{k} **{m[k]:.3f}**" for k in TASK_METRICS if k in m)
+            + (f"; decoding: {m['decoding']}" if "decoding" in m else ""))
+        if m.get("base_model"):
+            b = m["base_model"]
+            L.append("- the same metrics of the model before fine-tuning (zero-shot reference): " + ", ".join(
+                f"{k} {b[k]:.3f}" for k in TASK_METRICS if k in b))
+        L += [f"- Note: {n}" for n in m.get("notes", [])]
+        for ex in m.get("examples", []):
+            L.append(f"  - `{ex['mr']}` → “{ex['generated']}” (reference: “{ex['reference']}”)")
+    else:
+        L.append("- no task recorded in run.json; task metrics skipped")
+    L += ["", "## Attacks", "", *attack_rows(r), ""]
+    L += [f"- Note: {n}" for n in r.get("notes", [])] + ([""] if r.get("notes") else [])
+    if r["exposure"]:
+        ex = r["exposure"]
+        how = ("ranked over the whole space by a token trie (log P(secret | prefix); the suffix is not scored)"
+               if ex.get("enumerated") and ex.get("suffix_scored") is False else
+               "ranked over the whole space" if ex.get("enumerated") else
+               f"ranked among {ex['n_references']} sampled reference secrets")
+        L.append(f"Exposure ({how}): mean {ex['mean_inserted']:.2f} bits for inserted canaries vs "
+                 f"{ex['mean_held_out']:.2f} held out; {ex['rank1_inserted']} inserted canaries rank first among "
+                 f"{ex['n_references']} reference secrets (max {ex['max_rank_exposure']:.2f} bits by ranks, "
+                 f"log2|R| = {ex['max_exposure']:.2f}); skew-normal extrapolation gives "
+                 f"{ex['mean_inserted_extrapolated']:.2f} bits on average for inserted canaries (an estimate).")
+        L.append("")
+    for p in plots:
+        L.append(f"![{p}]({p})")
+    L += ["", "## Canaries", ""]
+    cp = r["canary_plan"]
+    if cp.get("design"):
+        L += [f"Design `{cp['design']}` (fixed before training)"
+              + (f"; pool: {cp['pool_source']}" if cp.get("pool_source") else "")
+              + (". The attacks score the loss on the secret's tokens only." if cp.get("score_on") == "secret"
+                 else "."), ""]
+    framing = cp.get("framing")
+    if framing:
+        L += [f"Scored as the model saw its training records: "
+              f"{'BOS + text + EOS' if framing == 'bos_eos' else 'tokenizer(text), with the special tokens it adds'} "
+              f"(`--canary-framing {framing}`).", ""]
+    exposed = r["exposure"].get("canaries", []) if r["exposure"] else []
+    if exposed:
+        L += ["| id | inserted | repetitions | secret | exposure | extrapolated |", "|---|---|---|---|---|---|"]
+    else:
+        L.append("No exposure per canary: exposure is not among this evaluation's attacks; the canaries are audited by "
+                 "the attacks above.")
+    for c in exposed:
+        sec = "▇" * len(c["secret"]) if redact else c["secret"]
+        L.append(f"| {c['id']} | {'yes' if c['inserted'] else 'no'} | {c['repetitions']} | {sec} | "
+                 f"{c['exposure']:.2f} | {c['exposure_extrapolated']:.2f} |")
+    rep = r["reproducibility"]
+    L += ["", "## Reproducibility", "", "```", f"command: {rep.get('command')}",
+          f"checkpoint hash: {rep.get('checkpoint_hash')}", f"seeds: {json.dumps(rep.get('seeds'))}",
+          f"data: {json.dumps(rep.get('data'))}", f"versions: {json.dumps(rep.get('versions'))}",
+          f"machine: {json.dumps(rep.get('machine'))}", "```", "", "Config:", "", "```json",
+          json.dumps(rep.get("config"), indent=1), "```", "", *_rng_line(r), "## Limitations", ""]
+    L += [f"- {x}" for x in LIMITATIONS]
+    return "\n".join(L) + "\n"
+
+
+def _rng_line(r: dict) -> list[str]:
+    """Where the mechanism's randomness came from (the card's ``extra.rng``), when the trainer recorded it."""
+    rng = (r.get("claim") or {}).get("rng")
+    if not rng:
+        return []
+    if rng.get("mode") == "secure":
+        return ["Noise: secure (train.secure_rng): seeded from the operating system's entropy, the seed never written "
+                "anywhere.", ""]
+    return ["Noise: seeded from the published seed, reproducible for research: anyone with run.json can regenerate "
+            "the noise of this model, so it is not a release-grade run (set train.secure_rng = true).", ""]
+
+

@@ -1,0 +1,110 @@
+"""Render reports: ``report.json`` (the CI contract), ``REPORT.md`` and PNG plots beside it.
+
+report.json stability rules: ``schema_version`` is bumped on any incompatible change; keys are never
+removed or re-purposed; new keys are optional. Epsilon values that are infinite are written as the
+string ``"inf"``; ``null`` means "not applicable" (e.g. no claim).
+
+Writing is atomic per file set: everything goes to a temporary folder first, so a failure leaves no
+partial report behind.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dpaudit.io import atomic_folder, jsonable
+from dpaudit.options import TASK_METRICS
+from dpaudit.report import plots
+from dpaudit.report.build import SCHEMA_VERSION
+from dpaudit.report.markdown import LIMITATIONS, fmt_eps, render_markdown
+from dpaudit.report.plots import clipping_summary
+
+
+def _redact_json(r: dict) -> dict:
+    r = json.loads(json.dumps(r))
+    for c in (r.get("exposure") or {}).get("canaries", []):
+        c["secret"] = "REDACTED"
+    return r
+
+
+def write(report: dict, out: Path, redact: bool = False) -> Path:
+    """Write report.json, REPORT.md and plots into ``out`` (all or nothing: :class:`dpaudit.io.atomic_folder`)."""
+    with atomic_folder(out) as tmp:
+        body = _redact_json(report) if redact else report
+        (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
+        files = plots.draw(report, tmp)
+        (tmp / "REPORT.md").write_text(render_markdown(report, files, redact))
+    return Path(out)
+
+
+def _task_metric(m: dict) -> str:
+    if not m:
+        return "—"
+    base = f" (before fine-tuning {_task_metric(m['base_model'])})" if m.get("base_model") else ""
+    pre = "validation " if m.get("split") == "validation" else ""  # never mistaken for a test number
+    if "perplexity" in m:
+        return f"{pre}perplexity {m['perplexity']:.2f}" + base
+    if "accuracy" in m:
+        const = f" (constant predictor {m['constant_predictor_accuracy']:.3f})" if "constant_predictor_accuracy" in m else ""
+        return f"{pre}accuracy {m['accuracy']:.3f}{const}" + base
+    return pre + (" / ".join(f"{k} {m[k]:.{1 if k != 'nist' and k != 'cider' else 2}f}" for k in TASK_METRICS[1:]
+                       if k in m) or "—") + base
+
+
+def _reaccounted(r: dict) -> str:
+    if not r["claim"]["private"]:
+        return "—"
+    a = r["accounting"]
+    if a.get("reaccounted_epsilon") is None:
+        lo = a.get("lower_epsilon")
+        return "no accountant" + (f" (true ε ≥ {lo:.3g})" if lo is not None else "")
+    return fmt_eps(a["reaccounted_epsilon"])
+
+
+def _clipped_cell(r: dict) -> str:
+    c = clipping_summary(r)
+    if not c.get("steps_observed"):
+        return "— | "
+    return f"{c['mean_fraction_clipped']:.0%} at C = {c['clipping_norm']:g} | "
+
+
+def write_comparison(reports: dict[str, dict], out: Path, command: str, config: dict, redact: bool = False) -> Path:
+    """One report comparing the variants of a run (each keeps its own folder and report)."""
+    with atomic_folder(out) as tmp:
+        body = {"schema_version": SCHEMA_VERSION, "kind": "comparison", "command": command, "config": config,
+                "variants": {k: (_redact_json(v) if redact else v) for k, v in reports.items()}}
+        (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
+        L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
+             "| variant | verdict | claimed ε | re-accounted ε (max over accountants) | empirical ε lower bound "
+             "(best test, confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | white-box canary AUC | mean exposure "
+             "inserted / held out (bits) | units clipped per step (mean) | task metric |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, r in reports.items():
+            b = r["empirical_best"]
+            ex = r["exposure"] or {}
+            la = r["attacks"].get("loss")
+            ea = r["attacks"].get("exposure")
+            L.append(
+                f"| [{name}]({name}/report/REPORT.md) | `{r['verdict']['status']}` | {fmt_eps(r['claim']['epsilon'])} | "
+                f"{_reaccounted(r)} | "
+                f"{b['epsilon_lb']:.2f} ({b['attack']}, {b['family_confidence']:.0%}, ceiling {b['ceiling']:.2f}) | "
+                + (f"{la['auc']:.3f} [{la['auc_ci'][0]:.2f}, {la['auc_ci'][1]:.2f}] | " if la else "— | ")
+                + (f"{ea['auc']:.3f} | " if ea else "— | ")
+                + (f"{r['attacks']['whitebox_gradient']['auc']:.3f} | " if "whitebox_gradient" in r["attacks"] else "— | ")
+                + (f"{ex['mean_inserted']:.2f} / {ex['mean_held_out']:.2f} | " if ex else "— | ")
+                + _clipped_cell(r)
+                + (_task_metric(r["metrics"]) + " |"))
+        L += ["", "Verdicts:", ""]
+        L += [f"- **{name}**: `{r['verdict']['status']}` — {r['verdict']['reason']}." for name, r in reports.items()]
+        first = next(iter(reports.values()))
+        cp = first["canary_plan"]
+        space = (f"secrets from a space of {cp['space_size']:,}" if cp.get("space_size") is not None
+                 else "each secret made of its own new tokens")
+        design = f"design `{cp['design']}`, " if cp.get("design") else ""
+        L += ["", f"Canaries: m = {cp['m']} ({cp['inserted']} inserted, each {cp['repetitions']}×), {design}{space}; "
+              f"one-run guesses fixed before training: k+ = {cp['k_pos']}, k- = {cp['k_neg']}.", "",
+              "## Limitations", ""]
+        L += [f"- {x}" for x in LIMITATIONS]
+        (tmp / "REPORT.md").write_text("\n".join(L) + "\n")
+    return Path(out)
