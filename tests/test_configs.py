@@ -100,7 +100,7 @@ def test_reading_every_config_imports_no_torch():
     root = Path(__file__).resolve().parents[1]
     code = ("import sys, glob\n"
             "for m in ('torch', 'transformers', 'opacus', 'peft', 'datasets'): sys.modules[m] = None\n"
-            "from dpaudit import config\n"
+            "from dpaudit.run import config\n"
             f"files = [f for f in sorted(glob.glob({str(root / 'configs' / '**' / '*.toml')!r}, recursive=True))"
             " if 'policy' not in f and '/paper/' not in f]\n"
             "for f in files: config.load(f)\n"

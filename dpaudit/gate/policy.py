@@ -122,7 +122,7 @@ def _validate(r: dict, path: Path) -> None:
     import jsonschema
 
     if r["kind"] not in _VALIDATORS:  # one validator per kind: the schema's oneOf would report the other branch
-        schema = json.loads((Path(__file__).parent / "schemas" / "report.schema.json").read_text())
+        schema = json.loads((Path(__file__).parents[1] / "schemas" / "report.schema.json").read_text())
         schema.pop("oneOf")
         _VALIDATORS[r["kind"]] = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{r['kind']}"})
     err = jsonschema.exceptions.best_match(_VALIDATORS[r["kind"]].iter_errors(r))
