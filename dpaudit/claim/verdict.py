@@ -14,6 +14,28 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judge step's value: the headline ``status`` and its ``reason``, and every field of :func:`judge`'s
+    verdict (the report's ``verdict`` object) read-only in ``fields``; :meth:`as_dict` gives a copy to render."""
+
+    status: str
+    reason: str
+    fields: Mapping
+
+    @classmethod
+    def of(cls, verdict: dict) -> Verdict:
+        return cls(verdict["status"], verdict["reason"], MappingProxyType(copy.deepcopy(verdict)))
+
+    def as_dict(self) -> dict:
+        return copy.deepcopy(dict(self.fields))
+
 
 def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | None = None) -> dict:
     """The empirical check of a claim (``claimed`` = inf for a model without one). ``curve`` is a test row whose

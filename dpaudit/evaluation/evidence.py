@@ -39,9 +39,17 @@ class Evidence:
     mechanism_checks: list
 
 
-def audit(card, man, scored, whitebox: list | None, mechanism: Audited, confidence: float, rule: str) -> Evidence:
-    """The evidence of ``scored`` (:class:`dpaudit.evaluation.scoring.CanaryScores`) and the white-box records against the
-    claim of ``card``, with the canaries of ``man``."""
+def audit(loaded, scored) -> Evidence:
+    """Step 3: the evidence of the score step's value ``scored`` (:class:`dpaudit.evaluation.steps.Scored`) and
+    the load step's white-box records against the claim of the checkpoint's card, with its canaries, at the
+    resolved confidence and rule (``loaded``: :class:`dpaudit.evaluation.steps.Loaded`)."""
+    ck, opts = loaded.ck, loaded.opts
+    return gather(ck.card, ck.manifest, scored.canaries, loaded.whitebox, loaded.mechanism, opts.confidence, opts.rule)
+
+
+def gather(card, man, scored, whitebox: list | None, mechanism: Audited, confidence: float, rule: str) -> Evidence:
+    """:func:`audit` on its parts: ``scored`` the canary scores (:class:`dpaudit.evaluation.scoring.CanaryScores`)
+    and the white-box records against the claim of ``card``, with the canaries of ``man``."""
     n_families = 2 if record_claim(card) else 1  # every test that can trigger a verdict shares one correction
     plan, record_reps = audit_plan(card, man, families.per_family(confidence, n_families), rule)
     expo = _exposure(man, scored.exposure, card, plan) if scored.exposure is not None else {}

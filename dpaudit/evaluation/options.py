@@ -96,19 +96,21 @@ class EvalOptions:
         manifest.check_both_coins()
         used, entry = eval_plan.resolve(manifest.plan.evaluation, self.off_plan, attacks=self.attacks,
                                         rule=self.rule, confidence=self.confidence, n_references=self.n_references)
-        checked = EvalOptions(attacks=tuple(used["attacks"]), rule=used["rule"], confidence=used["confidence"],
-                              n_references=used["n_references"])  # a plan read from a file obeys the same bounds
-        return Resolved(attacks=checked.attacks, rule=checked.rule, confidence=checked.confidence,
-                        n_references=checked.n_references, enumerate_limit=self.enumerate_limit,
+        # every value was checked once: the given ones by __post_init__, the plan's when the manifest was read
+        attacks = tuple(dict.fromkeys(used["attacks"]))
+        return Resolved(attacks=attacks, rule=used["rule"], confidence=used["confidence"],
+                        n_references=used["n_references"], enumerate_limit=self.enumerate_limit,
                         batch_size=self.batch_size, framing=framing or self.framing, reference=self.reference,
                         base_metrics=self.base_metrics, off_plan=self.off_plan,
-                        whitebox_queries=self.whitebox_queries, plan_entry=entry, base_model=self.base_model)
+                        whitebox_queries=self.whitebox_queries, plan_entry=entry, base_model=self.base_model,
+                        device=self.device)
 
 
 @dataclass(frozen=True)
 class Resolved:
     """The settings of one evaluation, every one decided (see :meth:`EvalOptions.resolve`); ``plan_entry`` is the
-    report's ``audit_plan`` entry (as planned, off-plan with its departures, or unplanned)."""
+    report's ``audit_plan`` entry (as planned, off-plan with its departures, or unplanned); ``device`` where the
+    score step runs the model (None: where it is; not part of a shard's record: shards may run anywhere)."""
 
     attacks: tuple[str, ...]
     rule: str
@@ -123,6 +125,7 @@ class Resolved:
     whitebox_queries: int
     plan_entry: dict
     base_model: str | None = None
+    device: str | None = None
 
     def shard_record(self) -> dict:
         """What a shard's partial records of these settings (JSON; the merge re-derives and compares them)."""

@@ -52,11 +52,7 @@ class CanaryScores:
 def framing_of(ck, framing: str = "auto") -> str:
     """How the canaries are framed for scoring: as the model saw its training records. ``auto``: BOS + text + EOS
     for a checkpoint of dpaudit's trainers (it has run.json), the tokenizer's own special tokens otherwise."""
-    from dpaudit.options import FRAMINGS
-
-    if framing not in ("auto",) + FRAMINGS:
-        raise DpauditError(f"unknown canary framing {framing!r}; choose auto, {', '.join(FRAMINGS)}")
-    if framing != "auto":
+    if framing != "auto":  # checked once, by EvalOptions
         return framing
     return "bos_eos" if ck.run.get("config") or ck.run.get("model", {}).get("name") else "tokenizer"
 

@@ -1,24 +1,31 @@
 """``dpaudit evaluate``: audit one checkpoint as a pipeline of typed steps (docs/architecture.md, "The flow").
 
     load ─► score ─► audit ─► judge ─► render
-    Loaded   Scored   Evidence  verdict  report dict
-    (here)   (here)   (dpaudit.evaluation.evidence) (dpaudit.claim.verdict) (dpaudit.report.build)
+    Loaded   Scored   Evidence  Verdict  report dict
 
-Each step returns a new value and changes nothing it is given; :func:`evaluate` returns the report dict (the
+    loaded = load(ck, options)                 # the checkpoint, the resolved options (device too), the records
+    scored = score(loaded)                     # the model's work
+    ev = audit(loaded, scored)                 # dpaudit.evaluation.evidence
+    verdict = judge(loaded, ev)                # the rule of dpaudit.claim.verdict, a frozen Verdict
+    report = render(loaded, scored, ev, verdict)   # dpaudit.report.build
+
+Each step takes the earlier steps' values whole, returns a new value and changes nothing it is given; :func:`evaluate` returns the report dict (the
 ``report.json`` contract) and writes nothing; :func:`dpaudit.report.write.write` renders it. The options are one
 :class:`dpaudit.evaluation.options.EvalOptions`, resolved against the manifest's evaluation plan in the load step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from dpaudit import checkpoint
 from dpaudit.audit.mechanism import Audited
+from dpaudit.claim import verdict as rule
 from dpaudit.claim.reaccount import reaccount
-from dpaudit.claim.verdict import judge
+from dpaudit.claim.verdict import Verdict
 from dpaudit.errors import DpauditError
 from dpaudit.evaluation import evidence, scoring
 from dpaudit.evaluation.options import EvalOptions, Resolved
@@ -59,14 +66,14 @@ def evaluate_checkpoint(ck: checkpoint.Checkpoint, options: EvalOptions | None =
     """:func:`evaluate` of a loaded checkpoint (a folder, or a model held as objects: dpaudit.api.evaluate)."""
     options = options or EvalOptions()
     loaded = load(ck, options)
-    return finish(loaded, score(loaded, options.device), command)
+    return finish(loaded, score(loaded), command)
 
 
 def score_shard(ckpt_dir: Path, shard: tuple[int, int], options: EvalOptions) -> tuple[Loaded, Scored]:
     """Shard ``shard = (i, n)`` of :func:`evaluate` (scores NaN outside the shard, :mod:`dpaudit.evaluation.shards`)."""
     loaded = load(checkpoint.load(ckpt_dir, options.base_model), options, shard=True)
     loaded.opts.shard_record()  # a reference model must be a path that every shard can load
-    return loaded, score(loaded, options.device, shard)
+    return loaded, score(loaded, shard)
 
 
 def merge(ckpt_dir: Path, part_folders, command: str | None = None) -> dict:
@@ -87,7 +94,7 @@ def merge(ckpt_dir: Path, part_folders, command: str | None = None) -> dict:
 def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -> Loaded:
     """Step 1 (see :class:`Loaded`); a shard only scores: its accounting and white-box records are the merge's."""
     checkpoint.check_manifest(ck, options.off_plan)  # the plan fixed before training, or --off-plan
-    opts = options.resolve(ck.manifest, scoring.framing_of(ck, options.framing))
+    opts = options.resolve(ck.manifest, scoring.framing_of(ck, options.framing))  # framing checked by EvalOptions
     mechanism = ck.card.audited_mechanism()
     whitebox = scoring.whitebox(ck.whitebox_dir or ck.path, mechanism)  # a shard checks it too: before scoring
     if shard:
@@ -95,10 +102,11 @@ def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -
     return Loaded(ck, opts, mechanism, whitebox, reaccount(ck.card))
 
 
-def score(loaded: Loaded, device: str | None, shard: tuple[int, int] | None = None) -> Scored:
-    """Step 2: task metrics and canary scores on ``device`` (None: the model stays where it is; reference models
-    follow it). Sharded: shard 0 alone measures the metrics."""
+def score(loaded: Loaded, shard: tuple[int, int] | None = None) -> Scored:
+    """Step 2: task metrics and canary scores on the resolved options' device (None: the model stays where it is;
+    reference models follow it). Sharded: shard 0 alone measures the metrics."""
     ck, opts = loaded.ck, loaded.opts
+    device = opts.device
     if device is not None:
         from dpaudit import device as devices
 
@@ -120,16 +128,29 @@ def score(loaded: Loaded, device: str | None, shard: tuple[int, int] | None = No
 
 
 def finish(loaded: Loaded, scored: Scored, command: str | None) -> dict:
-    """Steps 3-5: audit, judge, render."""
+    """Steps 3-5: audit, judge, render (their time added to the report's total)."""
     t0 = time.time()
-    ck, opts = loaded.ck, loaded.opts
-    ev = evidence.audit(ck.card, ck.manifest, scored.canaries, loaded.whitebox, loaded.mechanism, opts.confidence,
-                        opts.rule)
-    verdict = judge(ck.card, loaded.accounting, ev.best, ev.ceiling, ev.record_best, ev.curve, opts.plan_entry,
-                    mechanism=ev.mechanism_checks, noise_checks=ev.noise_checks)
-    timings = {**scored.timings, "total_s": scored.timings.get("total_s", 0.0) + time.time() - t0}
-    return report_build.evaluation(ck, opts, loaded.accounting, scored.metrics, scored.canaries.notes, ev, verdict,
-                                   command, timings)
+    ev = audit(loaded, scored)
+    verdict = judge(loaded, ev)
+    timed = dataclasses.replace(scored, timings={**scored.timings,
+                                                 "total_s": scored.timings.get("total_s", 0.0) + time.time() - t0})
+    return render(loaded, timed, ev, verdict, command)
+
+
+audit = evidence.audit  # step 3: (Loaded, Scored) -> Evidence
+
+
+def judge(loaded: Loaded, ev: evidence.Evidence) -> Verdict:
+    """Step 4: the verdict of the claim of the loaded checkpoint's card on its accounting and the evidence
+    (:func:`dpaudit.claim.verdict.judge`, the rule; off the plan fixed before training, marked exploratory)."""
+    return Verdict.of(rule.judge(loaded.ck.card, loaded.accounting, ev.best, ev.ceiling, ev.record_best, ev.curve,
+                                 loaded.opts.plan_entry, mechanism=ev.mechanism_checks, noise_checks=ev.noise_checks))
+
+
+def render(loaded: Loaded, scored: Scored, ev: evidence.Evidence, verdict: Verdict, command: str | None = None) -> dict:
+    """Step 5: the report dict (the ``report.json`` contract, :func:`dpaudit.report.build.evaluation`)."""
+    return report_build.evaluation(loaded.ck, loaded.opts, loaded.accounting, scored.metrics, scored.canaries.notes,
+                                   ev, verdict.as_dict(), command, scored.timings)
 
 
 def task_metrics(ck, model, tok, batch_size: int, base_metrics: bool) -> dict:
