@@ -6,7 +6,7 @@ Times the trie (attacks/exposure_trie.py) on every secret of the space (10^lengt
 scorer (attacks/exposure.py, shared-prefix cache) on the first --baseline secrets of the same space in the same
 run, extrapolated linearly to the whole space (it costs the same per candidate); prints both, their ratio and
 the trie's forward passes. (The per-candidate scorer also scores the suffix and EOS; the trie scores the secret
-tokens only. tests/test_exposure_trie.py checks the trie against a plain forward of every candidate.)
+tokens only. tests/attacks/test_exposure_trie.py checks the trie against a plain forward of every candidate.)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 "old" is ``dpaudit/accounting/dpa_pld.py`` as of commit a79b735 (read with ``git show``; a 1e-3 rough pass,
 then both ends at a grid of 2% of epsilon / T floored at 1e-5, built by dp_accounting's scalar loop); "new" is
-the working tree's. Prints a markdown table over the grid of tests/test_claim_check.py plus the three cards of
+the working tree's. Prints a markdown table over the grid of tests/claim/test_claim_check.py plus the three cards of
 bench_accounting.py; seconds are each PLD row's own time in this process.
 """
 

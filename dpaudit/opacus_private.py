@@ -4,7 +4,7 @@ Opacus' optimizers draw their noise with ``opacus.optimizers.optimizer._generate
 gradient used twice with ``_check_processed_flag`` / ``_mark_as_processed``; a DP step that replaces Opacus'
 ``add_noise`` or ``clip_and_accumulate`` (dpaudit's book-keeping optimizer, LMO-DP's noise, the probe's planted
 bugs in the examples) must call the same three to stay the same mechanism. They are private: one Opacus release
-may rename them. Here they are wrapped once; ``tests/test_opacus_private.py`` names the Opacus version they were
+may rename them. Here they are wrapped once; ``tests/probe/test_opacus_private.py`` names the Opacus version they were
 checked against (:data:`CHECKED_WITH`) and fails with the missing name when one disappears.
 
 Opacus' accountant modules are the other private dependency: :mod:`dpaudit.accounting.opacus_modules` runs them

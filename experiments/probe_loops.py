@@ -8,7 +8,7 @@ is what Opacus' engine did (``card_from_opacus``), or, for a bug that lives in t
 :func:`run` trains one loop (honest, or with one bug planted) and returns the probe, the card and the folder the
 probe's records were saved in; ``experiments/probe_conformance.py`` judges them with the gate's own rules.
 
-Nothing here is imported by the package: it is test and experiment code (tests/test_probe_conformance.py runs
+Nothing here is imported by the package: it is test and experiment code (tests/probe/test_probe_conformance.py runs
 every loop and bug once on small settings; the table runs them over many seeds).
 """
 

@@ -23,7 +23,7 @@ layer run twice in one forward is refused, as Opacus' ghost clipping refuses it.
 
 The optimizer, Poisson loader, noise and white-box canaries are Opacus' ghost-clipping ones
 (``DPOptimizerFastGradientClipping`` reads the clipped sum from ``p.grad``): only where the clipped sum comes
-from differs. Checked against a for-loop reference and Opacus' ghost mode in tests/test_bk_clipping.py.
+from differs. Checked against a for-loop reference and Opacus' ghost mode in tests/trainers/test_bk_clipping.py.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def check_layers(model: nn.Module) -> None:
     mechanism.check_clippable(model, "ghost_fsdp")
     for name, module in model.named_modules():
         # GPT-2's Conv1D has no ghost norm sampler; Opacus' functorch fallback on sharded weights gave per-example
-        # norms that disagree with the for-loop reference (tests/test_fsdp.py), so it is refused, not approximated
+        # norms that disagree with the for-loop reference (tests/trainers/test_fsdp.py), so it is refused, not approximated
         if type(module).__name__ == "Conv1D" and any(p.requires_grad for p in module.parameters(recurse=False)):
             raise DpauditError(f"grad_sample_mode = 'ghost_fsdp' cannot clip layer {name!r} (GPT-2's Conv1D) per sample "
                                "under FSDP; use a model of nn.Linear layers (Llama, Qwen2, Mistral, BERT) or train "

@@ -17,7 +17,7 @@ table, nearly all zeros (MiniLM's word embedding: 11.7M of its 22.7M parameters,
 which made the selection cost more than the training it serves. Here an embedding's per-example gradient is
 kept sparse: the rows of the tokens an example holds, each the sum of the output gradients at that token's
 positions (exactly what Opacus' scatter writes into those rows; the other rows are zero), so the norms and the
-clipped sums are the same numbers from a few hundred rows per example (tests/test_dp_frost.py checks both
+clipped sums are the same numbers from a few hundred rows per example (tests/trainers/test_dp_frost.py checks both
 against a for-loop of backward passes).
 """
 

@@ -12,7 +12,7 @@ loop: at a discretisation of 1e-5 that is ~1.2 million scalar calls and ~4.5 s p
   into arrays: the same x boundaries, the same buckets, the same tails.
 
 Add/remove neighbours with sampling rate q < 1 only (replace-one and q = 1 keep dp_accounting's own path).
-tests/test_accounting_grid.py checks both estimates against dp_accounting's, PMF by PMF and epsilon by epsilon.
+tests/accounting/test_accounting_grid.py checks both estimates against dp_accounting's, PMF by PMF and epsilon by epsilon.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ attaches an accountant to a training run (never called by accounting).
 (a training process), otherwise the same source file executed under the private package name
 ``dpaudit._opacus`` with the package ``__init__`` files skipped and, while ``accountant.py`` is executed,
 ``opacus.optimizers`` standing for a placeholder class (removed again at once, so a later ``import opacus``
-imports the real package). No Opacus code is copied or changed; tests/test_accounting_grid.py checks that
+imports the real package). No Opacus code is copied or changed; tests/accounting/test_accounting_grid.py checks that
 the answers equal Opacus' imported the usual way and that a fresh process accounts without importing torch.
 """
 

@@ -118,7 +118,7 @@ def _largest_rejected(grid: np.ndarray, finv_of, m: int, r: int, v: int, confide
     when the guesses reject one they reject every smaller one. Each round tests ``points`` grid values at once
     (one recursion of :func:`rejects`, O(v) vectorised steps) and keeps the bracket between the last rejected and
     the first accepted value, so a 12,501-point grid takes two rounds instead of one recursion over all of it
-    (10^5 guesses: seconds, not a minute). Equal to scanning the whole grid (tests/test_fdp.py)."""
+    (10^5 guesses: seconds, not a minute). Equal to scanning the whole grid (tests/audit/test_fdp.py)."""
     lo, hi, best = 0, len(grid), -1  # the answer's index lies in [best, hi); lo..hi-1 are untested
     while lo < hi:
         idx = np.unique(np.linspace(lo, hi - 1, min(points, hi - lo)).round().astype(int))

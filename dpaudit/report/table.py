@@ -4,7 +4,7 @@
 
 Every column is one entry of :data:`COLUMNS` (header, and the cell of one variant from its report.json and
 run.json); adding one is one line. A number in a README table is then what this command prints from the run
-that made it (tests/test_report_scripts.py). No torch here.
+that made it (tests/report/test_report_scripts.py). No torch here.
 """
 
 from __future__ import annotations

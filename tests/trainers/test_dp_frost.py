@@ -10,13 +10,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_RUN
 from scipy.optimize import minimize
 
 from dpaudit import accounting
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.errors import DpauditError
 from dpaudit.trainers import partitions, pgm, psel
+from tests.settings import TINY_RUN
 
 
 @pytest.fixture(scope="module")

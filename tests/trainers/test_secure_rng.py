@@ -39,9 +39,8 @@ def test_seeded_runs_repeat_and_secure_runs_do_not(tiny_model_factory, monkeypat
 
 
 def test_secure_run_writes_no_noise_seed(tmp_path):
-    from conftest import TINY_RUN
-
     from dpaudit.cli import main
+    from tests.settings import TINY_RUN
 
     cfg = TINY_RUN.replace("[canaries]", "[train]\nepochs = 1\nsecure_rng = true\n[canaries]") + \
         '[[variants]]\nname = "dp"\ntarget_epsilon = 8\n'

@@ -193,7 +193,7 @@ def test_docs_configs_parse_with_a_stand_in_model(folders):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "your_model.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "your_model.md").read_text()
     blocks = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
     assert len(blocks) == 7
     methods = set()

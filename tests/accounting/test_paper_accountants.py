@@ -36,9 +36,8 @@ def test_a_variant_that_changes_method_gets_that_methods_default():
 def test_the_card_records_the_calibrating_accountant(tmp_path):
     import tomllib
 
-    from conftest import TINY_RUN
-
     from dpaudit.trainers import fit
+    from tests.settings import TINY_RUN
 
     cfg = config.parse(tomllib.loads(TINY_RUN))
     v = cfg.variants[-1]

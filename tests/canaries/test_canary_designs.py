@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_MODEL
 
 from dpaudit.attacks.scoring import encode
 from dpaudit.audit import one_run
@@ -16,6 +15,7 @@ from dpaudit.canaries import new_tokens as canary_tokens
 from dpaudit.canaries import pools as canary_pools
 from dpaudit.cli import main
 from dpaudit.errors import DpauditError
+from tests.settings import TINY_MODEL
 
 PLAN = {"attacks": ["loss", "zlib", "min_k", "reference", "exposure"], "rule": "bonferroni", "confidence": 0.95,
         "n_references": 100}
@@ -205,7 +205,7 @@ def test_docs_design_examples_run_as_written(tmp_path, monkeypatch, capsys):
     import shlex
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "canary_designs.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "canary_designs.md").read_text()
     from dpaudit.tasks.models import ModelSpec, build
 
     monkeypatch.chdir(tmp_path)

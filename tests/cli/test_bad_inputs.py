@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RUN
 
 from dpaudit.cli import main
+from tests.settings import TINY_RUN
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

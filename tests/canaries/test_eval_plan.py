@@ -51,6 +51,6 @@ def test_the_gate_fails_an_off_plan_report():
 
     from dpaudit.gate.policy import Policy, check
 
-    r = json.loads((Path(__file__).resolve().parents[1] / "reports/demo/dp-eps8/report/report.json").read_text())
+    r = json.loads((Path(__file__).resolve().parents[2] / "reports/demo/dp-eps8/report/report.json").read_text())
     r["audit_plan"] = {"status": "off-plan", "planned": PLAN, "used": PLAN, "departures": ["confidence: planned 0.95, used 0.8"]}
     assert any("departs from the plan" in f for f in check(r, Policy()))

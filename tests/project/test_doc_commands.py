@@ -15,7 +15,7 @@ import pytest
 
 from dpaudit.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CHEAP = (("account",), ("audit", "one-run"), ("audit", "many-run"), ("audit", "plan"), ("canaries", "new"), ("card",),
          ("lmo", "account"))

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RUN
 
 from dpaudit import accounting
 from dpaudit.cli import main
 from dpaudit.run import dry_run
 from dpaudit.tasks import models
 from dpaudit.tasks.model_spec import ModelSpec
+from tests.settings import TINY_RUN
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAPER = sorted((ROOT / "configs" / "paper").glob("*.toml"))
 
 

@@ -11,12 +11,12 @@ import tomllib
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_RUN
 
 from dpaudit.accounting import lmo_paper
 from dpaudit.accounting.lmo_noise import LmoNoise
 from dpaudit.errors import DpauditError
 from dpaudit.probe.canaries import GradientCanaries
+from tests.settings import TINY_RUN
 
 LMO_CONFIG = TINY_RUN + """
 [train]

@@ -140,7 +140,7 @@ def test_docs_blocks_dry_run_on_data_of_those_shapes(tmp_path, monkeypatch, caps
                           "validation": datasets.Dataset.from_list(e2e[24:])}).save_to_disk(str(tmp_path / "data" / "e2e_nlg"))
     _write(tmp_path / "data" / "mail.jsonl", [{"from": f"u{i % 20}", "body": f"mail {i}"} for i in range(100)])
     monkeypatch.chdir(tmp_path)
-    text = (Path(__file__).resolve().parents[1] / "docs" / "your_data.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "your_data.md").read_text()
     blocks = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
     assert len(blocks) == 3
     # training units read: 45 of 50 texts; 24 tables (30 references, six tables twice); 18 of 20 users

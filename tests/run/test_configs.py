@@ -7,8 +7,8 @@ import pytest
 from dpaudit.gate.policy import load_policy
 from dpaudit.run import config
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-# sub-folders too, but configs/paper/, which names the user's own model folders (tests/test_dry_run.py)
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+# sub-folders too, but configs/paper/, which names the user's own model folders (tests/run/test_dry_run.py)
 RUN_CONFIGS = sorted(p for p in CONFIGS.rglob("*.toml") if p.name != "policy.toml" and p.parent.name != "paper")
 
 
@@ -81,7 +81,7 @@ def test_check_reads_a_report_without_torch():
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     code = ("import sys; from dpaudit.cli import main; "
             "rc = main(['check', 'reports/demo/dp-eps8/report/report.json', '--policy', 'configs/policy.toml']); "
             "heavy = [m for m in ('torch', 'opacus', 'transformers', 'dp_accounting') if m in sys.modules]; "
@@ -97,7 +97,7 @@ def test_reading_every_config_imports_no_torch():
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     code = ("import sys, glob\n"
             "for m in ('torch', 'transformers', 'opacus', 'peft', 'datasets'): sys.modules[m] = None\n"
             "from dpaudit.run import config\n"

@@ -13,7 +13,7 @@ from scipy.stats import norm
 from dpaudit.accounting import lmo_limits, lmo_pld
 from dpaudit.accounting.lmo_noise import LmoNoise
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BRIEF = LmoNoise(0.3, 0.2, 0.5, 2.0, 0.5, 5.0, 0.5, 1.5)
 
 

@@ -63,7 +63,7 @@ def test_off_writes_nothing(cache, monkeypatch):
 
 
 def test_a_cached_card_is_accounted_without_torch(tmp_path):
-    card = Path(__file__).resolve().parents[1] / "reports" / "demo" / "dp-eps8" / "checkpoint" / "privacy_card.json"
+    card = Path(__file__).resolve().parents[2] / "reports" / "demo" / "dp-eps8" / "checkpoint" / "privacy_card.json"
     env = {"DPAUDIT_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"}
     code = ("import sys\nfrom dpaudit.cli import main\n"
             f"rc = main(['account', '--card', {str(card)!r}])\n"

@@ -363,7 +363,7 @@ def test_exact_check_refutes_a_deployment_configured_by_the_papers_own_analysis(
 
     from dpaudit.claim import status as claim_check
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "pmixed_counterexample.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "pmixed_counterexample.py"
     spec = importlib.util.spec_from_file_location("pmixed_counterexample", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

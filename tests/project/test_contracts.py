@@ -97,7 +97,7 @@ def test_the_cycle_check_finds_a_circle_and_the_package_has_none(tmp_path, monke
     dpaudit itself (as checked in place here; make lint checks the installed layout) has none."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("check_cycles", Path(__file__).resolve().parents[1] / ".ci" /
+    spec = importlib.util.spec_from_file_location("check_cycles", Path(__file__).resolve().parents[2] / ".ci" /
                                                   "check_cycles.py")
     cc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cc)

@@ -17,7 +17,7 @@ import pytest
 
 from dpaudit.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "audit_external_opacus.py"
 SMALL = ["--canaries", "20", "--records", "60", "--epochs", "1", "--references", "50", "--secret-length", "3",
          "--batch-size", "32", "--probe-canaries", "200"]
@@ -55,7 +55,7 @@ def test_opacus_example_runs_and_its_cli_line_audits_the_same_folder(tmp_path, c
 @pytest.mark.parametrize("bug,check", [("accumulation", "sampling")])
 def test_a_planted_bug_makes_the_gate_fail_with_a_line_naming_it(tmp_path, capsys, bug, check):
     """The README's promise, through the CLI: the example's loop with one bug, `dpaudit evaluate` on its folder,
-    then `dpaudit check` exits 1 with a FAIL line naming the check (tests/test_probe.py plants the others in a
+    then `dpaudit check` exits 1 with a FAIL line naming the check (tests/probe/test_probe.py plants the others in a
     plain Opacus loop; experiments/probe_bugs.py measures every rate on this example)."""
     out = tmp_path / bug
     ex = _example()

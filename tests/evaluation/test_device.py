@@ -43,9 +43,8 @@ def test_dp_training_refuses_half_precision_parameters(tiny_model_factory):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_run_and_evaluate_refuse_cuda_here_before_any_work(tmp_path, capsys):
-    from conftest import TINY_RUN
-
     from dpaudit.cli import main
+    from tests.settings import TINY_RUN
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(TINY_RUN + "[train]\ndevice = \"cuda\"\n[[variants]]\nname = \"a\"\ntarget_epsilon = 8\n")

@@ -214,7 +214,7 @@ def test_insert_canaries_into_a_dataset():
 def test_run_train_only_writes_checkpoints_that_evaluate_audits_later(tmp_path, capsys):
     """--train-only: the checkpoint and nothing else (no report, no comparison); `dpaudit evaluate` on it later
     writes the report `dpaudit run` would have; with --resume it is refused before any work."""
-    from conftest import TINY_RUN
+    from tests.settings import TINY_RUN
 
     p = tmp_path / "c.toml"
     cfg = TINY_RUN.replace("[evaluate]\n", "[evaluate]\nattacks = [\"loss\"]\n")  # the audit's cost is not what is tested

@@ -139,7 +139,7 @@ def test_evaluation_follows_the_plan_fixed_before_training(run_dir, tmp_path, ca
     y = json.loads((tmp_path / "y" / "report.json").read_text())
     assert y["audit_plan"]["status"] == "off-plan" and y["verdict"]["reason"].startswith("EXPLORATORY")
     assert "Exploratory: off the evaluation plan" in (tmp_path / "y" / "REPORT.md").read_text()
-    policy = Path(__file__).resolve().parents[1] / "configs" / "policy.toml"
+    policy = Path(__file__).resolve().parents[2] / "configs" / "policy.toml"
     assert main(["check", str(tmp_path / "y" / "report.json"), "--policy", str(policy)]) == 1
     assert "departs from the plan" in capsys.readouterr().out
 
