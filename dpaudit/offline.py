@@ -1,5 +1,6 @@
 """One place that puts the process in offline, quiet mode (CLI and tests): hub calls fail fast instead
-of retrying, progress bars and known-harmless library warnings are silenced."""
+of retrying, progress bars and known-harmless library warnings are silenced, and dpaudit's own warnings
+(:class:`dpaudit.accounting.disk_cache.CacheWarning`, the probe's) print as one line each."""
 
 from __future__ import annotations
 
@@ -17,4 +18,27 @@ def setup() -> None:
     warnings.filterwarnings("ignore", module="opacus")
     warnings.filterwarnings("ignore", message=".*Optimal order.*")
     warnings.filterwarnings("ignore", message=".*Full backward hook.*")
+    if getattr(warnings.showwarning, "__name__", "") != "_one_line":
+        warnings.showwarning = _one_line(warnings.showwarning)
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting RDP: non-converging orders are excluded anyway
+
+
+def _one_line(show):
+    """``warnings.showwarning`` that prints dpaudit's own warnings as ``warning: <message>`` (no file, line or
+    source line) and leaves every other warning to ``show``."""
+    import sys
+    import threading
+
+    lock = threading.Lock()  # the accountants' threads warn at once: one whole line each
+
+    def _one_line(message, category, filename, lineno, file=None, line=None):
+        if not category.__module__.startswith("dpaudit"):
+            return show(message, category, filename, lineno, file, line)
+        text = str(message).splitlines()[0] if str(message) else category.__name__
+        try:
+            with lock:
+                (file or sys.stderr).write(f"warning: {text}\n")
+        except OSError:
+            pass
+
+    return _one_line

@@ -113,18 +113,22 @@ def interval(events: list, delta: float, accountant: str, relation: str = "add_r
     if not events:
         raise DpauditError("no privacy events to account; a non-private mechanism has epsilon = inf")
     _check_accountant(accountant)
-    return _interval(tuple(events), float(delta), accountant, relation, dataset_size)
+    from dpaudit.accounting import disk_cache
+
+    return _interval(tuple(events), float(delta), accountant, relation, dataset_size, disk_cache.trusted())
 
 
 @functools.lru_cache(maxsize=128)
-def _interval(events: tuple, delta: float, accountant: str, relation: str, dataset_size) -> AccountingResult:
+def _interval(events: tuple, delta: float, accountant: str, relation: str, dataset_size,
+              read_disk: bool) -> AccountingResult:
     """:func:`interval` of immutable events, computed once per process: a card is often accounted twice in one
     run (``dpaudit account --card`` then ``evaluate``; every variant of ``dpaudit run``), and a PLD pass at a
-    fine discretisation costs seconds. NotApplicable is raised again on every call (exceptions are not cached)."""
+    fine discretisation costs seconds. NotApplicable is raised again on every call (exceptions are not cached).
+    ``read_disk`` False (inside :func:`disk_cache.bypassed`): computed here, whatever the disk holds."""
     from dpaudit.accounting import disk_cache
 
     k = disk_cache.key(accountant, _BACKENDS[accountant], events, delta, relation, dataset_size)
-    hit = disk_cache.get(k)
+    hit = disk_cache.get(k) if read_disk else None
     if hit is not None:  # the same mechanism, code and libraries: the stored answer (accounting/disk_cache.py)
         if "not_applicable" in hit:
             raise NotApplicable(hit["not_applicable"])

@@ -6,23 +6,57 @@ torch. The answer (an interval, or the accountant's "not applicable" reason) is 
 ``$DPAUDIT_CACHE/accounting/`` (default ``~/.cache/dpaudit``), named by a SHA-256 of everything it depends on: the
 accountant, the events (every field), δ, the neighbouring relation, the dataset size, the source of every module
 of dpaudit/accounting/ and the versions of opacus and dp-accounting.
-A different mechanism, code or library version is a different key, never a stale answer. A file that cannot be
-read or parsed is ignored and recomputed; a cache that cannot be written is skipped silently (it is an
-optimisation, never a requirement). ``DPAUDIT_ACCOUNTING_CACHE=0`` turns it off.
+A different mechanism, code or library version is a different key, never a stale answer. ``DPAUDIT_ACCOUNTING_CACHE=0``
+turns it off; a cache that cannot be written is skipped silently (it is an optimisation, never a requirement).
 
-The cache is trusted as the installed code is: it lives in the user's own folder, and a file edited to a wrong
-interval changes what ``dpaudit account`` prints on that machine only (docs/security.md).
+The cache can never decide a verdict (docs/security.md). An answer is used only when
+
+* it is **well-formed**: filed under its own key, a finite 0 <= lower <= upper (upper may be infinite), a string
+  detail, or a "not applicable" reason; and
+* **this machine wrote it**: every entry carries an HMAC-SHA256 under a 32-byte secret kept outside the cache
+  folder (``$DPAUDIT_STATE/accounting-cache.key``, default ``~/.local/state/dpaudit``, mode 0600), so an entry
+  edited by hand, restored from a CI cache or copied from another machine is not trusted.
+
+Any other file under a key is reported (a :class:`CacheWarning`, one line) and recomputed, and the fresh answer
+replaces it. :func:`bypassed` ignores the cache altogether: ``dpaudit check --checkpoint``, the re-derivation that
+trusts nothing, recomputes every interval under it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import hmac
 import json
+import math
 import os
+import secrets
+import warnings
 from importlib import metadata
 from pathlib import Path
 
-VERSION = 1
+VERSION = 2  # 2: entries carry an HMAC (version 1 entries are other keys, never read)
+_BYPASS = 0  # > 0 inside bypassed(): read by every accountant thread at call time
+
+
+class CacheWarning(UserWarning):
+    """An accounting cache entry that was not used (damaged, edited or not written by this machine)."""
+
+
+@contextlib.contextmanager
+def bypassed():
+    """Within: no cached answer is read (every interval is computed; fresh answers are still stored)."""
+    global _BYPASS
+    _BYPASS += 1
+    try:
+        yield
+    finally:
+        _BYPASS -= 1
+
+
+def trusted() -> bool:
+    """Whether cached answers may be read now."""
+    return enabled() and _BYPASS == 0
 
 
 def enabled() -> bool:
@@ -31,6 +65,60 @@ def enabled() -> bool:
 
 def folder() -> Path:
     return Path(os.environ.get("DPAUDIT_CACHE", Path.home() / ".cache" / "dpaudit")).expanduser() / "accounting"
+
+
+def key_file() -> Path:
+    """The machine's secret, outside the cache folder (a CI job that restores the cache does not restore it)."""
+    return Path(os.environ.get("DPAUDIT_STATE", Path.home() / ".local" / "state" / "dpaudit")).expanduser() \
+        / "accounting-cache.key"
+
+
+def _secret(create: bool) -> bytes | None:
+    p = key_file()
+    try:
+        b = p.read_bytes()
+        if len(b) == 32:
+            return b
+    except OSError:
+        pass
+    if not create:
+        return None
+    b = secrets.token_bytes(32)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(b)
+        if not p.exists():  # another process may have made one meanwhile: theirs wins
+            os.replace(tmp, p)
+        else:
+            tmp.unlink()
+        return _secret(False)
+    except OSError:
+        return None  # no secret, no cache: answers are computed and not stored
+
+
+def _mac(secret: bytes, entry: dict) -> str:
+    body = json.dumps({k: v for k, v in entry.items() if k != "mac"}, sort_keys=True, default=repr)
+    return hmac.new(secret, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _well_formed(d, k: str) -> str | None:
+    """Why ``d`` is not a usable answer for key ``k`` (None when it is)."""
+    if not isinstance(d, dict) or d.get("key") != k:
+        return "filed under another key"
+    if "not_applicable" in d:
+        return None if isinstance(d["not_applicable"], str) else "a reason that is not text"
+    lo, hi = d.get("lower"), d.get("upper")
+    if not isinstance(hi, (int, float)) or isinstance(hi, bool) or math.isnan(hi) or hi < 0:
+        return "an upper bound that is not a number >= 0"
+    if lo is not None and (not isinstance(lo, (int, float)) or isinstance(lo, bool) or not math.isfinite(lo)
+                           or not 0 <= lo <= hi):
+        return "a lower bound outside [0, upper]"
+    if not isinstance(d.get("detail", ""), str):
+        return "a detail that is not text"
+    return None
 
 
 def _code_digest(backend_module: str) -> str:
@@ -56,36 +144,48 @@ def key(accountant: str, backend_module: str, events: tuple, delta: float, relat
 
 
 def get(k: str) -> dict | None:
-    """The stored answer: {"lower", "upper", "detail"} or {"not_applicable": reason}; None when absent or unusable."""
-    if not enabled():
+    """The stored answer: {"lower", "upper", "detail"} or {"not_applicable": reason}; None when absent, bypassed,
+    or not usable (then reported: :class:`CacheWarning`)."""
+    if not trusted():
         return None
     p = folder() / f"{k}.json"
     try:
-        if not p.is_file() or p.stat().st_size > 65536:
+        if not p.is_file():
             return None
+        if p.stat().st_size > 65536:
+            return _untrusted(p, "larger than any answer")
         d = json.loads(p.read_text())
     except (OSError, ValueError):
-        return None
-    if not isinstance(d, dict) or d.get("key") != k:
-        return None
-    if "not_applicable" in d:
-        return d if isinstance(d["not_applicable"], str) else None
-    lo, hi = d.get("lower"), d.get("upper")
-    if not all(x is None or (isinstance(x, (int, float)) and x == x) for x in (lo, hi)) or hi is None:
-        return None
-    if not isinstance(d.get("detail", ""), str):
-        return None
+        return _untrusted(p, "not readable JSON")
+    why = _well_formed(d, k)
+    if why:
+        return _untrusted(p, why)
+    secret = _secret(False)
+    mac = d.get("mac")
+    if secret is None or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(secret, d)):
+        return _untrusted(p, "not written by this machine's dpaudit (its integrity code does not match)")
     return d
+
+
+def _untrusted(p: Path, why: str) -> None:
+    warnings.warn(f"accounting cache entry {p} not used: {why}; the interval is recomputed", CacheWarning,
+                  stacklevel=3)
+    return None
 
 
 def put(k: str, answer: dict) -> None:
     if not enabled():
         return
+    secret = _secret(True)
+    if secret is None:
+        return
+    entry = {**answer, "key": k}
+    entry["mac"] = _mac(secret, entry)
     d = folder()
     try:
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / f".{k}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({**answer, "key": k}))
+        tmp.write_text(json.dumps(entry))
         os.replace(tmp, d / f"{k}.json")
     except OSError:
         return

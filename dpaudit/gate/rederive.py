@@ -50,7 +50,10 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
             keys = sorted(k for k in set(want[part]) | set(report.get(part) or {})
                           if (report.get(part) or {}).get(k) != want[part].get(k))
             out.append(f"the report's {part} ({', '.join(keys)}) is not the privacy card's")
-    acct = reaccount(ck.card)
+    from dpaudit.accounting import disk_cache
+
+    with disk_cache.bypassed():  # the re-derivation trusts nothing on disk: every interval computed here
+        acct = reaccount(ck.card)
     got = report.get("accounting") or {}
     for key in ("status", "reaccounted_epsilon", "certified_epsilon", "lower_epsilon"):
         a, b = got.get(key), acct.get(key)
