@@ -59,3 +59,22 @@ def test_third_party_imports_are_declared():
     third = used - set(sys.stdlib_module_names) - {"dpaudit", "__future__"}
     missing = sorted(m for m in third if distribution.get(m, m).lower() not in declared | assets)
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
+
+
+def test_the_package_asks_for_ranges_that_the_pins_satisfy():
+    """pip install dpaudit beside a user's stack keeps their torch 2.x: the package declares ranges (no exact pin),
+    and requirements.txt's pins (what the suite runs on) lie inside them."""
+    from packaging.requirements import Requirement
+
+    deps = {Requirement(d).name.lower(): Requirement(d) for d in
+            tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    pinned = [no for no, r in deps.items() if any(s.operator in ("==", "===") for s in r.specifier)]
+    assert not pinned, f"exact pins belong in requirements.txt, not the package: {pinned}"
+    for name in ("torch", "transformers", "peft", "opacus"):
+        assert any(s.operator == "<" for s in deps[name].specifier), f"{name}: an upper bound keeps a major out"
+    for ln in (ROOT / "requirements.txt").read_text().splitlines():
+        if "==" in ln and not ln.startswith("#"):
+            name, version = (x.strip() for x in ln.split("#")[0].split("=="))
+            if name.lower() in deps:
+                assert deps[name.lower()].specifier.contains(version), (name, version, str(deps[name.lower()]))
+    assert deps["torch"].specifier.contains("2.11.0") and deps["torch"].specifier.contains("2.15.0")
