@@ -11,10 +11,13 @@ Written by dpaudit's trainers (trainers/fit.py) and by :meth:`dpaudit.probe.Prob
 from __future__ import annotations
 
 import io
+import zipfile
 
 import numpy as np
 
 NOISE_ARRAYS = ("noise_ss_step", "noise_n_step", "noise_cross_step", "noise_ss_tensor", "noise_n_tensor")
+MAX_ARRAY_BYTES = 2 ** 31  # the probe's arrays together, uncompressed (10^6 steps x 256 clip canaries fits)
+MAX_RATIO = 1000  # uncompressed / compressed bytes of one member over 1 MiB (np.savez_compressed of real readings: < 20)
 
 
 def files(record: dict, stem: str) -> dict:
@@ -56,15 +59,27 @@ def read(folder, record: dict, steps_array, signs):
     probe = record.get("probe")
     if not probe or probe.get("mode") == "non-private":
         return None
-    f = Path(folder) / str(probe.get("arrays_file", ""))
+    from dpaudit.io import contained
+
+    # inside the record's folder and a regular file (no absolute path, no ../, no FIFO), checked before reading
+    f = contained(Path(folder), str(probe.get("arrays_file", "")), "the probe record's arrays_file")
+    _check_npz(f)
     try:
         with np.load(f, allow_pickle=False) as z:
             arrays = {k: z[k] for k in ("records_per_step", "sum_ratio", "clip_projections", "clip_sampled")}
             online_ss = z["heldout_ss"] if "heldout_ss" in z.files else None
             extra = {k: z[k] for k in NOISE_ARRAYS + ("clip_exact",) if k in z.files}
-    except (OSError, ValueError, KeyError) as e:
-        raise DpauditError(f"{f}: cannot read the probe's per-step arrays ({e}); restore the file written with the "
-                           "record") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise DpauditError(f"{f}: cannot read the probe's per-step arrays ({type(e).__name__}: {e}); restore the file "
+                           "written with the record") from None
+    for k, a in {**arrays, **extra, "heldout_ss": online_ss}.items():
+        if a is not None and a.dtype.kind not in "biuf":
+            raise DpauditError(f"{f}: the probe's {k} holds {a.dtype} values, not numbers; restore the file "
+                               "written with the record")
+        # NaN in clip_exact means "no exact reading at this step" (the check then uses the sampled clip canaries)
+        if a is not None and a.dtype.kind == "f" and (np.isinf(a).any() if k == "clip_exact" else not np.isfinite(a).all()):
+            raise DpauditError(f"{f}: the probe's {k} holds NaN or infinite values; no check can be run on them: "
+                               "restore the file written with the record")
     T = int(probe.get("steps", -1))
     for k in ("clip_projections", "clip_sampled"):  # no clip canaries: (T, 0)
         if arrays[k].size == 0:
@@ -97,3 +112,39 @@ def read(folder, record: dict, steps_array, signs):
                     clip_projections=arrays["clip_projections"], clip_sampled=arrays["clip_sampled"].astype(bool),
                     heldout_ss=heldout, heldout_m=m_out, noise=noise,
                     clip_exact=None if clip_exact is None else clip_exact.astype(np.float64))
+
+
+def _check_npz(f) -> None:
+    """Refuse, before anything is inflated or allocated, a probe arrays file that is not a zip of .npy members,
+    whose members would inflate past :data:`MAX_ARRAY_BYTES` or by more than :data:`MAX_RATIO`, or whose .npy
+    header declares more data than the member holds (a few bytes claiming 80 GB)."""
+    from dpaudit.errors import DpauditError
+
+    def bad(why: str):
+        return DpauditError(f"{f}: {why}; the file is damaged or not the probe's: restore the file written with the "
+                            "record")
+
+    try:
+        with zipfile.ZipFile(f) as zf:
+            total = 0
+            for info in zf.infolist():
+                total += info.file_size
+                if total > MAX_ARRAY_BYTES:
+                    raise bad(f"its arrays would take more than {MAX_ARRAY_BYTES:,} bytes")
+                if info.file_size > 2 ** 20 and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+                    raise bad(f"{info.filename} inflates {info.file_size / max(info.compress_size, 1):,.0f}-fold")
+                if not info.filename.endswith(".npy"):
+                    raise bad(f"it holds {info.filename!r}, not only .npy arrays")
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read(fh)
+                    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                    if dtype.hasobject or need > info.file_size:
+                        raise bad(f"{info.filename} declares {dtype} {shape} ({need:,} bytes) in "
+                                  f"{info.file_size:,}")
+    except DpauditError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as e:
+        raise bad(f"not a readable array archive ({type(e).__name__}: {e})") from None

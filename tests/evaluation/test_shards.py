@@ -95,7 +95,7 @@ def test_sharded_attack_primitives_equal_one_process(tiny_model_factory):
 
 
 def test_sharded_classifier_label_log_probs_equal_one_process():
-    from test_classifier import _tiny_bert
+    from tests.tasks.test_classifier import _tiny_bert
 
     model, tok = _tiny_bert()
     texts = [f"review {i} {'good ' * (i % 4)}" for i in range(11)]

@@ -212,7 +212,7 @@ def _ddp_worker(rank, world, port, out):
 
 
 def test_distributed_dp_optimizer_on_two_gloo_ranks(tmp_path):
-    from test_distributed import _free_port
+    from tests.trainers.test_distributed import _free_port
 
     torch.multiprocessing.spawn(_ddp_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
     r0, r1 = (np.load(tmp_path / f"rank{r}.npz") for r in (0, 1))

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 import torch
-from test_resume import RUN
+
+from tests.trainers.test_resume import RUN
 
 
 def _free_port() -> int:
