@@ -72,6 +72,11 @@ def _arrays(out):
     return out / rec["probe"]["arrays_file"]
 
 
+def _contents(a) -> dict:
+    with np.load(a) as z:
+        return {k: z[k] for k in z.files}
+
+
 def test_a_truncated_archive_is_refused(honest, tmp_path):
     out = _copy(honest, tmp_path)
     a = _arrays(out)
@@ -82,8 +87,7 @@ def test_a_truncated_archive_is_refused(honest, tmp_path):
 def test_a_header_claiming_80_gb_is_refused_before_allocating(honest, tmp_path):
     out = _copy(honest, tmp_path)
     a = _arrays(out)
-    with np.load(a) as z:
-        arrays = {k: z[k] for k in z.files}
+    arrays = _contents(a)
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": (10 ** 10,)})
     with zipfile.ZipFile(a, "w") as zf:
@@ -108,8 +112,7 @@ def test_a_decompression_bomb_is_refused_before_inflating(honest, tmp_path):
 def test_non_finite_readings_are_refused(honest, tmp_path):
     out = _copy(honest, tmp_path)
     a = _arrays(out)
-    with np.load(a) as z:
-        arrays = {k: z[k] for k in z.files}
+    arrays = _contents(a)
     arrays["sum_ratio"] = np.full_like(arrays["sum_ratio"], np.nan)
     np.savez_compressed(a, **arrays)
     _refused(out, "NaN or infinite")
