@@ -40,6 +40,7 @@ from dpaudit.audit import sequential
 from dpaudit.options import MECHANISM_CHECKS
 
 ALPHA = 0.001  # false-alarm rate of each statistical check (noise, sampling, clip canaries, divisor)
+STATED_RTOL = 1e-6  # the noise multiplier the optimizer itself holds vs the card's (float round trips only)
 CHECKS = MECHANISM_CHECKS
 PERMUTATIONS = 9999
 SIMULATIONS = 9999  # two-sided Monte Carlo: the smallest p is 2 / 10^4, below the spread test's ALPHA / 4
@@ -97,6 +98,13 @@ def run(r: Readings, card: CardView) -> list[dict]:
 def noise(r: Readings, card: CardView) -> dict:
     if card.noise_multiplier is None or not card.noise_multiplier > 0:
         return row("noise", "not tested", "the card's mechanism is not one Gaussian with sigma > 0", None)
+    stated = r.probe.get("noise_multiplier")
+    s = float(card.noise_multiplier)
+    if isinstance(stated, (int, float)) and not isinstance(stated, bool) and stated < s * (1 - STATED_RTOL):
+        # the optimizer itself said so: no statistics needed (its own noise_multiplier, read when the probe attached)
+        return row("noise", "fail", f"the DP optimizer the probe watched ran with noise multiplier {stated:.6g}, below "
+                   f"the card's sigma {s:.6g}: the run added less noise than the card says (or the record is from "
+                   "another run)", 0.0, stated=float(stated), card=s)
     if r.noise is not None:
         return _noise_full(r, card)
     if r.heldout_ss is None or r.heldout_ss.size == 0 or r.heldout_m == 0:

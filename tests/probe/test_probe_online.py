@@ -98,6 +98,22 @@ def test_noise_check_passes_honest_noise_and_names_a_schedule_a_missing_tensor_a
     assert row["status"] == "fail" and "correlated" in row["finding"]
 
 
+def test_an_optimizer_holding_less_noise_than_the_card_fails_without_statistics():
+    """The noise multiplier the probe read off the DP optimizer is below the card's: the noise check fails on that
+    alone (honest noise at the card's sigma in the readings cannot hide it); equal or more passes to the statistics."""
+    rng = np.random.default_rng(5)
+    low = _readings(rng, _noise(rng))
+    low.probe["noise_multiplier"] = SIGMA / 2
+    row = mc.noise(low, CARD)
+    assert row["status"] == "fail" and "noise multiplier" in row["finding"] and row["values"]["stated"] == SIGMA / 2
+    same = _readings(rng, _noise(rng))
+    same.probe["noise_multiplier"] = SIGMA * (1 - 1e-9)  # a float round trip
+    assert mc.noise(same, CARD)["status"] == "pass"
+    more = _readings(rng, _noise(rng))
+    more.probe["noise_multiplier"] = 2 * SIGMA
+    assert mc.noise(more, CARD)["status"] == "pass"
+
+
 def test_sampling_check_names_repeated_sizes_and_a_rate_that_changes_midway():
     rng = np.random.default_rng(3)
     fixed = np.r_[np.full(T - 1, 50), 17]  # shuffled fixed-size batches, the epoch's short last one
