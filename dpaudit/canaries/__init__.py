@@ -1,2 +1,3 @@
-"""Canaries, before training: the manifest and its audit plan (``manifest``), making new ones (``making``), the
-designed pools (``pools``), new tokens (``new_tokens``) and planting them into the training data (``planting``)."""
+"""Canaries, before training: what to make (``design``: the plan of canaries), the manifest and its audit plan
+(``manifest``) with the evaluation plan fixed in it (``plan``), making new ones (``making``), the designed pools
+(``pools``), new tokens (``new_tokens``) and planting them into the training data (``planting``)."""

@@ -1,0 +1,178 @@
+"""What canaries to make, before any is drawn: :class:`CanaryPlan` (m, repetitions, template, the randomness space
+and its design, the fixed audit guesses, the evaluation plan) and one :class:`Canary`, with the bounds every
+reader of a plan checks. :mod:`dpaudit.canaries.manifest` draws a plan into a manifest and reads it back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpaudit import options
+from dpaudit.canaries import plan as eval_plan
+from dpaudit.errors import DpauditError
+
+MAX_CANARIES = 10 ** 5  # canary records; more would take hours to score on a pretrained model
+MAX_REPETITIONS = 10 ** 4  # copies of one inserted canary
+POOL_DESIGNS = ("rare-token", "bigram")  # designs whose secrets are drawn from a pool chosen before training
+DEFAULT_POOL = 256
+MAX_POOL = 4096
+
+
+def new_token(index: int, j: int) -> str:
+    """The j-th of canary ``index``'s own new tokens (added to the tokenizer before training)."""
+    return f"<|canary{index}.{j}|>"
+
+
+@dataclass(frozen=True)
+class Canary:
+    id: str
+    text: str
+    secret: str
+    inserted: bool
+    sign: int
+    repetitions: int
+    user: str | None = None
+    label: int | None = None
+
+
+@dataclass(frozen=True)
+class CanaryPlan:
+    """What to plant: m canaries, the template, the randomness space and the fixed audit guesses."""
+
+    m: int = 100
+    repetitions: int = 1
+    prefix: str = "My account number is "
+    suffix: str = "."
+    alphabet: str = "0123456789"
+    length: int = 6
+    seed: int = 0
+    guess_fraction: float = 0.5  # r = guess_fraction * m guesses, split evenly between k_pos and k_neg
+    records_per_user: int = 1  # > 1: m canary USERS, each owning this many canary records (all in or all out)
+    labels: int = 0  # >= 2: classifier canaries, each with a random label in range(labels)
+    evaluation: dict | None = None  # the evaluation plan fixed before training (dpaudit/canaries/plan.py)
+    design: str = "template"  # options.CANARY_DESIGNS
+    pool: int = 0  # rare-token / bigram: words in the pool (0: DEFAULT_POOL)
+    # chosen before training by dpaudit.canaries.pools (never in a config): the pool's words, the adjacent pairs a
+    # bigram secret may not contain (indices into symbols, seen in the public text), and how the pool was chosen
+    symbols: tuple = ()
+    excluded_pairs: tuple = ()
+    pool_source: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "symbols", tuple(self.symbols))
+        object.__setattr__(self, "excluded_pairs", tuple(tuple(x) for x in self.excluded_pairs))
+        if self.design not in options.CANARY_DESIGNS:
+            raise DpauditError(f"canaries.design must be one of {', '.join(options.CANARY_DESIGNS)}, got "
+                               f"{self.design!r}")
+        if self.design != "template":
+            self._check_token_design()
+        for name, low, high in (("m", 2, MAX_CANARIES), ("repetitions", 1, MAX_REPETITIONS), ("length", 1, 64),
+                                ("records_per_user", 1, MAX_CANARIES), ("seed", 0, 2 ** 63 - 1)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+                raise DpauditError(f"canaries.{name} must be an integer from {low} to {high}, got {v!r}")
+        for name in ("prefix", "suffix", "alphabet"):
+            if not isinstance(getattr(self, name), str):
+                raise DpauditError(f"canaries.{name} must be a string, got {getattr(self, name)!r}")
+        if self.m * self.records_per_user > MAX_CANARIES:
+            raise DpauditError(f"canaries: m x records_per_user must be at most {MAX_CANARIES}")
+        if len(set(self.alphabet)) != len(self.alphabet) or len(self.alphabet) < 2:
+            raise DpauditError("canaries.alphabet needs >= 2 symbols, each once")
+        if self.resolved and self.space_size is not None and self.space_size < 10 * self.m * self.records_per_user:
+            raise DpauditError("canary randomness space is too small for m canaries; raise canaries.length"
+                               + (" or canaries.pool" if self.design in POOL_DESIGNS else ""))
+        if not isinstance(self.records_per_user, int) or self.records_per_user < 1:
+            raise DpauditError(f"canaries.records_per_user must be an integer >= 1, got {self.records_per_user!r}")
+        if not isinstance(self.labels, int) or self.labels < 0 or self.labels == 1:
+            raise DpauditError(f"canaries.labels must be 0 (text canaries) or an integer >= 2, got {self.labels!r}")
+        if not isinstance(self.guess_fraction, (int, float)) or not 0 < self.guess_fraction <= 1:
+            raise DpauditError(f"canaries.guess_fraction must be in (0, 1], got {self.guess_fraction}")
+        if self.evaluation is not None:
+            eval_plan.check(self.evaluation, "canaries.json audit_plan.evaluation")
+
+    def _check_token_design(self) -> None:
+        if self.labels:
+            raise DpauditError(f"canaries.design {self.design!r} is for language models; a classifier's canaries are "
+                               "mislabelled records (design = \"template\" with labels >= 2)")
+        if not isinstance(self.pool, int) or isinstance(self.pool, bool) or not (self.pool == 0 or 8 <= self.pool
+                                                                                  <= MAX_POOL):
+            raise DpauditError(f"canaries.pool must be 0 (the default {DEFAULT_POOL}) or an integer from 8 to "
+                               f"{MAX_POOL}, got {self.pool!r}")
+        if self.length > 16:
+            raise DpauditError(f"canaries.length counts tokens for design {self.design!r}: at most 16, got {self.length}")
+        if self.design == "new-token" and (self.symbols or self.excluded_pairs):
+            raise DpauditError("new-token canaries draw no pool: symbols and excluded_pairs must be empty")
+        if not all(isinstance(w, str) and w and w.isalpha() for w in self.symbols) \
+                or len(set(self.symbols)) != len(self.symbols):
+            raise DpauditError("canaries: the pool's symbols must be distinct words of letters")
+        n = len(self.symbols)
+        if not all(len(p) == 2 and all(isinstance(i, int) and 0 <= i < n for i in p) for p in self.excluded_pairs):
+            raise DpauditError("canaries: excluded_pairs must be pairs of indices into the pool's symbols")
+        if self.excluded_pairs and self.design != "bigram":
+            raise DpauditError("canaries: excluded_pairs belong to the bigram design only")
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the secrets can be drawn: a token design's pool has been chosen (dpaudit.canaries.pools)."""
+        return self.design not in POOL_DESIGNS or len(self.symbols) >= 2
+
+    @property
+    def score_on(self) -> str:
+        """What the black-box attacks score: the whole record (``record``) or the secret's tokens (``secret``)."""
+        if self.evaluation and self.evaluation.get("score_on"):
+            return self.evaluation["score_on"]
+        return "record" if self.design == "template" else "secret"
+
+    @property
+    def space_size(self) -> int | None:
+        """Secrets the randomness space holds (None for new-token: each canary's secret is its own tokens)."""
+        if self.design == "template":
+            return len(self.alphabet) ** self.length
+        if self.design == "new-token":
+            return None
+        n = len(self.symbols)
+        if self.design == "rare-token" or not self.excluded_pairs:
+            return n ** self.length
+        allowed = np.ones((n, n), dtype=object)  # walks of length - 1 steps avoiding the excluded pairs
+        for a, b in self.excluded_pairs:
+            allowed[a, b] = 0
+        ways = np.ones(n, dtype=object)
+        for _ in range(self.length - 1):
+            ways = allowed.dot(ways)
+        return int(sum(ways))
+
+    def draw_secret(self, rng: np.random.Generator, index: int) -> str:
+        """One secret: the template's symbols, or a token design's words (joined by spaces), drawn uniformly from
+        the space (bigram: whole secrets redrawn until no adjacent pair is excluded); new-token: canary
+        ``index``'s own tokens."""
+        if self.design == "new-token":
+            return "".join(new_token(index, j) for j in range(self.length))
+        if self.design == "template":
+            return _draw_secret(rng, self.alphabet, self.length)
+        excluded = set(self.excluded_pairs)
+        while True:
+            idx = rng.integers(0, len(self.symbols), size=self.length).tolist()
+            if not any((a, b) in excluded for a, b in zip(idx, idx[1:])):
+                return " ".join(self.symbols[i] for i in idx)
+
+    def in_space(self, secret: str, index: int) -> bool:
+        if self.design == "template":
+            return len(secret) == self.length and set(secret) <= set(self.alphabet)
+        if self.design == "new-token":
+            return secret == self.draw_secret(None, index)
+        words = secret.split(" ")
+        pos = {w: i for i, w in enumerate(self.symbols)}
+        if len(words) != self.length or any(w not in pos for w in words):
+            return False
+        excluded = set(self.excluded_pairs)
+        return not any((pos[a], pos[b]) in excluded for a, b in zip(words, words[1:]))
+
+    @property
+    def guesses(self) -> tuple[int, int]:
+        r = max(2, int(round(self.guess_fraction * self.m)))
+        return r // 2, r - r // 2
+
+
+def _draw_secret(rng: np.random.Generator, alphabet: str, length: int) -> str:
+    return "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=length))
