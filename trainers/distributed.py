@@ -45,6 +45,19 @@ def init_from_env() -> None:
 
     # rank 0 evaluates each variant while the others wait at the next variant's first broadcast
     torch.distributed.init_process_group(backend=backend, timeout=timedelta(hours=6))
+    import atexit
+
+    atexit.register(_leave)
+
+
+def _leave() -> None:
+    """Leave the process group before the interpreter tears down: a gloo group left to its destructor while
+    the other rank exits can abort the process (SIGABRT) after every result was written."""
+    try:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    except Exception:  # noqa: BLE001 - exiting anyway; a failed goodbye must not turn a success into a crash
+        pass
 
 
 def check_variants(variants) -> None:
