@@ -33,12 +33,11 @@ def build(name: str, trainable: str, mode: str):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from dpaudit.tasks import models
     from dpaudit.trainers import trainable as tr
 
     if name == "smollm2-arch":  # SmolLM2-135M: its GGUF metadata's architecture
-        cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                          num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-                          tie_word_embeddings=True)
+        cfg = models.smollm2_architecture()
     elif name == "tiny-llama":
         cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,

@@ -50,13 +50,10 @@ def build(name: str):
         m, _ = models.build(models.ModelSpec(name="smollm2-135m"))
         return m, "lm", m.config.vocab_size
     if name == "smollm2-arch":  # SmolLM2-135M's architecture (its GGUF metadata), random weights, tied embeddings
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers import LlamaForCausalLM
 
-        cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                          num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-                          tie_word_embeddings=True)
         torch.manual_seed(0)
-        return LlamaForCausalLM(cfg), "lm", 49152
+        return LlamaForCausalLM(models.smollm2_architecture()), "lm", 49152
     if name == "gpt2-small":
         cfg = GPT2Config(vocab_size=50257, n_positions=256, n_embd=768, n_layer=12, n_head=12, tie_word_embeddings=False)
         torch.manual_seed(0)

@@ -125,6 +125,16 @@ def build(spec: ModelSpec, pretrain=None):
     return model, tok
 
 
+def smollm2_architecture():
+    """SmolLM2-135M's architecture (its GGUF metadata) as a ``LlamaConfig``, tied embeddings: for what needs its
+    shape without its weights (a dry run's counts, benchmarks on a machine without the GGUF)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                       num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                       tie_word_embeddings=True)
+
+
 def _local(spec: ModelSpec):
     """Any Hugging Face model folder (``[model] path``), through the loader ``dpaudit evaluate`` uses (no code,
     safetensors only, finite weights): a causal LM or a sequence classifier as saved; an encoder with a new

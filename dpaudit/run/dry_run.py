@@ -180,11 +180,7 @@ def _meta_model(spec):
     if (path / "config.json").is_file():
         mcfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
     else:
-        from transformers import LlamaConfig
-
-        mcfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                           num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-                           tie_word_embeddings=True)
+        mcfg = models.smollm2_architecture()
     with torch.device("meta"):
         if spec.kind == "causal":
             return AutoModelForCausalLM.from_config(mcfg)
