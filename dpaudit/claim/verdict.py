@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -22,19 +21,42 @@ from types import MappingProxyType
 
 @dataclass(frozen=True)
 class Verdict:
-    """The judge step's value: the headline ``status`` and its ``reason``, and every field of :func:`judge`'s
-    verdict (the report's ``verdict`` object) read-only in ``fields``; :meth:`as_dict` gives a copy to render."""
+    """The judge step's value: :func:`judge`'s verdict (the report's ``verdict`` object), frozen all the way down
+    (mappings read-only, lists as tuples); ``status`` and ``reason`` read from it, :meth:`as_dict` gives a
+    plain copy to render."""
 
-    status: str
-    reason: str
     fields: Mapping
 
     @classmethod
     def of(cls, verdict: dict) -> Verdict:
-        return cls(verdict["status"], verdict["reason"], MappingProxyType(copy.deepcopy(verdict)))
+        return cls(_freeze(verdict))
+
+    @property
+    def status(self) -> str:
+        return self.fields["status"]
+
+    @property
+    def reason(self) -> str:
+        return self.fields["reason"]
 
     def as_dict(self) -> dict:
-        return copy.deepcopy(dict(self.fields))
+        return _thaw(self.fields)
+
+
+def _freeze(x):
+    if isinstance(x, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in x.items()})
+    if isinstance(x, (list, tuple)):
+        return tuple(_freeze(v) for v in x)
+    return x
+
+
+def _thaw(x):
+    if isinstance(x, Mapping):
+        return {k: _thaw(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return [_thaw(v) for v in x]
+    return x
 
 
 def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | None = None) -> dict:

@@ -54,7 +54,9 @@ def test_the_verdict_is_frozen_and_rendering_it_copies():
         v.status = "violated"
     with pytest.raises(TypeError):
         v.fields["status"] = "violated"
+    with pytest.raises(TypeError):
+        v.fields["accounting"]["status"] = "violated"  # frozen all the way down
     d = v.as_dict()
     d["accounting"]["status"] = "changed"
-    assert v.fields["accounting"]["status"] == "verified"
+    assert v.fields["accounting"]["status"] == "verified" and v.status == "consistent"
 
