@@ -27,7 +27,8 @@ from dpaudit.claim.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
 from dpaudit.evaluation.options import EvalOptions
 
-__all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "card_from_opacus", "evaluate", "insert_canaries", "load_manifest", "new_canaries", "write_records", "write_report"]
+__all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "card_from_opacus", "evaluate", "functional_probe",
+           "insert_canaries", "load_manifest", "new_canaries", "write_records", "write_report"]
 
 
 def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
@@ -50,6 +51,23 @@ def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0,
     return attach(optimizer, sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
                   clip_canaries=clip_canaries, record_steps=record_steps, model=model, on_fail=on_fail,
                   dataset_size=dataset_size)
+
+
+def functional_probe(shapes, *, sample_rate: float, clipping_norm: float, noise_multiplier: float,
+                     expected_batch_size: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
+                     names: list[str] | None = None, on_fail: str | None = "warn", dataset_size: int | None = None):
+    """dpaudit's white-box probe for DP code that is not an Opacus optimizer (a hand-written DP-SGD step, a
+    ``torch.func`` loop, a JAX/optax loop through NumPy arrays): ``shapes`` are the tensors the step updates (a list
+    or dict of shapes, tensors or arrays); ``sample_rate``, ``clipping_norm``, ``noise_multiplier`` and
+    ``expected_batch_size`` are the q, C, sigma and divisor B the step uses, as the card states them. Then per
+    noisy step ``clipped_sum = probe.add_canaries(clipped_sum, records=b)`` before the noise and
+    ``probe.observe(update)`` after it (update = (clipped sum + noise) / B); ``probe.save(model_dir)`` after
+    training. See :class:`dpaudit.probe.functional.FunctionalProbe` and docs/probe.md "Any loop"."""
+    from dpaudit.probe.functional import FunctionalProbe
+
+    return FunctionalProbe(shapes, sample_rate=sample_rate, clipping_norm=clipping_norm,
+                           noise_multiplier=noise_multiplier, expected_batch_size=expected_batch_size, m=m,
+                           seed=seed, kind=kind, names=names, on_fail=on_fail, dataset_size=dataset_size)
 
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:

@@ -67,6 +67,13 @@ def per_sequence_loss(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Ten
     return (tok_loss * m).sum(1) / m.sum(1).clamp(min=1)
 
 
+def tiny_gpt2(tok, width: int) -> GPT2Config:
+    """A two-layer GPT-2 over the tokenizer's vocabulary (no dropout: the per-step updates are the mechanism's)."""
+    return GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=width, n_layer=2, n_head=2,
+                      tie_word_embeddings=False, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.eos_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+
 def plant_bug(optimizer, bug: str) -> None:
     """The optimizer-side bugs, as a team's own DP code might have them (the card is written as if they were not)."""
     from dpaudit import opacus_private as op
@@ -139,10 +146,7 @@ def train(args) -> tuple:
     tok = public_bpe_tokenizer(512)
     enc = tok(list(train_ds["text"]), padding="max_length", truncation=True, max_length=24, return_tensors="pt")
     data = torch.utils.data.TensorDataset(enc["input_ids"], enc["attention_mask"])
-    cfg = GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=args.width, n_layer=2, n_head=2,
-                     tie_word_embeddings=False, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
-                     pad_token_id=tok.eos_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = GPT2LMHeadModel(cfg).to(device)
+    model = GPT2LMHeadModel(tiny_gpt2(tok, args.width)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     engine = PrivacyEngine(accountant="prv", secure_mode=not args.insecure_rng)
     model, optimizer, loader = engine.make_private_with_epsilon(
@@ -221,14 +225,20 @@ def main(argv=None) -> int:
               "experiment (do not release that model)", file=sys.stderr)
         return 2
     # 4. audit by the plan fixed in step 1 (the CLI equivalent: dpaudit evaluate OUT/model --out OUT/report)
-    report = api.evaluate(plain, tok, card, manifest, max_len=32, probe=model_dir if args.probe else None)
-    md = api.write_report(report, args.out / "report")
+    audit(plain, tok, card, manifest, model_dir if args.probe else None, args.out / "report", t0)
+    return 0
+
+
+def audit(model, tok, card, manifest, probe_dir, out: Path, t0: float) -> dict:
+    """Step 4: the audit by the plan of the manifest, the report written into ``out``, its verdict printed."""
+    report = api.evaluate(model, tok, card, manifest, max_len=32, probe=probe_dir)
+    md = api.write_report(report, out)
     v = report["verdict"]
     print(f"{v['status']}: {v['reason']}")
     for e in report.get("mechanism_checks") or []:
         print("mechanism checks: " + ", ".join(f"{c['check']} {c['status']}" for c in e["checks"]))
     print(f"report: {md} ({time.time() - t0:.0f} s)")
-    return 0
+    return report
 
 
 if __name__ == "__main__":

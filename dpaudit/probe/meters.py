@@ -55,10 +55,13 @@ class NoiseMeter:
             parts = [x.to(dev, torch.float64) for x in parts]
         return torch.cat(parts).to(torch.float64), np.asarray(have, dtype=np.int64)
 
-    def before(self) -> None:
-        """Just before the optimizer's ``add_noise``: the clipped sum at the sampled coordinates."""
+    def before(self, scale: float = 1.0) -> None:
+        """Just before the optimizer's ``add_noise``: the clipped sum at the sampled coordinates (times ``scale``:
+        1 / B when the reading after is the update, not the noisy sum)."""
         with torch.no_grad():
             self._before = self._gather("summed_grad")
+            if scale != 1.0:
+                self._before = (self._before[0] * scale, self._before[1])
 
     def after(self) -> np.ndarray | None:
         """Just after ``add_noise``: this step's per-tensor sums of squares of the noise (None when unread). One

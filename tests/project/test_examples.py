@@ -1,8 +1,9 @@
 """Every example a newcomer copies runs, on its smallest settings (prv_accountant runs its README as a test).
 
 examples/audit_external_opacus.py end to end (canaries, Opacus training, card, audit by the plan fixed before
-training), then the CLI line of its docstring on the folder it wrote; the GitHub Actions workflow names files
-and commands that exist.
+training), then the CLI line of its docstring on the folder it wrote; examples/dp_sgd_torch_func.py (a hand-written
+DP-SGD loop with the functional probe), honest and with a bug; the GitHub Actions workflow names files and
+commands that exist.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ BUGGY = ["--canaries", "20", "--records", "120", "--epochs", "2", "--references"
          "--batch-size", "32", "--probe-canaries", "100", "--width", "32"]
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("audit_external_opacus", EXAMPLE)
+def _example(path: Path = EXAMPLE):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -67,6 +68,39 @@ def test_a_planted_bug_makes_the_gate_fail_with_a_line_naming_it(tmp_path, capsy
     assert main(["check", str(out / "cli" / "report.json")]) == 1
     fails = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("FAIL")]
     assert any(f"mechanism check '{check}'" in ln for ln in fails), fails
+
+
+TORCH_FUNC = ROOT / "examples" / "dp_sgd_torch_func.py"
+FUNC_SMALL = ["--canaries", "20", "--records", "100", "--epochs", "2", "--references", "50", "--secret-length", "3",
+              "--batch-size", "32", "--probe-canaries", "200", "--width", "32"]
+
+
+def test_torch_func_example_runs_with_the_functional_probe_and_its_cli_lines_gate_it(tmp_path, capsys):
+    assert _example(TORCH_FUNC).main(["--out", str(tmp_path / "tf"), *FUNC_SMALL]) == 0
+    report = json.loads((tmp_path / "tf" / "report" / "report.json").read_text())
+    (entry,) = report["mechanism_checks"]
+    assert entry["mode"] == "functional" and entry["coordinates"] == "model", entry
+    assert {c["check"]: c["status"] for c in entry["checks"]} == {
+        **dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor"), "pass"), "coverage": "not tested"}
+    assert report["verdict"]["accounting"]["status"] == "verified"
+    assert "whitebox_gradient" in report["attacks"]
+    # the docstring's CLI lines, as written, on the folder the example wrote
+    lines = [ln.strip() for ln in TORCH_FUNC.read_text().splitlines() if ln.strip().startswith("dpaudit ")][:2]
+    for line in lines:
+        argv = [a.replace("out/torch-func", str(tmp_path / "tf")) for a in shlex.split(line.split("#")[0])[1:]]
+        assert main([*argv, *(["--quiet"] if argv[0] == "evaluate" else [])]) == 0, line
+
+
+def test_torch_func_example_with_half_the_noise_fails_the_gate_naming_noise(tmp_path, capsys):
+    ex = _example(TORCH_FUNC)
+    out = tmp_path / "half"
+    ex.train(ex.parser().parse_args(["--out", str(out), "--bug", "half-noise", "--epsilon", "4", *FUNC_SMALL]))
+    capsys.readouterr()
+    assert main(["evaluate", str(out / "model"), "--out", str(out / "cli"), "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("mechanism-mismatch: ")
+    assert main(["check", str(out / "cli" / "report.json")]) == 1
+    fails = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("FAIL")]
+    assert any("mechanism check 'noise'" in ln for ln in fails), fails
 
 
 def test_hugging_face_trainer_example_runs_with_the_probe_callback(tmp_path, capsys):
