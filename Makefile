@@ -36,7 +36,7 @@ wordnet: $(BIN)/.installed
 	-$(BIN)/dpaudit assets --wordnet > /dev/null || echo "WordNet not installed: METEOR is left out of reports"
 
 test: $(BIN)/.installed lint wordnet
-	$(BIN)/pytest -q --durations=10
+	$(BIN)/pytest -q --durations=10 --numprocesses=auto --maxprocesses=4 --dist=loadfile
 
 test-fast: $(BIN)/.installed
 	$(BIN)/pytest -q -m "not slow"

@@ -1,3 +1,5 @@
+import os
+
 from dpaudit import offline
 
 offline.setup()  # before transformers is imported anywhere
@@ -7,7 +9,10 @@ import torch  # noqa: E402
 
 from tests.settings import TINY  # noqa: E402
 
-torch.set_num_threads(2)
+# `make test` runs the suite on pytest-xdist workers (one per core, at most 4): each worker's torch gets its share of
+# the cores, so two workers on two cores do not oversubscribe them.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 
 @pytest.fixture(scope="session")
 def tiny_model_factory():
@@ -54,11 +59,21 @@ target_epsilon = 0.5
 
 @pytest.fixture(scope="session")
 def run_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("e2e")
-    (d / "cfg.toml").write_text(CONFIG)
+    """One end-to-end run for the whole session: under pytest-xdist the first worker to need it makes it (in the
+    temporary folder every worker shares, under a file lock) and the others read it."""
+    from filelock import FileLock
+
     from dpaudit.cli import main
 
-    assert main(["run", str(d / "cfg.toml"), "--out", str(d / "out"), "--quiet"]) == 0
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
+    d = shared / "e2e-session"
+    with FileLock(str(shared / "e2e-session.lock")):
+        if not (d / "done").exists():
+            d.mkdir(exist_ok=True)
+            (d / "cfg.toml").write_text(CONFIG)
+            assert main(["run", str(d / "cfg.toml"), "--out", str(d / "out"), "--quiet"]) == 0
+            (d / "done").write_text("ok\n")
     return d / "out"
 
 
