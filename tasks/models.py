@@ -13,6 +13,10 @@
   spec's small sizes, for fast tests of the classifier path.
 
 Causal LMs score text; classifiers (``is_classifier``) score a label given a text.
+
+(Over 300 lines: building a model and loading a saved folder safely — sizes, weight formats, no remote code,
+adapters — are kept beside each other because every loader check names the builder's families; splitting the
+loading half into its own module is the next step when either grows.)
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ layer run twice in one forward is refused, as Opacus' ghost clipping refuses it.
 The optimizer, Poisson loader, noise and white-box canaries are Opacus' ghost-clipping ones
 (``DPOptimizerFastGradientClipping`` reads the clipped sum from ``p.grad``): only where the clipped sum comes
 from differs. Checked against a for-loop reference and Opacus' ghost mode in tests/trainers/test_bk_clipping.py.
+
+(Over 300 lines on purpose: the per-layer norm and clipped-sum formulas, their hooks and the optimizer that
+consumes them must change together; tests/trainers/test_bk_clipping.py checks them against Opacus as one unit.)
 """
 
 from __future__ import annotations

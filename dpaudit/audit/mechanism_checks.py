@@ -27,6 +27,9 @@ exactly what its card says, fails it). Every level is fixed here, before any dat
                 ALPHA (exact under the card: the noise of a step does not depend on its batch size).
 
 Pure NumPy/SciPy.
+
+(Over 300 lines on purpose: six checks of a few dozen lines each, sharing the levels fixed above and one row
+format; one file keeps every false-alarm rate a report states in one place.)
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Pure in the sense the pipeline needs: it reads the model and the manifest, retur
 (one float per canary and attack, higher = member; exposure's log-perplexities; notes on what was
 skipped) and changes nothing it was given. A causal LM is scored by the black-box attacks (one shared
 forward pass) and by exposure; a sequence classifier by its label log-probabilities (attacks/classifier.py).
+
+(A little over 300 lines: the black-box, exposure and white-box scorers of one manifest share its plan and the
+model's single forward pass.)
 """
 
 from __future__ import annotations

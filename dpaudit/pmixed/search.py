@@ -22,6 +22,9 @@ contexts of the per-query RDP, never a certificate that no context does worse.
 The deployment's radius is beta(|S_t|) of its pmixed.json reading; :func:`run` also re-evaluates the worst
 contexts with the other reading of Thm C.4 (``reading="theorem"``: eps(k) at order k inside the binomial
 bound, larger betas) to check that reading exactly too.
+
+(Over 300 lines on purpose: the pool, screen and exact stages share one deployment's tensors and lambda solver;
+split apart, each would hand all of them to the next.)
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ pass never reads, added to the optimizer's last parameter group: no effect on th
 along the canaries) or the model's trainable coordinates (``model``: the audit also sees the records' own
 gradients; what dpaudit's trainers use, so their committed numbers stay). The readings are checked against the
 privacy card at evaluation (dpaudit/audit/mechanism_checks.py).
+
+(Over 300 lines on purpose: this is the whole Opacus adapter — row counts of physical batches, the canary block,
+clip canaries through the optimizer's own clipping, the refusals; what it shares with the other adapters is in
+dpaudit/probe/core.py.)
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ trained on the same data and canaries)::
     [[variants]]
     name = "dp-eps8"
     target_epsilon = 8.0
+
+(A little over 300 lines: every section's keys, types and bounds are checked here, so that each is validated in
+one place.)
 """
 
 from __future__ import annotations

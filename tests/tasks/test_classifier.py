@@ -44,7 +44,7 @@ attacks = ["loss", "reference", "zlib"]
 [[variants]]
 name = "non-private"
 target_epsilon = inf
-epochs = 10
+epochs = 20
 [[variants]]
 name = "dp"
 target_epsilon = 1.0
@@ -52,7 +52,6 @@ target_epsilon = 1.0
 name = "lora-dp"
 target_epsilon = 1.0
 trainable = "lora"
-lr = 1e-2
 """
 
 
@@ -135,7 +134,7 @@ def clf_run(tmp_path_factory):
 def test_pipeline_on_a_classifier_leaks_without_noise_and_not_with_it(clf_run):
     r = json.loads((clf_run / "report.json").read_text())["variants"]
     nonpriv, dp = r["non-private"], r["dp"]
-    assert nonpriv["attacks"]["loss"]["auc"] > 0.8  # mislabelled canaries are memorised
+    assert nonpriv["attacks"]["loss"]["auc"] > 0.8, nonpriv["attacks"]["loss"]["auc"]  # mislabelled canaries are memorised
     assert nonpriv["empirical_best"]["epsilon_lb"] > 1.0
     assert dp["verdict"]["status"] == "consistent"
     assert dp["empirical_best"]["epsilon_lb"] <= dp["claim"]["epsilon"]

@@ -173,7 +173,10 @@ target_epsilon = 4
 
 
 def _cli(*args, **kw):
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    """The CLI in a subprocess. The runs compared bit for bit use one fixed thread count: MKL/OpenMP may otherwise
+    use fewer threads when the machine is loaded (MKL_DYNAMIC), and another reduction order changes the model's
+    last bits (the flaky "model bytes differ" of a loaded machine)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MKL_DYNAMIC": "FALSE"}
     return subprocess.Popen([sys.executable, "-m", "dpaudit.cli", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
 
