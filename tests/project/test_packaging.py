@@ -8,6 +8,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -78,3 +80,16 @@ def test_the_package_asks_for_ranges_that_the_pins_satisfy():
             if name.lower() in deps:
                 assert deps[name.lower()].specifier.contains(version), (name, version, str(deps[name.lower()]))
     assert deps["torch"].specifier.contains("2.11.0") and deps["torch"].specifier.contains("2.15.0")
+
+
+def test_the_checkout_stays_light():
+    """A newcomer's clone: the tracked files weigh under 80 MB (run folders keep cards, manifests, run records,
+    reports and plots; no weights, tokenizer copies, per-step arrays or byte-identical manifests: .gitignore)."""
+    import subprocess
+
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:  # an unpacked sdist: no checkout to weigh
+        pytest.skip("not a git checkout")
+    files = [ROOT / f for f in out.stdout.split("\0") if f]
+    total = sum(f.stat().st_size for f in files if f.is_file())
+    assert total < 80e6, f"the tracked files weigh {total / 1e6:.1f} MB (limit 80 MB)"
