@@ -5,7 +5,10 @@
 The example's tiny GPT-2 (2 layers, sequences of 24 tokens) under Opacus (hooks or ghost clipping, sigma 1, C 1),
 two copies built from the same seed: one plain, one with ``attach_probe(optimizer, m=M, model=model,
 dataset_size=N)`` (canaries on the block, 32 clip canaries, every tensor's noise read, coverage of the model and
-the online checks). Steps of the two alternate, so that drift of the machine's speed hits both alike; the median of
+the online checks). ``--mode`` picks the adapter: Opacus ``hooks`` or ``ghost``, ``non-wrapping``
+(``make_private(..., wrap_model=False)``), ``accelerate`` (non-wrapping mode, then ``Accelerator.prepare``; the probe
+on the optimizer it returns) or ``functional`` (a hand-written DP-SGD step with ``torch.func`` per-sample gradients,
+the plain copy without and the other with ``functional_probe``'s two calls). Steps of the two alternate, so that drift of the machine's speed hits both alike; the median of
 ``--steps`` timed steps each after 5 warm-up steps; the ratio is probe / plain. Writes one markdown line per
 setting to stdout (reports/bench/probe.md holds this project's numbers).
 """
@@ -30,14 +33,23 @@ def setup(args, probe: bool):
     torch.manual_seed(0)
     cfg = GPT2Config(vocab_size=512, n_positions=32, n_embd=args.width, n_layer=2, n_head=2,
                      tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = GPT2LMHeadModel(cfg)
+    model = GPT2LMHeadModel._from_config(cfg, attn_implementation="eager" if args.mode == "functional" else None)
     data = TensorDataset(torch.randint(0, 512, (10 * args.batch, 24)))
+    if args.mode == "functional":
+        return Functional(model, args, probe), None, None
     engine = PrivacyEngine(accountant="prv")
     kw = dict(module=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3),
               data_loader=DataLoader(data, batch_size=args.batch), noise_multiplier=1.0, max_grad_norm=1.0)
     if args.mode == "ghost":
         model, opt, crit, _ = engine.make_private(**kw, grad_sample_mode="ghost",
                                                   criterion=torch.nn.CrossEntropyLoss(reduction="mean"))
+    elif args.mode in ("non-wrapping", "accelerate"):
+        _, opt, loader = engine.make_private(**kw, wrap_model=False)  # the model stays the user's own
+        crit = None
+        if args.mode == "accelerate":
+            from accelerate import Accelerator
+
+            model, opt, _ = Accelerator(cpu=True).prepare(model, opt, loader)
     else:
         model, opt, _ = engine.make_private(**kw)
         crit = None
@@ -48,8 +60,52 @@ def setup(args, probe: bool):
     return model, opt, crit
 
 
+class Functional:
+    """A hand-written DP-SGD step: torch.func per-sample gradients, clipping to C = 1, sum, N(0, 1) noise, / B, Adam;
+    with ``functional_probe``'s add_canaries before the noise and observe after it when ``probe``."""
+
+    def __init__(self, model, args, probe: bool):
+        from torch.func import functional_call, grad, vmap
+
+        self.model, self.B = model, float(args.batch)
+        self.opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        self.gen = torch.Generator().manual_seed(2)
+        self.probe = api.functional_probe({n: p.shape for n, p in model.named_parameters()}, sample_rate=0.1,
+                                          clipping_norm=1.0, noise_multiplier=1.0, expected_batch_size=self.B,
+                                          m=args.m, seed=0, dataset_size=10 * args.batch, on_fail=None) \
+            if probe else None
+
+        def loss(params, ids):
+            ids = ids.unsqueeze(0)
+            pos = torch.arange(ids.shape[1]).unsqueeze(0)
+            ones = torch.ones(ids.shape, dtype=torch.long)
+            logits = functional_call(model, params, (ids,), {"attention_mask": ones, "position_ids": pos}).logits
+            return F.cross_entropy(logits[0, :-1], ids[0, 1:])
+
+        self.per_sample = vmap(grad(loss), in_dims=(None, 0))
+
+    def __call__(self, ids) -> None:
+        params = {n: p.detach() for n, p in self.model.named_parameters()}
+        g = self.per_sample(params, ids)
+        b = ids.shape[0]
+        norms = torch.stack([v.reshape(b, -1).norm(dim=1) for v in g.values()]).norm(dim=0)
+        factor = (1.0 / (norms + 1e-6)).clamp(max=1.0)
+        total = {n: torch.einsum("i,i...->...", factor, v) for n, v in g.items()}
+        if self.probe is not None:
+            total = self.probe.add_canaries(total, records=b)
+        update = {n: (v + torch.normal(0.0, 1.0, v.shape, generator=self.gen)) / self.B for n, v in total.items()}
+        if self.probe is not None:
+            self.probe.observe(update)
+        for n, p in self.model.named_parameters():
+            p.grad = update[n]
+        self.opt.step()
+
+
 def step(model, opt, crit, ids) -> float:
     t0 = time.perf_counter()
+    if isinstance(model, Functional):
+        model(ids)
+        return time.perf_counter() - t0
     opt.zero_grad()
     pos = torch.arange(ids.shape[1]).expand_as(ids).contiguous()
     logits = model(input_ids=ids, position_ids=pos).logits[:, :-1]
@@ -67,7 +123,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60, help="Timed steps of each loop.")
     ap.add_argument("--batch", type=int, default=64, help="Records per batch.")
     ap.add_argument("--width", type=int, default=64, help="Embedding width of the tiny GPT-2.")
-    ap.add_argument("--mode", default="hooks", choices=("hooks", "ghost"), help="Opacus' per-sample mode.")
+    ap.add_argument("--mode", default="hooks", choices=("hooks", "ghost", "non-wrapping", "accelerate", "functional"),
+                    help="The adapter: Opacus' hooks or ghost mode, non-wrapping mode, accelerate, or the functional "
+                         "probe on a hand-written step.")
     args = ap.parse_args()
     plain, probed = setup(args, False), setup(args, True)
     g = torch.Generator().manual_seed(1)

@@ -49,6 +49,9 @@ class Loop:
     with_epsilon: bool = False  # make_private_with_epsilon instead of make_private(noise_multiplier=...)
     pass_model: bool = True  # attach_probe(..., model=model)
     ddp: bool = False  # DPDDP on 2 gloo ranks (run_ddp)
+    wrap_model: bool = True  # False: Opacus 1.6's non-wrapping mode (hooks on the user's own model)
+    accelerate: bool = False  # accelerate's Accelerator.prepare around the model, DP optimizer and loader
+    functional: str | None = None  # a hand-written DP-SGD step with the functional probe, fed "torch" or "numpy"
 
 
 LOOPS = {
@@ -83,10 +86,23 @@ LOOPS = {
                                  ddp=True),
     "hf-trainer-accumulation": Loop("HF Trainer, gradient accumulation by skip signals (dp-transformers)",
                                     trainer=True, model_kind="gpt2-classifier", optimizer="adam", accumulate=2),
+    "non-wrapping": Loop("Opacus 1.6 non-wrapping mode (make_private(wrap_model=False)), zero_grad last",
+                         wrap_model=False, order="zero-last"),
+    "accelerate": Loop("accelerate: Accelerator.prepare(model, DP optimizer, Poisson loader)", accelerate=True,
+                       order="zero-last"),
+    "accelerate-non-wrapping": Loop("non-wrapping mode under accelerate, AdamW (Opacus #794)", wrap_model=False,
+                                    accelerate=True, optimizer="adamw", order="zero-last"),
+    "functional": Loop("hand-written DP-SGD, torch.func per-sample gradients, functional probe (PyTorch tutorial)",
+                       functional="torch"),
+    "functional-numpy": Loop("hand-written DP-SGD, the probe fed NumPy arrays (a JAX/optax loop's shape)",
+                             functional="numpy"),
 }
 
 def loop_of(bug: str) -> str:
-    """The loop a bug is planted in: the Opacus tutorial's, or the DDP loop for a bug of the ranks."""
+    """The loop a bug is planted in: the Opacus tutorial's, the DDP loop for a bug of the ranks, the hand-written
+    step (functional probe) for a bug of its mechanism."""
+    if bug.startswith("functional-"):
+        return "functional"
     return "ddp" if bug.endswith("-rank0") else "opacus-tutorial"
 
 
@@ -111,6 +127,12 @@ BUGS = {
     "half-noise-rank0": ("DDP: rank 0 adds half the noise, the others none", "noise"),
     "outside-optimizer": ("the output layer trained by a second, plain optimizer", "coverage"),
     "running-buffer": ("a running mean of the private inputs kept in a buffer", "coverage"),
+    "functional-half-noise": ("hand-written step: half the card's sigma", "noise"),
+    "functional-noise-some-tensors": ("hand-written step: no noise on the bias tensors", "noise"),
+    "functional-no-clip": ("hand-written step: per-record clipping left out (records' norms above C = 0.1)",
+                           "clipping"),
+    "functional-divisor": ("hand-written step: the noisy sum divided by the actual batch size", "divisor"),
+    "functional-double-rate": ("hand-written step: records sampled at twice the card's q", "sampling"),
 }
 
 
@@ -206,6 +228,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     if bug == "wrong-rate":  # 1 / ceil(N / B) departs from B / N by up to B / N: a large B makes it matter
         s = dataclasses.replace(s, batch=100, records=520)
     loop = LOOPS[name]
+    if loop.functional:
+        return run_functional(loop, bug, seed, folder, s)
     if loop.ddp:
         return run_ddp(bug or ("noise-every-rank" if name == "ddp-noise-every-rank" else None), seed, folder, s)
     torch.manual_seed(seed)
@@ -230,6 +254,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     kw = dict(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=s.clip,
               poisson_sampling=bug not in ("shuffle-as-poisson", "shuffle-as-poisson-even"),
               loss_reduction=loop.loss_reduction, grad_sample_mode=loop.mode)
+    if not loop.wrap_model:
+        kw["wrap_model"] = False  # make_private returns hooks; the loop keeps using its own model
     if loop.clipping == "per_layer":
         n = len(dp_params)
         kw["max_grad_norm"] = [s.clip / n ** 0.5] * n
@@ -249,7 +275,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     if loop.mode == "ghost":
         model, optimizer, criterion, loader = out
     else:
-        model, optimizer, loader = out
+        wrapped, optimizer, loader = out
+        model = wrapped if loop.wrap_model else model
         criterion = nn.CrossEntropyLoss(reduction=loop.loss_reduction)
     q_card = loader.sample_rate if hasattr(loader, "sample_rate") else batch / N
     if bug == "wrong-rate":
@@ -260,6 +287,11 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     if bug == "batch-growth":
         loader = _GrowingLoader(loader, q_card, seed, s.epochs)
     plant(optimizer, bug, s)
+    dp_optimizer = optimizer
+    if loop.accelerate:
+        from accelerate import Accelerator
+
+        model, optimizer, loader = Accelerator(cpu=True).prepare(model, optimizer, loader)
     scheduler = None
     if loop.scheduler == "step":
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=50, gamma=0.5)
@@ -276,8 +308,71 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
         _train(model, optimizer, criterion, loader, loop, s, bug, scheduler, outside, probe)
         probe.save(folder)
     card = api.card_from_opacus(engine, loader if hasattr(loader, "sample_rate") else _Rated(q_card, N),
-                                optimizer, delta=s.delta, method="conformance")
+                                dp_optimizer, delta=s.delta, method="conformance")
     card = stated_card(card, loop, bug, q_card, N, s, probe)
+    return probe, card, folder
+
+
+def run_functional(loop: Loop, bug: str | None, seed: int, folder: Path, s: Settings):
+    """A hand-written DP-SGD loop (no Opacus optimizer): Poisson sampling, ``torch.func`` per-record gradients,
+    clipping, sum, the probe's ``add_canaries``, Gaussian noise, division by B, the probe's ``observe``, SGD. The
+    ``functional-*`` bugs are planted in that hand-written mechanism; the card states what was meant."""
+    import numpy as np
+    from torch.func import functional_call, grad, vmap
+
+    from dpaudit import api
+    from dpaudit.accounting import SubsampledGaussian, compute
+    from dpaudit.claim.card import Claim, PrivacyCard
+
+    if bug == "functional-no-clip":
+        s = dataclasses.replace(s, clip=0.1)  # clipping matters when records' gradients exceed C
+    torch.manual_seed(seed)
+    N, T, C = s.records, s.steps, s.clip
+    x, y = synthetic(N, seed)
+    model = Tiny()
+    q = s.batch / N
+    q_run = 2 * q if bug == "functional-double-rate" else q
+    B = q * N
+    probe = api.functional_probe({n: p.shape for n, p in model.named_parameters()}, sample_rate=q, clipping_norm=C,
+                                 noise_multiplier=s.sigma, expected_batch_size=B, m=s.m, seed=seed,
+                                 on_fail=s.on_fail, dataset_size=N)
+
+    def loss_one(params, xi, yi):
+        return F.cross_entropy(functional_call(model, params, (xi.unsqueeze(0),)), yi.unsqueeze(0))
+
+    per_record = vmap(grad(loss_one), in_dims=(None, 0, 0))
+    opt = make_optimizer(loop, list(model.parameters()), s.lr)
+    noise_gen, sampler = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 2)
+    for _ in range(T):
+        idx = torch.nonzero(torch.rand(N, generator=sampler) < q_run).flatten()
+        params = {n: p.detach() for n, p in model.named_parameters()}
+        if idx.numel():
+            g = per_record(params, x[idx], y[idx])
+            norms = torch.stack([v.reshape(idx.numel(), -1).norm(dim=1) for v in g.values()]).norm(dim=0)
+            factor = torch.ones_like(norms) if bug == "functional-no-clip" else (C / (norms + 1e-6)).clamp(max=1.0)
+            total = {n: torch.einsum("i,i...->...", factor, v) for n, v in g.items()}
+        else:
+            total = {n: torch.zeros_like(p) for n, p in params.items()}
+        if loop.functional == "numpy":
+            total = {n: v.numpy() for n, v in total.items()}
+        total = probe.add_canaries(total, records=int(idx.numel()))
+        std = s.sigma * C / (2 if bug == "functional-half-noise" else 1)
+        div = max(int(idx.numel()), 1) if bug == "functional-divisor" else B
+        update = {}
+        for n, v in total.items():
+            z = torch.normal(0.0, std, tuple(v.shape), generator=noise_gen)
+            if bug == "functional-noise-some-tensors" and n.endswith(".bias"):
+                z.zero_()
+            update[n] = (v + z.numpy()) / div if isinstance(v, np.ndarray) else (v + z) / div
+        probe.observe(update)
+        for n, p in model.named_parameters():
+            p.grad = torch.as_tensor(update[n], dtype=p.dtype)
+        opt.step()
+    folder.mkdir(parents=True, exist_ok=True)
+    probe.save(folder)
+    event = SubsampledGaussian(q, s.sigma, T, "poisson")
+    card = PrivacyCard(claim=Claim(epsilon=compute([event], s.delta, "prv").epsilon, delta=s.delta), events=[event],
+                       clipping_norm=C, expected_batch_size=B, dataset_size=N, method="conformance-functional")
     return probe, card, folder
 
 

@@ -93,9 +93,9 @@ def check_fsdp_variant(name: str, t) -> None:
     elif t.trainable != "full":
         why = f"trainable = {t.trainable!r} is not supported sharded (LoRA and head-only models fit one device: use " \
               "'ghost' or 'hooks' in one process or data-parallel with 'hooks')"
-    elif t.engine.gradient_canaries:
-        why = "white-box gradient canaries are not injected into sharded gradients; set gradient_canaries = 0 (or " \
-              "train data-parallel with grad_sample_mode = 'hooks')"
+    elif t.engine.gradient_canaries and t.engine.gradient_canary_coordinates != "block":
+        why = "white-box gradient canaries go on a block under FSDP (the model's coordinates are sharded); set " \
+              "gradient_canary_coordinates = 'block'"
     if why:
         raise DpauditError(f"variant {name!r}, grad_sample_mode = 'ghost_fsdp': {why}")
 

@@ -91,11 +91,12 @@ class _CanarySets(list):
         return [c.to_dict() for c in self[1:]]
 
 
-def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, private: bool):
+def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, private: bool, sharded_module=None):
     """White-box gradient canaries, one probe per kind (dpaudit/probe/probe.py, the same code an external loop
     attaches), wired into ``optimizer``: on the trainable coordinates, or (``gradient_canary_coordinates =
     "block"``, private runs) on a block the model never reads, with clip canaries; None when the config asks for
-    none."""
+    none. ``sharded_module`` (ghost_fsdp): the ghost-clipping module over the sharded model, from which the probe
+    counts records; the canaries go on the block (dpaudit/probe/sharded.py)."""
     if not cfg.gradient_canaries:
         return None
     from dpaudit.probe import Probe
@@ -104,8 +105,9 @@ def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, privat
     block = private and cfg.gradient_canary_coordinates == "block"
     for i, kind in enumerate(cfg.canary_kinds):
         sets.append(Probe(optimizer, sample_rate=q, m=cfg.gradient_canaries, kind=kind, seed=cfg.seed + 1000 * i,
-                          coordinates="block" if block else "model", params=params, clip_canaries=32 if block else 0,
-                          stream_seed=cfg.seed, expected_batch_size=batch, private=private,
+                          coordinates="block" if block else "model", clip_canaries=32 if block else 0,
+                          params=params if sharded_module is None else None,  # sharded: the optimizer's own
+                          model=sharded_module, stream_seed=cfg.seed, expected_batch_size=batch, private=private,
                           clipping_norm=cfg.clipping_norm, record_steps=not (private and cfg.gradient_canary_online),
                           on_fail=None))  # the evaluation judges the record against the card
     return sets
@@ -261,7 +263,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
             model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode,
             seed=mseed, noise=noise)
     secure_noise(dp_opt, cfg)
-    canaries = _canaries(cfg, dp_opt, params, q, batch, private=True)
+    canaries = _canaries(cfg, dp_opt, params, q, batch, private=True,
+                         sharded_module=module if sharded is not None else None)
     stats = ClipStats(cfg.clipping_norm)
     ledger = (lambda t: [event(q, t).to_dict()]) if event is not None else _gaussian_ledger(q, sigma)
     stream = data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size)

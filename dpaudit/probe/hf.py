@@ -37,14 +37,12 @@ class ProbeCallback(TrainerCallback):
         self.probe = None
 
     def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
-        from dpaudit.probe.probe import attach
+        from dpaudit.probe.probe import attach, unwrap
 
         if getattr(args, "max_grad_norm", 0) and args.max_grad_norm > 0:
             raise DpauditError(f"TrainingArguments.max_grad_norm = {args.max_grad_norm} clips the summed gradient after "
                                "the DP optimizer's per-sample clipping; set max_grad_norm=0 with a DP optimizer")
-        inner = optimizer
-        while inner is not None and not hasattr(inner, "original_optimizer") and hasattr(inner, "optimizer"):
-            inner = inner.optimizer  # accelerate's AcceleratedOptimizer
+        inner = None if optimizer is None else unwrap(optimizer)  # the Trainer holds accelerate's wrapper
         if inner is None:
             raise DpauditError("the Trainer has no optimizer at train begin; pass optimizers=(dp_optimizer, None)")
         model = kwargs.get("model") if self.check_model else None

@@ -29,10 +29,21 @@ def _sample_index(numel: int, k: int, seed: int, device) -> torch.Tensor:
 
 
 class NoiseMeter:
-    def __init__(self, params: list, *, per_tensor: int = 1024, seed: int = 0):
+    """``local(p)``: the part of parameter p this process holds (its shard under FSDP); ``read(p, attr)``: that
+    part of its ``summed_grad`` or ``grad`` (None when it has none); ``reduce(vector)``: a vector of per-tensor
+    values (and the cross term) summed over the processes that each meter their own shard."""
+
+    def __init__(self, params: list, *, per_tensor: int = 1024, seed: int = 0, local=None, read=None, reduce=None):
         self.params = params
-        self.index = [_sample_index(p.numel(), per_tensor, seed * 7907 + i, p.device) for i, p in enumerate(params)]
-        self.n = np.array([int(ix.numel()) for ix in self.index], dtype=np.int64)
+        self.local = local or (lambda p: p)
+        self.read = read or (lambda p, attr: getattr(p, attr, None))
+        self.reduce = reduce
+        held = [self.local(p) for p in params]
+        self.index = [_sample_index(t.numel(), per_tensor, seed * 7907 + i, t.device) for i, t in enumerate(held)]
+        self.n_local = np.array([int(ix.numel()) for ix in self.index], dtype=np.int64)  # this process's
+        self.n = self.n_local
+        if reduce is not None:  # coordinates read over all the shards
+            self.n = np.rint(reduce(np.r_[self.n.astype(np.float64), 0.0])[:-1]).astype(np.int64)
         self.ss_step, self.cross_step, self.n_step = [], [], []
         self.ss_tensor = np.zeros(len(params))
         self.steps_tensor = np.zeros(len(params), dtype=np.int64)
@@ -44,11 +55,11 @@ class NoiseMeter:
         """(the sampled coordinates of every tensor's ``attr``, in one float64 vector; which tensors had it)."""
         parts, have = [], []
         for i, (p, ix) in enumerate(zip(self.params, self.index)):
-            t = getattr(p, attr, None)
+            t = self.read(p, attr)
             if t is not None:
                 parts.append(t.detach().reshape(-1)[ix])
                 have.append(i)
-        dev = self.params[0].device
+        dev = self.index[0].device
         if not parts:
             return torch.zeros(0, dtype=torch.float64, device=dev), np.zeros(0, dtype=np.int64)
         if len({(x.device, x.dtype) for x in parts}) > 1:
@@ -79,7 +90,7 @@ class NoiseMeter:
             key = have_b.tobytes()
             seg = self._seg.get(key)
             if seg is None:  # which tensor each read coordinate belongs to (cached: the same every step)
-                seg = self._seg[key] = torch.as_tensor(np.repeat(np.arange(have_b.size), self.n[have_b]),
+                seg = self._seg[key] = torch.as_tensor(np.repeat(np.arange(have_b.size), self.n_local[have_b]),
                                                        device=d.device)
             sq = torch.zeros(have_b.size, dtype=torch.float64, device=d.device).index_add_(0, seg, d * d)
             prev = self._previous
@@ -87,6 +98,11 @@ class NoiseMeter:
             cross = (d @ prev[0]).reshape(1) if same else torch.zeros(1, dtype=torch.float64, device=d.device)
             host = torch.cat([sq, cross]).cpu().numpy()
         self._previous = (d, have_b)
+        if self.reduce is not None:  # every shard's noise: the per-tensor sums and the cross term over the processes
+            full = np.zeros(len(self.params) + 1)
+            full[have_b], full[-1] = host[:-1], host[-1]
+            full = self.reduce(full)
+            host = np.r_[full[have_b], full[-1]]
         sq, cross = host[:-1], float(host[-1])
         ss = np.zeros(len(self.params))
         ss[have_b] = sq
@@ -98,7 +114,7 @@ class NoiseMeter:
         return ss
 
     def _select(self, flat: torch.Tensor, have: np.ndarray, keep: np.ndarray) -> torch.Tensor:
-        offsets = np.r_[0, np.cumsum(self.n[have])]
+        offsets = np.r_[0, np.cumsum(self.n_local[have])]
         pos = {int(t): k for k, t in enumerate(have)}
         return torch.cat([flat[offsets[pos[int(t)]]:offsets[pos[int(t)] + 1]] for t in keep]) if keep.size else flat[:0]
 

@@ -34,13 +34,14 @@ import numpy as np
 import torch
 
 from dpaudit.errors import DpauditError
+from dpaudit.probe import sharded
 from dpaudit.probe.canaries import GradientCanaries
 from dpaudit.probe.core import CLIP_EXACT_TOLERANCE, CLIP_MULTIPLE, SUM_TOLERANCE, ProbeCore
 from dpaudit.probe.meters import Coverage, NoiseMeter, norms
 from dpaudit.probe.online import ON_FAIL, Online
 
 COORDINATES = ("block", "model")
-__all__ = ["CLIP_EXACT_TOLERANCE", "CLIP_MULTIPLE", "COORDINATES", "SUM_TOLERANCE", "Probe", "attach"]
+__all__ = ["CLIP_EXACT_TOLERANCE", "CLIP_MULTIPLE", "COORDINATES", "SUM_TOLERANCE", "Probe", "attach", "unwrap"]
 
 
 class Probe(ProbeCore):
@@ -57,6 +58,7 @@ class Probe(ProbeCore):
             raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {sample_rate!r}")
         if coordinates not in COORDINATES:
             raise DpauditError(f"coordinates must be one of {', '.join(COORDINATES)}, got {coordinates!r}")
+        optimizer = unwrap(optimizer) if private else optimizer
         if not isinstance(clip_canaries, int) or clip_canaries < 0:
             raise DpauditError(f"clip_canaries must be an integer >= 0, got {clip_canaries!r}")
         if private and not (hasattr(optimizer, "add_noise") and hasattr(optimizer, "original_optimizer")):
@@ -69,6 +71,13 @@ class Probe(ProbeCore):
         self.optimizer, self.private, self.coordinates = optimizer, private, coordinates
         self.sample_rate = float(sample_rate)
         self.ghost = private and _is_ghost(optimizer)
+        self.fsdp = private and sharded.is_fsdp(optimizer)
+        if self.fsdp:
+            if coordinates != "block":
+                raise DpauditError("under FSDP the probe's canaries go on a block (coordinates='block'); the model's "
+                                   "coordinates are sharded across the ranks")
+            sharded.check_model(model)
+        self._rows_model = model
         self.world = int(getattr(optimizer, "world_size", 1)) if private else 1
         self.rank = int(getattr(optimizer, "rank", 0)) if private else 0
         if private and not isinstance(getattr(optimizer, "max_grad_norm", None), (int, float)):
@@ -100,6 +109,8 @@ class Probe(ProbeCore):
             # in the last parameter group, not a new one: learning-rate schedulers keep one rate per existing group.
             # Its values change with the steps, harmlessly: nothing reads them, the probe reads its gradient.
             optimizer.param_groups[-1]["params"].append(self.block)
+            if self.fsdp:
+                sharded.prepare_block(optimizer, self.block)
             if private:  # what DPOptimizer.__init__ gives its own parameters: a loop may step before any zero_grad
                 self.block.grad_sample = None
                 self.block.summed_grad = None
@@ -130,9 +141,10 @@ class Probe(ProbeCore):
             # first one's canaries, added between its two readings, as noise
             first = not getattr(optimizer, "_dpaudit_probed", False)
             optimizer._dpaudit_probed = True
-            self.meter = NoiseMeter(dp_params, per_tensor=noise_coordinates, seed=seed) if first else None
+            self.meter = (NoiseMeter(dp_params, per_tensor=noise_coordinates, seed=seed, **self._sharded_meter(dp_params))
+                          if first else None)
             self.coverage = Coverage(model, [p for p in dp_params if p is not self.block]) \
-                if model is not None else None
+                if model is not None and not self.fsdp else None
             sigma = self.noise_multiplier if noise_multiplier is None else float(noise_multiplier)
             self.online = Online(noise_multiplier=sigma, tensors=len(dp_params), sample_rate=self.sample_rate,
                                  dataset_size=dataset_size, on_fail=on_fail)
@@ -144,11 +156,33 @@ class Probe(ProbeCore):
 
     # -- wiring ---------------------------------------------------------------------------------------------
 
+    _meter_units = 1.0
+
+    def _sharded_meter(self, dp_params: list) -> dict:
+        """Under FSDP: the meter reads every rank's shard and sums over the ranks (dpaudit/probe/sharded.py)."""
+        if not self.fsdp:
+            return {}
+        self._meter_units = float(self.world)  # each shard's noise is sigma C / W
+        opt = self.optimizer
+
+        def read(p, attr):
+            t = sharded.summed(opt, p) if attr == "summed_grad" else p.grad
+            return None if t is None else sharded.local(t)
+
+        block = next((i for i, p in enumerate(dp_params) if p is self.block), None)
+        return {"local": sharded.local, "read": read,
+                "reduce": sharded.reducer(self.block.device, block, self.rank)}
+
+    def _block_sum(self):
+        """The block's clipped sum (the FSDP optimizer keeps it in its grad_state)."""
+        return sharded.summed(self.optimizer, self.block) if self.fsdp else self.block.summed_grad
+
     def _target(self, k: int, attr: str):
         """Parameter k's tensor ``attr`` (summed_grad or grad) seen by the canaries: a view of the block or the model
         parameter's own."""
         if self.block is not None:
-            return getattr(self.block, attr)[: self.canaries.m]
+            t = self._block_sum() if attr == "summed_grad" else getattr(self.block, attr)
+            return t[: self.canaries.m]
         return getattr(self.model_params[k], attr)
 
     def _wrap_private(self) -> None:
@@ -172,16 +206,19 @@ class Probe(ProbeCore):
                                               "of its steps: something else updates it (a second optimizer, a hand-"
                                               "written update)")
             self._ratio = max(self._ratio, self._sum_ratio())
-            share = 1.0 if self.rank == 0 else 0.0  # under DDP the canaries enter the sum once, from rank 0
+            # under DDP the canaries enter the sum once, from rank 0; under FSDP at 1 / W, as the averaged sum holds
+            # a record's clipped gradient
+            share = (1.0 / self.world if self.fsdp else 1.0) if self.rank == 0 else 0.0
             self.canaries.inject(lambda k: self._target(k, "summed_grad"), share)
             if self.n_clip:
                 self._inject_clip(orig_acc, share)
-            metered = self.rank == 0 and self.meter is not None  # under DDP the noise is rank 0's
+            # under DDP the noise is rank 0's; under FSDP each rank noises its own shard (read on all, summed)
+            metered = (self.rank == 0 or self.fsdp) and self.meter is not None
             if metered:
                 self.meter.before()
             out = orig_noise()
-            if metered:
-                self._noise_read(self.meter.after())  # in the units of the sum: C^2 makes it sigma^2 per coordinate
+            if metered:  # in the units of the sum: C^2 (C^2 / W^2 under FSDP) makes it sigma^2 per coordinate
+                self._noise_read(self.meter.after(), units=self._meter_units)
             return out
 
         def step(*args, **kwargs):
@@ -210,6 +247,8 @@ class Probe(ProbeCore):
         opt.step = step
 
     def _count_rows(self) -> int:
+        if self.fsdp:
+            return sharded.rows(self._rows_model)
         p = self.model_params[0]
         if self.ghost:
             ns = getattr(p, "_norm_sample", None)
@@ -232,7 +271,11 @@ class Probe(ProbeCore):
         b.grad_sample = zeros if isinstance(gs, list) else zeros[0]
 
     def _sum_ratio(self) -> float:
-        """||clipped sum over the model's parameters|| / (b C) of this logical step (this rank)."""
+        """||clipped sum over the model's parameters|| / (b C) of this logical step (this rank; under FSDP the whole
+        sum over the ranks)."""
+        if self.fsdp:
+            return sharded.sum_ratio(self.optimizer, self.model_params, self._rows, self.clipping_norm, self.world,
+                                     self.block.device)
         ts = [p.summed_grad for p in self.model_params if getattr(p, "summed_grad", None) is not None]
         with torch.no_grad():  # one fused norm per tensor (float32 suffices at SUM_TOLERANCE), one sync per step
             sq = float(norms(ts).pow(2).sum()) if ts else 0.0
@@ -252,7 +295,7 @@ class Probe(ProbeCore):
         m, b = self.canaries.m, self.block
         if self.ghost:
             with torch.no_grad():
-                b.summed_grad[m:][torch.from_numpy(mask).to(b.device)] += self.clipping_norm
+                self._block_sum()[m:][torch.from_numpy(mask).to(b.device)] += self.clipping_norm * share
             return
         idx = np.flatnonzero(mask)
         at = torch.as_tensor(m + idx, device=b.device)
@@ -316,8 +359,6 @@ class Probe(ProbeCore):
 # Opacus optimizers the probe cannot serve, and why (docs/probe.md "Loops the probe refuses"): refused when it
 # attaches, never a crash in the middle of training.
 REFUSED = {
-    "FSDPOptimizerFastGradientClipping": "FSDP shards the parameters and their clipped sums across ranks; the probe "
-                                         "reads whole tensors (sharded training is not supported yet)",
     "AdaClipDPOptimizer": "adaptive clipping changes C (and the noise) every step; the probe checks the one C and "
                           "sigma the card states",
     "DistributedPerLayerOptimizer": "per-layer clipping inside DDP's gradient hooks leaves no clipped sum to read "
@@ -334,6 +375,15 @@ def _refuse_unsupported(optimizer, coordinates: str) -> None:
                            "(several canary kinds: coordinates='model')")
     if coordinates == "block":
         optimizer._dpaudit_block = True
+
+
+def unwrap(optimizer):
+    """The Opacus DP optimizer inside a wrapper that steps it (accelerate's ``AcceleratedOptimizer``, which keeps it
+    as ``.optimizer``): the probe wires into the DP optimizer itself, so a loop may pass either."""
+    inner = optimizer
+    while inner is not None and not hasattr(inner, "original_optimizer") and hasattr(inner, "optimizer"):
+        inner = inner.optimizer
+    return optimizer if inner is None else inner
 
 
 def _is_ghost(optimizer) -> bool:

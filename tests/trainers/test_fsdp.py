@@ -132,7 +132,7 @@ def test_what_sharded_training_cannot_do_is_refused_in_one_line():
     with pytest.raises(DpauditError, match="run under torchrun --nproc_per_node N"):
         distributed.check_variants(cfg.variants)  # one process
     for train, why in [({"trainable": "lora"}, "trainable = 'lora' is not supported sharded"),
-                       ({"gradient_canaries": 8}, "white-box gradient canaries"),
+                       ({"gradient_canaries": 8}, "gradient_canary_coordinates = 'block'"),
                        ({"method": "lmo_dp"}, "only private record-level dp_adam")]:
         v = config.parse({"train": {"grad_sample_mode": "ghost_fsdp", **train},
                           "variants": [{"name": "dp", "target_epsilon": 3}]}).variants[0]
@@ -154,7 +154,8 @@ def test_what_sharded_training_cannot_do_is_refused_in_one_line():
 @pytest.mark.slow
 def test_dpaudit_run_sharded_writes_the_one_process_card(tmp_path):
     """`torchrun --nproc_per_node 2 -m dpaudit.cli run` with ghost_fsdp on a Llama-style model folder: the card of
-    one process with 'ghost', a checkpoint that evaluates."""
+    one process with 'ghost', a checkpoint that evaluates, and the probe's block canaries and checks as in one
+    process."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from dpaudit.tasks import models
@@ -176,6 +177,8 @@ max_len = 32
 [canaries]
 m = 10
 [train]
+gradient_canaries = 200
+gradient_canary_coordinates = "block"
 grad_sample_mode = "MODE"
 delta = 1e-5
 epochs = 1
@@ -205,3 +208,11 @@ target_epsilon = 4
     a, b = (json.loads((tmp_path / d / "dp" / "checkpoint" / "privacy_card.json").read_text()) for d in ("one", "two"))
     assert {k: v for k, v in a.items() if k != "training"} == {k: v for k, v in b.items() if k != "training"}
     assert (tmp_path / "two" / "dp" / "report" / "report.json").exists()
+    # the white-box probe rode along sharded, as in one process: every check it can test passes in both
+    for d in ("one", "two"):
+        rep = json.loads((tmp_path / d / "dp" / "report" / "report.json").read_text())
+        (entry,) = rep["mechanism_checks"]
+        statuses = {c["check"]: c["status"] for c in entry["checks"]}
+        assert {k for k, v in statuses.items() if v != "pass"} <= {"coverage", "divisor"}, (d, statuses)
+        assert "whitebox_gradient" in rep["attacks"], d
+    assert entry["optimizer"] == "FSDPOptimizerFastGradientClipping" and entry["coordinates"] == "block"
