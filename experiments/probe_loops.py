@@ -52,6 +52,7 @@ class Loop:
     wrap_model: bool = True  # False: Opacus 1.6's non-wrapping mode (hooks on the user's own model)
     accelerate: bool = False  # accelerate's Accelerator.prepare around the model, DP optimizer and loader
     functional: str | None = None  # a hand-written DP-SGD step with the functional probe, fed "torch" or "numpy"
+    fsdp: bool = False  # FSDP2 on 2 gloo ranks: dpaudit's ghost_fsdp path (Opacus' FSDP optimizer), run_fsdp
 
 
 LOOPS = {
@@ -96,6 +97,8 @@ LOOPS = {
                        functional="torch"),
     "functional-numpy": Loop("hand-written DP-SGD, the probe fed NumPy arrays (a JAX/optax loop's shape)",
                              functional="numpy"),
+    "fsdp": Loop("FSDP2 on 2 gloo ranks: Opacus' FSDPOptimizerFastGradientClipping over a tiny Llama (ghost_fsdp)",
+                 fsdp=True),
 }
 
 def loop_of(bug: str) -> str:
@@ -103,6 +106,8 @@ def loop_of(bug: str) -> str:
     step (functional probe) for a bug of its mechanism."""
     if bug.startswith("functional-"):
         return "functional"
+    if bug.endswith("-fsdp"):
+        return "fsdp"
     return "ddp" if bug.endswith("-rank0") else "opacus-tutorial"
 
 
@@ -133,6 +138,8 @@ BUGS = {
                            "clipping"),
     "functional-divisor": ("hand-written step: the noisy sum divided by the actual batch size", "divisor"),
     "functional-double-rate": ("hand-written step: records sampled at twice the card's q", "sampling"),
+    "half-noise-fsdp": ("FSDP: every rank's shards get half the card's noise", "noise"),
+    "no-noise-other-ranks-fsdp": ("FSDP: only rank 0's shards get their noise, the other rank's none", "noise"),
 }
 
 
@@ -230,6 +237,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     loop = LOOPS[name]
     if loop.functional:
         return run_functional(loop, bug, seed, folder, s)
+    if loop.fsdp:
+        return run_ddp(bug, seed, folder, s, worker="_fsdp_worker")
     if loop.ddp:
         return run_ddp(bug or ("noise-every-rank" if name == "ddp-noise-every-rank" else None), seed, folder, s)
     torch.manual_seed(seed)
@@ -434,9 +443,61 @@ def _ddp_worker(rank, world, port, out, bug, seed, epochs, m):
     torch.distributed.destroy_process_group()
 
 
-def run_ddp(bug: str | None, seed: int, folder: Path, s: Settings, world: int = 2):
-    """The DDP loop on ``world`` gloo ranks (DPDDP + Opacus' DistributedDPOptimizer, the probe on every rank, rank 0
-    saving); returns what :func:`run` returns, the probe's state read back from its saved record."""
+def _fsdp_worker(rank, world, port, out, bug, seed, epochs, m):
+    """dpaudit's ghost_fsdp path (trainers/fsdp.py: FSDP2 + Opacus' FSDP optimizer) on a tiny Llama, the probe on
+    every rank with ``model=`` the ghost-clipping module, rank 0 saving; the bugs set the optimizer's noise after the
+    probe read the card's sigma."""
+    import os
+    from datetime import timedelta
+
+    import torch
+    from torch.utils.data import TensorDataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dpaudit import api
+    from dpaudit.accounting import SubsampledGaussian, compute
+    from dpaudit.claim.card import Claim, PrivacyCard
+    from dpaudit.trainers import fsdp
+    from dpaudit.trainers.units import RecordStep
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=LENGTH,
+                                         tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, pad_token_id=1))
+    n, q, C, sigma = 160, 0.1, 0.5, 1.0
+    ids = torch.randint(2, VOCAB, (n, LENGTH), generator=torch.Generator().manual_seed(seed))
+    data = TensorDataset(ids, torch.ones_like(ids), ids.clone())
+    module, opt, crit, loader, _ = fsdp.record_level(model, torch.optim.SGD(model.parameters(), lr=0.1), data,
+                                                     sigma=sigma, clipping_norm=C, expected_batch_size=int(q * n),
+                                                     sample_rate=q, seed=seed)
+    probe = api.attach_probe(opt, sample_rate=q, m=m, seed=seed, model=module, dataset_size=n, on_fail=None)
+    if bug == "half-noise-fsdp":
+        opt.noise_multiplier = sigma / 2
+    if bug == "no-noise-other-ranks-fsdp" and rank != 0:
+        opt.noise_multiplier = 0.0
+    step = RecordStep(module, crit, None, placeholder=fsdp.placeholder(data))
+    steps = epochs * round(1 / q)
+    for _, batch in zip(range(steps), (b for _ in range(epochs) for b in loader)):
+        opt.zero_grad()
+        step(batch)
+        opt.step()
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.save(out)
+        event = SubsampledGaussian(q, sigma, probe.steps, "poisson")
+        PrivacyCard(claim=Claim(epsilon=compute([event], 1e-5, "prv").epsilon, delta=1e-5), events=[event],
+                    clipping_norm=C, expected_batch_size=q * n, dataset_size=n,
+                    method="conformance-fsdp").save(out / "privacy_card.json")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def run_ddp(bug: str | None, seed: int, folder: Path, s: Settings, world: int = 2, worker: str = "_ddp_worker"):
+    """The DDP loop (or ``worker="_fsdp_worker"``: the FSDP loop) on ``world`` gloo ranks, the probe on every rank,
+    rank 0 saving; returns what :func:`run` returns, the probe's state read back from its saved record."""
     import json
     import os
     import socket
@@ -456,7 +517,7 @@ def run_ddp(bug: str | None, seed: int, folder: Path, s: Settings, world: int = 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    torch.multiprocessing.spawn(probe_loops._ddp_worker, args=(world, port, folder, bug, seed, s.epochs, s.m),
+    torch.multiprocessing.spawn(getattr(probe_loops, worker), args=(world, port, folder, bug, seed, s.epochs, s.m),
                                 nprocs=world, join=True)
     rec = json.loads((folder / "gradient_canaries.json").read_text())["probe"]
     probe = SimpleNamespace(steps=rec["steps"], online=SimpleNamespace(alarms=rec["online"]["alarms"]))

@@ -1,8 +1,8 @@
 """The probe on an FSDP run (Opacus' FSDPOptimizerFastGradientClipping through dpaudit's trainers/fsdp.py, a tiny
 Llama sharded over 2 gloo ranks standing in for 2 GPUs): attached in one line on every rank, the record saved by
-rank 0. An honest run passes every check it can test; half the noise, or noise left out on the other rank's
-shards, fails ``noise``; the canaries read as in one process (without noise, each sampled inserted canary comes
-out at exactly one unit)."""
+rank 0. An honest run passes every check it can test; the canaries read as in one process (without noise, each
+sampled inserted canary comes out at exactly one unit). Half the noise, or noise left out on the other rank's
+shards, failing ``noise``: the conformance suite's ``fsdp`` rows (tests/probe/test_probe_conformance.py)."""
 
 from __future__ import annotations
 
@@ -82,15 +82,6 @@ def test_an_honest_fsdp_run_passes_every_check_it_tests(tmp_path):
     assert checks["noise"]["values"]["rms"] == pytest.approx(1.0, rel=0.1)  # the block: rank 0's noise, x W
     seen = json.loads((folder / "seen.json").read_text())
     assert seen["steps"] == 48 and sum(seen["records"]) > 0.5 * Q * N * 48  # both ranks' records counted
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("bug", ["half-noise", "no-noise-other-ranks"])
-def test_too_little_noise_on_the_shards_fails_the_noise_check(tmp_path, bug):
-    folder = _run(tmp_path, bug)
-    checks, _ = _checks(folder)
-    assert checks["noise"]["status"] == "fail", checks["noise"]
-    assert [k for k, c in checks.items() if c["status"] == "fail"] == ["noise"]
 
 
 @pytest.mark.slow
