@@ -96,3 +96,11 @@ def test_the_committed_table_is_its_json_and_meets_the_targets(tmp_path):
     for bug in PL.BUGS:
         rs = [r for r in rows if r["bug"] == bug]
         assert len(rs) >= 20 and sum(r["named_fail_line"] for r in rs) >= 0.95 * len(rs), bug
+
+
+def test_the_readme_counts_are_the_suites():
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    loops, bugs = map(int, re.search(r"On (\d+) loop patterns and (\d+) planted bugs", text).groups())
+    assert (loops, bugs) == (len(PL.LOOPS), len(PL.BUGS))
