@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=20, help="Seeds per honest loop and per bug.")
     ap.add_argument("--out", type=Path, required=True, help="Folder for conformance.json and conformance.md.")
-    ap.add_argument("--loops", default="all", help="Comma-separated honest loops to run (default: all).")
+    ap.add_argument("--loops", default="all", help="Comma-separated honest loops to run (default: all; 'none' for none).")
     ap.add_argument("--bugs", default="all", help="Comma-separated bugs to run (default: all; 'none' for none).")
     ap.add_argument("--append", action="store_true",
                     help="Add these runs to OUT's conformance.json (a run of the same loop, bug and seed is replaced) "
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
 
     set_quiet(True)
     pl = loops()
-    names = list(pl.LOOPS) if args.loops == "all" else [x for x in args.loops.split(",") if x]
+    names = list(pl.LOOPS) if args.loops == "all" else [x for x in args.loops.split(",") if x and x != "none"]
     bugs = list(pl.BUGS) if args.bugs == "all" else [x for x in args.bugs.split(",") if x and x != "none"]
     unknown = [n for n in names if n not in pl.LOOPS] + [b for b in bugs if b not in pl.BUGS]
     if unknown:

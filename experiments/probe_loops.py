@@ -108,6 +108,9 @@ def loop_of(bug: str) -> str:
         return "functional"
     if bug.endswith("-fsdp"):
         return "fsdp"
+    for adapter in ADAPTED:
+        if bug.endswith(f"@{adapter}"):
+            return adapter
     return "ddp" if bug.endswith("-rank0") else "opacus-tutorial"
 
 
@@ -141,6 +144,12 @@ BUGS = {
     "half-noise-fsdp": ("FSDP: every rank's shards get half the card's noise", "noise"),
     "no-noise-other-ranks-fsdp": ("FSDP: only rank 0's shards get their noise, the other rank's none", "noise"),
 }
+# the optimizer-side bugs again in the loops whose adapter differs (``bug@loop``): the same DP optimizer, wrapped or
+# prepared otherwise
+ADAPTED = ("non-wrapping", "accelerate")
+for _adapter in ADAPTED:
+    for _bug in ("half-noise", "no-clip", "wrong-rate"):
+        BUGS[f"{_bug}@{_adapter}"] = (f"{BUGS[_bug][0]}, in the {_adapter} loop", BUGS[_bug][1])
 
 
 @dataclass
@@ -230,6 +239,7 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     from dpaudit import api
 
     s = s or Settings()
+    bug = bug.split("@")[0] if bug else bug  # bug@loop: the bug, planted in that loop
     if bug == "noise-without-C":
         s = dataclasses.replace(s, clip=5.0)  # std sigma where sigma C was due: 5x too little
     if bug == "wrong-rate":  # 1 / ceil(N / B) departs from B / N by up to B / N: a large B makes it matter
@@ -296,7 +306,7 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     if bug == "batch-growth":
         loader = _GrowingLoader(loader, q_card, seed, s.epochs)
     plant(optimizer, bug, s)
-    dp_optimizer = optimizer
+    dp_optimizer, dp_loader = optimizer, loader  # what the card is read from (accelerate wraps both)
     if loop.accelerate:
         from accelerate import Accelerator
 
@@ -316,7 +326,7 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
         probe = api.attach_probe(optimizer, **probe_kw)
         _train(model, optimizer, criterion, loader, loop, s, bug, scheduler, outside, probe)
         probe.save(folder)
-    card = api.card_from_opacus(engine, loader if hasattr(loader, "sample_rate") else _Rated(q_card, N),
+    card = api.card_from_opacus(engine, dp_loader if hasattr(dp_loader, "sample_rate") else _Rated(q_card, N),
                                 dp_optimizer, delta=s.delta, method="conformance")
     card = stated_card(card, loop, bug, q_card, N, s, probe)
     return probe, card, folder
