@@ -95,3 +95,16 @@ def test_without_noise_each_sampled_canary_comes_out_at_one_unit(tmp_path):
     ins = steps[:, signs > 0]
     assert np.allclose(ins[np.abs(ins) > 0.5], 1.0, atol=1e-4) and (np.abs(ins) > 0.5).sum() > 0
     assert np.allclose(ins.sum(0), np.asarray(rec["times_sampled"])[signs > 0], atol=1e-4)
+
+
+def test_under_fsdp_the_probe_asks_for_the_ghost_module_in_one_line():
+    """Records are counted from the ghost-clipping module's per-sample norms: without it, a one-line refusal naming
+    the fix, before any step (a plain module has no norms to read)."""
+    from dpaudit.errors import DpauditError
+    from dpaudit.probe import sharded
+
+    for model in (None, torch.nn.Linear(2, 2)):
+        with pytest.raises(DpauditError, match="pass model=") as e:
+            sharded.check_model(model)
+        assert "\n" not in str(e.value)
+    assert sharded.rows(torch.nn.Linear(2, 2)) == 0  # no norms read yet: no records
