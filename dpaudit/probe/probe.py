@@ -156,8 +156,6 @@ class Probe(ProbeCore):
 
     # -- wiring ---------------------------------------------------------------------------------------------
 
-    _meter_units = 1.0
-
     def _sharded_meter(self, dp_params: list) -> dict:
         """Under FSDP: the meter reads every rank's shard and sums over the ranks (dpaudit/probe/sharded.py)."""
         if not self.fsdp:
