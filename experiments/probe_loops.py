@@ -143,6 +143,9 @@ BUGS = {
     "functional-double-rate": ("hand-written step: records sampled at twice the card's q", "sampling"),
     "half-noise-fsdp": ("FSDP: every rank's shards get half the card's noise", "noise"),
     "no-noise-other-ranks-fsdp": ("FSDP: only rank 0's shards get their noise, the other rank's none", "noise"),
+    "no-clip-fsdp": ("FSDP: the ghost-clipping module clips at 10^6 (records' norms above C = 0.5), the optimizer's "
+                     "noise at C", "clipping"),
+    "wrong-rate-fsdp": ("FSDP: every rank's loader samples at twice the card's q (the divisor the card's)", "sampling"),
 }
 # the optimizer-side bugs again in the loops whose adapter differs (``bug@loop``): the same DP optimizer, wrapped or
 # prepared otherwise
@@ -482,8 +485,10 @@ def _fsdp_worker(rank, world, port, out, bug, seed, epochs, m):
     data = TensorDataset(ids, torch.ones_like(ids), ids.clone())
     module, opt, crit, loader, _ = fsdp.record_level(model, torch.optim.SGD(model.parameters(), lr=0.1), data,
                                                      sigma=sigma, clipping_norm=C, expected_batch_size=int(q * n),
-                                                     sample_rate=q, seed=seed)
+                                                     sample_rate=2 * q if bug == "wrong-rate-fsdp" else q, seed=seed)
     probe = api.attach_probe(opt, sample_rate=q, m=m, seed=seed, model=module, dataset_size=n, on_fail=None)
+    if bug == "no-clip-fsdp":  # the per-sample clip factors are computed by the module, the noise by the optimizer
+        module.max_grad_norm = 1e6
     if bug == "half-noise-fsdp":
         opt.noise_multiplier = sigma / 2
     if bug == "no-noise-other-ranks-fsdp" and rank != 0:

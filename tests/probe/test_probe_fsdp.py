@@ -85,7 +85,7 @@ def test_an_honest_fsdp_run_passes_every_check_it_tests(tmp_path):
 
 
 @pytest.mark.slow
-def test_without_noise_each_sampled_canary_comes_out_at_one_unit(tmp_path):
+def test_without_noise_each_sampled_canary_comes_out_at_one_unit_as_in_one_process(tmp_path):
     folder = _run(tmp_path, steps=12, sigma=0.0)
     rec = json.loads((folder / "gradient_canaries.json").read_text())
     steps = np.load(folder / rec["steps_file"])
@@ -95,6 +95,47 @@ def test_without_noise_each_sampled_canary_comes_out_at_one_unit(tmp_path):
     ins = steps[:, signs > 0]
     assert np.allclose(ins[np.abs(ins) > 0.5], 1.0, atol=1e-4) and (np.abs(ins) > 0.5).sum() > 0
     assert np.allclose(ins.sum(0), np.asarray(rec["times_sampled"])[signs > 0], atol=1e-4)
+    # record for record what one process records of the same mechanism (the same q, m, seed and steps, no noise):
+    # the same canaries, signs, sampled steps and per-step projections, in the same format
+    one = _one_process(tmp_path, steps=12)
+    ref = json.loads((one / "gradient_canaries.json").read_text())
+    assert ref["signs"] == rec["signs"] and ref["times_sampled"] == rec["times_sampled"]
+    assert np.allclose(np.load(one / ref["steps_file"]), steps, atol=1e-4)
+    assert set(ref) == set(rec) and set(ref["probe"]) == set(rec["probe"])
+    same = ("kind", "m", "seed", "clipping_norm", "sample_rate", "steps")
+    assert {k: rec[k] for k in same} == {k: ref[k] for k in same}
+    assert np.allclose(rec["scores"], ref["scores"], atol=1e-4)
+
+
+def _one_process(tmp_path, steps):
+    """One process, Opacus' ghost clipping, no noise, the probe as the FSDP ranks attach it (q, m, seed, C)."""
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dpaudit import api
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3)
+    data = TensorDataset(torch.randn(N, 6), torch.randint(0, 3, (N,)))
+    model, opt, crit, loader = PrivacyEngine(accountant="prv").make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=DataLoader(data, batch_size=int(B)),
+        noise_multiplier=0.0, max_grad_norm=C, poisson_sampling=True, grad_sample_mode="ghost",
+        criterion=torch.nn.CrossEntropyLoss())
+    assert loader.sample_rate == Q
+    probe = api.attach_probe(opt, sample_rate=Q, m=200, seed=0, model=model, dataset_size=N, on_fail=None)
+    done = 0
+    while done < steps:
+        for x, y in loader:
+            if done == steps:
+                break
+            opt.zero_grad()
+            crit(model(x), y).backward()
+            opt.step()
+            done += 1
+    out = tmp_path / "one-process"
+    out.mkdir()
+    probe.save(out)
+    return out
 
 
 def test_under_fsdp_the_probe_asks_for_the_ghost_module_in_one_line():
@@ -108,3 +149,20 @@ def test_under_fsdp_the_probe_asks_for_the_ghost_module_in_one_line():
             sharded.check_model(model)
         assert "\n" not in str(e.value)
     assert sharded.rows(torch.nn.Linear(2, 2)) == 0  # no norms read yet: no records
+
+
+def test_the_committed_fsdp_bound_is_its_json_and_meets_the_target():
+    """reports/probe_fsdp (experiments/fsdp_whitebox.py): the honest FSDP runs' median bound is >= 90% of the card
+    mechanism's median limit, and each FSDP record is one process's of the same config and seed."""
+    from pathlib import Path
+    from statistics import median
+
+    root = Path(__file__).resolve().parents[2] / "reports" / "probe_fsdp"
+    got = json.loads((root / "results.json").read_text())
+    fsdp = [r for k, r in got["rows"].items() if k.startswith("fsdp-2-ranks")]
+    assert len(fsdp) >= 5 and all(r["optimizer"] == "FSDPOptimizerFastGradientClipping" for r in fsdp)
+    share = median(r["bound"] / r["limit"] for r in fsdp)
+    assert share >= 0.9 and f"FSDP on 2 ranks **{share:.0%}**" in (root / "README.md").read_text()
+    assert all(r["same_record"]["signs"] and r["same_record"]["times_sampled"]
+               and r["same_record"]["max_projection_difference"] < 1e-4 for r in fsdp)
+    assert all(set(r["checks"].values()) <= {"pass", "not tested"} for r in got["rows"].values())
