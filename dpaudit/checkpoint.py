@@ -111,19 +111,42 @@ class Checkpoint:
 
     def hash(self) -> str:
         """sha256 over the checkpoint's weights, tokenizer, card and manifest (names and bytes), first 16 hex
-        digits. run.json and gradient_canaries*.json are left out: they hold timings and audit scores. A plain
-        Hugging Face output folder is hashed at its top level (its checkpoint-*/ sub-folders are other models);
-        a model given as objects by its parameters."""
+        digits, and over the white-box records evaluated with it (gradient_canaries*: the record, its per-step
+        projections and the probe's arrays), so that a report's hash names the evidence it audited. run.json is
+        left out (timings). A plain Hugging Face output folder is hashed at its top level (its checkpoint-*/
+        sub-folders are other models); a model given as objects by its parameters (and its probe folder's records)."""
+        records = self.probe_records_hash()
         if self.path is None:
-            return _object_hash(hashlib.sha256(), self)
-        files = self.path.rglob("*") if self.model_dir != self.path else self.path.glob("*")
-        own = content_hash(self.path, files, skip=lambda f: f.name == "run.json"
-                           or f.name.startswith("gradient_canaries"))
+            own = _object_hash(hashlib.sha256(), self)
+        else:
+            files = self.path.rglob("*") if self.model_dir != self.path else self.path.glob("*")
+            own = content_hash(self.path, files, skip=lambda f: f.name == "run.json"
+                               or f.name.startswith("gradient_canaries"))
         base = self.outside_base()
-        if base is None:
+        if base is not None:  # an adapter on a base outside the folder: the base's bytes are part of what was audited
+            own = hashlib.sha256(f"{own}+base:{content_hash(base, base.glob('*'))}".encode()).hexdigest()[:16]
+        if records is None:  # no white-box records: the hash of the model's files alone, as before records counted
             return own
-        # an adapter on a base outside the folder: the base's bytes are part of what was audited
-        return hashlib.sha256(f"{own}+base:{content_hash(base, base.glob('*'))}".encode()).hexdigest()[:16]
+        return hashlib.sha256(f"{own}+whitebox:{records}".encode()).hexdigest()[:16]
+
+    def probe_records_hash(self) -> str | None:
+        """sha256 of the white-box record files (gradient_canaries*.json, .npy, .npz) where evaluation reads them;
+        None when there are none."""
+        folder = self.whitebox_dir or self.path
+        if folder is None:
+            return None
+        files = sorted(f for f in Path(folder).glob("gradient_canaries*")
+                       if f.is_file() and f.name.endswith((".json", ".npy", ".npz")))
+        if not files:
+            return None
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f.name.encode() + b"\0")
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            h.update(b"\0")
+        return h.hexdigest()
 
     def outside_base(self) -> Path | None:
         """The folder of an adapter's base model when it is outside the checkpoint (named by adapter_config.json's

@@ -132,6 +132,8 @@ def train(args):
     eps = accounting.compute([event], args.delta, "prv").epsilon
     card = PrivacyCard(claim=Claim(epsilon=eps, delta=args.delta, accountant="prv"), events=[event],
                        clipping_norm=C, expected_batch_size=B, dataset_size=N, method="dp-sgd-torch-func")
+    if probe is not None:
+        card = probe.bind(card)  # the card names the probe's run: its records are this run's (docs/security.md)
     card.save(model_dir / "privacy_card.json")
     if probe is not None:
         probe.save(model_dir)

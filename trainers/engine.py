@@ -91,12 +91,48 @@ class _CanarySets(list):
         return [c.to_dict() for c in self[1:]]
 
 
-def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, private: bool, sharded_module=None):
+def run_identity(cfg: EngineConfig, data) -> str:
+    """This training run's identity, which its white-box records and its privacy card share (docs/security.md
+    "Evidence is bound to its origin"): a seeded run's is a SHA-256 of its settings, seed, trainable parameters'
+    names and shapes and its training data, so two runs of the same settings on the same data are one run (the
+    same records, byte for byte); a ``secure_rng`` run's is random."""
+    import hashlib
+    import json
+    import secrets
+
+    if cfg.secure_rng:
+        return secrets.token_hex(16)
+    h = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True, default=str).encode())
+    _fingerprint(data, h)
+    return h.hexdigest()[:32]
+
+
+def _fingerprint(x, h) -> None:
+    if torch.is_tensor(x):
+        h.update(f"{x.dtype}{tuple(x.shape)}".encode())
+        h.update(x.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(x, dict):
+        for k in sorted(x, key=str):
+            h.update(str(k).encode())
+            _fingerprint(x[k], h)
+    elif isinstance(x, (list, tuple)):
+        h.update(f"[{len(x)}".encode())
+        for v in x:
+            _fingerprint(v, h)
+    elif hasattr(x, "tensors"):
+        _fingerprint(list(x.tensors), h)
+    else:
+        h.update(repr(x).encode())
+
+
+def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, private: bool, sharded_module=None,
+              identity: str | None = None):
     """White-box gradient canaries, one probe per kind (dpaudit/probe/probe.py, the same code an external loop
     attaches), wired into ``optimizer``: on the trainable coordinates, or (``gradient_canary_coordinates =
     "block"``, private runs) on a block the model never reads, with clip canaries; None when the config asks for
     none. ``sharded_module`` (ghost_fsdp): the ghost-clipping module over the sharded model, from which the probe
-    counts records; the canaries go on the block (dpaudit/probe/sharded.py)."""
+    counts records; the canaries go on the block (dpaudit/probe/sharded.py). ``identity``: the run's
+    (:func:`run_identity`), from which each probe's run id is derived."""
     if not cfg.gradient_canaries:
         return None
     from dpaudit.probe import Probe
@@ -109,7 +145,7 @@ def _canaries(cfg: EngineConfig, optimizer, params, q: float, batch: int, privat
                           params=params if sharded_module is None else None,  # sharded: the optimizer's own
                           model=sharded_module, stream_seed=cfg.seed, expected_batch_size=batch, private=private,
                           clipping_norm=cfg.clipping_norm, record_steps=not (private and cfg.gradient_canary_online),
-                          on_fail=None))  # the evaluation judges the record against the card
+                          on_fail=None, run_id=None if identity is None else f"{identity}-{kind}"))  # the evaluation judges the record against the card
     return sets
 
 
@@ -231,7 +267,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     if not cfg.private:
         stream = data_seam.Shuffled(data_seam.shuffled_loader(tensors, batch, cfg.seed, drop_last=True))
         steps = plan.steps
-        canaries = _canaries(cfg, opt, params, q, batch, private=False)
+        canaries = _canaries(cfg, opt, params, q, batch, private=False,
+                             identity=run_identity(cfg, tensors) if cfg.gradient_canaries else None)
         start, so_far, after, resumed = _resumable(
             snapshots, RunParts(model, opt, {}, {}, canaries, None, lambda t: [], stream), steps)
         losses = loop.run(model, opt, stream, RecordStep(model, choices=choices, split_cap=cfg.max_physical_batch_size),
@@ -264,7 +301,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
             seed=mseed, noise=noise)
     secure_noise(dp_opt, cfg)
     canaries = _canaries(cfg, dp_opt, params, q, batch, private=True,
-                         sharded_module=module if sharded is not None else None)
+                         sharded_module=module if sharded is not None else None,
+                         identity=run_identity(cfg, tensors) if cfg.gradient_canaries else None)
     stats = ClipStats(cfg.clipping_norm)
     ledger = (lambda t: [event(q, t).to_dict()]) if event is not None else _gaussian_ledger(q, sigma)
     stream = data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size)
@@ -317,7 +355,8 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
         module = model
     module.train()
     batches = data_seam.UserBatches(records_by_user, pad_id, max_len, q, mseed, per_step=per_step, streams=streams)
-    canaries = _canaries(cfg, opt, params, q, B, private=cfg.private)  # extra USERS: one clipped unit each
+    canaries = _canaries(cfg, opt, params, q, B, private=cfg.private,  # extra USERS: one clipped unit each
+                         identity=run_identity(cfg, records_by_user) if cfg.gradient_canaries else None)
     stats = ClipStats(cfg.clipping_norm) if cfg.private else None
     t0 = time.time()
     step = UserStep(module, batches, params, cfg.private, cfg.max_physical_batch_size or 64)

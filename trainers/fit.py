@@ -98,8 +98,18 @@ def write(out: Path, model, tok, card, manifest, run: dict, res, tc, base) -> Pa
 
     if not distributed.is_main():
         return Path(out)
-    return checkpoint.write(out, model, tok, card, manifest, run, base_model=base if tc.trainable == "lora" else None,
-                            extra_files=canary_files(res))
+    return checkpoint.write(out, model, tok, bind_probes(card, res), manifest, run,
+                            base_model=base if tc.trainable == "lora" else None, extra_files=canary_files(res))
+
+
+def bind_probes(card, res):
+    """The card naming the run identity of each white-box record the run writes beside it (``extra.probe_runs``;
+    docs/security.md): a record another run wrote is then refused at evaluation."""
+    import dataclasses
+
+    sets = ([res.gradient_canaries] if res.gradient_canaries else []) + list(res.gradient_canaries_more)
+    runs = [r["probe"]["run_id"] for r in sets if (r.get("probe") or {}).get("run_id")]
+    return dataclasses.replace(card, extra={**card.extra, "probe_runs": runs}) if runs else card
 
 
 def canary_files(res) -> dict:

@@ -67,5 +67,17 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
         events=events, clipping_norm=None if clip is None else float(clip),
         expected_batch_size=q * dataset_size if dataset_size else None, dataset_size=dataset_size,
         method=method, trainable=trainable,
-        extra={"source": "opacus PrivacyEngine", "opacus_accountant": source})
+        extra={"source": "opacus PrivacyEngine", "opacus_accountant": source,
+               **({"probe_runs": runs} if (runs := probe_runs(optimizer)) else {})})
     return card_from_dict(card.to_dict(), "the card from the PrivacyEngine")  # the checks a reader applies
+
+
+def probe_runs(optimizer) -> list[str]:
+    """The run identities of the dpaudit probes attached to ``optimizer`` (or to the DP optimizer inside a wrapper
+    such as accelerate's): the card names them, binding the probe's records to it (docs/security.md)."""
+    seen, inner = [], optimizer
+    while inner is not None and not seen:
+        seen = list(getattr(inner, "_dpaudit_probe_runs", None) or [])
+        inner = getattr(inner, "optimizer", None)
+    return seen
+

@@ -118,6 +118,7 @@ def mechanism_checks(whitebox: list | None, card) -> list[dict]:
     view = card_view(card, float(r.probe.get("sample_rate", 0.0)))
     return [{"attack": w["name"], "mode": r.probe.get("mode"), "coordinates": r.probe.get("coordinates"),
              "optimizer": r.probe.get("optimizer"), "world_size": r.probe.get("world_size", 1),
+             "bound_to_card": bool(w.get("bound_to_card")),
              "false_alarm_each": mc.ALPHA, "checks": mc.run(r, view)}]
 
 

@@ -241,26 +241,31 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
     return ExposureScores(np.asarray(px_can), np.asarray(px_ref), False)
 
 
-def whitebox(path: Path | None, audited=None) -> list[dict] | None:
+def whitebox(path: Path | None, audited=None, card=None) -> list[dict] | None:
     """The white-box gradient canary sets a trainer recorded beside the checkpoint (None when there are none):
     ``gradient_canaries.json`` (audited as ``whitebox_gradient``) and any ``gradient_canaries_<kind>.json``
     (``whitebox_gradient_<kind>``), each with its ``name``. ``scores`` is the statistic
     :func:`dpaudit.audit.whitebox_lr.choose` fixes from the record and the card's ``audited`` mechanism (the per-step
-    likelihood ratio when it can, else the sum), named in ``statistic``; the sum stays in ``sum_scores``."""
+    likelihood ratio when it can, else the sum), named in ``statistic``; the sum stays in ``sum_scores``. With the
+    ``card``, a record another run wrote is refused (:func:`dpaudit.probe.record.check_binding`)."""
     if path is None:
         return None
     first = Path(path) / "gradient_canaries.json"
     files = ([first] if first.exists() else []) + sorted(Path(path).glob("gradient_canaries_*.json"))
-    out = [{**_read_whitebox(f, audited), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
+    out = [{**_read_whitebox(f, audited, card), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
            for f in files]
     return out or None
 
 
-def _read_whitebox(f: Path, audited=None) -> dict:
+def _read_whitebox(f: Path, audited=None, card=None) -> dict:
     from dpaudit.audit import whitebox_lr
     from dpaudit.io import read_json
+    from dpaudit.probe import record as probe_record
 
     d = read_json(f, "gradient canary record", "")
+    if not isinstance(d, dict):
+        raise DpauditError(f"{f}: a gradient canary record is a JSON object; restore the file written with the model")
+    bound = probe_record.check_binding(f, d, card)
     try:
         signs, scores = np.asarray(d["signs"], dtype=int), np.asarray(d["scores"], dtype=float)
     except (KeyError, ValueError, TypeError):
@@ -294,11 +299,10 @@ def _read_whitebox(f: Path, audited=None) -> dict:
         o = d["online"]
         d["noise_check"] = {"values": int(o["values"]), "steps": int(o["steps"]), "m": int(signs.size),
                             "sum_of_squares": float(o["sum_of_squares"]), "noise_multiplier": params["noise_multiplier"]}
-    from dpaudit.probe import record as probe_record
-
     d["readings"] = probe_record.read(f.parent, d, d.get("steps_array"), signs)  # the probe's, for the checks
     d.pop("steps_array", None)
-    return {**d, "scores": chosen, "sum_scores": scores, "statistic": stat, "statistic_params": params}
+    return {**d, "scores": chosen, "sum_scores": scores, "statistic": stat, "statistic_params": params,
+            "bound_to_card": bound}
 
 
 def _read_steps(f: Path, m: int, sums: np.ndarray) -> np.ndarray:

@@ -96,7 +96,7 @@ def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -
     checkpoint.check_manifest(ck, options.off_plan)  # the plan fixed before training, or --off-plan
     opts = options.resolve(ck.manifest, scoring.framing_of(ck, options.framing))  # framing checked by EvalOptions
     mechanism = ck.card.audited_mechanism()
-    whitebox = scoring.whitebox(ck.whitebox_dir or ck.path, mechanism)  # a shard checks it too: before scoring
+    whitebox = scoring.whitebox(ck.whitebox_dir or ck.path, mechanism, ck.card)  # a shard checks it too: before scoring
     if shard:
         return Loaded(ck, opts, mechanism, None, {})
     return Loaded(ck, opts, mechanism, whitebox, reaccount(ck.card))

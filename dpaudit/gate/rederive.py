@@ -44,6 +44,7 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
         checkpoint.check_manifest(ck, off_plan=False)
     except DpauditError as e:
         out.append(str(e))
+    out += _unbound_records(ck)
     want = report_build.claim_section(ck.card)
     for part in ("claim", "mechanism"):
         if report.get(part) != want[part]:
@@ -75,3 +76,21 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
                 out.append(f"the report says its evaluation was {entry.get('status')!r} but what it used departs from "
                            "the manifest's plan: it is exploratory (off-plan)")
     return out
+
+
+def _unbound_records(ck) -> list[str]:
+    """The white-box records beside the checkpoint that its card does not name as its run's (one line each)."""
+    from dpaudit.io import read_json
+    from dpaudit.probe import record
+
+    out = []
+    for f in sorted(Path(ck.path).glob("gradient_canaries*.json")):
+        try:
+            d = read_json(f, "gradient canary record", "restore the record written with the model")
+            if not isinstance(d, dict):
+                raise DpauditError(f"{f}: a gradient canary record is a JSON object")
+            record.check_binding(f, d, ck.card)
+        except DpauditError as e:
+            out.append(str(e))
+    return out
+

@@ -9,6 +9,7 @@ canaries added, noise meter's first reading) and the applied update after it. Th
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,11 @@ class ProbeCore:
     ``ghost``, ``n_clip``, ``meter``, ``coverage``, ``online``, ``tensor_names`` and ``optimizer_name``; then call
     :meth:`_init_readings`."""
 
-    def _init_readings(self) -> None:
+    def _init_readings(self, run_id: str | None = None) -> None:
+        # this run's identity (docs/security.md "Evidence is bound to its origin"): written into the record and, by
+        # :meth:`bind` (dpaudit's trainers, ``card_from_opacus``), into the privacy card, which must then name it;
+        # random unless the caller derives it (dpaudit's seeded runs: trainers/engine.run_identity)
+        self.run_id = run_id or secrets.token_hex(16)
         self.records = []  # per logical step: records (or users) in the batch, over all ranks
         self.sum_ratio = []  # per logical step: ||clipped sum|| / (b C), this rank's worst
         self.clip_proj, self.clip_sampled = [], []
@@ -79,13 +84,14 @@ class ProbeCore:
     def readings(self) -> dict:
         """The probe's record beside the canaries' (``probe`` of gradient_canaries.json); arrays in ``arrays``."""
         if not self.private:
-            return {"schema_version": 1, "mode": self.mode, "coordinates": self.coordinates,
+            return {"schema_version": 1, "run_id": self.run_id, "mode": self.mode, "coordinates": self.coordinates,
                     "steps": self.canaries.n_steps}
         T = len(self.records)
         clip = np.stack(self.clip_proj) if self.clip_proj else np.zeros((T, 0), np.float32)
         sampled = np.stack(self.clip_sampled) if self.clip_sampled else np.zeros((T, 0), bool)
         return {
             "schema_version": 1,
+            "run_id": self.run_id,
             "mode": self.mode,
             "coordinates": self.coordinates,
             "optimizer": self.optimizer_name,
@@ -145,10 +151,19 @@ class ProbeCore:
         self.saved_to = folder
         return [folder / name for name in written]
 
+    def bind(self, card):
+        """``card`` (a :class:`dpaudit.claim.card.PrivacyCard`) naming this probe's run in ``extra.probe_runs``:
+        ``dpaudit evaluate`` and ``check --checkpoint`` then refuse a white-box record beside it that another run
+        wrote. Call it on the card of the run this probe watched, before saving the card."""
+        from dataclasses import replace
+
+        runs = list(card.extra.get("probe_runs") or [])
+        return replace(card, extra={**card.extra, "probe_runs": runs + [self.run_id] * (self.run_id not in runs)})
+
     # -- resuming (trainers/snapshot.py) ------------------------------------------------------------------------
 
     def snapshot(self, prefix: str, tensors: dict) -> dict:
-        state = self.canaries.snapshot(prefix, tensors)
+        state = {**self.canaries.snapshot(prefix, tensors), "run_id": self.run_id}
         tensors[f"{prefix}/records"] = torch.tensor(self.records, dtype=torch.int64)
         tensors[f"{prefix}/sum_ratio"] = torch.tensor(self.sum_ratio, dtype=torch.float64)
         if self.n_clip:
@@ -165,6 +180,7 @@ class ProbeCore:
 
     def restore(self, prefix: str, state: dict, tensors: dict) -> None:
         self.canaries.restore(prefix, state, tensors)
+        self.run_id = state.get("run_id", self.run_id)  # a resumed run is the same run
         self.records = [int(x) for x in tensors[f"{prefix}/records"].tolist()]
         self.sum_ratio = [float(x) for x in tensors[f"{prefix}/sum_ratio"].tolist()]
         if self.n_clip:

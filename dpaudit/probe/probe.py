@@ -53,7 +53,7 @@ class Probe(ProbeCore):
                  stream_seed: int | None = None, expected_batch_size: float | None = None, private: bool = True,
                  clipping_norm: float | None = None, record_steps: bool = True, model=None,
                  on_fail: str | None = "warn", dataset_size: int | None = None,
-                 noise_multiplier: float | None = None, noise_coordinates: int = 1024):
+                 noise_multiplier: float | None = None, noise_coordinates: int = 1024, run_id: str | None = None):
         if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
             raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {sample_rate!r}")
         if coordinates not in COORDINATES:
@@ -128,7 +128,8 @@ class Probe(ProbeCore):
         self._clip_rng = np.random.default_rng([seed, 7919])
         self.clipping_norm = C
         self.noise_multiplier = float(getattr(optimizer, "noise_multiplier", 0.0)) if private else None
-        self._init_readings()
+        self._init_readings(run_id)
+        optimizer._dpaudit_probe_runs = [*getattr(optimizer, "_dpaudit_probe_runs", []), self.run_id]  # for the card
         self._rows = 0
         self._ratio = 0.0
         self._clip_mask = None

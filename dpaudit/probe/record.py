@@ -41,6 +41,35 @@ def files(record: dict, stem: str) -> dict:
     return out
 
 
+def check_binding(f, record: dict, card) -> bool:
+    """Refuse (one line) a white-box record that is not the card's run's: the card names its probes' run
+    identities (``extra.probe_runs``, written by dpaudit's trainers, ``card_from_opacus`` and ``probe.bind``) and
+    the record carries its own (``probe.run_id``); a non-private run's record beside a card that claims epsilon is
+    refused whatever the card names. Returns whether the record is bound to the card (False: the card names no
+    probe run, as a card written by hand or before run identities)."""
+    from dpaudit.errors import DpauditError
+
+    probe = record.get("probe") if isinstance(record.get("probe"), dict) else {}
+    rid = probe.get("run_id")
+    if card is None:
+        return False
+    if card.is_private and probe.get("mode") == "non-private":
+        raise DpauditError(f"{f}: this white-box record was written by a non-private run (its probe watched no DP "
+                           f"optimizer), beside a card that claims epsilon = {card.claim.epsilon:g}: it is not this "
+                           "model's evidence; restore the record written with this model, or remove it")
+    runs = card.extra.get("probe_runs") if isinstance(card.extra, dict) else None
+    if not runs:
+        return False
+    if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
+        raise DpauditError("the privacy card's extra.probe_runs must be a list of run-identity strings; restore the "
+                           "card written with the model")
+    if rid not in runs:
+        raise DpauditError(f"{f}: this white-box record comes from another run (run id {str(rid)[:40]!r}) than the "
+                           f"privacy card's ({', '.join(r[:40] for r in runs)}): a card and its records must come "
+                           "from the same training run; restore the record written with this model, or remove it")
+    return True
+
+
 def npy_bytes(a) -> bytes:
     """``a`` as the bytes of a .npy file."""
     buf = io.BytesIO()

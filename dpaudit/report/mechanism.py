@@ -27,7 +27,11 @@ def table(r: dict) -> list[str]:
                  "the model's trainable coordinates: the projections also carry the records' own gradients")
         out += [f"Probe `{e['attack']}`: {e['mode']} mode, {e.get('world_size', 1)} process(es), canaries on {where}. "
                 f"Each statistical check's false-alarm rate is {e['false_alarm_each']:.1%} (an honest run fails it that "
-                "often); a rate of 0 marks a deterministic check.", "",
+                "often); a rate of 0 marks a deterministic check. "
+                + ("The record is bound to the card: the card names the run that wrote it." if e.get("bound_to_card")
+                   else "The record is not bound to the card: the card names no probe run (a card written by hand, "
+                   "or before run identities; `probe.bind(card)` or `card_from_opacus` with the probed optimizer "
+                   "names it), so nothing shows that the record and the card come from one run."), "",
                 "| check | result | finding | false-alarm rate |", "|---|---|---|---|"]
         for c in e["checks"]:
             rate = "—" if c["false_alarm"] is None else f"{c['false_alarm']:.1%}" if c["false_alarm"] else "0"

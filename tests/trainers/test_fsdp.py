@@ -206,6 +206,8 @@ target_epsilon = 4
               for d in ("one", "two"))
     assert ra["events"] == rb["events"] and ra["epsilon"] == rb["epsilon"] and ra["steps"] == rb["steps"]
     a, b = (json.loads((tmp_path / d / "dp" / "checkpoint" / "privacy_card.json").read_text()) for d in ("one", "two"))
+    for c in (a, b):  # each run's white-box record is its own (its run identity; grad_sample_mode differs)
+        assert len(c["extra"].pop("probe_runs")) == 1
     assert {k: v for k, v in a.items() if k != "training"} == {k: v for k, v in b.items() if k != "training"}
     assert (tmp_path / "two" / "dp" / "report" / "report.json").exists()
     # the white-box probe rode along sharded, as in one process: every check it can test passes in both
