@@ -11,12 +11,19 @@ from pathlib import Path
 
 from dpaudit.errors import DpauditError, first_line
 
+MAX_JSON_BYTES = 256 * 2 ** 20  # the largest dpaudit JSON file read (a 10^6-canary white-box record is ~50 MB)
+
 
 def read_json(path: Path, what: str, fix: str) -> dict:
-    """A JSON file, or a one-line DpauditError (missing file, unreadable, invalid JSON)."""
+    """A JSON file, or a one-line DpauditError (missing file, unreadable, invalid JSON, larger than
+    :data:`MAX_JSON_BYTES`: refused before it is read)."""
     path = Path(path)
     if not path.is_file():
         raise DpauditError(f"{what} not found at {path}; {fix}")
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise DpauditError(f"{what} {path} is {size:,} bytes, more than any dpaudit file ({MAX_JSON_BYTES:,}); it is "
+                           "not one: restore the file")
     try:
         return json.loads(path.read_text(), parse_constant=_no_constant)
     except (OSError, UnicodeDecodeError) as e:
@@ -66,9 +73,18 @@ def write_atomic(path: Path, save) -> None:
     import os
 
     path = Path(path)
+    if path.is_dir():
+        raise DpauditError(f"{path} is a folder, not a file to write; name a file path (a new file, or one to "
+                           "overwrite)")
+    if not path.parent.is_dir():
+        raise DpauditError(f"{path.parent} is not a folder; create it first, or name a file in an existing folder")
     tmp = path.with_name(path.name + ".partial")
-    save(tmp)
-    os.replace(tmp, path)
+    try:
+        save(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def jsonable(x):

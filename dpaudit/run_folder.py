@@ -15,7 +15,6 @@ No torch here: the table command and the report scripts read committed runs with
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,18 +52,32 @@ class RunFolder:
         """``<variant>/report/report.json`` (refused with a one-line error when it is missing or not JSON)."""
         from dpaudit.io import read_json
 
-        return read_json(self.report_dir(variant) / "report.json", "report",
-                         f"run the variant first (dpaudit run CONFIG --out {self.path} --variant {variant})")
+        f = self.report_dir(variant) / "report.json"
+        d = read_json(f, "report", f"run the variant first (dpaudit run CONFIG --out {self.path} --variant {variant})")
+        if not isinstance(d, dict) or d.get("kind") != "evaluation":
+            kind = d.get("kind") if isinstance(d, dict) else type(d).__name__
+            raise DpauditError(f"{f} is not a variant's evaluation report (kind {str(kind)[:40]!r}); restore the report "
+                               f"`dpaudit evaluate` wrote there, or re-run the variant")
+        return d
 
     def run_record(self, variant: str) -> dict:
         """``<variant>/checkpoint/run.json``, or {} for a checkpoint without one."""
-        f = self.checkpoint(variant) / "run.json"
-        return json.loads(f.read_text()) if f.is_file() else {}
+        return self._optional(self.checkpoint(variant) / "run.json", "run record")
 
     def card(self, variant: str) -> dict:
         """``<variant>/checkpoint/privacy_card.json`` as written (a dict), or {} without one."""
-        f = self.checkpoint(variant) / "privacy_card.json"
-        return json.loads(f.read_text()) if f.is_file() else {}
+        return self._optional(self.checkpoint(variant) / "privacy_card.json", "privacy card")
+
+    @staticmethod
+    def _optional(f: Path, what: str) -> dict:
+        from dpaudit.io import read_json
+
+        if not f.is_file():
+            return {}
+        d = read_json(f, what, "")
+        if not isinstance(d, dict):
+            raise DpauditError(f"{what} {f} is not a JSON object; restore the file the run wrote")
+        return d
 
 
 def from_argv(description: str, default: Path, argv=None) -> RunFolder:

@@ -3,23 +3,50 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
 
+MAX_FIELD = 10 * 2 ** 20  # characters of one CSV field (csv's default is 128 KiB; a long document fits)
+
 
 def read_rows(path: Path, what: str, hint: str) -> list[dict]:
-    """Rows of a .jsonl/.csv/.tsv file; ``what`` names the data, ``hint`` says what else is accepted."""
+    """Rows of a .jsonl/.csv/.tsv file; ``what`` names the data, ``hint`` says what else is accepted. Errors name
+    the line, never its content (a training text is private)."""
     path = Path(path)
     if not path.is_file():
         raise DpauditError(f"{what} {path} not found; {hint}")
+    if path.suffix not in (".jsonl", ".csv", ".tsv"):
+        raise DpauditError(f"{path}: unsupported data file; use .jsonl, .csv or .tsv ({hint})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DpauditError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     if path.suffix == ".jsonl":
-        try:
-            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        except json.JSONDecodeError as e:
-            raise DpauditError(f"{path}: invalid JSON line ({e.msg}); each line must be one object") from None
-    if path.suffix in (".csv", ".tsv"):
-        with path.open(newline="") as f:
-            return list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
-    raise DpauditError(f"{path}: unsupported data file; use .jsonl, .csv or .tsv ({hint})")
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as e:
+                why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+                raise DpauditError(f"{path}: line {n} is not valid JSON ({why}); each line must be one object") \
+                    from None
+            if not isinstance(row, dict):
+                kind = {type(None): "null", list: "list", str: "string", bool: "boolean"}.get(type(row), "number")
+                raise DpauditError(f"{path}: line {n} is a JSON {kind}, not an object; each line must be "
+                                   'one object such as {"text": ..., "label": ...}')
+            rows.append(row)
+        return rows
+    limit = csv.field_size_limit()
+    csv.field_size_limit(MAX_FIELD)
+    try:
+        return list(csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ","))
+    except csv.Error as e:
+        raise DpauditError(f"{path}: not readable as {path.suffix[1:].upper()} ({str(e)[:120]}); fields of at most "
+                           f"{MAX_FIELD:,} characters, one record per row") from None
+    finally:
+        csv.field_size_limit(limit)

@@ -6,7 +6,7 @@ the PRV's error bounds are kept (``PRVAccountant._get_dprv``, Opacus 1.4 - 1.6).
 """
 
 from dpaudit.accounting import opacus_modules
-from dpaudit.accounting.events import SubsampledGaussian, grid_guard, require
+from dpaudit.accounting.events import NotApplicable, SubsampledGaussian, grid_guard, require
 
 COARSE_ERROR = 0.01
 RELATIVE_ERROR = 0.005  # eps_error = RELATIVE_ERROR * epsilon: the interval is about 1% wide
@@ -18,10 +18,29 @@ def _prv_accountant():
     return opacus_modules.module("accountants.prv").PRVAccountant()
 
 
+MAX_GRID = 5 * 10 ** 7  # points of the discretised privacy loss (400 MB of float64 per array; PRV keeps several)
+
+
+def _guard_grid(acc, eps_error: float, delta_error: float) -> None:
+    """NotApplicable, before any grid is allocated, when Opacus' PRV would discretise on more than MAX_GRID points
+    (10^8 steps asked for 455 GiB)."""
+    import warnings
+
+    prv = opacus_modules.module("accountants.analysis.prv")
+    with warnings.catch_warnings():  # exp overflows while the domain's tails are searched: harmless, not shown
+        warnings.simplefilter("ignore", RuntimeWarning)
+        domain = acc._get_domain([prv.PoissonSubsampledGaussianPRV(q, s) for s, q, _ in acc.history],
+                                 [t for _, _, t in acc.history], eps_error, delta_error)
+    if domain.size > MAX_GRID:
+        raise NotApplicable(f"prv would discretise on {domain.size:,} points at {sum(t for *_, t in acc.history):,} "
+                            f"steps (more than {MAX_GRID:,}); the RDP accountants answer")
+
+
 def _bounds(events, delta: float, eps_error: float) -> tuple[float, float, float]:
     acc = _prv_accountant()
     acc.history = [(ev.noise_multiplier, ev.sample_rate, ev.steps) for ev in events]
     delta_error = delta / 1000
+    _guard_grid(acc, eps_error, delta_error)
     low, est, high = acc._get_dprv(eps_error=eps_error, delta_error=delta_error).compute_epsilon(
         delta, delta_error, eps_error)
     return float(low), float(est), float(high)
@@ -44,4 +63,5 @@ def epsilon(events: list[SubsampledGaussian], delta: float) -> float:
     require(events, ("poisson",), "Opacus PRV", "add_remove")
     acc = _prv_accountant()
     acc.history = [(ev.noise_multiplier, ev.sample_rate, ev.steps) for ev in events]
+    _guard_grid(acc, COARSE_ERROR, delta / 1000)  # get_epsilon's own delta_error
     return float(acc.get_epsilon(delta=delta, eps_error=COARSE_ERROR))

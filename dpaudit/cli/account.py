@@ -32,6 +32,9 @@ def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants,
     from dpaudit import accounting
 
     names = [a.strip() for a in accountants.split(",") if a.strip()]
+    if not names:
+        raise DpauditError(f"--accountants names none; give one or more of {', '.join(accounting.GAUSSIAN_ACCOUNTANTS)}, "
+                           "comma-separated")
     for n in names:
         if n not in accounting.GAUSSIAN_ACCOUNTANTS:
             raise DpauditError(f"unknown accountant {n!r}; choose from {', '.join(accounting.GAUSSIAN_ACCOUNTANTS)}")

@@ -29,6 +29,9 @@ def one_run_cmd(m, r, v, delta, confidence, as_json):
     from dpaudit.audit import fdp, one_run
 
     _audit_params(delta, confidence, canaries=m, guesses=r, correct=v)
+    if m > MAX_CANARIES or r > MAX_GUESSES:
+        raise DpauditError(f"at most {MAX_CANARIES:.0e} canaries and {MAX_GUESSES:.0e} guesses (the f-DP reading takes "
+                           f"about a minute at 10^6 guesses); got {m:,} and {r:,}")
     if r > m:
         raise DpauditError(f"--guesses {r} cannot exceed --canaries {m}")
     try:
@@ -73,6 +76,10 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, as_json):
         raise DpauditError(f"--canaries takes integers separated by commas, got {ms!r}") from None
     if not sizes or min(sizes) < 2:
         raise DpauditError(f"--canaries takes integers >= 2, got {ms!r}")
+    if max(sizes) > MAX_PLAN_CANARIES or len(sizes) > MAX_PLAN_SIZES:
+        raise DpauditError(f"--canaries takes at most {MAX_PLAN_SIZES} sizes of at most {MAX_PLAN_CANARIES:,} canaries "
+                           f"each (each size is simulated: about 20 s at 10^6); got {len(sizes)} sizes up to "
+                           f"{max(sizes):,}")
     rows = []
     for m in sizes:
         st = mechanism_limit.study(m, q, sigma, steps, delta, confidence)
@@ -149,6 +156,12 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
     else:
         click.echo(f"ε ≥ {r['epsilon_lb']:.3f} at {confidence:.0%} confidence from {r['n_audit']} audit runs "
                    f"(TP {r['tp']}, FN {r['fn']}, FP {r['fp']}, TN {r['tn']}; threshold from {r['n_tuning']} other runs)")
+
+
+MAX_CANARIES = 10 ** 8  # audit one-run: the Steinke bound's cost does not grow with m beyond this
+MAX_GUESSES = 10 ** 6  # audit one-run: the f-DP reading is O(r) per evaluation (about a minute at 10^6 here)
+MAX_PLAN_CANARIES = 10 ** 6  # audit plan: a simulated audit per size (about 20 s at 10^6 on this project's CPU)
+MAX_PLAN_SIZES = 20
 
 
 def _audit_params(delta: float, confidence: float, **counts: int) -> None:

@@ -72,16 +72,25 @@ def search(epsilon, delta, steps, sample_rate, clipping_norm, draw, as_json, obj
 @_common
 def account_noise(noise_json, delta, steps, sample_rate, clipping_norm, draw, as_json):
     """The paper's claimed ε and dpaudit's re-accounted ε of one noise, side by side."""
-    from dpaudit.accounting import lmo_paper, validate_delta
+    from dpaudit.accounting import lmo_paper, validate_delta, validate_mechanism
     from dpaudit.accounting.lmo_noise import LmoNoise
     from dpaudit.errors import DpauditError
 
     validate_delta(delta)
+    validate_mechanism(1.0, sample_rate, steps)
+    if not (math.isfinite(clipping_norm) and clipping_norm > 0):
+        raise DpauditError(f"--clipping-norm must be a finite number > 0, got {clipping_norm}")
+    if len(noise_json) > 10_000:
+        raise DpauditError(f"--noise is {len(noise_json):,} characters; the law of Y is a small JSON object like "
+                           "'{\"a3\": 1, \"u_low\": 1, \"u_high\": 2}'")
     try:
         d = json.loads(noise_json)
     except json.JSONDecodeError as e:
         raise DpauditError(f"--noise is not valid JSON ({e.msg}); pass an object like '{{\"a3\": 1, \"u_low\": 1, "
                            "\"u_high\": 2}'") from None
+    except RecursionError:
+        raise DpauditError("--noise is nested too deeply; the law of Y is a flat JSON object like "
+                           "'{\"a3\": 1, \"u_low\": 1, \"u_high\": 2}'") from None
     nz = LmoNoise.from_dict(d)
     claim = lmo_paper.claim(nz, clipping_norm, sample_rate, steps, delta)
     if not math.isfinite(claim.epsilon):

@@ -17,13 +17,13 @@ def pmixed():
 @pmixed.command()
 @click.argument("deployment", type=click.Path(path_type=Path))
 @click.option("--prompt", required=True, help="The text to continue.")
-@click.option("--max-new-tokens", required=True, type=int,
+@click.option("--max-new-tokens", required=True, type=click.IntRange(1, 100_000),
               help="Tokens to sample; each is one query of the budget T, reserved before any is answered.")
 @click.option("--temperature", default=1.0, show_default=True, type=float,
               help="Only 1 is accepted: the guarantee covers sampling from the full mixture at temperature 1.")
 @click.option("--top-k", type=int, default=None, help="Refused: top-k sampling voids the guarantee.")
 @click.option("--top-p", type=float, default=None, help="Refused: top-p sampling voids the guarantee.")
-@click.option("--seed", type=int, default=None,
+@click.option("--seed", type=click.IntRange(0, 2 ** 63 - 1), default=None,
               help="Seed the sampling (reproducible tests only). Default: fresh OS randomness, never stored.")
 @click.option("--device", default=None, help="torch device (default: cuda when present, else cpu).")
 def generate(deployment, prompt, max_new_tokens, temperature, top_k, top_p, seed, device):
@@ -56,23 +56,24 @@ def budget(deployment, as_json):
 @click.argument("deployment", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Folder for search.json (every number, every context's token ids) and SEARCH.md.")
-@click.option("--per-partition", default=40, show_default=True, type=click.IntRange(0),
+@click.option("--per-partition", default=40, show_default=True, type=click.IntRange(0, 10_000),
               help="Training records drawn from each partition; every position of each is a candidate query.")
-@click.option("--held-out", default=40, show_default=True, type=click.IntRange(0),
+@click.option("--held-out", default=40, show_default=True, type=click.IntRange(0, 10_000),
               help="Held-out texts drawn from the task's test users (positions as above). Every canary is "
                    "always included.")
-@click.option("--exact-top", default=64, show_default=True, type=click.IntRange(1),
+@click.option("--exact-top", default=64, show_default=True, type=click.IntRange(1, 100_000),
               help="Positions, ranked by the coarsened-vocabulary screen, whose exact divergences are computed.")
-@click.option("--starts", default=4, show_default=True, type=click.IntRange(0),
+@click.option("--starts", default=4, show_default=True, type=click.IntRange(0, 1_000),
               help="Local searches (one-token edits), each from one of the worst exact contexts.")
-@click.option("--rounds", default=12, show_default=True, type=click.IntRange(0),
+@click.option("--rounds", default=12, show_default=True, type=click.IntRange(0, 1_000),
               help="Most rounds of each local search (it stops earlier when no edit improves).")
-@click.option("--candidates", default=24, show_default=True, type=click.IntRange(1),
+@click.option("--candidates", default=24, show_default=True, type=click.IntRange(1, 10_000),
               help="Edits screened per round; the best two by screen are checked exactly.")
-@click.option("--baseline", default=48, show_default=True, type=click.IntRange(0),
+@click.option("--baseline", default=48, show_default=True, type=click.IntRange(0, 100_000),
               help="Also check exactly the first N canary secret-token queries `dpaudit evaluate` checks (its "
                    "--whitebox-queries), reported apart: how much worse the search gets than the evaluation.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seeds the texts drawn and the random edits.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2 ** 63 - 1),
+              help="Seeds the texts drawn and the random edits.")
 @click.option("--device", default=None, help="torch device (default: cuda when present, else cpu).")
 def search(deployment, out, per_partition, held_out, exact_top, starts, rounds, candidates, baseline, seed, device):
     """Search DEPLOYMENT for the queries (contexts) with the largest exact per-query divergence, and the

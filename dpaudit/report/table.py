@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 
 from dpaudit.errors import DpauditError
+from dpaudit.io import printable
 from dpaudit.report import paired
 from dpaudit.run_folder import RunFolder
 
@@ -233,6 +234,12 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
 }
 
 
+def md_cell(text) -> str:
+    """A markdown table cell: one line, no column break (a variant folder named with a newline or a pipe cannot
+    add a row or a column)."""
+    return " ".join(str(text).split("\n")).replace("\r", " ").replace("|", "\\|")
+
+
 def table(runs, columns: list[str], variants: list[str] | None = None) -> str:
     """The markdown table of ``columns``: one row per variant of each run folder in ``runs`` (a RunFolder or a
     list of them, in order), ``variants`` only when given (default: every variant with a report, by name)."""
@@ -246,12 +253,13 @@ def table(runs, columns: list[str], variants: list[str] | None = None) -> str:
         raise DpauditError(f"variant {missing[0] if missing else '(none)'} has no report; run it first, or leave it out")
     lines = ["| " + " | ".join(COLUMNS[c][0] for c in columns) + " |", "|" + "---|" * len(columns)]
     for run, v in pairs:
-        row = Row(v, run.report(v), run.run_record(v), card=lambda run=run, v=v: run.card(v))
         try:
+            row = Row(v, run.report(v), run.run_record(v), card=lambda run=run, v=v: run.card(v))
             cells = [COLUMNS[c][1](row) for c in columns]
-        except (KeyError, TypeError) as e:
-            raise DpauditError(f"variant {v!r} has no value for a requested column ({e}); leave that column out") from None
-        lines.append("| " + " | ".join(cells) + " |")
+        except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as e:
+            raise DpauditError(f"variant {printable(v)!r} has no value for a requested column ({type(e).__name__}: "
+                               f"{printable(str(e))[:80]}); leave that column out, or restore its files") from None
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

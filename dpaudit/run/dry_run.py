@@ -88,6 +88,10 @@ def plan(cfg_path: Path, only: tuple[str, ...] = ()) -> tuple[list[VariantPlan],
                 n = (users or 0) * k + canary
                 notes.append(f"{v.name}: at most {n:,} records (every user capped at k = {k}; their counts are in "
                              "the data)")
+        if v.trainer.engine.grad_sample_mode == "ghost_fsdp":  # what the sharded run refuses, refused here too
+            from dpaudit.trainers import distributed
+
+            distributed.check_fsdp_variant(v.name, v.trainer)
         out.append(_variant(cfg, v, n, users, manifest, model_params))
     return out, notes
 
@@ -154,6 +158,10 @@ def _params(cfg):
         model = _meta_model(cfg.model)
         trainable_axis.prepare_tied(model, tc.tied_embeddings, tc.engine.grad_sample_mode, tc.trainable)
         model, _ = trainable_axis.apply(model, tc.trainable, tc.lora_r, tc.lora_alpha, tc.lora_targets)
+        if tc.engine.grad_sample_mode == "ghost_fsdp" and tc.engine.private:  # layers FSDP cannot clip per sample
+            from dpaudit.trainers import fsdp
+
+            fsdp.check_layers(model)
         total = sum(p.numel() for p in model.parameters())
         return total, sum(p.numel() for p in model.parameters() if p.requires_grad)
 
@@ -175,6 +183,10 @@ def _meta_model(spec):
         path = Path(spec.path).expanduser()
         if not path.is_dir():
             raise DpauditError(f"--dry-run needs the model's config.json: {spec.path} is not a local folder")
+        models.refuse_code(path)  # what the run refuses before loading, refused here too
+        if not list(path.glob("*.safetensors")) and not (path / "adapter_config.json").is_file():
+            raise DpauditError(f"{path} has no .safetensors weights (dpaudit never unpickles .bin/.pt files, which "
+                               "can run code); convert them with save_pretrained(..., safe_serialization=True)")
     else:  # smollm2-135m: the safetensors cache's config, else SmolLM2-135M's architecture (its GGUF metadata)
         path = assets.cache_dir() / "smollm2-135m"
     if (path / "config.json").is_file():

@@ -2,6 +2,7 @@
 small stand-in models of the same architectures (no weights read, nothing written), and the plan is the one the
 trainer would run."""
 
+import json
 import math
 import re
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 
 from dpaudit import accounting
 from dpaudit.cli import main
+from dpaudit.errors import DpauditError
 from dpaudit.run import dry_run
 from dpaudit.tasks import models
 from dpaudit.tasks.model_spec import ModelSpec
@@ -121,3 +123,41 @@ target_epsilon = 2.0
 """)
     (p,), _ = dry_run.plan(cfg)
     assert p.method == "dp_frost" and "σ_SGD" in p.noise and "σ_selection" in p.noise
+
+
+_FSDP = 'grad_sample_mode = "ghost_fsdp"\n'
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (_FSDP + 'gradient_canary_coordinates = "block"\n', "GPT-2's Conv1D"),
+    (_FSDP + 'gradient_canary_coordinates = "block"\ntrainable = "lora"\n', "trainable = 'lora' is not supported"),
+    (_FSDP, "gradient_canary_coordinates = 'block'"),
+], ids=["ghost_fsdp on GPT-2", "ghost_fsdp with LoRA", "ghost_fsdp with model-coordinate canaries"])
+def test_dry_run_refuses_what_the_sharded_run_refuses(extra, needle, tmp_path):
+    """--dry-run answers for the run: a variant the sharded run would refuse (under torchrun) is refused here,
+    in one line, not planned."""
+    text = (ROOT / "configs" / "tiny.toml").read_text().replace("gradient_canaries = 500\n",
+                                                                 "gradient_canaries = 500\n" + extra)
+    (tmp_path / "c.toml").write_text(text)
+    with pytest.raises(DpauditError, match=re.escape(needle)) as e:
+        dry_run.plan(tmp_path / "c.toml", ("dp-eps1",))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("damage,needle", [
+    (lambda d: (d / "config.json").write_text(json.dumps({**json.loads((d / "config.json").read_text()),
+                                                          "auto_map": {"AutoModel": "x.Y"}})), "auto_map"),
+    (lambda d: [f.unlink() for f in d.glob("*.safetensors")] and (d / "pytorch_model.bin").write_bytes(b"x"),
+     "never unpickles"),
+], ids=["auto_map", "pickle weights only"])
+def test_dry_run_refuses_a_model_folder_the_run_refuses(damage, needle, tmp_path, tiny_model_factory):
+    model, tok = tiny_model_factory()
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    damage(tmp_path / "m")
+    text = (ROOT / "configs" / "tiny.toml").read_text()
+    model_section = text[text.index("[model]"):text.index("[canaries]")]
+    text = text.replace(model_section, f'[model]\npath = "{tmp_path / "m"}"\nmax_len = 48\n\n')
+    (tmp_path / "c.toml").write_text(text)
+    with pytest.raises(DpauditError, match=needle):
+        dry_run.plan(tmp_path / "c.toml", ("dp-eps1",))

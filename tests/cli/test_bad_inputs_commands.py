@@ -1,0 +1,161 @@
+"""Hostile and careless input to the light commands (account, audit, lmo, pmixed search, canaries new, card,
+table): each case exits 2 with one line naming the problem, within seconds, and leaves the folder as it was
+(no .partial, no output written). The checkpoint-reading commands' cases are in test_bad_inputs.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from dpaudit.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+NOISE = '{"a1": 0.3, "a2": 0.2, "a3": 0.5, "gamma_k": 2, "gamma_theta": 0.5, "exp_rate": 5, "u_low": 0.5, "u_high": 1.5}'
+MECH = ["--sample-rate", "0.01", "--sigma", "1", "--delta", "1e-5"]
+COLS = ["--columns", "variant,accuracy,claimed,best,verdict"]
+
+
+def _tree(d: Path) -> dict:
+    return {str(p.relative_to(d)): p.stat().st_size for p in d.rglob("*")}
+
+
+def _run(w: Path):
+    """A copy of the committed demo run folder (reports, cards, manifests, run records; no weights)."""
+    shutil.copytree(ROOT / "reports" / "demo", w / "run")
+    return w / "run"
+
+
+def _comparison_in_a_variants_place(w):
+    run = _run(w)
+    shutil.copy(run / "report.json", run / "dp-eps8" / "report" / "report.json")
+    return ["table", run, *COLS]
+
+
+def _bad_run_json(w):
+    run = _run(w)
+    (run / "dp-eps8" / "checkpoint" / "run.json").write_text("{bad")
+    return ["table", run, *COLS]
+
+
+def _huge_report(w):
+    run = _run(w)
+    with open(run / "dp-eps8" / "report" / "report.json", "r+b") as f:  # sparse: 20 GB on no disk
+        f.truncate(20 * 2 ** 30)
+    return ["table", run, *COLS]
+
+
+CASES = [
+    ("audit plan with 10^23 canaries", lambda w: ["audit", "plan", *MECH[:4], "--steps", "100", "--canaries", "1" + "0" * 23],
+     "at most"),
+    ("audit plan with 10^8 canaries", lambda w: ["audit", "plan", *MECH[:4], "--steps", "100", "--canaries", "100000000"],
+     "at most"),
+    ("audit plan with 2,000 sizes", lambda w: ["audit", "plan", *MECH[:4], "--steps", "100", "--canaries",
+                                               ",".join(str(100 * i) for i in range(1, 2001))], "at most 20 sizes"),
+    ("audit one-run with 10^8 guesses", lambda w: ["audit", "one-run", "--canaries", "100000000", "--guesses",
+                                                   "100000000", "--correct", "60000000"], "guesses"),
+    ("account --accountants ','", lambda w: ["account", *MECH, "--steps", "100", "--accountants", ","], "names none"),
+    ("account a 401-digit target epsilon", lambda w: ["account", *MECH, "--steps", "100", "--target-epsilon", "9" * 401],
+     "target epsilon"),
+    ("lmo account at sample rate 2", lambda w: ["lmo", "account", "--noise", NOISE, "--delta", "1e-10", "--steps", "10",
+                                                "--sample-rate", "2"], "sample rate"),
+    ("lmo account with noise nested 50,000 deep", lambda w: ["lmo", "account", "--noise", "[" * 50000 + "]" * 50000,
+                                                             "--delta", "1e-10", "--steps", "10", "--sample-rate", "0.1"],
+     "--noise"),
+    ("pmixed search with 10^9 candidates", lambda w: ["pmixed", "search", w, "--out", w / "s", "--candidates",
+                                                      "1000000000"], "--candidates"),
+    ("pmixed search with seed -1", lambda w: ["pmixed", "search", w, "--out", w / "s", "--seed", "-1"], "--seed"),
+    ("canaries new --force onto a folder", lambda w: (w / "adir").mkdir() or
+     ["canaries", "new", "--m", "10", "--out", w / "adir", "--force"], "is a folder"),
+    ("card onto a folder", lambda w: (w / "adir").mkdir() or
+     ["card", "--epsilon", "1", *MECH[:4], "--delta", "1e-5", "--steps", "100", "--out", w / "adir"], "is a folder"),
+    ("table: a comparison report in a variant's place", _comparison_in_a_variants_place, "not a variant's evaluation"),
+    ("table: run.json not JSON", _bad_run_json, "not valid JSON"),
+    ("table: a 20 GB report.json", _huge_report, "more than any dpaudit file"),
+]
+
+
+@pytest.mark.parametrize("name,argv,needle", CASES, ids=[c[0] for c in CASES])
+def test_refused_in_one_line_leaving_nothing(name, argv, needle, tmp_path, capsys):
+    args = [str(a) for a in argv(tmp_path)]
+    before = _tree(tmp_path)
+    capsys.readouterr()
+    t = time.time()
+    code = main(args)
+    took = time.time() - t
+    err = capsys.readouterr().err.strip()
+    assert code == 2, (code, err)
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert needle.lower() in err.lower(), err
+    assert _tree(tmp_path) == before, "the command left something behind or changed its inputs"
+    assert took < 10, took
+
+
+def test_account_at_the_step_cap_answers_with_the_accountants_that_can(capsys):
+    """10^8 steps (the documented cap): PRV's grid would need 455 GiB, so it declines before allocating and the
+    others answer; exit 0, never an internal error."""
+    assert main(["account", *MECH, "--steps", "100000000", "--accountants", "rdp,prv"]) == 0
+    out = capsys.readouterr().out
+    assert "rdp      ε = " in out and "prv      not applicable: prv would discretise on" in out
+
+
+def test_a_variant_named_with_a_newline_and_a_pipe_stays_one_cell(tmp_path, capsys):
+    run = _run(tmp_path)
+    (run / "dp-eps8").rename(run / "dp\n| injected | row |")
+    assert main(["table", str(run), *COLS]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert len(rows) == 4 and all(len(re.split(r"(?<!\\)\|", r)) == 7 for r in rows), rows  # 5 cells a row
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path):
+    from dpaudit.errors import DpauditError
+    from dpaudit.io import write_atomic
+
+    def save(tmp):
+        tmp.write_text("half")
+        raise OSError("No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomic(tmp_path / "c.json", save)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(DpauditError, match="is not a folder"):
+        write_atomic(tmp_path / "no" / "c.json", lambda t: t.write_text(json.dumps({})))
+
+
+DATA = [
+    ("non-UTF-8 CSV", "d.csv", b"text,label\n\xff\xfe bad,1\ngood,0\n", "not UTF-8"),
+    ("non-UTF-8 JSONL", "d.jsonl", b'{"text": "\xff"}\n', "not UTF-8"),
+    ("a 200 KB CSV field is read", "d.csv", b"text,label\n" + b"x" * 200_000 + b",1\nok,0\n", None),
+    ("a 20 MB CSV field", "d.csv", b"text,label\n" + b"x" * 20_000_000 + b",1\n", "fields of at most"),
+    ("a null JSONL line", "d.jsonl", b'{"text": "a", "label": 1}\nnull\n', "line 2 is a JSON null"),
+    ("a JSONL of lists", "d.jsonl", b'["private text one", 1]\n["private text two", 0]\n', "line 1 is a JSON list"),
+    ("a JSONL line nested 100,000 deep", "d.jsonl", b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 1"),
+]
+
+
+@pytest.mark.parametrize("name,file,content,needle", DATA, ids=[d[0] for d in DATA])
+def test_a_data_file_is_read_or_refused_in_one_line_without_its_text(name, file, content, needle, tmp_path):
+    from dpaudit.errors import DpauditError
+    from dpaudit.tasks.files import read_rows
+
+    f = tmp_path / file
+    f.write_bytes(content)
+    if needle is None:
+        assert len(read_rows(f, "data", "")[0]["text"]) == 200_000
+        return
+    with pytest.raises(DpauditError, match=needle) as e:
+        read_rows(f, "data", "")
+    assert "\n" not in str(e.value) and "private text" not in str(e.value) and "xxxxxxxx" not in str(e.value)
+
+
+def test_column_names_in_an_error_are_cut_short():
+    """A file without a header row has a training text where its column names should be: at most 6 names of 30
+    characters each reach the error line."""
+    from dpaudit.tasks.data_source import _names
+
+    text = _names(["a private training sentence that goes on and on"] + [f"c{i}" for i in range(10)])
+    assert "goes on and on" not in text and text.endswith("and 5 more") and len(text) < 120
