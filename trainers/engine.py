@@ -232,12 +232,18 @@ class RecordPlan:
 
 
 def record_plan(n: int, cfg: EngineConfig) -> RecordPlan:
+    """Batch, sampling rate, steps and δ of record-level training on ``n`` records; more steps than
+    ``accounting.MAX_STEPS`` (private or not) refused in one line before any work."""
     batch = min(cfg.batch_size, n)
     q = batch / n
+    steps = max(1, int(round(cfg.epochs * n / batch))) if not cfg.private else max(1, int(math.ceil(cfg.epochs / q)))
+    if steps > accounting.MAX_STEPS:
+        raise DpauditError(f"train.epochs = {cfg.epochs:g} on {n:,} records in batches of {batch} is {steps:,} steps, "
+                           f"more than {accounting.MAX_STEPS:.0e}; lower train.epochs")
     if not cfg.private:
-        return RecordPlan(batch, q, max(1, int(round(cfg.epochs * n / batch))), None)
+        return RecordPlan(batch, q, steps, None)
     delta = cfg.delta if cfg.delta is not None else 1.0 / (2 * n)
-    return RecordPlan(batch, q, max(1, int(math.ceil(cfg.epochs / q))), delta)
+    return RecordPlan(batch, q, steps, delta)
 
 
 def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int, max_len: int, *,

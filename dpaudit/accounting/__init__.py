@@ -34,6 +34,7 @@ from typing import Callable
 from dpaudit import options
 from dpaudit.accounting import events as _events
 from dpaudit.accounting.events import (
+    MAX_STEPS,  # noqa: F401 - the step cap, re-exported for the trainers
     NotApplicable,
     SubsampledGaussian,
     SubsampledLaplaceMixture,

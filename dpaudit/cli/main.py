@@ -264,6 +264,9 @@ def check(report_json, policy, ckpt):
                + (f"; its hash, claim, accounting and plan re-derived from {printable(ckpt)} agree" if ckpt else ""))
     for line in pol.summaries(r):
         click.echo(f"  {printable(line)}")
+    if ckpt is None:
+        click.echo("  checked: the report's own numbers against the policy, not that it came from a model (a "
+                   "consistently edited report passes); bind it with --checkpoint CHECKPOINT")
 
 
 from dpaudit.cli.account import account, card_cmd  # noqa: E402

@@ -73,6 +73,11 @@ def _preflight(cfg, data, manifest) -> None:
     n = len(data.train) + len(manifest.training_texts())
     for v in cfg.variants:
         eng = v.trainer.engine
+        if n > 0 and not v.trainer.user_level:
+            try:
+                engine.record_plan(n, eng)  # a step count past the cap, found before the first variant trains
+            except DpauditError as e:
+                raise DpauditError(f"variant {v.name!r}: {e}") from None
         if eng.private and methods.get(v.trainer.method).gaussian_target and n > 0:
             plan = engine.record_plan(n, eng)
             accounting.check_reachable(eng.target_epsilon, plan.delta, plan.sample_rate, plan.steps,

@@ -161,3 +161,15 @@ def test_dry_run_refuses_a_model_folder_the_run_refuses(damage, needle, tmp_path
     (tmp_path / "c.toml").write_text(text)
     with pytest.raises(DpauditError, match=needle):
         dry_run.plan(tmp_path / "c.toml", ("dp-eps1",))
+
+
+def test_a_step_count_past_the_cap_is_refused_before_any_work(tmp_path):
+    """A non-private variant has no accountant to cap its steps: 10^9 epochs are refused in one line by the plan
+    (and by the run's preflight) instead of training for ever."""
+    text = (ROOT / "configs" / "tiny.toml").read_text().replace("epochs = 4", "epochs = 1000000000")
+    (tmp_path / "c.toml").write_text(text)
+    with pytest.raises(DpauditError, match="more than 1e\\+08; lower train.epochs"):
+        dry_run.plan(tmp_path / "c.toml", ("non-private",))
+    assert main(["run", str(tmp_path / "c.toml"), "--out", str(tmp_path / "out"), "--variant", "non-private",
+                 "--quiet"]) == 2
+    assert not (tmp_path / "out").exists()
