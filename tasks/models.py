@@ -256,6 +256,11 @@ def load_dir(path: Path):
         raise DpauditError(f"no HF model at {path} (config.json missing); pass a checkpoint made with "
                            "save_pretrained")
     refuse_code(path)
+    if (path / "generation_config.json").is_file():  # strict JSON (no NaN) before transformers' lenient parser reads it
+        gen = read_json(path / "generation_config.json", "generation config", "")
+        if not isinstance(gen, dict):
+            raise DpauditError(f"{path / 'generation_config.json'} must hold a JSON object; restore the file "
+                               "save_pretrained wrote, or remove it")
     archs = read_json(path / "config.json", "model config", "").get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise DpauditError(f"{path}/config.json: 'architectures' must be a list of class names")

@@ -85,12 +85,17 @@ class Deployment:
             raise DpauditError(f"{path / SPEC}: schema_version {d.get('schema_version')!r} is not supported (this "
                                f"dpaudit reads {SCHEMA_VERSION})")
         spec = PMixedSpec.from_dict(d["spec"], str(path / SPEC))
-        adapters = list(d["adapters"])
+        adapters = d.get("adapters")
+        if not isinstance(adapters, list) or not all(isinstance(a, str) and a for a in adapters):
+            raise DpauditError(f"{path / SPEC}: 'adapters' must be a list of folder names inside the deployment")
         if len(adapters) != spec.n_models:
             raise DpauditError(f"{path / SPEC}: {len(adapters)} adapters listed for N = {spec.n_models}")
-        for a in adapters:
-            if not (path / a / "adapter_config.json").is_file():
-                raise DpauditError(f"{path}: adapter {a} is missing; the deployment is incomplete (retrain it)")
+        from dpaudit.io import check_contained, contained
+
+        for a in adapters:  # inside the deployment (no absolute path, no ../, no symlink out), then complete
+            contained(path, f"{a}/adapter_config.json", f"{path / SPEC}: adapter")
+            check_contained(path / a, f"adapter {a}")
+        check_contained(path / "base_model", "base model")
         Ledger(path, spec.queries).state()  # no readable ledger, or one whose T is not pmixed.json's: no answers
         from dpaudit.tasks import models
 

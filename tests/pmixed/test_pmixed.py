@@ -480,3 +480,27 @@ def test_search_finds_at_least_the_evaluations_worst_and_every_value_is_exact(de
     # the deployment is read, never spent, and the output refuses the deployment's own folder
     assert dep.ledger.state() == Deployment.load(path).ledger.state()
     assert main(["pmixed", "search", str(path), "--out", str(path / "x")]) == 2
+
+
+@pytest.mark.parametrize("name", ["../elsewhere", "/tmp", "link"])
+def test_an_adapter_outside_the_deployment_is_never_loaded(deployment, tmp_path, name):
+    """pmixed.json names its adapters as folders inside the deployment: an absolute path, a ../ or a symlink out
+    is refused in one line before any weight is read."""
+    import json
+    import shutil
+
+    from dpaudit.errors import DpauditError
+    from dpaudit.pmixed.deployment import Deployment
+
+    copy = tmp_path / "dep"
+    shutil.copytree(deployment[0], copy, symlinks=True)
+    spec = json.loads((copy / "pmixed.json").read_text())
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(copy / spec["adapters"][0], outside)
+    if name == "link":
+        (copy / "link").symlink_to(outside)
+    spec["adapters"][0] = name if name != "/tmp" else str(outside)
+    (copy / "pmixed.json").write_text(json.dumps(spec))
+    with pytest.raises(DpauditError, match="outside") as e:
+        Deployment.load(copy)
+    assert "\n" not in str(e.value)
