@@ -80,10 +80,13 @@ def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | N
                 "reason": "the audit could give no bound at all: with these canaries even perfect guesses prove "
                           "nothing (use more canaries, fewer repetitions or a smaller delta)"}
     if ceiling < claimed:
+        own = (f"; its best bound {lb:.3g} at {conf:.0%} is {best.get('attack', 'a test')}'s, whose own ceiling is "
+               f"{best['ceiling']:.3g}") if best.get("ceiling") is not None and best["ceiling"] != ceiling else \
+            f" (bound {lb:.3g} at {conf:.0%})"
         return {"status": "underpowered", **base,
-                "reason": f"not refuted up to epsilon {ceiling:.3g}, the most this audit could prove (bound "
-                          f"{lb:.3g} at {conf:.0%}); it could not have detected a violation between {ceiling:.3g} "
-                          f"and the claim {claimed:.3g}"}
+                "reason": f"not refuted up to epsilon {ceiling:.3g}, the most any of this audit's tests could prove"
+                          f"{own}; it could not have detected a violation between {ceiling:.3g} and the claim "
+                          f"{claimed:.3g}"}
     return {"status": "not-refuted", **base,
             "reason": f"the audit could have proved up to epsilon {ceiling:.3g} >= the claim {claimed:.3g} and found "
                       f"{lb:.3g} at {conf:.0%} confidence: the claim survived a test able to refute it"}

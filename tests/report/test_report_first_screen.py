@@ -1,0 +1,33 @@
+"""What a newcomer reads first (issue [5/5] item 4): the comparison table shows the accounting interval that
+decides, never a loose upper bound as "the" re-accounted epsilon; an underpowered verdict names whose ceiling it
+quotes when the best bound belongs to another test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dpaudit.claim.verdict import empirical
+from dpaudit.report.write import _reaccounted
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_table_shows_the_interval_that_decides_not_the_loosest_accountant():
+    r = json.loads((ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json").read_text())
+    a = r["accounting"]
+    assert a["reaccounted_epsilon"] > r["claim"]["epsilon"]  # RDP's loose upper value, above the claim
+    cell = _reaccounted(r)
+    assert cell == f"verified: ε ≤ {a['certified_epsilon']:.4g}" and f"{a['reaccounted_epsilon']:.3g}" not in cell
+    under = {**r, "accounting": {**a, "status": "under-claim", "lower_epsilon": 9.1, "certified_epsilon": None}}
+    assert _reaccounted(under) == "under-claim: true ε ≥ 9.1"
+    assert _reaccounted({**r, "claim": {**r["claim"], "private": False}}) == "—"
+
+
+def test_an_underpowered_verdict_names_whose_ceiling_it_quotes():
+    best = {"epsilon_lb": 0.65, "family_confidence": 0.95, "attack": "whitebox_gradient", "ceiling": 2.75}
+    v = empirical(7.99, best, ceiling=3.17)
+    assert v["status"] == "underpowered"
+    assert "whitebox_gradient's, whose own ceiling is 2.75" in v["reason"] and "up to epsilon 3.17" in v["reason"]
+    same = empirical(7.99, {**best, "ceiling": 3.17}, ceiling=3.17)
+    assert "(bound 0.65 at 95%)" in same["reason"]
