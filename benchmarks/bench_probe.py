@@ -7,8 +7,11 @@ two copies built from the same seed: one plain, one with ``attach_probe(optimize
 dataset_size=N)`` (canaries on the block, 32 clip canaries, every tensor's noise read, coverage of the model and
 the online checks). ``--mode`` picks the adapter: Opacus ``hooks`` or ``ghost``, ``non-wrapping``
 (``make_private(..., wrap_model=False)``), ``accelerate`` (non-wrapping mode, then ``Accelerator.prepare``; the probe
-on the optimizer it returns) or ``functional`` (a hand-written DP-SGD step with ``torch.func`` per-sample gradients,
-the plain copy without and the other with ``functional_probe``'s two calls). Steps of the two alternate, so that drift of the machine's speed hits both alike; the median of
+on the optimizer it returns), ``functional`` (a hand-written DP-SGD step with ``torch.func`` per-sample gradients,
+the plain copy without and the other with ``functional_probe``'s two calls) or ``fsdp`` (a tiny Llama of the same
+width under dpaudit's ghost_fsdp path, FSDP2 and Opacus' FSDP optimizer, on 2 gloo ranks: rank 0's step times, the
+probe's collectives included). Steps of the two alternate, so that drift of the machine's speed hits both alike;
+the median of
 ``--steps`` timed steps each after 5 warm-up steps; the ratio is probe / plain. Writes one markdown line per
 setting to stdout (reports/bench/probe.md holds this project's numbers).
 """
@@ -117,16 +120,91 @@ def step(model, opt, crit, ids) -> float:
     return time.perf_counter() - t0
 
 
+def fsdp_worker(rank, world, port, args, out):
+    """One of the ranks of ``--mode fsdp``: two copies of a tiny Llama sharded by dpaudit's ghost_fsdp path
+    (trainers/fsdp.py: FSDP2 and Opacus' FSDP optimizer), one with the probe on every rank; steps alternate;
+    rank 0 writes its step times."""
+    import json
+    import os
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dpaudit.trainers import fsdp
+    from dpaudit.trainers.units import RecordStep
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    n, q = 10 * args.batch, 0.1
+    ids = torch.randint(2, 512, (n, 24), generator=torch.Generator().manual_seed(0))
+    data = TensorDataset(ids, torch.ones_like(ids), ids.clone())
+    runs = {}
+    for name in ("plain", "probe"):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=512, hidden_size=args.width, intermediate_size=2 * args.width,
+                                             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                             max_position_embeddings=32, tie_word_embeddings=False, bos_token_id=0,
+                                             eos_token_id=1, pad_token_id=1))
+        module, opt, crit, loader, _ = fsdp.record_level(model, torch.optim.Adam(model.parameters(), lr=1e-3), data,
+                                                         sigma=1.0, clipping_norm=1.0, expected_batch_size=int(q * n),
+                                                         sample_rate=q, seed=0)
+        if name == "probe":
+            api.attach_probe(opt, sample_rate=q, m=args.m, seed=0, model=module, dataset_size=n, on_fail=None)
+        batches = (b for _ in range(10 ** 6) for b in loader)
+        runs[name] = (opt, RecordStep(module, crit, None, placeholder=fsdp.placeholder(data)), batches)
+    times = {"plain": [], "probe": []}
+    for i in range(5 + args.steps):
+        order = ("plain", "probe") if i % 2 == 0 else ("probe", "plain")
+        for name in order:
+            opt, step_fn, batches = runs[name]
+            batch = next(batches)
+            torch.distributed.barrier()
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            step_fn(batch)
+            opt.step()
+            if i >= 5:
+                times[name].append(time.perf_counter() - t0)
+    if rank == 0:
+        with open(out, "w") as fh:
+            json.dump(times, fh)
+    torch.distributed.destroy_process_group()
+
+
+def run_fsdp(args) -> dict:
+    import json
+    import socket
+    import tempfile
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = f"{tmp}/times.json"
+        torch.multiprocessing.spawn(fsdp_worker, args=(2, port, args, out), nprocs=2, join=True)
+        with open(out) as fh:
+            return json.load(fh)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--m", type=int, default=1000, help="Probe canaries.")
     ap.add_argument("--steps", type=int, default=60, help="Timed steps of each loop.")
     ap.add_argument("--batch", type=int, default=64, help="Records per batch.")
     ap.add_argument("--width", type=int, default=64, help="Embedding width of the tiny GPT-2.")
-    ap.add_argument("--mode", default="hooks", choices=("hooks", "ghost", "non-wrapping", "accelerate", "functional"),
-                    help="The adapter: Opacus' hooks or ghost mode, non-wrapping mode, accelerate, or the functional "
-                         "probe on a hand-written step.")
+    ap.add_argument("--mode", default="hooks",
+                    choices=("hooks", "ghost", "non-wrapping", "accelerate", "functional", "fsdp"),
+                    help="The adapter: Opacus' hooks or ghost mode, non-wrapping mode, accelerate, the functional "
+                         "probe on a hand-written step, or fsdp (a tiny Llama of the same width under dpaudit's "
+                         "ghost_fsdp path on 2 gloo ranks, one thread each; rank 0's step times).")
     args = ap.parse_args()
+    if args.mode == "fsdp":
+        times = run_fsdp(args)
+        a, b = statistics.median(times["plain"]), statistics.median(times["probe"])
+        print(f"| fsdp | tiny Llama (width {args.width}, 2 layers, 24 tokens), 2 gloo ranks | B = {args.batch} "
+              f"| m = {args.m} | {a * 1000:.1f} ms | {b * 1000:.1f} ms | {b / a:.3f} | "
+              f"{platform.processor() or platform.machine()}, 1 thread per rank |")
+        return
     plain, probed = setup(args, False), setup(args, True)
     g = torch.Generator().manual_seed(1)
     times = {"plain": [], "probe": []}

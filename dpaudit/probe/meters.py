@@ -57,7 +57,7 @@ class NoiseMeter:
         for i, (p, ix) in enumerate(zip(self.params, self.index)):
             t = self.read(p, attr)
             if t is not None:
-                parts.append(t.detach().reshape(-1)[ix])
+                parts.append(torch.index_select(t.detach().reshape(-1), 0, ix))  # cheaper than t[ix] per call
                 have.append(i)
         dev = self.index[0].device
         if not parts:
@@ -196,13 +196,18 @@ class Coverage:
         self.changed_outside = {}  # name -> first step at which it was seen changed
         self.changed_between = {}  # name -> first step before whose noise it had moved since the last DP step
 
-    def before_noise(self, step: int) -> list[str]:
+    @property
+    def armed(self) -> bool:
+        """Whether :meth:`before_noise` compares anything yet (after the first DP step)."""
+        return self._d_norms is not None
+
+    def before_noise(self, step: int, now: torch.Tensor | None = None) -> list[str]:
         """Before a DP step's noise: the DP optimizer's parameters unchanged since its last step? Returns the names
-        newly seen changed."""
+        newly seen changed. ``now``: their norms, when the caller computed them in a fused call of its own."""
         new = []
         if self._d_norms is None:
             return new
-        now = norms(self.dp_params)
+        now = norms(self.dp_params) if now is None else now
         if torch.equal(now, self._d_norms):
             return new
         for k in torch.nonzero(now != self._d_norms).flatten().tolist():

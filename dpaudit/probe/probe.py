@@ -169,8 +169,8 @@ class Probe(ProbeCore):
             return None if t is None else sharded.local(t)
 
         block = next((i for i, p in enumerate(dp_params) if p is self.block), None)
-        return {"local": sharded.local, "read": read,
-                "reduce": sharded.reducer(self.block.device, block, self.rank)}
+        self._reducer = sharded.Reducer(self.block.device, block, self.rank)
+        return {"local": sharded.local, "read": read, "reduce": self._reducer}
 
     def _block_sum(self):
         """The block's clipped sum (the FSDP optimizer keeps it in its grad_state)."""
@@ -199,12 +199,14 @@ class Probe(ProbeCore):
         def add_noise():
             step = len(self.records) + 1
             self.online.step = step
+            ratio, now = self._sum_ratio() if not self.fsdp else (None, None)  # FSDP: read with the noise's reduce
             if self.coverage is not None:
-                for name in self.coverage.before_noise(step):
+                for name in self.coverage.before_noise(step, now):
                     self.online.deterministic("coverage", f"parameter {name} of the DP optimizer changed between two "
                                               "of its steps: something else updates it (a second optimizer, a hand-"
                                               "written update)")
-            self._ratio = max(self._ratio, self._sum_ratio())
+            if ratio is not None:
+                self._ratio = max(self._ratio, ratio)
             # under DDP the canaries enter the sum once, from rank 0; under FSDP at 1 / W, as the averaged sum holds
             # a record's clipped gradient
             share = (1.0 / self.world if self.fsdp else 1.0) if self.rank == 0 else 0.0
@@ -213,11 +215,19 @@ class Probe(ProbeCore):
                 self._inject_clip(orig_acc, share)
             # under DDP the noise is rank 0's; under FSDP each rank noises its own shard (read on all, summed)
             metered = (self.rank == 0 or self.fsdp) and self.meter is not None
+            if self.fsdp:  # the whole sum's norm and records, summed over the ranks with the noise's readings
+                pending = sharded.local_sum(self.optimizer, self.model_params, self._rows)
+                if metered:
+                    self._reducer.extra = pending
             if metered:
                 self.meter.before()
             out = orig_noise()
             if metered:  # in the units of the sum: C^2 (C^2 / W^2 under FSDP) makes it sigma^2 per coordinate
                 self._noise_read(self.meter.after(), units=self._meter_units)
+            if self.fsdp:
+                sq, b = self._reducer.reduced if metered else sharded.all_reduce_sum(pending, self.block.device)
+                self._fsdp_rows = int(round(b))
+                self._ratio = max(self._ratio, sharded.ratio(sq, b, self.clipping_norm, self.world))
             return out
 
         def step(*args, **kwargs):
@@ -269,18 +279,18 @@ class Probe(ProbeCore):
         zeros = [torch.zeros(r, b.numel(), device=b.device, dtype=b.dtype) for r in rows]
         b.grad_sample = zeros if isinstance(gs, list) else zeros[0]
 
-    def _sum_ratio(self) -> float:
-        """||clipped sum over the model's parameters|| / (b C) of this logical step (this rank; under FSDP the whole
-        sum over the ranks)."""
-        if self.fsdp:
-            return sharded.sum_ratio(self.optimizer, self.model_params, self._rows, self.clipping_norm, self.world,
-                                     self.block.device)
+    def _sum_ratio(self) -> tuple[float, torch.Tensor | None]:
+        """(||clipped sum over the model's parameters|| / (b C) of this logical step on this rank, the coverage's
+        parameter norms now or None): one fused norm call for both. Under FSDP the whole sum's, in add_noise."""
         ts = [p.summed_grad for p in self.model_params if getattr(p, "summed_grad", None) is not None]
+        cov = self.coverage.dp_params if self.coverage is not None and self.coverage.armed else []
         with torch.no_grad():  # one fused norm per tensor (float32 suffices at SUM_TOLERANCE), one sync per step
-            sq = float(norms(ts).pow(2).sum()) if ts else 0.0
+            both = norms(cov + ts) if cov or ts else torch.zeros(0)
+            sq = float(both[len(cov):].pow(2).sum())
+        now = both[:len(cov)] if cov else None
         if self._rows == 0:
-            return 0.0 if sq == 0 else float("inf")
-        return float(np.sqrt(sq)) / (self._rows * self.clipping_norm)
+            return (0.0 if sq == 0 else float("inf")), now
+        return float(np.sqrt(sq)) / (self._rows * self.clipping_norm), now
 
     def _inject_clip(self, orig_acc, share: float) -> None:
         """Clip canaries sampled this step: in hooks mode, per-sample rows of norm 4 C on the block's last
@@ -330,7 +340,9 @@ class Probe(ProbeCore):
     def _observe(self) -> None:
         """After a real step: the update's projections, this step's records and the clipped-sum reading."""
         rows, ratio = self._rows, self._ratio
-        if self.world > 1 and torch.distributed.is_initialized():
+        if self.fsdp:  # already over all ranks (read with the noise, in add_noise)
+            rows = self._fsdp_rows
+        elif self.world > 1 and torch.distributed.is_initialized():
             t = torch.tensor([float(rows)], dtype=torch.float64, device=self.model_params[0].device)
             torch.distributed.all_reduce(t)
             r = torch.tensor([ratio], dtype=torch.float64, device=self.model_params[0].device)

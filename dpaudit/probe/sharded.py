@@ -65,28 +65,41 @@ def rows(model) -> int:
     return 0 if ns is None else int((local(ns) > 0).sum())
 
 
-def _all_reduce(values, device) -> np.ndarray:
+def all_reduce_sum(values, device) -> np.ndarray:
     t = torch.tensor(np.asarray(values, dtype=np.float64), dtype=torch.float64, device=device)
     torch.distributed.all_reduce(t)
     return t.cpu().numpy()
 
 
-def reducer(device, block_index: int | None, rank: int):
-    """The meter's ``reduce``: per-tensor values summed over the ranks, the block's from rank 0 only."""
-    def reduce(vec: np.ndarray) -> np.ndarray:
+class Reducer:
+    """The meter's ``reduce``: per-tensor values summed over the ranks, the block's from rank 0 only. Values in
+    ``extra`` (the clipped sum's squared norm and the records of this rank, set before the noise) ride along in
+    the same all-reduce and are left summed in ``reduced``: one collective per step for the probe."""
+
+    def __init__(self, device, block_index: int | None, rank: int):
+        self.device, self.block_index, self.rank = device, block_index, rank
+        self.extra, self.reduced = [], None
+
+    def __call__(self, vec: np.ndarray) -> np.ndarray:
         v = np.array(vec, dtype=np.float64)
-        if block_index is not None and rank != 0:
-            v[block_index] = 0.0
-        return _all_reduce(v, device)
-    return reduce
+        if self.block_index is not None and self.rank != 0:
+            v[self.block_index] = 0.0
+        n = v.size
+        out = all_reduce_sum(np.r_[v, np.asarray(self.extra, dtype=np.float64)], self.device)
+        self.reduced, self.extra = out[n:], []
+        return out[:n]
 
 
-def sum_ratio(optimizer, params, rows_here: int, clipping_norm: float, world: int, device) -> float:
-    """||sum of every rank's clipped gradients|| / (b C), b the records over all ranks (collective: every rank)."""
+def local_sum(optimizer, params, rows_here: int) -> list[float]:
+    """[squared norm of this rank's shards of the clipped sum, this rank's records] (no collective)."""
     ts = [local(s) for s in (summed(optimizer, p) for p in params) if s is not None]
     with torch.no_grad():
         sq = float(norms(ts).pow(2).sum()) if ts else 0.0
-    sq, b = _all_reduce([sq, float(rows_here)], device)
+    return [sq, float(rows_here)]
+
+
+def ratio(sq: float, b: float, clipping_norm: float, world: int) -> float:
+    """||sum of every rank's clipped gradients|| / (b C) from the summed squared shard norms and records."""
     if b == 0:
         return 0.0 if sq == 0 else float("inf")
     return math.sqrt(sq) * world / (b * clipping_norm)  # the reduce-scatter averaged the ranks' sums
