@@ -52,3 +52,20 @@ def table_cmd(run_dirs, columns, variants, differences):
     variants = [v.strip() for vs in variants for v in vs.split(",") if v.strip()]
     out = table(runs, [c.strip() for c in columns.split(",") if c.strip()], variants)
     click.echo(out + ("\n" + diff_table(runs, pairs) if pairs else ""), nl=False)
+
+
+@click.command("model-card")
+@click.argument("report_json", type=click.Path(path_type=Path))
+@click.option("--to", "card", required=True, type=click.Path(path_type=Path),
+              help="The model card to write the audit into (a Hugging Face README.md; created when absent). Only "
+                   "the section between the dpaudit markers and the front matter's tags change; writing again "
+                   "replaces the section.")
+def model_card_cmd(report_json, card):
+    """Write REPORT_JSON's audit (claim, verdict, accounting interval, best bound with its ceiling, mechanism
+    checks) as a section of a Hugging Face model card, so that the audit travels with the model."""
+    from dpaudit.gate.policy import load_report
+    from dpaudit.report import model_card
+
+    out = model_card.write(load_report(report_json), str(report_json), card)
+    click.echo(f"wrote the dpaudit section of {out}")
+

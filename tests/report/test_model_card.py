@@ -1,0 +1,76 @@
+"""The audit on the model card (dpaudit/report/model_card.py, `dpaudit model-card`): the section states the
+claim, verdict, accounting interval, best bound with its ceiling and the mechanism checks; writing it again changes
+nothing; the rest of the card is kept; Hugging Face's own parser reads the tags; the checkpoint hash (what
+`check --checkpoint` re-derives) does not cover it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dpaudit.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
+CARD = "---\nlicense: apache-2.0\ntags:\n- text-generation\n---\n# My model\n\nTrained on my data.\n"
+
+
+def test_the_section_says_what_the_report_says(tmp_path, capsys):
+    r = json.loads(REPORT.read_text())
+    assert main(["model-card", str(REPORT), "--to", str(tmp_path / "README.md")]) == 0
+    text = (tmp_path / "README.md").read_text()
+    b, a = r["empirical_best"], r["accounting"]
+    assert f"ε = {r['claim']['epsilon']:.4g} at δ = 1e-05" in text and f"`{r['verdict']['status']}`" in text
+    assert f"true ε in [{a['lower_epsilon']:.4g}, {a['certified_epsilon']:.4g}]" in text
+    assert f"ε ≥ {b['epsilon_lb']:.3g}" in text and f"the most this test could show: {b['ceiling']:.3g}" in text
+    assert "noise pass, sampling pass, clipping pass, steps pass, divisor pass" in text
+    assert r["checkpoint"]["hash"] in text
+
+
+def test_writing_twice_is_writing_once_and_the_rest_of_the_card_is_kept(tmp_path):
+    from huggingface_hub import ModelCard
+
+    card = tmp_path / "README.md"
+    card.write_text(CARD)
+    assert main(["model-card", str(REPORT), "--to", str(card)]) == 0
+    once = card.read_text()
+    assert main(["model-card", str(REPORT), "--to", str(card)]) == 0
+    assert card.read_text() == once
+    assert "# My model\n\nTrained on my data.\n" in once and "license: apache-2.0" in once
+    assert ModelCard(once).data.tags == ["text-generation", "differential-privacy", "dpaudit"]
+
+
+def test_the_checkpoint_hash_does_not_cover_the_model_card(tmp_path):
+    from dpaudit.canaries.manifest import CanaryPlan, generate
+    from dpaudit.checkpoint import Checkpoint
+    from dpaudit.claim.card import load_card
+
+    shutil.copytree(ROOT / "reports" / "demo" / "dp-eps8" / "checkpoint", tmp_path / "ck")
+    ck = Checkpoint(path=tmp_path / "ck", card=load_card(tmp_path / "ck" / "privacy_card.json"),
+                    manifest=generate(CanaryPlan(m=4, repetitions=1)), run={})
+    before = ck.hash()
+    assert main(["model-card", str(REPORT), "--to", str(tmp_path / "ck" / "README.md")]) == 0
+    assert ck.hash() == before
+
+
+@pytest.mark.parametrize("setup,needle", [
+    (lambda d: (d / "README.md").mkdir(), "not a file"),
+    (lambda d: (d / "README.md").write_text("<!-- dpaudit:begin -->\nhalf"), "markers"),
+    (lambda d: (d / "README.md").write_text("---\ntags: [a, b]\n---\nx\n"), "block list"),
+    (lambda d: (d / "README.md").write_text("---\nno end\n"), "never closes"),
+], ids=["a folder", "one marker", "inline tags", "unclosed front matter"])
+def test_a_card_it_cannot_edit_safely_is_refused_in_one_line(setup, needle, tmp_path, capsys):
+    setup(tmp_path)
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    assert main(["model-card", str(REPORT), "--to", str(tmp_path / "README.md")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+
+
+def test_a_comparison_report_is_not_a_models(tmp_path, capsys):
+    assert main(["model-card", str(ROOT / "reports" / "demo" / "report.json"), "--to", str(tmp_path / "R.md")]) == 2
+    assert "one model's evaluation report" in capsys.readouterr().err
