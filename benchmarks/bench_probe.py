@@ -10,7 +10,8 @@ the online checks). ``--mode`` picks the adapter: Opacus ``hooks`` or ``ghost``,
 on the optimizer it returns), ``functional`` (a hand-written DP-SGD step with ``torch.func`` per-sample gradients,
 the plain copy without and the other with ``functional_probe``'s two calls) or ``fsdp`` (a tiny Llama of the same
 width under dpaudit's ghost_fsdp path, FSDP2 and Opacus' FSDP optimizer, on 2 gloo ranks: rank 0's step times, the
-probe's collectives included). Steps of the two alternate, so that drift of the machine's speed hits both alike;
+probe's collectives included) or ``ddp`` (the same GPT-2 in Opacus' DPDDP with its DistributedDPOptimizer on
+2 gloo ranks). Steps of the two alternate, so that drift of the machine's speed hits both alike;
 the median of
 ``--steps`` timed steps each after 5 warm-up steps; the ratio is probe / plain. Writes one markdown line per
 setting to stdout (reports/bench/probe.md holds this project's numbers).
@@ -171,7 +172,56 @@ def fsdp_worker(rank, world, port, args, out):
     torch.distributed.destroy_process_group()
 
 
-def run_fsdp(args) -> dict:
+def ddp_worker(rank, world, port, args, out):
+    """One of the ranks of ``--mode ddp``: two copies of the tiny GPT-2 in Opacus' DPDDP with its
+    DistributedDPOptimizer (hooks; Poisson batches split over the ranks), one with the probe on every rank; steps
+    alternate; rank 0 writes its step times."""
+    import json
+    import os
+
+    from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    data = TensorDataset(torch.randint(0, 512, (10 * args.batch, 24), generator=torch.Generator().manual_seed(0)))
+    runs = {}
+    for name in ("plain", "probe"):
+        torch.manual_seed(0)
+        cfg = GPT2Config(vocab_size=512, n_positions=32, n_embd=args.width, n_layer=2, n_head=2,
+                         tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        model = DPDDP(GPT2LMHeadModel(cfg))
+        torch.manual_seed(1000 + rank)
+        model, opt, loader = PrivacyEngine(accountant="prv").make_private(
+            module=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3),
+            data_loader=DataLoader(data, batch_size=args.batch), noise_multiplier=1.0, max_grad_norm=1.0)
+        if name == "probe":
+            api.attach_probe(opt, sample_rate=loader.sample_rate, m=args.m, seed=0, model=model,
+                             dataset_size=len(data), on_fail=None)
+        runs[name] = (model, opt, (b for _ in range(10 ** 6) for b in loader))
+    times = {"plain": [], "probe": []}
+    for i in range(5 + args.steps):
+        for name in (("plain", "probe") if i % 2 == 0 else ("probe", "plain")):
+            model, opt, batches = runs[name]
+            (ids,) = next(batches)
+            torch.distributed.barrier()
+            t = step(model, opt, None, ids) if len(ids) else None
+            if t is None:  # an empty local batch: the collectives still run
+                t0 = time.perf_counter()
+                opt.zero_grad()
+                (model(input_ids=torch.zeros(1, 24, dtype=torch.long)).logits.sum() * 0).backward()
+                opt.step()
+                t = time.perf_counter() - t0
+            if i >= 5:
+                times[name].append(t)
+    if rank == 0:
+        with open(out, "w") as fh:
+            json.dump(times, fh)
+    torch.distributed.destroy_process_group()
+
+
+def run_ranks(args, worker=None) -> dict:
+    """The two-rank modes: spawn the worker (default: FSDP) on 2 gloo ranks, return rank 0's step times."""
     import json
     import socket
     import tempfile
@@ -181,7 +231,7 @@ def run_fsdp(args) -> dict:
         port = sock.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         out = f"{tmp}/times.json"
-        torch.multiprocessing.spawn(fsdp_worker, args=(2, port, args, out), nprocs=2, join=True)
+        torch.multiprocessing.spawn(worker or fsdp_worker, args=(2, port, args, out), nprocs=2, join=True)
         with open(out) as fh:
             return json.load(fh)
 
@@ -193,13 +243,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="Records per batch.")
     ap.add_argument("--width", type=int, default=64, help="Embedding width of the tiny GPT-2.")
     ap.add_argument("--mode", default="hooks",
-                    choices=("hooks", "ghost", "non-wrapping", "accelerate", "functional", "fsdp"),
+                    choices=("hooks", "ghost", "non-wrapping", "accelerate", "functional", "fsdp", "ddp"),
                     help="The adapter: Opacus' hooks or ghost mode, non-wrapping mode, accelerate, the functional "
                          "probe on a hand-written step, or fsdp (a tiny Llama of the same width under dpaudit's "
-                         "ghost_fsdp path on 2 gloo ranks, one thread each; rank 0's step times).")
+                         "ghost_fsdp path on 2 gloo ranks, one thread each; rank 0's step times), or ddp (the tiny "
+                         "GPT-2 in Opacus' DPDDP on 2 gloo ranks, the same way).")
     args = ap.parse_args()
+    if args.mode == "ddp":
+        times = run_ranks(args, ddp_worker)
+        a, b = statistics.median(times["plain"]), statistics.median(times["probe"])
+        print(f"| ddp | tiny GPT-2 (width {args.width}, 2 layers, 24 tokens), 2 gloo ranks | B = {args.batch} "
+              f"| m = {args.m} | {a * 1000:.1f} ms | {b * 1000:.1f} ms | {b / a:.3f} | "
+              f"{platform.processor() or platform.machine()}, 1 thread per rank |")
+        return
     if args.mode == "fsdp":
-        times = run_fsdp(args)
+        times = run_ranks(args)
         a, b = statistics.median(times["plain"]), statistics.median(times["probe"])
         print(f"| fsdp | tiny Llama (width {args.width}, 2 layers, 24 tokens), 2 gloo ranks | B = {args.batch} "
               f"| m = {args.m} | {a * 1000:.1f} ms | {b * 1000:.1f} ms | {b / a:.3f} | "

@@ -149,10 +149,12 @@ BUGS = {
 }
 # the optimizer-side bugs again in the loops whose adapter differs (``bug@loop``): the same DP optimizer, wrapped or
 # prepared otherwise
-ADAPTED = ("non-wrapping", "accelerate")
+ADAPTED = ("non-wrapping", "accelerate", "hf-trainer", "ddp")
 for _adapter in ADAPTED:
     for _bug in ("half-noise", "no-clip", "wrong-rate"):
         BUGS[f"{_bug}@{_adapter}"] = (f"{BUGS[_bug][0]}, in the {_adapter} loop", BUGS[_bug][1])
+BUGS["wrong-rate@ddp"] = ("DDP: the loader samples at 30 / 400, the card and the probe state 40 / 400", "sampling")
+BUGS["half-noise@ddp"] = ("DDP: rank 0, whose noise is the sum's, adds half the card's sigma", "noise")
 
 
 @dataclass
@@ -420,7 +422,8 @@ def _ddp_worker(rank, world, port, out, bug, seed, epochs, m):
     torch.manual_seed(seed * 1000 + rank)  # each rank its own sampling stream (one seed on all ranks samples in step)
     engine = PrivacyEngine(accountant="prv")
     model, opt, loader = engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
-                                             data_loader=DataLoader(TensorDataset(x, y), batch_size=40),  # q = 0.1
+                                             data_loader=DataLoader(TensorDataset(x, y),  # q = 0.1, or 0.075
+                                                                    batch_size=30 if bug == "wrong-rate" else 40),
                                              # (Opacus' distributed Poisson sampler skips a rank's empty batch, which
                                              # leaves the ranks at different steps: at q N / W = 20 an empty one is
                                              # ~1e-9 likely; at 10 it hung 2 of 60 runs here)
@@ -429,7 +432,9 @@ def _ddp_worker(rank, world, port, out, bug, seed, epochs, m):
         from opacus.optimizers.optimizer import DPOptimizer
 
         opt.add_noise = lambda: DPOptimizer.add_noise(opt)
-    if bug == "half-noise-rank0":
+    if bug == "no-clip":
+        _example().plant_bug(opt, "no-clip")
+    if bug in ("half-noise-rank0", "half-noise"):  # Opacus' DDP noise is rank 0's alone: halved there
         from dpaudit import opacus_private as op
 
         def half():
@@ -438,8 +443,8 @@ def _ddp_worker(rank, world, port, out, bug, seed, epochs, m):
                 p.grad = (p.summed_grad + noise).view_as(p)
                 op.mark_processed(p.summed_grad)
         opt.add_noise = half
-    probe = api.attach_probe(opt, sample_rate=loader.sample_rate, m=m, seed=seed, model=model, dataset_size=len(x),
-                             on_fail=None)
+    stated = 0.1 if bug == "wrong-rate" else loader.sample_rate  # the team states B / N = 40 / 400 either way
+    probe = api.attach_probe(opt, sample_rate=stated, m=m, seed=seed, model=model, dataset_size=len(x), on_fail=None)
     for _ in range(epochs):
         for xb, yb in loader:
             opt.zero_grad()
@@ -451,7 +456,16 @@ def _ddp_worker(rank, world, port, out, bug, seed, epochs, m):
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         probe.save(out)
-        api.card_from_opacus(engine, loader, opt, delta=1e-5).save(out / "privacy_card.json")
+        card = api.card_from_opacus(engine, loader, opt, delta=1e-5)
+        if bug == "wrong-rate":  # the card the team wrote: the rate it meant, the steps that ran
+            from dataclasses import replace
+
+            from dpaudit.accounting import SubsampledGaussian, compute
+
+            event = SubsampledGaussian(stated, 1.0, probe.steps, "poisson")
+            card = replace(card, events=[event], expected_batch_size=stated * len(x),
+                           claim=replace(card.claim, epsilon=compute([event], 1e-5, "prv").epsilon))
+        card.save(out / "privacy_card.json")
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 

@@ -342,12 +342,12 @@ class Probe(ProbeCore):
         rows, ratio = self._rows, self._ratio
         if self.fsdp:  # already over all ranks (read with the noise, in add_noise)
             rows = self._fsdp_rows
-        elif self.world > 1 and torch.distributed.is_initialized():
-            t = torch.tensor([float(rows)], dtype=torch.float64, device=self.model_params[0].device)
-            torch.distributed.all_reduce(t)
-            r = torch.tensor([ratio], dtype=torch.float64, device=self.model_params[0].device)
-            torch.distributed.all_reduce(r, op=torch.distributed.ReduceOp.MAX)
-            rows, ratio = int(t.item()), float(r.item())
+        elif self.world > 1 and torch.distributed.is_initialized():  # one collective: records summed, worst ratio
+            t = torch.tensor([float(rows), ratio], dtype=torch.float64, device=self.model_params[0].device)
+            every = [torch.zeros_like(t) for _ in range(self.world)]
+            torch.distributed.all_gather(every, t)
+            both = torch.stack(every).cpu()
+            rows, ratio = int(round(float(both[:, 0].sum()))), float(both[:, 1].max())
         self._rows, self._ratio = 0, 0.0
         self._close_step(rows, ratio, lambda k: self._target(k, "grad"))
         if self.n_clip:
