@@ -202,8 +202,10 @@ def load(path: Path, base_model: Path | str | None = None) -> Checkpoint:
                            "or one with model/, privacy_card.json and canaries.json")
     if not ((path / "model").is_dir() or (path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
         raise DpauditError(f"checkpoint {path} has no model/ folder and no model files (config.json or "
-                           "adapter_config.json) at its root; save the model with save_pretrained")
+                           "adapter_config.json) at its root; " + (_nearby(path) or "save the model with save_pretrained"))
     check_contained(path, "checkpoint")  # no symlink out of it, no FIFO: the report describes what it ships
+    if not (path / "privacy_card.json").is_file() and _nearby(path):
+        raise DpauditError(f"privacy card not found at {path / 'privacy_card.json'}; {_nearby(path)}")
     card = load_card(path / "privacy_card.json")
     manifest = load_manifest(path / "canaries.json")
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
@@ -211,6 +213,18 @@ def load(path: Path, base_model: Path | str | None = None) -> Checkpoint:
     if base_model is not None and not (ck.model_dir / "adapter_config.json").is_file():
         raise DpauditError(f"--base-model is for a LoRA adapter's base, and {path} holds a whole model; leave it out")
     return ck
+
+
+def _nearby(path: Path) -> str | None:
+    """A checkpoint one folder off ``path`` (a run's VARIANT/ or OUT/ instead of its checkpoint/, or model/ instead
+    of the folder above it), named as the fix; None when there is none."""
+    below = [path / "checkpoint"] + sorted(p for p in path.iterdir() if p.is_dir() and p.name != "checkpoint")[:50] \
+        if path.is_dir() else []
+    below += [q / "checkpoint" for q in below[1:] if (q / "checkpoint").is_dir()]
+    for cand in [*below, path.parent]:
+        if cand != path and (cand / "privacy_card.json").is_file():
+            return f"the checkpoint looks one folder off: pass {cand} (it holds privacy_card.json)"
+    return None
 
 
 def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, run: dict,

@@ -260,7 +260,9 @@ def training_lines(tr: dict | None) -> list[str]:
 
 def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     v = r["verdict"]
-    L = [f"# dpaudit report: {r['checkpoint'].get('variant') or r['checkpoint']['path']}", "",
+    ck = r["checkpoint"]
+    title = ck.get("variant") or ck.get("path") or f"a model held as objects (hash {ck.get('hash')})"
+    L = [f"# dpaudit report: {title}", "",
          f"**Verdict: `{v['status']}`** — {v['reason']}.", "", *summary_lines(r), "", "## Bounds", "",
          *bound_rows(r), "", "## Accounting", "", *accountant_rows(r), ""]
     for f in r["accounting"].get("findings", []):

@@ -31,3 +31,24 @@ def test_an_underpowered_verdict_names_whose_ceiling_it_quotes():
     assert "whitebox_gradient's, whose own ceiling is 2.75" in v["reason"] and "up to epsilon 3.17" in v["reason"]
     same = empirical(7.99, {**best, "ceiling": 3.17}, ceiling=3.17)
     assert "(bound 0.65 at 95%)" in same["reason"]
+
+
+def test_a_report_made_through_the_api_has_a_title():
+    from dpaudit.report.markdown import render_markdown
+
+    r = json.loads((ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json").read_text())
+    r["checkpoint"] = {"path": None, "hash": "0123456789abcdef"}
+    first = render_markdown(r, []).splitlines()[0]
+    assert first == "# dpaudit report: a model held as objects (hash 0123456789abcdef)"
+
+
+def test_a_checkpoint_one_folder_off_gets_the_right_fix(tmp_path):
+    import pytest
+
+    from dpaudit import checkpoint
+    from dpaudit.errors import DpauditError
+
+    ck = ROOT / "reports" / "demo" / "dp-eps8" / "checkpoint"
+    for off in (ck.parent, ck / "model"):
+        with pytest.raises(DpauditError, match=f"one folder off: pass {ck}"):
+            checkpoint.load(off)
