@@ -1,6 +1,7 @@
 """``dpaudit compare OLD NEW``: a markdown diff of two reports, with what regressed flagged.
 
-Regressions: a larger empirical lower bound, a lower audit ceiling, a larger attack AUC or mean exposure of
+Regressions: a larger empirical lower bound, a lower audit ceiling, a larger attack AUC (where both reports carry
+its 95% interval: only when the new interval lies wholly above the old) or mean exposure of
 inserted canaries, a larger claimed or re-accounted epsilon, a lower accuracy (where both reports carry per-example
 outcomes on the same test examples: lower by McNemar's exact test at 5%, dpaudit/report/paired.py), or a worse verdict. The two
 checks behind the verdict are shown beside it.
@@ -32,6 +33,19 @@ def _metrics(r: dict) -> dict[str, tuple[float | None, int]]:
     return out
 
 
+def _auc_intervals(old: dict, new: dict, key: str):
+    """((old low, old high), (new low, new high)) of an attack's AUC when both reports carry its interval: an AUC
+    is flagged only when the new interval lies wholly above the old (a conservative reading of two independent
+    95% intervals); None for other quantities."""
+    if not key.startswith("AUC "):
+        return None
+    name = key[len("AUC "):]
+    cis = [((x.get("attacks") or {}).get(name) or {}).get("auc_ci") for x in (old, new)]
+    if not all(isinstance(c, (list, tuple)) and len(c) == 2 and None not in c for c in cis):
+        return None
+    return tuple((float(c[0]), float(c[1])) for c in cis)
+
+
 def _fmt(x) -> str:
     if x is None:
         return "—"
@@ -55,7 +69,11 @@ def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
             worse = diff * (da or db) > 1e-9
             if k == "accuracy" and pair is not None:  # same test examples: a regression only if McNemar says so
                 worse = pair.reading() == "lower"
-            flag = "**regressed**" if worse else ""
+            ci = _auc_intervals(old, new, k)
+            note = ""
+            if ci is not None and worse and not ci[1][0] > ci[0][1]:  # intervals overlap: not shown to be higher
+                worse, note = False, "within the 95% intervals"
+            flag = "**regressed**" if worse else note
             regressions += bool(worse)
             change = f"{diff:+.3f}"
         else:

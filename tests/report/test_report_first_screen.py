@@ -52,3 +52,23 @@ def test_a_checkpoint_one_folder_off_gets_the_right_fix(tmp_path):
     for off in (ck.parent, ck / "model"):
         with pytest.raises(DpauditError, match=f"one folder off: pass {ck}"):
             checkpoint.load(off)
+
+
+def test_compare_flags_an_auc_only_when_its_interval_clears_the_old_one():
+    """An AUC 0.03 higher inside +-0.08 intervals is noise, not a regression; one whose interval lies wholly above
+    the old one is."""
+    import copy
+
+    from dpaudit.gate.compare import compare_one
+
+    old = json.loads((ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json").read_text())
+    old["attacks"]["loss"].update(auc=0.50, auc_ci=[0.42, 0.58])
+    new = copy.deepcopy(old)
+    new["attacks"]["loss"].update(auc=0.53, auc_ci=[0.45, 0.61])
+    lines, _ = compare_one(old, new, "t")
+    (row,) = [ln for ln in lines if ln.startswith("| AUC loss |")]
+    assert "within the 95% intervals" in row and "regressed" not in row
+    new["attacks"]["loss"].update(auc=0.75, auc_ci=[0.68, 0.82])
+    lines, _ = compare_one(old, new, "t")
+    (row,) = [ln for ln in lines if ln.startswith("| AUC loss |")]
+    assert "**regressed**" in row
