@@ -204,8 +204,9 @@ def load(path: Path, base_model: Path | str | None = None) -> Checkpoint:
         raise DpauditError(f"checkpoint {path} has no model/ folder and no model files (config.json or "
                            "adapter_config.json) at its root; " + (_nearby(path) or "save the model with save_pretrained"))
     check_contained(path, "checkpoint")  # no symlink out of it, no FIFO: the report describes what it ships
-    if not (path / "privacy_card.json").is_file() and _nearby(path):
-        raise DpauditError(f"privacy card not found at {path / 'privacy_card.json'}; {_nearby(path)}")
+    near = None if (path / "privacy_card.json").is_file() else _nearby(path)
+    if near:
+        raise DpauditError(f"privacy card not found at {path / 'privacy_card.json'}; {near}")
     card = load_card(path / "privacy_card.json")
     manifest = load_manifest(path / "canaries.json")
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}

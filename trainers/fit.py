@@ -105,11 +105,10 @@ def write(out: Path, model, tok, card, manifest, run: dict, res, tc, base) -> Pa
 def bind_probes(card, res):
     """The card naming the run identity of each white-box record the run writes beside it (``extra.probe_runs``;
     docs/security.md): a record another run wrote is then refused at evaluation."""
-    import dataclasses
+    from dpaudit.probe import record
 
     sets = ([res.gradient_canaries] if res.gradient_canaries else []) + list(res.gradient_canaries_more)
-    runs = [r["probe"]["run_id"] for r in sets if (r.get("probe") or {}).get("run_id")]
-    return dataclasses.replace(card, extra={**card.extra, "probe_runs": runs}) if runs else card
+    return record.bind(card, [r["probe"]["run_id"] for r in sets if (r.get("probe") or {}).get("run_id")])
 
 
 def canary_files(res) -> dict:

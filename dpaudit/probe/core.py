@@ -155,10 +155,9 @@ class ProbeCore:
         """``card`` (a :class:`dpaudit.claim.card.PrivacyCard`) naming this probe's run in ``extra.probe_runs``:
         ``dpaudit evaluate`` and ``check --checkpoint`` then refuse a white-box record beside it that another run
         wrote. Call it on the card of the run this probe watched, before saving the card."""
-        from dataclasses import replace
+        from dpaudit.probe import record
 
-        runs = list(card.extra.get("probe_runs") or [])
-        return replace(card, extra={**card.extra, "probe_runs": runs + [self.run_id] * (self.run_id not in runs)})
+        return record.bind(card, [self.run_id])
 
     # -- resuming (trainers/snapshot.py) ------------------------------------------------------------------------
 

@@ -41,6 +41,16 @@ def files(record: dict, stem: str) -> dict:
     return out
 
 
+def bind(card, run_ids):
+    """``card`` (a PrivacyCard) naming ``run_ids`` in ``extra.probe_runs`` (added to those it names already): the
+    one place a card is bound to probe runs (``probe.bind``, dpaudit's trainers)."""
+    from dataclasses import replace
+
+    runs = list(card.extra.get("probe_runs") or [])
+    runs += [r for r in run_ids if r not in runs]
+    return replace(card, extra={**card.extra, "probe_runs": runs}) if runs else card
+
+
 def check_binding(f, record: dict, card) -> bool:
     """Refuse (one line) a white-box record that is not the card's run's: the card names its probes' run
     identities (``extra.probe_runs``, written by dpaudit's trainers, ``card_from_opacus`` and ``probe.bind``) and
