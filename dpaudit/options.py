@@ -76,12 +76,21 @@ EMPIRICAL_STATUSES = ("violated", "not-refuted", "underpowered", "no-power")
 MECHANISM_CHECKS = ("noise", "sampling", "clipping", "steps", "divisor", "coverage")  # dpaudit/audit/mechanism_checks.py
 # headline verdicts, from best to worst (dpaudit compare flags a move to a worse one); equal rank = neither is
 # worse. None of them means "proven private": consistent = accounting verified and an audit able to refute
-# the claim did not; not-refuted = accounting verified, audit too weak to reach the claim.
+# the claim did not; underpowered = accounting verified, audit too weak to reach the claim (the empirical check's
+# own word for it: one word, one meaning at both levels; `not-refuted` is an empirical status only).
 # mechanism-mismatch: a probe check failed (or the recorded updates carry less noise than the card): the claim
 # rests on a card that does not describe the code that ran.
-VERDICT_RANK = {"consistent": 0, "not-refuted": 1, "no-claim": 1, "inconclusive": 2, "accounting-mismatch": 3,
+VERDICT_RANK = {"consistent": 0, "underpowered": 1, "no-claim": 1, "inconclusive": 2, "accounting-mismatch": 3,
                 "mechanism-mismatch": 3, "violated": 4}
 VERDICTS = tuple(VERDICT_RANK)
+# the headline "underpowered" was called "not-refuted" in older reports and policies (until 2026-11-26): read as
+# its new name, so that older report.json files and policy files keep their meaning
+LEGACY_VERDICTS = {"not-refuted": "underpowered"}
+
+
+def verdict_name(status: str) -> str:
+    """A headline verdict's current name (an older report's or policy's word mapped, :data:`LEGACY_VERDICTS`)."""
+    return LEGACY_VERDICTS.get(status, status)
 TASK_METRICS = ("accuracy", "bleu", "nist", "meteor", "rougeL", "cider")
 
 # Relative slack between accountants' numerical estimates: a re-accounted epsilon above the claim by

@@ -124,9 +124,10 @@ def is_hub_id(path: str) -> bool:
 
 def local_kind(path: str) -> str:
     """What the model folder (or, online, hub id) at ``path`` is, from its config.json's ``architectures``."""
-    import json
     import os
     from pathlib import Path
+
+    from dpaudit.io import read_json
 
     p = Path(path).expanduser()
     if not p.is_dir():
@@ -144,12 +145,12 @@ def local_kind(path: str) -> str:
         else:
             raise DpauditError(f"model.path {path!r} is not a folder; give a Hugging Face model folder "
                                "(config.json, tokenizer, .safetensors weights)")
-    try:
-        cfg = json.loads((p / "config.json").read_text())
-        archs = cfg.get("architectures") or []
-    except (OSError, ValueError, AttributeError):
-        raise DpauditError(f"model.path {path!r} has no readable config.json; save the model with "
-                           "save_pretrained") from None
+    # size-capped and strict: a 30 GB or NaN-holding config.json is refused unread
+    cfg = read_json(p / "config.json", f"model.path {path!r}: config.json", "save the model with save_pretrained")
+    if not isinstance(cfg, dict):
+        raise DpauditError(f"model.path {path!r}: config.json must hold a JSON object; save the model with "
+                           "save_pretrained")
+    archs = cfg.get("architectures") or []
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
         raise DpauditError(f"{p}/config.json names no 'architectures'; save the model with save_pretrained")
     for kind, ends in (("causal", CAUSAL_SUFFIXES), ("classifier", CLASSIFIER_SUFFIXES), ("encoder", ENCODER_SUFFIXES)):

@@ -52,9 +52,21 @@ GAUSSIAN_ACCOUNTANTS = options.GAUSSIAN_ACCOUNTANTS
 assert tuple(_BACKENDS) == ACCOUNTANTS, "dpaudit.options.ACCOUNTANTS and the accounting backends disagree"
 
 
+OPACUS_ACCOUNTANTS = ("rdp", "prv")  # Opacus' own code: not applicable in the light install (no Opacus)
+
+
 def _backend(name: str):
     _check_accountant(name)
+    _require_opacus(name)
     return importlib.import_module(f"dpaudit.accounting.{_BACKENDS[name]}")
+
+
+def _require_opacus(name: str) -> None:
+    from dpaudit.accounting import opacus_modules
+
+    if name in OPACUS_ACCOUNTANTS and not opacus_modules.available():
+        raise NotApplicable(f"{name} is Opacus' accountant and Opacus is not installed (the light install): "
+                            "pip install 'dpaudit[train]' for it; the other accountants answer without it")
 
 
 def epsilon_function(name: str) -> Callable[[list, float], float]:
@@ -128,6 +140,7 @@ def _interval(events: tuple, delta: float, accountant: str, relation: str, datas
     ``read_disk`` False (inside :func:`disk_cache.bypassed`): computed here, whatever the disk holds."""
     from dpaudit.accounting import disk_cache
 
+    _require_opacus(accountant)  # before the cache: a light install never reads a full one's answers for Opacus
     k = disk_cache.key(accountant, _BACKENDS[accountant], events, delta, relation, dataset_size)
     hit = disk_cache.get(k) if read_disk else None
     if hit is not None:  # the same mechanism, code and libraries: the stored answer (accounting/disk_cache.py)
@@ -174,22 +187,35 @@ CALIBRATE_MAX = 1000.0  # and targets epsilon up to this (beyond it sigma is tin
 def check_reachable(target_epsilon: float, delta: float, sample_rate: float, steps: int, what: str = "") -> None:
     """Refuse, before any training, a target epsilon that no noise multiplier up to :data:`SIGMA_MAX` reaches
     (the bracket :func:`calibrate_sigma` would fail on): integer-order RDP, a closed form, in milliseconds."""
-    from dpaudit.accounting import opacus_rdp
-
     validate_delta(delta)
     validate_mechanism(1.0, sample_rate, steps)
-    eps = opacus_rdp.epsilon([SubsampledGaussian(sample_rate, SIGMA_MAX, steps)], delta,
-                             orders=opacus_rdp.INTEGER_ORDERS)
+    eps = _rdp_bracket([SubsampledGaussian(sample_rate, SIGMA_MAX, steps)], delta)
     if eps > target_epsilon:
         raise DpauditError(f"{what}target epsilon {target_epsilon:g} is out of reach: even sigma = {SIGMA_MAX:g} gives "
                            f"{eps:.3g} at delta {delta:g} over {steps} steps at q = {sample_rate:.4g}; raise the target "
                            "or delta, or train fewer steps")
 
 
+def _rdp_bracket(events: list, delta: float) -> float:
+    """An RDP epsilon (a valid upper bound, never below the tight accountants) fast enough to bracket a search:
+    Opacus' RDP at integer orders (closed form, milliseconds), or dp_accounting's RDP where Opacus is not installed
+    (the light install)."""
+    from dpaudit.accounting import opacus_modules
+
+    if opacus_modules.available():
+        from dpaudit.accounting import opacus_rdp
+
+        return opacus_rdp.epsilon(events, delta, orders=opacus_rdp.INTEGER_ORDERS)
+    from dpaudit.accounting import dpa_rdp
+
+    return dpa_rdp.epsilon(events, delta)
+
+
 def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int,
                     accountant: str = "prv", tol: float = 1e-3, sampler: str = "poisson") -> float:
     """Smallest sigma (to ``tol``) whose epsilon under ``accountant`` is <= target; conservative end."""
     _check_accountant(accountant, GAUSSIAN_ACCOUNTANTS)
+    _require_opacus(accountant)  # never another accountant's answer under this one's name
     if not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0 or math.isinf(target_epsilon):
         raise DpauditError(f"target epsilon must be a finite number > 0, got {target_epsilon}")
     if target_epsilon > CALIBRATE_MAX:
@@ -202,11 +228,8 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
     def eps(s: float, name: str = accountant) -> float:
         return epsilon_function(name)([SubsampledGaussian(sample_rate, s, steps, sampler)], delta)
 
-    from dpaudit.accounting import opacus_rdp
-
     def eps_bracket(s: float) -> float:  # integer-order RDP: closed form, never below the tight accountants
-        return opacus_rdp.epsilon([SubsampledGaussian(sample_rate, s, steps, sampler)], delta,
-                                  orders=opacus_rdp.INTEGER_ORDERS)
+        return _rdp_bracket([SubsampledGaussian(sample_rate, s, steps, sampler)], delta)
 
     # Bracket with RDP, then refine with the requested accountant inside [0.6 * sigma_rdp, sigma_rdp]:
     # PRV at tiny sigma needs huge grids.
@@ -235,6 +258,7 @@ def calibrate_sigma_after(target_epsilon: float, delta: float, fixed: list, samp
     that they composed after the ``fixed`` events stay within ``target_epsilon`` (DP-FROST's ComputeSigma, step
     2). An error when the fixed events alone already spend the target."""
     _check_accountant(accountant, GAUSSIAN_ACCOUNTANTS)
+    _require_opacus(accountant)
     validate_delta(delta)
     validate_mechanism(1.0, sample_rate, steps)
     eps = epsilon_function(accountant)

@@ -28,6 +28,19 @@ _PACKAGES = ("", ".accountants")  # whose __init__ (torch: Opacus' engine, regis
 _LOCK = threading.Lock()
 
 
+def available() -> bool:
+    """Whether Opacus is installed (the light install, ``pip install dpaudit``, has no Opacus: its accountants are
+    not applicable there)."""
+    if sys.modules.get("opacus") is not None:
+        return True
+    try:
+        return importlib.util.find_spec("opacus") is not None
+    except ImportError:  # an import hook that refuses it
+        return False
+    except ValueError:  # an entry without a spec (a placeholder while accountant.py loads): Opacus is there
+        return True
+
+
 def module(name: str, light: bool | None = None):
     """``opacus.<name>`` (e.g. ``"accountants.prv"``); ``light`` forces (True) or forbids (False) the torch-free
     load; by default it is used only where neither Opacus nor torch is imported yet."""
@@ -47,7 +60,8 @@ def _alias_packages() -> None:
         return
     spec = importlib.util.find_spec("opacus")  # finds the package without executing its __init__
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("opacus is not installed; install the project's requirements (make .venv/bin/.installed)")
+        raise ImportError("opacus is not installed: pip install 'dpaudit[train]' (or, in the checkout, "
+                          "make .venv/bin/.installed)")
     root = Path(next(iter(spec.submodule_search_locations)))
     for sub in _PACKAGES:
         pkg = types.ModuleType(ALIAS + sub)

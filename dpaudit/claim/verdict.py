@@ -148,6 +148,6 @@ def _headline(card, acct: dict, best: dict | None, ceiling: float | None, record
         return {"status": "inconclusive", "reason": f"accounting unverifiable: {accounting['reason']}", **checks}
     if emp["status"] == "no-power":
         return {"status": "inconclusive", "reason": f"accounting verified, but {emp['reason']}", **checks}
-    head = "consistent" if emp["status"] == "not-refuted" else "not-refuted"
+    head = "consistent" if emp["status"] == "not-refuted" else "underpowered"  # the empirical check's own word
     return {"status": head, "reason": f"accounting verified ({accounting['reason']}); empirical: {emp['reason']}",
             **checks}

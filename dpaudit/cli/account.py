@@ -51,20 +51,24 @@ def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants,
             raise DpauditError(f"{flag} is required (or pass --card)")
     accounting.validate_delta(delta)
     if target_epsilon is not None:
-        out = {n: accounting.calibrate_sigma(target_epsilon, delta, sample_rate, steps, n) for n in names}
-        _per_accountant(out, as_json, f"σ reaching ε = {target_epsilon} at δ = {delta}, q = {sample_rate}, "
-                                      f"T = {steps}:", "σ")
-        return
-    events = [accounting.SubsampledGaussian(sample_rate, sigma, steps)]
+        def answer(n):
+            return accounting.calibrate_sigma(target_epsilon, delta, sample_rate, steps, n)
+        title, symbol = f"σ reaching ε = {target_epsilon} at δ = {delta}, q = {sample_rate}, T = {steps}:", "σ"
+    else:
+        events = [accounting.SubsampledGaussian(sample_rate, sigma, steps)]
+
+        def answer(n):
+            return accounting.compute(events, delta, n).epsilon
+        title, symbol = f"ε at δ = {delta}:", "ε"
     values, skipped = {}, {}
     for n in names:
         try:
-            values[n] = accounting.compute(events, delta, n).epsilon
-        except accounting.NotApplicable as e:  # e.g. PRV/PLD at a tiny sigma (their grids need GBs)
+            values[n] = answer(n)
+        except accounting.NotApplicable as e:  # PRV/PLD at a tiny sigma (their grids need GBs); Opacus' without it
             skipped[n] = str(e)
     if not values:
         raise DpauditError(f"no accountant asked for can analyse this mechanism: {next(iter(skipped.values()))}")
-    _per_accountant(values, as_json, f"ε at δ = {delta}:", "ε")
+    _per_accountant(values, as_json, title, symbol)
     if skipped and not as_json:
         for n, why in skipped.items():
             click.echo(f"  {n:8s} not applicable: {why}")

@@ -19,6 +19,10 @@ from dpaudit import options
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import check_out, printable
 
+# the import names of pyproject.toml's [train] extra: what the light install leaves out
+TRAIN_STACK = frozenset({"torch", "transformers", "peft", "opacus", "datasets", "sklearn", "safetensors", "matplotlib",
+                         "gguf", "tokenizers", "huggingface_hub", "sacrebleu", "rouge_score", "nltk"})
+
 
 def _command_line() -> str:
     return "dpaudit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -318,6 +322,13 @@ def main(argv=None) -> int:
                 pass
             return 2
         return _internal(e)
+    except ModuleNotFoundError as e:  # the light install (`pip install dpaudit`) running a command of the full one
+        missing = (e.name or "").split(".")[0]
+        if missing not in TRAIN_STACK:
+            return _internal(e)
+        click.echo(f"error: this command needs {missing}, which the light install (`pip install dpaudit`: check, compare, "
+                   "table, account, audit) leaves out: pip install 'dpaudit[train]'", err=True)
+        return 2
     except Exception as e:  # noqa: BLE001 - a bug must not read as "a check failed" (1) nor print a wall of text
         return _internal(e)
     except BaseException as e:  # a Rust panic in tokenizers/safetensors (pyo3's PanicException) on a hostile file

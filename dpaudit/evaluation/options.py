@@ -90,7 +90,7 @@ class EvalOptions:
                                "with this dpaudit")
         return cls(**{k: tuple(v) if k == "attacks" and v is not None else v for k, v in record.items()})
 
-    def resolve(self, manifest, framing: str | None = None) -> Resolved:
+    def resolve(self, manifest, framing: str | None = None, framing_source: str = "checkpoint") -> Resolved:
         """The settings to use under ``manifest``'s evaluation plan (refused when they depart from it without
         ``off_plan``); ``framing`` is the resolved canary framing (``auto`` decided by the checkpoint)."""
         manifest.check_both_coins()
@@ -103,7 +103,7 @@ class EvalOptions:
                         batch_size=self.batch_size, framing=framing or self.framing, reference=self.reference,
                         base_metrics=self.base_metrics, off_plan=self.off_plan,
                         whitebox_queries=self.whitebox_queries, plan_entry=entry, base_model=self.base_model,
-                        device=self.device)
+                        device=self.device, framing_source=framing_source)
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,7 @@ class Resolved:
     plan_entry: dict
     base_model: str | None = None
     device: str | None = None
+    framing_source: str = "checkpoint"  # "option": --canary-framing on a checkpoint that cannot confirm it
 
     def shard_record(self) -> dict:
         """What a shard's partial records of these settings (JSON; the merge re-derives and compares them)."""

@@ -55,9 +55,25 @@ class CanaryScores:
 def framing_of(ck, framing: str = "auto") -> str:
     """How the canaries are framed for scoring: as the model saw its training records. ``auto``: BOS + text + EOS
     for a checkpoint of dpaudit's trainers (it has run.json), the tokenizer's own special tokens otherwise."""
-    if framing != "auto":  # checked once, by EvalOptions
+    ours = _trained_by_dpaudit(ck)  # dpaudit's trainers: BOS + text + EOS
+    if framing == "tokenizer" and ours:  # (the names are checked once, by EvalOptions)
+        raise DpauditError("--canary-framing tokenizer contradicts this checkpoint: dpaudit's trainers (its run.json) "
+                           "fed every record as BOS + text + EOS, so canaries scored otherwise are not what the model "
+                           "saw; drop --canary-framing (auto) or pass bos_eos")
+    if framing != "auto":
         return framing
-    return "bos_eos" if ck.run.get("config") or ck.run.get("model", {}).get("name") else "tokenizer"
+    return "bos_eos" if ours else "tokenizer"
+
+
+def framing_source(ck, framing: str) -> str:
+    """"checkpoint" when the checkpoint decides the framing (auto, or dpaudit's run.json); "option" when the user's
+    --canary-framing states it for a loop dpaudit cannot see (the report says so: stated, not verified)."""
+    return "option" if framing != "auto" and not _trained_by_dpaudit(ck) else "checkpoint"
+
+
+def _trained_by_dpaudit(ck) -> bool:
+    """The checkpoint has dpaudit's run.json (its trainers feed records as BOS + text + EOS)."""
+    return bool(ck.run.get("config") or ck.run.get("model", {}).get("name"))
 
 
 def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, reference: str | Path | None,

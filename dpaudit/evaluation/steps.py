@@ -94,7 +94,8 @@ def merge(ckpt_dir: Path, part_folders, command: str | None = None) -> dict:
 def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -> Loaded:
     """Step 1 (see :class:`Loaded`); a shard only scores: its accounting and white-box records are the merge's."""
     checkpoint.check_manifest(ck, options.off_plan)  # the plan fixed before training, or --off-plan
-    opts = options.resolve(ck.manifest, scoring.framing_of(ck, options.framing))  # framing checked by EvalOptions
+    framing = scoring.framing_of(ck, options.framing)  # its name checked by EvalOptions
+    opts = options.resolve(ck.manifest, framing, scoring.framing_source(ck, options.framing))
     mechanism = ck.card.audited_mechanism()
     whitebox = scoring.whitebox(ck.whitebox_dir or ck.path, mechanism, ck.card)  # a shard checks it too: before scoring
     if shard:

@@ -2,7 +2,8 @@
 
 Regressions: a larger empirical lower bound, a lower audit ceiling, a larger attack AUC (where both reports carry
 its 95% interval: only when the new interval lies wholly above the old) or mean exposure of
-inserted canaries, a larger claimed or re-accounted epsilon, a lower accuracy (where both reports carry per-example
+inserted canaries, a larger claimed epsilon or accounting interval (its tightest sound upper and largest lower
+value), a lower accuracy (where both reports carry per-example
 outcomes on the same test examples: lower by McNemar's exact test at 5%, dpaudit/report/paired.py), or a worse verdict. The two
 checks behind the verdict are shown beside it.
 """
@@ -10,7 +11,7 @@ checks behind the verdict are shown beside it.
 from __future__ import annotations
 
 from dpaudit.errors import DpauditError
-from dpaudit.options import VERDICT_RANK
+from dpaudit.options import VERDICT_RANK, verdict_name
 from dpaudit.report import paired
 
 
@@ -19,7 +20,10 @@ def _metrics(r: dict) -> dict[str, tuple[float | None, int]]:
     out: dict[str, tuple[float | None, int]] = {}
     e = r["claim"]["epsilon"]
     out["claimed ε"] = (float("inf") if e is None else e, +1)
-    out["re-accounted ε (largest)"] = (r["accounting"].get("reaccounted_epsilon"), +1)
+    # the interval that decides the accounting check (as the comparison table): never a loose upper bound
+    acc = r["accounting"]
+    out["accounting: true ε at most (tightest sound upper)"] = (acc.get("certified_epsilon"), +1)
+    out["accounting: true ε at least (largest lower)"] = (acc.get("lower_epsilon"), +1)
     best = r.get("empirical_best")
     out["empirical ε lower bound"] = (best["epsilon_lb"] if best else None, +1)
     emp = r["verdict"].get("empirical") or {}
@@ -83,7 +87,7 @@ def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
         lines.append(f"| accuracy, paired on the same {pair.n} test examples | | | {pair.difference:+.3f} "
                      f"[{pair.low:+.3f}, {pair.high:+.3f}], McNemar p = {pair.p_value:.3g} ({pair.b_only} old-only vs "
                      f"{pair.a_only} new-only correct) | {pair.reading()} |")
-    vo, vn = old["verdict"]["status"], new["verdict"]["status"]
+    vo, vn = verdict_name(old["verdict"]["status"]), verdict_name(new["verdict"]["status"])
     worse = VERDICT_RANK.get(vn, 1) > VERDICT_RANK.get(vo, 1)
     regressions += worse
     for check in ("accounting", "empirical"):

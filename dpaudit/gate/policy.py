@@ -14,7 +14,7 @@ Policy TOML (every key optional; unknown keys are errors)::
     require_claim = true              # a non-private model (no claim) fails
     min_accuracy = 0.5                # task accuracy floor
     max_exposure = 12.0               # no canary's exposure above this many bits
-    allowed_verdicts = ["consistent", "not-refuted"]
+    allowed_verdicts = ["consistent", "underpowered"]  # (older policies' "not-refuted" is read as "underpowered")
     no_noise_shortfall = false        # fail when a white-box noise check bounds the noise actually added below the
                                       # card's sigma (dpaudit/audit/noise_check.py; outside the verdict's family-wise
                                       # correction, so on top of its false-failure rate)
@@ -50,7 +50,7 @@ class Policy:
     require_claim: bool = True
     min_accuracy: float | None = None
     max_exposure: float | None = None
-    allowed_verdicts: tuple = ("consistent", "not-refuted")
+    allowed_verdicts: tuple = ("consistent", "underpowered")
     no_noise_shortfall: bool = False
     mechanism_checks: tuple = ("noise", "sampling", "clipping", "steps", "divisor", "coverage")
     require_mechanism_checks: bool = False
@@ -91,6 +91,9 @@ def load_policy(path: Path | None) -> Policy:
             if not isinstance(rules[key], list):
                 raise DpauditError(f"policy rules.{key} must be a list of statuses, got {rules[key]!r}")
             rules[key] = tuple(rules[key])
+    if "allowed_verdicts" in rules:  # an older policy's headline word, read as its current name
+        rules["allowed_verdicts"] = tuple(options.verdict_name(v) if isinstance(v, str) else v
+                                          for v in rules["allowed_verdicts"])
     return Policy(**rules)
 
 
@@ -109,6 +112,7 @@ def load_report(path: Path) -> dict:
         raise DpauditError(f"comparison report {path} has no variants: nothing was evaluated, so nothing can pass")
     _validate(r, path)
     for v in (r["variants"].values() if r["kind"] == "comparison" else [r]):
+        v["verdict"]["status"] = options.verdict_name(v["verdict"]["status"])  # an older report's headline word
         eps = v["claim"]["epsilon"]
         if eps is not None and (not checks.finite(eps) or eps <= 0):
             raise DpauditError(f"report {path}: claim.epsilon {eps!r} is not a claim (a finite number > 0, or null for "

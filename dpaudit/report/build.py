@@ -98,7 +98,7 @@ def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: d
         "canary_plan": {"m": man.plan.m, "inserted": int(np.sum(plan.signs > 0)), "repetitions": ev.record_reps,
                         "records_per_user": man.plan.records_per_user, "audit_group_size": plan.group_size,
                         "k_pos": plan.k_pos, "k_neg": plan.k_neg, "space_size": man.plan.space_size,
-                        "framing": opts.framing,
+                        "framing": opts.framing, "framing_source": opts.framing_source,
                         **({"design": man.plan.design, "score_on": man.plan.score_on,
                             "pool_source": man.plan.pool_source} if man.plan.design != "template" else {})},
         "verdict": verdict,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from dpaudit.options import TASK_METRICS
+from dpaudit.options import TASK_METRICS, verdict_name
 from dpaudit.report import mechanism as report_checks
 
 LIMITATIONS = [
@@ -50,22 +50,74 @@ def summary_lines(r: dict) -> list[str]:
     else:
         interval = "no accountant gives an interval"
     if acc.get("status"):
-        L.append(f"- Accounting: **{acc['status']}** — {interval}; largest upper value {fmt_eps(a.get('reaccounted_epsilon'))}.")
+        loose = a.get("reaccounted_epsilon")
+        hi = a.get("certified_epsilon")
+        tail = (f"; the loosest accountant's upper value, {fmt_eps(loose)}, is a bound, not the true ε"
+                if loose is not None and hi is not None and loose > hi * (1 + 1e-3) else "")
+        L.append(f"- Accounting: **{acc['status']}** — {interval}{tail}.")
     emp = v.get("empirical") or {}
     best = r.get("empirical_best")
     if best:
         L.append(f"- Empirical: **{emp.get('status', '—')}** — best bound {best['epsilon_lb']:.2f} at "
                  f"{best['family_confidence']:.0%} ({best['attack']}), ceiling {best['ceiling']:.2f} (the most these "
                  f"canaries could prove){_limit_phrase(r, best)}.")
+    L += strength_lines(r)
     for n in r.get("noise_checks") or []:
         word = ("**below the card's σ**" if n["status"] == "below the card" else "no shortfall")
         L.append(f"- Noise check ({n['attack']}): at most {n['upper']:.4g} at {n['confidence']:.0%} against the card's "
                  f"σ = {n['noise_multiplier']:.4g}: {word}.")
     L += report_checks.summary_line(r)
     L += plan_lines(r)
+    L += next_steps(r)
     L.append("- Neither check can prove a model private: accountants verify the mechanism written on the card, and an "
              "audit can only refute a claim, up to its ceiling.")
     return L
+
+
+def strength_lines(r: dict) -> list[str]:
+    """How strong the test was at the claim: what a mechanism exactly at the claimed epsilon would show, in the
+    median audit with these canaries and guesses (the report's audit_limits, simulated before any score was read),
+    so that a weak test never reads as a strong one."""
+    c = r["claim"]
+    lims = [x for x in r.get("audit_limits") or [] if x.get("epsilon_lb") is not None]
+    if not c["private"] or not lims:
+        return []
+    top = max(lims, key=lambda x: x["epsilon_lb"])
+    others = [f"{x['attack']} {x['epsilon_lb']:.2f}" for x in lims if x is not top]
+    eps = c["epsilon"]
+    share = top["epsilon_lb"] / eps
+    return [f"- Strength of the test at the claim: a mechanism exactly at ε = {eps:.3g} shows {top['epsilon_lb']:.2f} "
+            f"in the median audit with these canaries ({top['attack']}, m = {top['m']}: {share:.0%} of the claim"
+            + (f"; {', '.join(others)}" if others else "") + ")."]
+
+
+def next_steps(r: dict) -> list[str]:
+    """What to run next when the audit could not reach the claim: ``dpaudit audit plan`` on the card's own mechanism
+    (the command, filled in), and what the report's own limits already say about more canaries."""
+    c, v = r["claim"], r["verdict"]
+    emp = (v.get("empirical") or {}).get("status")
+    if not c["private"] or emp not in ("underpowered", "no-power"):
+        return []
+    mech = r.get("mechanism") or {}
+    events = mech.get("events") or []
+    out = []
+    if len(events) == 1 and events[0].get("type") == "subsampled_gaussian" and mech.get("group_size", 1) == 1:
+        e = events[0]
+        own = [x["mechanism_limit"] for x in r.get("audit_limits") or [] if x.get("mechanism_limit")]
+        now = max(own, key=lambda x: x["epsilon_lb"]) if own else None
+        here = (f" (with these canaries the card's mechanism shows {now['epsilon_lb']:.2f} at m = {now['m']})"
+                if now else "")
+        out.append(f"- Next: `dpaudit audit plan --sample-rate {e['sample_rate']:.4g} --sigma "
+                   f"{e['noise_multiplier']:.4g} --steps {e['steps']} --delta {c['delta']:.3g}` prints what 1,000 to "
+                   f"100,000 white-box canaries (the probe, docs/probe.md) would show on this card's mechanism{here}; "
+                   "fix m before training, in the config or attach_probe(m=...).")
+    else:
+        out.append("- Next: more canaries (or white-box ones: docs/probe.md) raise the ceiling; `dpaudit audit plan` "
+                   "prints what m white-box canaries can show on a subsampled Gaussian mechanism.")
+    if emp == "underpowered":
+        out.append("- Until then the claim rests on its accounting and the mechanism checks: this audit could not have "
+                   "refuted it.")
+    return out
 
 
 def _limit_phrase(r: dict, best: dict) -> str:
@@ -263,7 +315,7 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     ck = r["checkpoint"]
     title = ck.get("variant") or ck.get("path") or f"a model held as objects (hash {ck.get('hash')})"
     L = [f"# dpaudit report: {title}", "",
-         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", *summary_lines(r), "", "## Bounds", "",
+         f"**Verdict: `{verdict_name(v['status'])}`** — {v['reason']}.", "", *summary_lines(r), "", "## Bounds", "",
          *bound_rows(r), "", "## Accounting", "", *accountant_rows(r), ""]
     for f in r["accounting"].get("findings", []):
         L.append(f"- Finding: {f}")
@@ -321,9 +373,11 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
                  else "."), ""]
     framing = cp.get("framing")
     if framing:
-        L += [f"Scored as the model saw its training records: "
-              f"{'BOS + text + EOS' if framing == 'bos_eos' else 'tokenizer(text), with the special tokens it adds'} "
-              f"(`--canary-framing {framing}`).", ""]
+        how = 'BOS + text + EOS' if framing == 'bos_eos' else 'tokenizer(text), with the special tokens it adds'
+        said = cp.get("framing_source")  # "option": the user's word for how their loop fed records (not verifiable)
+        L += [(f"Scored as stated for this model's training loop (`--canary-framing {framing}`, not verified): {how}."
+               if said == "option" else f"Scored as the model saw its training records: {how} "
+                                         f"(`--canary-framing {framing}`)."), ""]
     exposed = r["exposure"].get("canaries", []) if r["exposure"] else []
     if exposed:
         L += ["| id | inserted | repetitions | secret | exposure | extrapolated |", "|---|---|---|---|---|---|"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from dpaudit.errors import DpauditError
 from dpaudit.io import printable, write_atomic
+from dpaudit.options import verdict_name
 
 BEGIN, END = "<!-- dpaudit:begin -->", "<!-- dpaudit:end -->"
 TAGS = ("differential-privacy", "dpaudit")
@@ -32,7 +33,7 @@ def section(r: dict, report_path: str) -> str:
              if c.get("private") else "none (a non-private model)")
     lines = [BEGIN, "## Privacy audit (dpaudit)", "",
              f"- **Claim**: {claim}.",
-             f"- **Verdict**: `{v['status']}` — {printable(v['reason'])}."]
+             f"- **Verdict**: `{verdict_name(v['status'])}` — {printable(v['reason'])}."]
     if c.get("private"):
         cert, lo = a.get("certified_epsilon"), a.get("lower_epsilon")
         interval = (f"true ε in [{lo:.4g}, {cert:.4g}]" if lo is not None and cert is not None else

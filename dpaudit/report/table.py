@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from dpaudit.errors import DpauditError
 from dpaudit.io import printable
+from dpaudit.options import verdict_name
 from dpaudit.report import paired
 from dpaudit.run_folder import RunFolder
 
@@ -211,7 +212,7 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "best": ("empirical ε lower bound, 95% (best test, ceiling)", lambda x: _best(x, False)),
     "mechanism_limit": ("card mechanism's median limit, same m and guesses (reached)", _mechanism_limit),
     "best_confidence": ("empirical ε lower bound (best test, confidence, ceiling)", lambda x: _best(x, True)),
-    "verdict": ("verdict", lambda x: f"`{x.r['verdict']['status']}`"),
+    "verdict": ("verdict", lambda x: f"`{verdict_name(x.r['verdict']['status'])}`"),
     "trained": ("trained", _trained),
     "sigmas": ("σ_ps / σ_SGD", _sigmas),
     "best_with_whitebox": ("best one-run bound, 95%", _best_with_whitebox),

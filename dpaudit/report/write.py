@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from dpaudit.io import atomic_folder, jsonable
-from dpaudit.options import TASK_METRICS
+from dpaudit.options import TASK_METRICS, verdict_name
 from dpaudit.report import plots
 from dpaudit.report.build import SCHEMA_VERSION
 from dpaudit.report.markdown import LIMITATIONS, fmt_eps, render_markdown
@@ -92,7 +92,7 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
             la = r["attacks"].get("loss")
             ea = r["attacks"].get("exposure")
             L.append(
-                f"| [{name}]({name}/report/REPORT.md) | `{r['verdict']['status']}` | {fmt_eps(r['claim']['epsilon'])} | "
+                f"| [{name}]({name}/report/REPORT.md) | `{verdict_name(r['verdict']['status'])}` | {fmt_eps(r['claim']['epsilon'])} | "
                 f"{_reaccounted(r)} | "
                 f"{b['epsilon_lb']:.2f} ({b['attack']}, {b['family_confidence']:.0%}, ceiling {b['ceiling']:.2f}) | "
                 + (f"{la['auc']:.3f} [{la['auc_ci'][0]:.2f}, {la['auc_ci'][1]:.2f}] | " if la else "— | ")
@@ -102,7 +102,7 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
                 + _clipped_cell(r)
                 + (_task_metric(r["metrics"]) + " |"))
         L += ["", "Verdicts:", ""]
-        L += [f"- **{name}**: `{r['verdict']['status']}` — {r['verdict']['reason']}." for name, r in reports.items()]
+        L += [f"- **{name}**: `{verdict_name(r['verdict']['status'])}` — {r['verdict']['reason']}." for name, r in reports.items()]
         first = next(iter(reports.values()))
         cp = first["canary_plan"]
         space = (f"secrets from a space of {cp['space_size']:,}" if cp.get("space_size") is not None

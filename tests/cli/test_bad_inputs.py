@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dpaudit.cli import main
-from tests.settings import TINY_RUN
+from tests.settings import TINY_MODEL, TINY_RUN
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -287,6 +287,9 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("no EOS token for the bos_eos framing", _no_special_tokens, ["--canary-framing", "bos_eos", "--off-plan"],
      "no EOS token"),
     ("canary longer than the context", _long_canaries, [], "context"),
+    ("tokenizer framing on a checkpoint of dpaudit's trainers (BOS + text + EOS)",
+     lambda ck: (ck / "run.json").write_text(json.dumps({"model": {"name": "tiny-gpt2"}})),
+     ["--canary-framing", "tokenizer"], "contradicts this checkpoint"),
     ("all canaries inserted", _external(_all_inserted), [], "every canary is inserted"),
     ("no canary inserted", _external(_none_inserted), [], "no canary is inserted"),
     ("duplicate canary ids", _canaries(_dup("id")), [], "share the id"),
@@ -858,3 +861,20 @@ def test_a_reader_that_leaves_early_is_one_line_exit_2_not_a_failed_check():
     err = p.stderr.read()
     assert p.wait(timeout=120) == 2, err
     assert len(err.strip().splitlines()) == 1 and "broken pipe" in err, err
+
+
+@pytest.mark.parametrize("content,needle", [(None, "more than any dpaudit file"),  # a sparse 30 GB file, never read
+                                            ('{"architectures": ["GPT2LMHeadModel"], "n_embd": NaN}', "non-finite"),
+                                            ("[1, 2]", "JSON object")])
+def test_run_model_path_config_json_hostile(content, needle, tmp_path, capsys):
+    """`[model] path`: config.json is read size-capped and strict before anything else (a 30 GB one was read whole,
+    a MemoryError reported as a dpaudit bug)."""
+    m = tmp_path / "m"
+    m.mkdir()
+    if content is None:
+        with open(m / "config.json", "wb") as fh:
+            fh.truncate(30 * 2 ** 30)
+    else:
+        (m / "config.json").write_text(content)
+    (tmp_path / "cfg.toml").write_text(RUN_BASE.replace(TINY_MODEL, f'[model]\npath = "{m}"\nmax_len = 32\n'))
+    _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], needle, tmp_path, capsys)

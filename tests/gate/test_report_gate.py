@@ -4,6 +4,7 @@ import copy
 import json
 import re
 from importlib import resources
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -142,3 +143,47 @@ def test_compare_flags_regressions(run_dir, capsys):
     a, b = str(run_dir / "dp" / "report" / "report.json"), str(run_dir / "non-private" / "report" / "report.json")
     assert main(["compare", a, b, "--fail-on-regression"]) == 1
     assert main(["compare", a, a, "--fail-on-regression"]) == 0
+
+
+def test_compare_shows_the_accounting_interval_that_decides_not_a_loose_upper_bound():
+    """The demo's DP report: PLD proves ε <= 7.975 while RDP's loose upper value is 9.56; compare shows the former
+    (and the largest lower value), never the loose one as "the" re-accounted epsilon; a wider interval regresses."""
+    demo = _load(Path(__file__).resolve().parents[2] / "reports" / "demo" / "dp-eps8" / "report" / "report.json")
+    md, n = compare(demo, demo)
+    assert n == 0 and "9.557" not in md and "re-accounted" not in md
+    row = next(ln for ln in md.splitlines() if "true ε at most" in ln)
+    assert "7.975" in row, row
+    worse = json.loads(json.dumps(demo))
+    worse["accounting"]["certified_epsilon"] = 8.4
+    md, n = compare(demo, worse)
+    assert n >= 1 and "**regressed**" in next(ln for ln in md.splitlines() if "true ε at most" in ln)
+
+
+def test_one_word_one_meaning_older_reports_and_policies_keep_theirs(tmp_path, capsys):
+    """The headline "accounting verified, audit could not reach the claim" is `underpowered` (the empirical check's
+    own word); `not-refuted` is an empirical status only. An older report's headline `not-refuted` and an older
+    policy's allowed `not-refuted` are read as `underpowered`: the gate and compare give what they gave."""
+    from dpaudit import options
+    from dpaudit.claim.verdict import empirical
+
+    assert "not-refuted" not in options.VERDICTS and "underpowered" in options.VERDICTS
+    assert set(options.VERDICTS) & set(options.EMPIRICAL_STATUSES) <= {"violated", "underpowered"}
+    assert empirical(8.0, {"epsilon_lb": 0.5, "family_confidence": 0.95}, 3.0)["status"] == "underpowered"
+    demo = Path(__file__).resolve().parents[2] / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
+    old = json.loads(demo.read_text())
+    old["verdict"]["status"] = "not-refuted"  # as written before the rename
+    old_path = tmp_path / "old.json"
+    old_path.write_text(json.dumps(old))
+    new = json.loads(demo.read_text())
+    new["verdict"]["status"] = "underpowered"
+    new_path = tmp_path / "new.json"
+    new_path.write_text(json.dumps(new))
+    old_policy = _policy(tmp_path, "allowed_verdicts = ['consistent', 'not-refuted']\n", "old.toml")
+    strict = _policy(tmp_path, "allowed_verdicts = ['consistent']\n", "strict.toml")
+    for path in (old_path, new_path):
+        assert main(["check", str(path)]) == 0
+        assert main(["check", str(path), "--policy", old_policy]) == 0
+        assert main(["check", str(path), "--policy", strict]) == 1
+        assert "verdict 'underpowered' is not allowed" in capsys.readouterr().out
+    md, n = compare(policy.load_report(old_path), policy.load_report(new_path))
+    assert n == 0 and "not-refuted" not in md.split("### ")[0]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import shlex
 from pathlib import Path
 
@@ -118,11 +117,38 @@ def test_hugging_face_trainer_example_runs_with_the_probe_callback(tmp_path, cap
     assert (tmp_path / "hf" / "model" / "gradient_canaries.probe.npz").is_file()  # saved by the callback
 
 
-def test_github_actions_workflow_names_what_exists():
-    text = (ROOT / "examples" / "github-actions.yml").read_text()
-    for path in re.findall(r"(configs/[\w.]+\.toml)", text):
-        assert (ROOT / path).is_file(), path
-    commands = [ln.strip().removeprefix("run: ") for ln in text.splitlines() if "dpaudit " in ln and "run" in ln]
-    assert any(c.startswith("dpaudit run configs/tiny.toml") for c in commands)
-    make = (ROOT / "Makefile").read_text()  # make ci-audit (in .ci/run) runs the same two commands
-    assert "dpaudit run configs/tiny.toml" in make and "--policy configs/policy.toml" in make
+def test_github_actions_workflow_runs_in_a_users_repository_shape():
+    """The workflow for the user's repository (examples/github-actions.yml): a light gate job and a full evaluate
+    job, each installing dpaudit from DPAUDIT_SOURCE (nothing of this checkout), every dpaudit line a command
+    and options the CLI accepts. .ci/wheel_check.sh runs both jobs from the built wheel (.ci/run_workflow.py)."""
+    import shlex
+
+    import click
+    import yaml
+
+    from dpaudit.cli.main import cli
+
+    flow = yaml.safe_load((ROOT / "examples" / "github-actions.yml").read_text())
+    assert set(flow["jobs"]) == {"gate", "evaluate"}
+    env = {k: str(v) for k, v in flow["env"].items()}
+    runs = {name: [s["run"] for s in job["steps"] if "run" in s] for name, job in flow["jobs"].items()}
+    installs = {name: [ln for r in rs for ln in r.splitlines() if "pip install" in ln and "dpaudit" in ln]
+                for name, rs in runs.items()}
+    assert installs["gate"] == ['pip install "dpaudit @ $DPAUDIT_SOURCE"']  # the light install: no [train]
+    assert installs["evaluate"] == ['pip install "dpaudit[train] @ $DPAUDIT_SOURCE"']
+    text = "\n".join(r for rs in runs.values() for r in rs)
+    for banned in ("requirements", "-e .", "configs/"):  # none of this checkout's files
+        assert banned not in text, banned
+    lines = [ln.strip().split("; fi")[0].split("then ")[-1] for ln in text.splitlines() if "dpaudit " in ln
+             and "pip install" not in ln]
+    assert len(lines) == 4, lines
+    for line in lines:
+        for k, v in env.items():
+            line = line.replace(f'"${k}"', v)
+        args = shlex.split(line)
+        assert args[0] == "dpaudit", line
+        cmd, rest, ctx = cli, args[1:], cli.make_context("dpaudit", list(args[1:]), resilient_parsing=True)
+        while isinstance(cmd, click.Group):
+            _, cmd, rest = cmd.resolve_command(ctx, rest)
+            ctx = cmd.make_context(cmd.name, list(rest), parent=ctx) if not isinstance(cmd, click.Group) else ctx
+        assert cmd.name in ("check", "compare", "evaluate"), line

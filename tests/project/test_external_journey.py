@@ -169,6 +169,9 @@ def test_canaries_are_scored_as_the_model_saw_them(trained, tmp_path):
                      "--quiet"]) == 0
         r = json.loads((out / "report.json").read_text())
         assert r["canary_plan"]["framing"] == framing
+        # the user's word for a loop dpaudit cannot see: the report says it was stated, not verified
+        assert r["canary_plan"]["framing_source"] == "option"
+        assert f"(`--canary-framing {framing}`, not verified)" in (out / "REPORT.md").read_text()
         auc[framing] = r["attacks"]["loss"]["auc"]
     assert auc["tokenizer"] > 0.9 and auc["bos_eos"] < auc["tokenizer"] - 0.2, auc
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dpaudit.cli import main
+from dpaudit.options import verdict_name
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
@@ -23,7 +24,7 @@ def test_the_section_says_what_the_report_says(tmp_path, capsys):
     assert main(["model-card", str(REPORT), "--to", str(tmp_path / "README.md")]) == 0
     text = (tmp_path / "README.md").read_text()
     b, a = r["empirical_best"], r["accounting"]
-    assert f"ε = {r['claim']['epsilon']:.4g} at δ = 1e-05" in text and f"`{r['verdict']['status']}`" in text
+    assert f"ε = {r['claim']['epsilon']:.4g} at δ = 1e-05" in text and f"`{verdict_name(r['verdict']['status'])}`" in text
     assert f"true ε in [{a['lower_epsilon']:.4g}, {a['certified_epsilon']:.4g}]" in text
     assert f"ε ≥ {b['epsilon_lb']:.3g}" in text and f"the most this test could show: {b['ceiling']:.3g}" in text
     assert "noise pass, sampling pass, clipping pass, steps pass, divisor pass" in text

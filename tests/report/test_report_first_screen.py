@@ -72,3 +72,31 @@ def test_compare_flags_an_auc_only_when_its_interval_clears_the_old_one():
     lines, _ = compare_one(old, new, "t")
     (row,) = [ln for ln in lines if ln.startswith("| AUC loss |")]
     assert "**regressed**" in row
+
+
+def test_first_screen_answers_is_it_kept_how_strong_and_what_next(capsys):
+    """The three questions of a newcomer, answered by the summary under the verdict: the accounting interval (never
+    the loose upper value as the true ε), the strength of the test at the claim (what a mechanism exactly at it
+    shows with these canaries), and the next step: an `audit plan` command filled in from the card, which runs."""
+    import shlex
+
+    from dpaudit.cli import main
+    from dpaudit.report.markdown import summary_lines
+
+    r = json.loads((ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json").read_text())
+    lines = summary_lines(r)
+    acc = next(ln for ln in lines if ln.startswith("- Accounting"))
+    assert "[7.974, 7.975]" in acc and "9.56, is a bound, not the true ε" in acc
+    strength = next(ln for ln in lines if ln.startswith("- Strength of the test at the claim"))
+    limit = max(x["epsilon_lb"] for x in r["audit_limits"])
+    assert f"shows {limit:.2f} in the median audit" in strength and f"{limit / r['claim']['epsilon']:.0%}" in strength
+    nxt = next(ln for ln in lines if ln.startswith("- Next: "))
+    cmd = nxt.split("`")[1]
+    e = r["mechanism"]["events"][0]
+    assert f"--sigma {e['noise_multiplier']:.4g}" in cmd and f"--steps {e['steps']}" in cmd
+    assert main([*shlex.split(cmd)[1:], "--canaries", "1000"]) == 0
+    assert "m =     1,000" in capsys.readouterr().out
+    # an audit able to reach the claim has no next-step lines; a non-private model no strength line
+    assert not any(ln.startswith("- Next") for ln in summary_lines(
+        {**r, "verdict": {**r["verdict"], "empirical": {**r["verdict"]["empirical"], "status": "not-refuted"}}}))
+    assert not any(ln.startswith("- Strength") for ln in summary_lines({**r, "claim": {**r["claim"], "private": False}}))

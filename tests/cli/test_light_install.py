@@ -1,0 +1,82 @@
+"""The light install (`pip install dpaudit`: NumPy, SciPy, dp_accounting; no torch, no Opacus), simulated in a fresh
+process whose training stack cannot be imported: the gate's commands answer, Opacus' accountants say "not
+applicable" with the extra to install, and the commands of the full install refuse in one line (exit 2, nothing
+written). .ci/wheel_check.sh does the same from the built wheel in a real light venv."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CARD = ROOT / "reports" / "canary_designs" / "new_token" / "dp-eps8" / "checkpoint" / "privacy_card.json"
+DEMO = ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
+BLOCKED = ("torch", "transformers", "opacus", "peft", "datasets", "sklearn", "matplotlib", "safetensors", "tokenizers")
+
+
+def light(*args, cwd=None):
+    """``dpaudit ARGS`` in a process where the [train] extra's packages are not importable."""
+    code = ("import sys\n"
+            "class Absent:  # as if not installed: importing one of these raises ModuleNotFoundError\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            f"        if name.split('.')[0] in {BLOCKED!r}:\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, Absent())\n"
+            "from dpaudit.cli import main\n"
+            f"rc = main({list(map(str, args))!r})\n"
+            f"assert not any(n in sys.modules for n in {BLOCKED!r})\n"
+            "sys.exit(rc)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd or ROOT)
+
+
+def test_account_card_without_opacus_uses_the_other_accountants_and_names_the_extra(tmp_path, monkeypatch):
+    r = light("account", "--card", CARD, "--json", cwd=tmp_path)
+    assert r.returncode in (0, 1), r.stderr
+    out = json.loads(r.stdout)
+    skipped = out["not_applicable"]
+    assert {"rdp", "prv"} <= set(skipped) and all("dpaudit[train]" in skipped[n] for n in ("rdp", "prv")), skipped
+    done = {x["accountant"]: x for x in out["results"]}
+    assert set(done) == {"pld", "dpa_rdp"}
+    # the same numbers as the full install's PLD and dp_accounting RDP (this process has Opacus)
+    from dpaudit import accounting
+    from dpaudit.claim.card import load_card
+
+    card = load_card(CARD)
+    full, _ = accounting.intervals(card.events, card.claim.delta, card.claim.neighbouring, card.dataset_size,
+                                   accountants=["pld", "dpa_rdp"])
+    for res in full:
+        assert abs(done[res.accountant]["epsilon"] - res.epsilon) < 1e-9
+    assert out["verdict"] == "verified" and r.returncode == 0
+
+
+def test_account_opacus_accountant_asked_by_name_is_not_applicable():
+    args = ("--sample-rate", "0.01", "--steps", "1000", "--delta", "1e-5", "--accountants", "rdp,pld")
+    r = light("account", "--sigma", "1", *args)
+    assert r.returncode == 0, r.stderr
+    assert "pld      ε = " in r.stdout and "rdp      not applicable: rdp is Opacus' accountant" in r.stdout, r.stdout
+    # calibration too: never another accountant's sigma under rdp's name
+    r = light("account", "--target-epsilon", "3", *args)
+    assert r.returncode == 0, r.stderr
+    assert "pld      σ = 0.81" in r.stdout and "rdp      σ" not in r.stdout and "rdp      not applicable" in r.stdout
+    r = light("account", "--sigma", "1", *args[:-1], "prv")
+    assert r.returncode == 2 and "pip install 'dpaudit[train]'" in r.stderr, r.stderr
+
+
+def test_gate_commands_answer_without_the_training_stack(tmp_path):
+    assert light("check", DEMO).returncode == 0
+    assert light("check", DEMO, "--policy", ROOT / "configs" / "policy.toml").returncode == 0
+    assert light("compare", ROOT / "reports/demo/non-private/report/report.json", DEMO).returncode == 0
+    r = light("table", ROOT / "reports" / "demo", "--columns", "variant,claimed,prv,interval,verdict")
+    assert r.returncode == 0 and "dp-eps8" in r.stdout, r.stderr
+    r = light("audit", "plan", "--sigma", "1", "--sample-rate", "0.01", "--steps", "100", "--canaries", "1000")
+    assert r.returncode == 0, r.stderr
+    assert light("audit", "one-run", "--canaries", "1000", "--guesses", "100", "--correct", "95").returncode == 0
+
+
+def test_commands_of_the_full_install_refuse_in_one_line(tmp_path):
+    ck = CARD.parent
+    r = light("evaluate", ck, "--out", tmp_path / "out")
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("error: this command needs ") and "pip install 'dpaudit[train]'" in line, line
+    assert not (tmp_path / "out").exists()
