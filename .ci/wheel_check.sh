@@ -15,8 +15,20 @@ test -f "$ck/privacy_card.json" || { echo "error: no checkpoint at $ck; run make
 work=$root/build/wheel-check
 rm -rf "$work" && mkdir -p "$work"
 quiet() { grep -v -E '^WARNING: Location|^\[notice\]' || true; }
+rm -rf build/lib build/bdist.*  # setuptools builds in-tree: modules left there by older layouts would ship
 .venv/bin/pip wheel -q --no-deps -w "$work/dist" . 2>&1 | quiet
 whl=$(ls "$work"/dist/dpaudit-*.whl)
+python3 - "$whl" <<'EOF'
+import pathlib, sys, zipfile
+roots = {"dpaudit/trainers/": "trainers/", "dpaudit/attacks/": "attacks/", "dpaudit/tasks/": "tasks/"}
+def source(name):
+    for k, v in roots.items():
+        if name.startswith(k):
+            return v + name[len(k):]
+    return name
+stale = [n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.endswith(".py") and not pathlib.Path(source(n)).is_file()]
+assert not stale, f"the wheel ships modules the checkout does not have: {stale[:5]}"
+EOF
 demo=$root/reports/demo/dp-eps8/report/report.json
 
 echo "== 1. light install"

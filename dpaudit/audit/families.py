@@ -63,6 +63,9 @@ def attack_rows(scores: dict, signs, whitebox: list[dict] | None) -> dict:
     white-box canary set (for more than RAW_SCORES_MAX canaries: a 20-bin histogram per class and at most
     ROC_POINTS_MAX ROC points; the metrics are computed on every score)."""
     rows = {name: _metrics(sc, signs) for name, sc in scores.items()}
+    for name, sc in scores.items():  # which score is whose (the plots' histograms; a reader's own analysis)
+        if len(sc) <= RAW_SCORES_MAX:
+            rows[name]["signs"] = [int(x) for x in np.asarray(signs)]
     for wb in _sets(whitebox):
         rows[wb["name"]] = {**_metrics(wb["scores"], wb["signs"]), "kind": wb["kind"], "m": len(wb["signs"])}
         if len(wb["signs"]) <= RAW_SCORES_MAX:

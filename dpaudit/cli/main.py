@@ -135,9 +135,10 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
               help="Reference secrets sampled from the randomness space for exposure ranks. Default: the plan's, "
                    "else 2000.")
 @click.option("--enumerate-limit", default=None, type=int,
-              help="Rank exposure over the WHOLE randomness space (exactly, by a token trie; the suffix is then not "
-                   "scored) when it has at most this many secrets. Default: whenever the trie fits its budget "
-                   "(spaces up to 10^6 secrets with models up to ~200M parameters); 0: never (sampled references).")
+              help="Opt in to ranking exposure over the WHOLE randomness space (exactly, by a token trie; the suffix "
+                   "is then not scored) when it has at most this many secrets, e.g. 1000000. Default (or 0): ranks "
+                   "among --references sampled secrets; the exact pass costs a forward pass per trie node (minutes on "
+                   "a CPU) and its exposure numbers never enter the verdict.")
 @click.option("--reference-model", type=click.Path(path_type=Path),
               help="HF model folder for the reference attack (default: the checkpoint's base model).")
 @click.option("--base-model", type=click.Path(path_type=Path), default=None,

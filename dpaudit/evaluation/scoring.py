@@ -30,19 +30,13 @@ class ExposureScores:
     suffix_scored: bool = True  # False: log P(secret tokens | prefix) only (the token trie over the whole space)
 
 
-TRIE_SPACE_LIMIT = 10 ** 6  # ``enumerate_limit=None``: spaces up to this size are enumerated exactly by the trie ...
-TRIE_BUDGET = 2e13  # ... when (space / alphabet) forward passes x parameters stays under this (SmolLM2-135M at 10^6)
-
-
 def enumerate_whole_space(plan, model, enumerate_limit: int | None) -> bool:
-    """Whether exposure ranks over the whole space: ``enumerate_limit`` secrets at most, or, when None, the
-    space fits :data:`TRIE_SPACE_LIMIT` and the trie's cost estimate :data:`TRIE_BUDGET`."""
+    """Whether exposure ranks over the whole space: only when asked (``enumerate_limit`` > 0, opt-in: the trie
+    costs a forward pass per node, and its exposure numbers never enter the verdict) and the space has at most
+    ``enumerate_limit`` secrets; otherwise among sampled reference secrets."""
     if plan.design != "template":  # the trie enumerates a template's symbol strings only
         return False
-    if enumerate_limit is not None:
-        return 0 < plan.space_size <= enumerate_limit
-    params = sum(p.numel() for p in model.parameters())
-    return plan.space_size <= TRIE_SPACE_LIMIT and plan.space_size / len(plan.alphabet) * params <= TRIE_BUDGET
+    return enumerate_limit is not None and 0 < plan.space_size <= enumerate_limit
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,23 @@ from pathlib import Path
 import numpy as np
 
 
+def _score_panels(report: dict) -> list[tuple]:
+    """(attack, "histogram" | "scores", data) for every attack whose scores the report can split into inserted and
+    held-out canaries: its own signs, else (older reports) the exposure section's, else none (no panel)."""
+    ex = report.get("exposure") or {}
+    fallback = np.array([1 if c["inserted"] else -1 for c in ex.get("canaries", [])])
+    out = []
+    for name, a in (report.get("attacks") or {}).items():
+        if "histogram" in a:
+            out.append((name, "histogram", a["histogram"]))
+            continue
+        sc = np.asarray(a.get("scores", []), dtype=float)
+        s = np.asarray(a["signs"]) if "signs" in a else fallback
+        if sc.size and s.size == sc.size:
+            out.append((name, "scores", (sc, s)))
+    return out
+
+
 def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
     """Draw every plot the report has data for into ``out``; returns the file names."""
     import matplotlib
@@ -31,28 +48,25 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
         ax.legend(fontsize=8)
         files.append(_save(fig, out, f"{prefix}roc.png"))
 
-        fig, axes = plt.subplots(1, len(attacks), figsize=(4.2 * len(attacks), 3.4), squeeze=False)
-        signs = np.array([1 if c["inserted"] else -1 for c in report["exposure"].get("canaries", [])]) \
-            if report.get("exposure") else None
-        for ax, (name, a) in zip(axes[0], attacks.items()):
-            if "histogram" in a:  # many canaries: the report keeps counts per bin, not every score
-                h = a["histogram"]
-                for key, label in (("inserted", "inserted"), ("held_out", "held out")):
-                    ax.stairs(h[key], h["edges"], fill=True, alpha=0.6, label=label)
+        drawable = _score_panels(report)  # only attacks whose scores can be told apart: no empty panel
+        if drawable:
+            cols = min(3, len(drawable))  # readable at page width: at most three panels a row
+            rows = -(-len(drawable) // cols)
+            fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+            for ax in axes.flat[len(drawable):]:
+                ax.set_visible(False)
+            for ax, (name, kind, data) in zip(axes.flat, drawable):
+                if kind == "histogram":  # many canaries: the report keeps counts per bin, not every score
+                    for key, label in (("inserted", "inserted"), ("held_out", "held out")):
+                        ax.stairs(data[key], data["edges"], fill=True, alpha=0.6, label=label)
+                else:
+                    sc, s = data
+                    bins = np.histogram_bin_edges(sc, bins=20)
+                    ax.hist(sc[s > 0], bins=bins, alpha=0.6, label="inserted")
+                    ax.hist(sc[s < 0], bins=bins, alpha=0.6, label="held out")
                 ax.set_title(f"{name} score")
                 ax.legend(fontsize=8)
-                continue
-            sc = np.array(a["scores"])
-            s = np.array(a["signs"]) if "signs" in a else signs
-            s = s if s is not None and s.size == sc.size else None
-            if s is None:
-                continue
-            bins = np.histogram_bin_edges(sc, bins=20)
-            ax.hist(sc[s > 0], bins=bins, alpha=0.6, label="inserted")
-            ax.hist(sc[s < 0], bins=bins, alpha=0.6, label="held out")
-            ax.set_title(f"{name} score")
-            ax.legend(fontsize=8)
-        files.append(_save(fig, out, f"{prefix}scores.png"))
+            files.append(_save(fig, out, f"{prefix}scores.png"))
     ex = report.get("exposure")
     if ex:
         can = ex["canaries"]

@@ -69,7 +69,8 @@ def test_evaluate_ranks_exposure_over_the_whole_space_by_default(tiny_model_fact
     card = PrivacyCard(claim=Claim(epsilon=None, delta=0.0), events=[], clipping_norm=1.0, expected_batch_size=8,
                        dataset_size=100)
     ck = checkpoint.write(tmp_path / "ck", model, tok, card, man, {})
-    r = evaluate(ck, EvalOptions(attacks=("exposure",)))
+    assert evaluate(ck, EvalOptions(attacks=("exposure",)))["exposure"]["enumerated"] is False  # opt-in
+    r = evaluate(ck, EvalOptions(attacks=("exposure",), enumerate_limit=10 ** 4))
     ex = r["exposure"]
     assert ex["enumerated"] and ex["suffix_scored"] is False and ex["n_references"] == 10 ** 4 - 20
     want = exposure_trie.log_probs(model.eval(), tok, man.plan.prefix, [c.secret for c in man.canaries],

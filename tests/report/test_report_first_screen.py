@@ -100,3 +100,36 @@ def test_first_screen_answers_is_it_kept_how_strong_and_what_next(capsys):
     assert not any(ln.startswith("- Next") for ln in summary_lines(
         {**r, "verdict": {**r["verdict"], "empirical": {**r["verdict"]["empirical"], "status": "not-refuted"}}}))
     assert not any(ln.startswith("- Strength") for ln in summary_lines({**r, "claim": {**r["claim"], "private": False}}))
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    import struct
+
+    return struct.unpack(">II", path.read_bytes()[16:24])
+
+
+def test_score_plots_have_no_empty_panel_and_fit_the_page(tmp_path):
+    """scores.png draws a panel only for an attack whose scores it can split (the demo's report predates black-box
+    signs and has no exposure section: one panel, not two blank ones), at most three panels a row (the language
+    model's seven: 3 x 3, not a 2772-pixel strip); a new report's black-box rows carry their signs."""
+    from dpaudit.audit.families import attack_rows
+    from dpaudit.report import plots
+
+    demo = json.loads((ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json").read_text())
+    assert [p[0] for p in plots._score_panels(demo)] == ["whitebox_gradient"]
+    lm = json.loads((ROOT / "reports" / "demo_lm" / "dp-eps8" / "report" / "report.json").read_text())
+    assert len(plots._score_panels(lm)) == 7
+    for name, r in (("demo", demo), ("lm", lm)):
+        out = tmp_path / name
+        out.mkdir()
+        assert "scores.png" in plots.draw(r, out)
+        w, h = _png_size(out / "scores.png")
+        assert w <= 3 * 4.2 * 110 + 1, (name, w)
+    assert _png_size(tmp_path / "demo" / "scores.png")[0] < 500  # one panel
+    import numpy as np
+
+    signs = np.array([1, -1] * 10)
+    rows = attack_rows({"loss": np.linspace(0, 1, 20)}, signs, None)
+    assert rows["loss"]["signs"] == signs.tolist()
+    demo["attacks"]["loss"]["signs"] = [1 if c else -1 for c in range(len(demo["attacks"]["loss"]["scores"]))]
+    assert [p[0] for p in plots._score_panels(demo)] == ["loss", "whitebox_gradient"]
