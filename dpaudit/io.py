@@ -87,6 +87,32 @@ def write_atomic(path: Path, save) -> None:
         raise
 
 
+def write_atomic_all(files: list) -> None:
+    """:func:`write_atomic` for several files that belong together (``[(path, save), ...]``): every one is written
+    beside its path first, and only when all are whole do they replace their paths (renames, which need no space);
+    a failure (a full disk half-way) leaves none of them, new or partial."""
+    import os
+
+    tmps = []
+    try:
+        for path, save in files:
+            path = Path(path)
+            if path.is_dir():
+                raise DpauditError(f"{path} is a folder, not a file to write; name a file path")
+            if not path.parent.is_dir():
+                raise DpauditError(f"{path.parent} is not a folder; create it first, or name a file in an existing "
+                                   "folder")
+            tmp = path.with_name(path.name + ".partial")
+            tmps.append((tmp, path))
+            save(tmp)
+    except BaseException:
+        for tmp, _ in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in tmps:
+        os.replace(tmp, path)
+
+
 def jsonable(x):
     """Strict JSON: infinities and NaN become strings ("inf", "nan"; readers map "inf" back)."""
     if isinstance(x, dict):
@@ -129,6 +155,44 @@ def check_out(out, protected=(), what: str = "--out") -> Path:
             raise DpauditError(f"{what} {out} is inside the checkpoint {p} (it would change what is audited); write "
                                "the report elsewhere")
     return out
+
+
+@contextmanager
+def native_stderr_held():
+    """While a file we did not write is parsed by a native library: what the library writes to file descriptor 2
+    (a Rust panic message and its backtrace, 136 lines for one hostile tokenizer) is held back, written out after a
+    normal return, and dropped when the parse ends in a panic (pyo3's PanicException), which the CLI answers with
+    one line of its own."""
+    import os
+    import sys
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (AttributeError, OSError, ValueError):  # no fd 2 (an embedding host): nothing to hold
+        yield
+        return
+    panicked = False
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException as e:
+            panicked = type(e).__name__ == "PanicException"
+            raise
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not panicked:
+                held.seek(0)
+                data = held.read()
+                if data:
+                    os.write(2, data)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from pathlib import Path
 from dpaudit.errors import DpauditError
 
 MAX_FIELD = 10 * 2 ** 20  # characters of one CSV field (csv's default is 128 KiB; a long document fits)
+MAX_LINE = 2 * MAX_FIELD  # characters of one JSONL line (a record's fields and their JSON escapes)
 
 
 def read_rows(path: Path, what: str, hint: str) -> list[dict]:
@@ -29,6 +30,9 @@ def read_rows(path: Path, what: str, hint: str) -> list[dict]:
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
+            if len(line) > MAX_LINE:  # a record the tokenizer would try to hold whole (a 1 GB line aborted in Rust)
+                raise DpauditError(f"{path}: line {n} holds {len(line):,} characters, more than one record may "
+                                   f"({MAX_LINE:,}); split the document into records")
             try:
                 row = json.loads(line)
             except (json.JSONDecodeError, RecursionError) as e:

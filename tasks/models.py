@@ -39,7 +39,7 @@ from transformers import (
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from dpaudit.errors import DpauditError, first_line
-from dpaudit.io import read_json, staged_folder
+from dpaudit.io import native_stderr_held, read_json, staged_folder
 from dpaudit.tasks import assets
 from dpaudit.tasks.model_spec import (  # noqa: F401 - the spec is read here too
     APPLIES_TO,
@@ -241,7 +241,8 @@ def load_tokenizer(path: Path):
     """The tokenizer saved in a HF folder, with a pad token (the EOS token when it has none)."""
     refuse_code(path)
     try:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        with native_stderr_held():  # a Rust panic's lines are dropped: the CLI says it in one
+            tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - a damaged tokenizer folder is bad input
         raise DpauditError(f"cannot load the tokenizer at {path}: {first_line(e)}") from None
     if tok.pad_token is None:

@@ -58,6 +58,12 @@ def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dic
 def write_records(manifest: Manifest, path: Path, column: str = "text") -> int:
     """The records to insert as JSONL (one ``{column: text}`` object per line; classifier canaries add
     ``label``), written atomically; returns how many."""
+    save, n = records_writer(manifest, column)
+    write_atomic(Path(path), save)
+    return n
+
+
+def records_writer(manifest: Manifest, column: str = "text"):
+    """(save(path), how many): the records file's writer, for writing it together with the manifest."""
     recs = manifest.records(column)
-    write_atomic(Path(path), lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in recs)))
-    return len(recs)
+    return (lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in recs))), len(recs)

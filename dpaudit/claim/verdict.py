@@ -89,7 +89,8 @@ def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | N
                           f"{claimed:.3g}"}
     return {"status": "not-refuted", **base,
             "reason": f"the audit could have proved up to epsilon {ceiling:.3g} >= the claim {claimed:.3g} and found "
-                      f"{lb:.3g} at {conf:.0%} confidence: the claim survived a test able to refute it"}
+                      f"{lb:.3g} at {conf:.0%} confidence: not refuted by a test whose ceiling reaches the claim "
+                      "(how strong it is at the claim: the report's strength line)"}
 
 
 def judge(card, acct: dict, best: dict | None, ceiling: float | None = None, record_best: dict | None = None,

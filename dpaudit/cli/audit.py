@@ -1,4 +1,5 @@
-"""``dpaudit audit``: audit bounds from counts (one-run, many-run) and many-run audits over checkpoints."""
+"""``dpaudit audit``: audit bounds from counts (one-run, many-run) or membership scores (scores, through the public
+auditor dpaudit/audit/auditor.py), and many-run audits over checkpoints."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dpaudit.errors import DpauditError
 
 @click.group()
 def audit():
-    """Audit statistics from counts (no model needed)."""
+    """Audit statistics from counts or scores (no model needed)."""
 
 
 @audit.command("one-run")
@@ -26,7 +27,7 @@ def audit():
 def one_run_cmd(m, r, v, delta, confidence, as_json):
     """Steinke-Nasr-Jagielski one-run ε lower bound, with the ceiling r guesses allow, and the f-DP readings of
     the same counts (Mahloujifar, Melis, Chaudhuri 2024): the (ε, δ) trade-off bound and the Gaussian-DP estimate."""
-    from dpaudit.audit import fdp, one_run
+    from dpaudit.audit.auditor import bounds_from_counts
 
     _audit_params(delta, confidence, canaries=m, guesses=r, correct=v)
     if m > MAX_CANARIES or r > MAX_GUESSES:
@@ -34,21 +35,147 @@ def one_run_cmd(m, r, v, delta, confidence, as_json):
                            f"about a minute at 10^6 guesses); got {m:,} and {r:,}")
     if r > m:
         raise DpauditError(f"--guesses {r} cannot exceed --canaries {m}")
-    try:
-        lb = one_run.epsilon_lower_bound(m, r, v, delta, confidence)
-        cap = one_run.ceiling(m, r, delta, confidence)
-        f = fdp.audit(v, m, r // 2, r - r // 2, delta, confidence)
+    try:  # the public auditor's counts path (dpaudit/audit/auditor.py), r split evenly between the two sides
+        res = bounds_from_counts(m, r // 2, r - r // 2, v, delta, confidence)
     except ValueError as e:
         raise DpauditError(str(e)) from None
+    lb, cap = res.steinke_epsilon_lb, res.steinke_ceiling
     if as_json:
         click.echo(json.dumps({"epsilon_lb": lb, "ceiling": cap, "m": m, "r": r, "v": v, "delta": delta,
-                               "confidence": confidence, "fdp_epsilon_lb": f.epsilon_lb, "fdp_ceiling": f.ceiling,
-                               "gdp_mu_lb": f.gdp_mu_lb, "gdp_epsilon_estimate": f.gdp_epsilon_estimate}))
+                               "confidence": confidence, "fdp_epsilon_lb": res.epsilon_lb, "fdp_ceiling": res.ceiling,
+                               "gdp_mu_lb": res.gdp_mu_lb, "gdp_epsilon_estimate": res.gdp_epsilon_estimate}))
     else:
         click.echo(f"ε ≥ {lb:.3f} at {confidence:.0%} confidence (ceiling for {r} guesses: {cap:.3f})")
-        est = (f", ε ≈ {f.gdp_epsilon_estimate:.3f} at δ = {delta:g} if the mechanism is Gaussian-shaped (an "
-               "estimate)") if f.gdp_epsilon_estimate is not None else ""
-        click.echo(f"f-DP: ε ≥ {f.epsilon_lb:.3f} (ceiling {f.ceiling:.3f}); Gaussian-DP μ ≥ {f.gdp_mu_lb:.3f}{est}")
+        click.echo(f"f-DP: ε ≥ {res.epsilon_lb:.3f} (ceiling {res.ceiling:.3f}); Gaussian-DP μ ≥ "
+                   f"{res.gdp_mu_lb:.3f}{_estimate(res)}")
+
+
+def _estimate(res) -> str:
+    """The Gaussian-DP reading, labelled as the estimate it is."""
+    if res.gdp_epsilon_estimate is None:
+        return ""
+    return (f", ε ≈ {res.gdp_epsilon_estimate:.3f} at δ = {res.delta:g} if the mechanism is Gaussian-shaped (an "
+            "estimate, not a bound)")
+
+
+@audit.command("scores")
+@click.argument("scores_file", metavar="SCORES", type=click.Path(path_type=Path))
+@click.option("--strategy", type=click.Choice(["fixed", "held-out", "search", "median"]), default="fixed",
+              show_default=True,
+              help="How the guesses are made, each valid at --confidence: fixed = --guesses fixed before the scores "
+                   "were seen; held-out = guess counts chosen on a seeded half, audited on the other; search = every "
+                   "count of a geometric grid, Bonferroni over the grid; median = the median of --splits held-out "
+                   "splits, each at 1 - alpha/2.")
+@click.option("--guesses", default=None, metavar="K_POS,K_NEG",
+              help="fixed: guesses on each side, fixed in advance (default m/4,m/4).")
+@click.option("--splits", default=11, show_default=True, type=click.IntRange(1, 1001), help="median: held-out splits.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="held-out: the split's seed.")
+@click.option("--delta", default=0.0, show_default=True, type=float, help="δ of the hypothesis tested.")
+@click.option("--confidence", default=0.95, show_default=True, type=float, help="Confidence level.")
+@click.option("--fpr", default=0.01, show_default=True, type=float,
+              help="Report the TPR at this FPR, with Clopper-Pearson intervals.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: the audit, tpr, fpr and auc.")
+def scores_cmd(scores_file, strategy, guesses, splits, seed, delta, confidence, fpr, as_json):
+    """Every bound from membership scores: SCORES is a JSON file ({"scores": [...], "inserted": [true, false, ...]}
+    or {"inserted": [scores], "held_out": [scores]}) or a CSV with columns score,inserted, one row per canary, each
+    inserted with probability 1/2 before training. Prints the f-DP ε lower bound and its ceiling, the Steinke et
+    al. bound of the same guesses, the Gaussian-DP reading (an estimate), TPR at --fpr and AUC with intervals
+    (dpaudit/audit/auditor.py: the same auditor as a Python object)."""
+    from dpaudit.audit import auditor
+
+    _audit_params(delta, confidence)
+    if not 0 < fpr < 1:
+        raise DpauditError(f"--fpr must be in (0, 1), got {fpr}")
+    sc, signs = _read_scores(scores_file)
+    if sc.size > MAX_SCORES:
+        raise DpauditError(f"at most {MAX_SCORES:,} canaries; {scores_file} has {sc.size:,}")
+    try:
+        a = auditor.ScoreAuditor(sc, signs)
+        if strategy == "fixed":
+            kp, kn = (a.m // 4, a.m // 4) if guesses is None else _pair(guesses)
+            strat = auditor.Fixed(kp, kn)
+        else:
+            if guesses is not None:
+                raise DpauditError(f"--guesses is for --strategy fixed; {strategy} chooses its own")
+            strat = {"held-out": auditor.HeldOut(seed=seed), "search": auditor.Search(),
+                     "median": auditor.MedianOfSplits(splits=splits)}[strategy]
+        res = a.audit(strat, delta=delta, confidence=confidence)
+        tpr, got_fpr = a.tpr_at_fpr(fpr, confidence)
+        auc = a.auc(confidence)
+    except ValueError as e:
+        raise DpauditError(f"{scores_file}: {e}") from None
+    if as_json:
+        click.echo(json.dumps({"audit": res.to_dict(), "tpr": vars(tpr), "fpr": vars(got_fpr), "auc": vars(auc)}))
+        return
+    click.echo(f"{a.m} canaries ({int((signs > 0).sum())} inserted); {res.strategy}: {res.v} right of "
+               f"{res.r} guesses on {res.m}")
+    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {confidence:.0%} confidence, δ = {delta:g} (f-DP; ceiling "
+               f"{res.ceiling:.3f}, the most these guesses could show); Steinke et al.: ε ≥ {res.steinke_epsilon_lb:.3f}")
+    click.echo(f"Gaussian-DP μ ≥ {res.gdp_mu_lb:.3f}{_estimate(res)}")
+    click.echo(f"TPR {tpr.value:.3f} [{tpr.low:.3f}, {tpr.high:.3f}] at FPR {got_fpr.value:.4f} "
+               f"[{got_fpr.low:.4f}, {got_fpr.high:.4f}] (asked {fpr:g}; {confidence:.0%} Clopper-Pearson); "
+               f"AUC {auc.value:.3f} [{auc.low:.3f}, {auc.high:.3f}] (bootstrap)")
+
+
+def _pair(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise DpauditError(f"--guesses takes K_POS,K_NEG (two whole numbers), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def _read_scores(path: Path):
+    """(scores, signs) from a JSON or CSV file; bad input is one line."""
+    import numpy as np
+
+    from dpaudit.io import MAX_JSON_BYTES, read_json
+
+    if not path.is_file():
+        raise DpauditError(f"scores file not found at {path}; write one with scores and inserted flags")
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise DpauditError(f"{path} is {path.stat().st_size:,} bytes, more than a scores file of 10^6 canaries")
+    if path.suffix.lower() == ".csv":
+        import csv
+
+        try:
+            with open(path, newline="", encoding="utf-8") as fh:
+                rows = list(csv.DictReader(fh))
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise DpauditError(f"cannot read {path} as CSV: {e}") from None
+        if not rows or not {"score", "inserted"} <= set(rows[0]):
+            raise DpauditError(f"{path}: a CSV needs the columns score,inserted (one row per canary)")
+        d = {"scores": [r["score"] for r in rows], "inserted": [r["inserted"] for r in rows]}
+    else:
+        d = read_json(path, "scores file", "write {\"scores\": [...], \"inserted\": [...]}")
+        if not isinstance(d, dict):
+            raise DpauditError(f"{path} must hold a JSON object with scores and inserted, or inserted and held_out")
+    try:
+        if "scores" in d:
+            sc = np.asarray([float(x) for x in d["scores"]], dtype=float)
+            flags = [_flag(x) for x in d.get("inserted", [])]
+            signs = np.where(np.asarray(flags, dtype=bool), 1, -1)
+        elif "inserted" in d and "held_out" in d:
+            ins = np.asarray([float(x) for x in d["inserted"]], dtype=float)
+            out = np.asarray([float(x) for x in d["held_out"]], dtype=float)
+            sc, signs = np.r_[ins, out], np.r_[np.ones(ins.size, dtype=int), -np.ones(out.size, dtype=int)]
+        else:
+            raise DpauditError(f"{path}: give scores and inserted (one flag per score), or inserted and held_out")
+    except (TypeError, ValueError) as e:
+        raise DpauditError(f"{path}: the scores must be numbers and the flags true/false ({e})") from None
+    if sc.size != signs.size:
+        raise DpauditError(f"{path}: {sc.size} scores but {signs.size} inserted flags: one of each per canary")
+    return sc, signs
+
+
+def _flag(x) -> bool:
+    if isinstance(x, bool):
+        return x
+    t = str(x).strip().lower()
+    if t in ("true", "1", "+1", "yes", "in", "inserted"):
+        return True
+    if t in ("false", "0", "-1", "no", "out", "held_out", "held out"):
+        return False
+    raise ValueError(f"{x!r} is not a flag")
 
 
 @audit.command("plan")
@@ -158,6 +285,7 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
                    f"(TP {r['tp']}, FN {r['fn']}, FP {r['fp']}, TN {r['tn']}; threshold from {r['n_tuning']} other runs)")
 
 
+MAX_SCORES = 10 ** 6  # audit scores: a search or median over splits at 10^6 canaries takes minutes
 MAX_CANARIES = 10 ** 8  # audit one-run: the Steinke bound's cost does not grow with m beyond this
 MAX_GUESSES = 10 ** 6  # audit one-run: the f-DP reading is O(r) per evaluation (about a minute at 10^6 here)
 MAX_PLAN_CANARIES = 10 ** 6  # audit plan: a simulated audit per size (about 20 s at 10^6 on this project's CPU)

@@ -8,7 +8,7 @@ import click
 
 from dpaudit import options
 from dpaudit.errors import DpauditError
-from dpaudit.io import write_atomic
+from dpaudit.io import write_atomic, write_atomic_all
 
 
 @click.group()
@@ -90,8 +90,12 @@ def canaries_new(m, repetitions, seed, template, design, pool, base_model, token
                             attacks=[a.strip() for a in attacks.split(",") if a.strip()], rule=rule,
                             confidence=confidence, n_references=n_references, design=design, pool=pool,
                             tokenizer=tok, base_model=model)
-    write_atomic(out, man.save)
-    n = planting.write_records(man, records) if records is not None else None
+    if records is None:
+        write_atomic(out, man.save)
+        n = None
+    else:  # both whole or neither (a full disk after the manifest would leave a manifest without its records)
+        save_records, n = planting.records_writer(man)
+        write_atomic_all([(out, man.save), (records, save_records)])
     k_pos, k_neg = man.plan.guesses
     if design == "new-token":
         click.echo(f"new-token design: add the {len(man.new_tokens())} new tokens to your model and tokenizer before "

@@ -208,7 +208,11 @@ def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit,
 
 
 def _done(r: dict, out: Path) -> None:
+    from dpaudit.report.markdown import strength_lines
+
     click.echo(printable(f"{r['verdict']['status']}: {r['verdict']['reason']}"))
+    for line in strength_lines(r):  # what a mechanism exactly at the claim shows with these canaries
+        click.echo(printable(line[2:]))
     click.echo(f"report: {Path(out) / 'REPORT.md'}")
 
 

@@ -78,9 +78,9 @@ def strength_lines(r: dict) -> list[str]:
     """How strong the test was at the claim: what a mechanism exactly at the claimed epsilon would show, in the
     median audit with these canaries and guesses (the report's audit_limits, simulated before any score was read),
     so that a weak test never reads as a strong one."""
-    c = r["claim"]
+    c = r.get("claim") or {}
     lims = [x for x in r.get("audit_limits") or [] if x.get("epsilon_lb") is not None]
-    if not c["private"] or not lims:
+    if not c.get("private") or not lims or not c.get("epsilon"):
         return []
     top = max(lims, key=lambda x: x["epsilon_lb"])
     others = [f"{x['attack']} {x['epsilon_lb']:.2f}" for x in lims if x is not top]

@@ -128,7 +128,30 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
     # the evaluation plan is fixed with the canaries, before any training
     manifest = canaries.generate(canary_plan(cfg))
     _preflight(cfg, data, manifest)
+    created = [p for p in (out, *out.parents) if not p.exists()]
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _variants(cfg, out, data, manifest, finished, fps, command, redact, snapshot_every, resume, train_only)
+    except DpauditError:  # a refusal during training (a model folder, a tokenizer): no empty --out left behind
+        _remove_if_empty(created)
+        raise
+
+
+def _remove_if_empty(created: list[Path]) -> None:
+    """Remove the folders this run created (deepest first) while they hold no file: a refusal leaves the disk as
+    it found it; anything written (a finished variant's checkpoint) is kept."""
+    import os
+
+    for p in created:
+        if p.is_dir() and not any(f for _, _, fs in os.walk(p) for f in fs):
+            import shutil
+
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _variants(cfg, out: Path, data, manifest, finished: dict, fps: dict, command: str, redact: bool,
+              snapshot_every: int, resume: bool, train_only: bool) -> dict:
+    """Train (and audit) every variant into ``out``, then write the comparison."""
     run = RunFolder(out)
     reports = {}
     for v in cfg.variants:

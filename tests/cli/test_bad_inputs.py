@@ -878,3 +878,53 @@ def test_run_model_path_config_json_hostile(content, needle, tmp_path, capsys):
         (m / "config.json").write_text(content)
     (tmp_path / "cfg.toml").write_text(RUN_BASE.replace(TINY_MODEL, f'[model]\npath = "{m}"\nmax_len = 32\n'))
     _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], needle, tmp_path, capsys)
+
+
+def test_a_refusal_during_training_leaves_no_empty_out(tmp_path, capsys, tiny_model_factory):
+    """A `[model] path` folder refused only when the trainer loads it (a weight missing): exit 2, one line, and the
+    --out folder the run created is gone again (it held nothing)."""
+    from safetensors.torch import load_file, save_file
+
+    model, tok = tiny_model_factory()
+    m = tmp_path / "m"
+    model.save_pretrained(m)
+    tok.save_pretrained(m)
+    w = load_file(m / "model.safetensors")
+    w.pop(sorted(w)[-1])
+    save_file(w, m / "model.safetensors", metadata={"format": "pt"})
+    (tmp_path / "cfg.toml").write_text(RUN_BASE.replace(TINY_MODEL, f'[model]\npath = "{m}"\nmax_len = 32\n'))
+    out = tmp_path / "new" / "out"
+    assert main(["run", str(tmp_path / "cfg.toml"), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "weights" in err, err
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_native_panic_prints_one_line_not_its_backtrace(tmp_path):
+    """A tokenizer file that makes the Rust parser panic: the panic's own lines (written straight to file
+    descriptor 2, 136 of them for one hostile tokenizer) are held back and dropped; dpaudit's one line remains.
+    A parse that succeeds keeps what the library wrote."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, sys
+from dpaudit.tasks import models
+class PanicException(BaseException):
+    pass
+def boom(*a, **k):
+    os.write(2, b"thread '<unnamed>' panicked at tokenizers/src/x.rs:1:1:\\n" * 136)
+    raise PanicException("called `Option::unwrap()` on a `None` value")
+models.AutoTokenizer.from_pretrained = boom
+from dpaudit.cli import main
+sys.exit(main(["canaries", "new", "--m", "20", "--design", "bigram", "--tokenizer", {str(tmp_path)!r},
+               "--out", {str(tmp_path / "c.json")!r}]))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("error: a tokenizer or weights file made its parser panic"), line
+    out = subprocess.run([sys.executable, "-c", "import os\nfrom dpaudit.io import native_stderr_held\n"
+                          "with native_stderr_held():\n    os.write(2, b'kept\\n')\n"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.stderr == "kept\n"

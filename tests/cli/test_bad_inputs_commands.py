@@ -120,6 +120,8 @@ DATA = [
     ("a null JSONL line", "d.jsonl", b'{"text": "a", "label": 1}\nnull\n', "line 2 is a JSON null"),
     ("a JSONL of lists", "d.jsonl", b'["private text one", 1]\n["private text two", 0]\n', "line 1 is a JSON list"),
     ("a JSONL line nested 100,000 deep", "d.jsonl", b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 1"),
+    ("a 30 MB JSONL record", "d.jsonl", b'{"text": "ok", "label": 0}\n{"text": "' + b"x" * 30_000_000 + b'", "label": 1}\n',
+     "line 2 holds 30,000,0"),
 ]
 
 
@@ -145,3 +147,27 @@ def test_column_names_in_an_error_are_cut_short():
 
     text = _names(["a private training sentence that goes on and on"] + [f"c{i}" for i in range(10)])
     assert "goes on and on" not in text and text.endswith("and 5 more") and len(text) < 120
+
+
+@pytest.mark.parametrize("fail_on", ["manifest", "records"])
+def test_canaries_new_on_a_full_disk_leaves_neither_file(fail_on, tmp_path, capsys, monkeypatch):
+    """The manifest and its records are written together: a disk that fills up half-way through either leaves no
+    manifest without its records (and no .partial), as the error line says (on a real 48 kB tmpfs, too: checked by
+    hand on 2026-11-26)."""
+    import errno
+
+    from dpaudit.canaries import manifest, planting
+
+    def full(path):
+        Path(path).write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    if fail_on == "records":
+        real = planting.records_writer
+        monkeypatch.setattr(planting, "records_writer", lambda man, column="text": (full, real(man, column)[1]))
+    else:
+        monkeypatch.setattr(manifest.Manifest, "save", lambda self, path: full(path))
+    assert main(["canaries", "new", "--m", "20", "--out", str(tmp_path / "c.json"),
+                 "--records", str(tmp_path / "r.jsonl")]) == 2
+    assert "nothing partial was kept" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,268 @@
+"""Scores in, every bound out: the public one-run auditor of membership scores (or of counts).
+
+    >>> import numpy as np
+    >>> from dpaudit.audit.auditor import ScoreAuditor, Fixed, HeldOut
+    >>> rng = np.random.default_rng(0)
+    >>> signs = rng.choice([-1, 1], size=1000)
+    >>> scores = rng.normal(size=1000) + 2.0 * (signs > 0)       # a 2-GDP mechanism's optimal scores
+    >>> a = ScoreAuditor(scores, signs)
+    >>> r = a.audit(Fixed(k_pos=100, k_neg=100), delta=1e-5)
+    >>> round(r.epsilon_lb, 2) > 0
+    True
+
+The canaries were each inserted with probability 1/2 (``signs`` +1) or held out (-1). How the guesses are made is
+a value (the *threshold strategy*), each valid at the stated confidence:
+
+* :class:`Fixed` — k_pos + k_neg guesses fixed before the scores are seen (dpaudit's manifests fix them);
+* :class:`HeldOut` — the canaries split in two by a seeded coin; the guess counts chosen on one half, audited on the
+  other (half the canaries, full confidence);
+* :class:`Search` — every configuration of a grid audited, Bonferroni over the grid's size (the correction), the
+  best kept;
+* :class:`MedianOfSplits` — HeldOut over many seeded splits, each at confidence 1 - alpha/2; their median is valid
+  at 1 - alpha (the splits whose bound exceeds the truth are, on average, at most alpha/2 of them, so by Markov's
+  inequality at least half of them do with probability at most alpha).
+
+Every bound is the f-DP analysis of the guesses (:mod:`dpaudit.audit.fdp`, Mahloujifar et al. 2024) beside the
+Steinke et al. one (:mod:`dpaudit.audit.one_run`); the Gaussian-DP reading is an *estimate* (it assumes the
+mechanism's trade-off is Gaussian) and is labelled so. TPR at a chosen FPR comes with Clopper-Pearson intervals
+(the threshold is set on the held-out scores, so the TPR of the inserted ones at it is binomial), AUC with a
+bootstrap interval. Pure NumPy/SciPy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from scipy.stats import beta
+
+from dpaudit.audit import fdp, mia_metrics, one_run
+
+GRID = (0.05, 0.1, 0.2, 0.3, 0.5)  # HeldOut: fractions of the tuning canaries guessed on each side
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """k_pos "inserted" and k_neg "held out" guesses, fixed before any score is seen."""
+
+    k_pos: int
+    k_neg: int
+
+    def describe(self) -> str:
+        return f"fixed guesses {self.k_pos} + {self.k_neg}"
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Guess fractions chosen (from ``grid`` x ``grid``) on a seeded half of the canaries, audited on the other."""
+
+    grid: tuple = GRID
+    seed: int = 0
+
+    def describe(self) -> str:
+        return f"held-out split (seed {self.seed}): guesses chosen on half the canaries, audited on the other half"
+
+
+@dataclass(frozen=True)
+class Search:
+    """Every (k_pos, k_neg) with each side in {0} or a geometric grid of counts (1, 2, 4, ..., m/2), both not 0,
+    audited at 1 - alpha / (number of configurations); the largest bound is valid at 1 - alpha."""
+
+    def configurations(self, m: int) -> list[tuple[int, int]]:
+        ks = [0] + [2 ** i for i in range(int(math.log2(max(1, m // 2))) + 1)]
+        return [(a, b) for a in ks for b in ks if 0 < a + b <= m]
+
+    def describe(self) -> str:
+        return "search over a geometric grid of guess counts, Bonferroni over the grid"
+
+
+@dataclass(frozen=True)
+class MedianOfSplits:
+    """The median of ``splits`` HeldOut bounds (seeds 0..splits-1), each at confidence 1 - alpha/2."""
+
+    splits: int = 11
+    grid: tuple = GRID
+
+    def describe(self) -> str:
+        return f"median over {self.splits} held-out splits, each at 1 - alpha/2 (valid at 1 - alpha by Markov)"
+
+
+STRATEGIES = {"fixed": Fixed, "held-out": HeldOut, "search": Search, "median": MedianOfSplits}
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """One audit's bounds. ``epsilon_lb`` and ``ceiling`` (the most these guesses could show) are f-DP lower bounds
+    at ``confidence``; ``steinke_epsilon_lb`` the Steinke et al. bound of the same guesses; ``gdp_epsilon_estimate``
+    an estimate (assumes a Gaussian trade-off), never a bound. ``m``, ``r``, ``v``: the canaries the audit used,
+    its guesses and the right ones (for MedianOfSplits, the median split's)."""
+
+    strategy: str
+    epsilon_lb: float
+    ceiling: float
+    steinke_epsilon_lb: float
+    steinke_ceiling: float
+    gdp_mu_lb: float
+    gdp_epsilon_estimate: float | None
+    m: int
+    k_pos: int
+    k_neg: int
+    r: int
+    v: int
+    delta: float
+    confidence: float
+    estimates: tuple = ("gdp_epsilon_estimate",)
+    splits: list = field(default_factory=list)  # MedianOfSplits: every split's epsilon_lb
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A rate with its two-sided Clopper-Pearson interval at ``confidence``."""
+
+    value: float
+    low: float
+    high: float
+    successes: int
+    trials: int
+    confidence: float
+
+
+def bounds_from_counts(m: int, k_pos: int, k_neg: int, v: int, delta: float, confidence: float = 0.95,
+                       strategy: str = "fixed guesses (counts given)") -> AuditResult:
+    """Every bound of ``v`` right out of ``k_pos + k_neg`` guesses on ``m`` canaries."""
+    r = int(k_pos + k_neg)
+    f = fdp.audit(v, m, k_pos, k_neg, delta, confidence)
+    st = one_run.epsilon_lower_bound(m, r, v, delta=delta, confidence=confidence)
+    st_cap = one_run.ceiling(m, r, delta=delta, confidence=confidence)
+    return AuditResult(strategy=strategy, epsilon_lb=f.epsilon_lb, ceiling=f.ceiling, steinke_epsilon_lb=st,
+                       steinke_ceiling=st_cap,
+                       gdp_mu_lb=f.gdp_mu_lb, gdp_epsilon_estimate=f.gdp_epsilon_estimate, m=int(m),
+                       k_pos=int(k_pos), k_neg=int(k_neg), r=r, v=int(v), delta=float(delta),
+                       confidence=float(confidence))
+
+
+class ScoreAuditor:
+    """Membership scores (higher = more likely inserted) and the canaries' signs (+1 inserted, -1 held out, or
+    booleans). :meth:`from_groups` takes the inserted and held-out scores apart."""
+
+    def __init__(self, scores, signs):
+        self.scores = np.asarray(scores, dtype=float)
+        self.signs = one_run._as_signs(signs)
+        if self.scores.ndim != 1 or self.scores.size != self.signs.size:
+            raise ValueError(f"{self.scores.size} scores but {self.signs.size} signs: one of each per canary")
+        if not np.isfinite(self.scores).all():
+            raise ValueError("membership scores must be finite (NaN or infinity: fix the attack before auditing)")
+        if self.scores.size < 2:
+            raise ValueError("an audit needs at least two canaries")
+
+    @classmethod
+    def from_groups(cls, inserted, held_out) -> ScoreAuditor:
+        """Scores of the inserted canaries and of the held-out ones (each in with probability 1/2)."""
+        ins, out = np.asarray(inserted, dtype=float).ravel(), np.asarray(held_out, dtype=float).ravel()
+        return cls(np.r_[ins, out], np.r_[np.ones(ins.size, dtype=int), -np.ones(out.size, dtype=int)])
+
+    @property
+    def m(self) -> int:
+        return int(self.scores.size)
+
+    def audit(self, strategy=None, delta: float = 0.0, confidence: float = 0.95) -> AuditResult:
+        """The bounds under ``strategy`` (default: Fixed at m/4 + m/4, dpaudit's manifests' default)."""
+        if not 0.0 < confidence < 1.0:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+        if not 0.0 <= delta < 1.0:
+            raise ValueError(f"delta must be in [0, 1), got {delta}")
+        strategy = strategy if strategy is not None else Fixed(self.m // 4, self.m // 4)
+        if isinstance(strategy, Fixed):
+            return self._fixed(strategy.k_pos, strategy.k_neg, delta, confidence, strategy.describe())
+        if isinstance(strategy, HeldOut):
+            return self._held_out(strategy.grid, strategy.seed, delta, confidence, strategy.describe())
+        if isinstance(strategy, Search):
+            configs = strategy.configurations(self.m)
+            per = 1 - (1 - confidence) / len(configs)  # every configuration at this level: the max is valid
+            order = np.argsort(self.scores, kind="stable")
+            s_sorted = self.signs[order]
+            top, bottom = np.cumsum((s_sorted[::-1] > 0)), np.cumsum(s_sorted < 0)  # right among the k highest/lowest
+
+            def right(kp, kn):
+                return int((top[kp - 1] if kp else 0) + (bottom[kn - 1] if kn else 0))
+            kp, kn = max(configs, key=lambda c: fdp.approx_dp_epsilon_lower_bound(self.m, c[0] + c[1],
+                                                                                   right(*c), delta, per))
+            best = self._fixed(kp, kn, delta, per, "")
+            return _relabel(best, f"{strategy.describe()} ({len(configs)} configurations)", confidence)
+        if isinstance(strategy, MedianOfSplits):
+            if strategy.splits < 1:
+                raise ValueError("MedianOfSplits needs at least one split")
+            half = 1 - (1 - confidence) / 2
+            runs = sorted((self._held_out(strategy.grid, s, delta, half, "") for s in range(strategy.splits)),
+                          key=lambda x: x.epsilon_lb)
+            lower_median = runs[(len(runs) - 1) // 2]  # the lower median: never above the median
+            out = _relabel(lower_median, strategy.describe(), confidence)
+            return AuditResult(**{**out.to_dict(), "splits": [x.epsilon_lb for x in runs]})
+        raise ValueError(f"unknown threshold strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+
+    def tpr_at_fpr(self, fpr: float, confidence: float = 0.95) -> tuple[Rate, Rate]:
+        """(TPR, achieved FPR) at the threshold that flags at most ``fpr`` of the held-out canaries, each with its
+        Clopper-Pearson interval. Where the held-out canaries cannot resolve ``fpr`` (fewer than 1/fpr of them),
+        the threshold flags none of them: the TPR at zero false positives."""
+        if not 0.0 < fpr < 1.0:
+            raise ValueError(f"fpr must be in (0, 1), got {fpr}")
+        ins, out = self.scores[self.signs > 0], self.scores[self.signs < 0]
+        if ins.size == 0 or out.size == 0:
+            raise ValueError("TPR at FPR needs inserted and held-out canaries")
+        k = int(math.floor(fpr * out.size))  # held-out canaries allowed above the threshold
+        srt = np.sort(out)[::-1]
+        thr = srt[k] if k < out.size else -np.inf  # flag scores strictly above the (k+1)-th largest held-out one
+        tp, fp = int(np.sum(ins > thr)), int(np.sum(out > thr))
+        return _rate(tp, ins.size, confidence), _rate(fp, out.size, confidence)
+
+    def auc(self, confidence: float = 0.95, n_boot: int = 1000, seed: int = 0) -> Rate:
+        """AUC with a stratified bootstrap interval (counts are not binomial here: successes/trials are None)."""
+        met = mia_metrics.compute(self.scores, self.signs, n_boot=n_boot, level=confidence, seed=seed)
+        lo, hi = met.auc_ci
+        return Rate(met.auc, lo, hi, None, None, confidence)
+
+    # -- strategies ----------------------------------------------------------------------------------------
+
+    def _fixed(self, k_pos: int, k_neg: int, delta: float, confidence: float, label: str,
+               idx: np.ndarray | None = None) -> AuditResult:
+        sc, s = (self.scores, self.signs) if idx is None else (self.scores[idx], self.signs[idx])
+        guesses = one_run.guess_from_scores(sc, k_pos, k_neg)
+        v = int(np.sum(np.maximum(0, guesses * s)))
+        return bounds_from_counts(sc.size, k_pos, k_neg, v, delta, confidence, label)
+
+    def _held_out(self, grid, seed: int, delta: float, confidence: float, label: str) -> AuditResult:
+        perm = np.random.default_rng([seed, 4242]).permutation(self.m)  # the coin of selection.held_out
+        tune, held = np.sort(perm[: self.m // 2]), np.sort(perm[self.m // 2:])
+        best = None
+        for fp in grid:
+            for fn in grid:
+                kp, kn = int(fp * tune.size), int(fn * tune.size)
+                if kp + kn == 0 or kp + kn > tune.size:
+                    continue
+                sc, s = self.scores[tune], self.signs[tune]
+                v = int(np.sum(np.maximum(0, one_run.guess_from_scores(sc, kp, kn) * s)))
+                key = (fdp.approx_dp_epsilon_lower_bound(tune.size, kp + kn, v, delta, confidence), -(fp + fn))
+                if best is None or key > best[0]:
+                    best = (key, fp, fn)
+        if best is None:
+            raise ValueError(f"{self.m} canaries are too few for a held-out split")
+        _, fp, fn = best
+        return self._fixed(int(fp * held.size), int(fn * held.size), delta, confidence, label, idx=held)
+
+
+def _relabel(r: AuditResult, strategy: str, confidence: float) -> AuditResult:
+    """The same guesses and bounds, stated at the strategy's overall confidence."""
+    d = r.to_dict()
+    d.update(strategy=strategy, confidence=float(confidence))
+    return AuditResult(**d)
+
+
+def _rate(k: int, n: int, confidence: float) -> Rate:
+    a = 1 - confidence
+    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+    return Rate(k / n, lo, hi, k, n, confidence)
