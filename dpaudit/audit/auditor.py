@@ -112,6 +112,7 @@ class AuditResult:
     v: int
     delta: float
     confidence: float
+    group_size: int = 1
     estimates: tuple = ("gdp_epsilon_estimate",)
     splits: list = field(default_factory=list)  # MedianOfSplits: every split's epsilon_lb
 
@@ -132,17 +133,21 @@ class Rate:
 
 
 def bounds_from_counts(m: int, k_pos: int, k_neg: int, v: int, delta: float, confidence: float = 0.95,
-                       strategy: str = "fixed guesses (counts given)") -> AuditResult:
-    """Every bound of ``v`` right out of ``k_pos + k_neg`` guesses on ``m`` canaries."""
+                       strategy: str = "fixed guesses (counts given)", group_size: int = 1) -> AuditResult:
+    """Every bound of ``v`` right out of ``k_pos + k_neg`` guesses on ``m`` canaries. With ``group_size`` c > 1
+    (each canary inserted c times) the epsilon values are the record level's, the group's divided by c (``delta``
+    must then be the group's)."""
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
     r = int(k_pos + k_neg)
-    f = fdp.audit(v, m, k_pos, k_neg, delta, confidence)
-    st = one_run.epsilon_lower_bound(m, r, v, delta=delta, confidence=confidence)
-    st_cap = one_run.ceiling(m, r, delta=delta, confidence=confidence)
+    f = fdp.audit(v, m, k_pos, k_neg, delta, confidence, group_size)
+    st = one_run.epsilon_lower_bound(m, r, v, delta=delta, confidence=confidence) / group_size
+    st_cap = one_run.ceiling(m, r, delta=delta, confidence=confidence) / group_size
     return AuditResult(strategy=strategy, epsilon_lb=f.epsilon_lb, ceiling=f.ceiling, steinke_epsilon_lb=st,
                        steinke_ceiling=st_cap,
                        gdp_mu_lb=f.gdp_mu_lb, gdp_epsilon_estimate=f.gdp_epsilon_estimate, m=int(m),
                        k_pos=int(k_pos), k_neg=int(k_neg), r=r, v=int(v), delta=float(delta),
-                       confidence=float(confidence))
+                       confidence=float(confidence), group_size=int(group_size))
 
 
 class ScoreAuditor:
@@ -154,8 +159,8 @@ class ScoreAuditor:
         self.signs = one_run._as_signs(signs)
         if self.scores.ndim != 1 or self.scores.size != self.signs.size:
             raise ValueError(f"{self.scores.size} scores but {self.signs.size} signs: one of each per canary")
-        if not np.isfinite(self.scores).all():
-            raise ValueError("membership scores must be finite (NaN or infinity: fix the attack before auditing)")
+        if np.isnan(self.scores).any():  # +-inf ranks (a log-probability that underflowed); NaN does not
+            raise ValueError("membership scores contain NaN (not finite): fix the attack before auditing")
         if self.scores.size < 2:
             raise ValueError("an audit needs at least two canaries")
 
@@ -169,17 +174,19 @@ class ScoreAuditor:
     def m(self) -> int:
         return int(self.scores.size)
 
-    def audit(self, strategy=None, delta: float = 0.0, confidence: float = 0.95) -> AuditResult:
-        """The bounds under ``strategy`` (default: Fixed at m/4 + m/4, dpaudit's manifests' default)."""
+    def audit(self, strategy=None, delta: float = 0.0, confidence: float = 0.95, group_size: int = 1) -> AuditResult:
+        """The bounds under ``strategy`` (default: Fixed at m/4 + m/4, dpaudit's manifests' default); ``group_size``
+        as in :func:`bounds_from_counts`."""
         if not 0.0 < confidence < 1.0:
             raise ValueError(f"confidence must be in (0, 1), got {confidence}")
         if not 0.0 <= delta < 1.0:
             raise ValueError(f"delta must be in [0, 1), got {delta}")
         strategy = strategy if strategy is not None else Fixed(self.m // 4, self.m // 4)
         if isinstance(strategy, Fixed):
-            return self._fixed(strategy.k_pos, strategy.k_neg, delta, confidence, strategy.describe())
+            return self._fixed(strategy.k_pos, strategy.k_neg, delta, confidence, strategy.describe(),
+                               group_size=group_size)
         if isinstance(strategy, HeldOut):
-            return self._held_out(strategy.grid, strategy.seed, delta, confidence, strategy.describe())
+            return self._held_out(strategy.grid, strategy.seed, delta, confidence, strategy.describe(), group_size)
         if isinstance(strategy, Search):
             configs = strategy.configurations(self.m)
             per = 1 - (1 - confidence) / len(configs)  # every configuration at this level: the max is valid
@@ -191,13 +198,14 @@ class ScoreAuditor:
                 return int((top[kp - 1] if kp else 0) + (bottom[kn - 1] if kn else 0))
             kp, kn = max(configs, key=lambda c: fdp.approx_dp_epsilon_lower_bound(self.m, c[0] + c[1],
                                                                                    right(*c), delta, per))
-            best = self._fixed(kp, kn, delta, per, "")
+            best = self._fixed(kp, kn, delta, per, "", group_size=group_size)
             return _relabel(best, f"{strategy.describe()} ({len(configs)} configurations)", confidence)
         if isinstance(strategy, MedianOfSplits):
             if strategy.splits < 1:
                 raise ValueError("MedianOfSplits needs at least one split")
             half = 1 - (1 - confidence) / 2
-            runs = sorted((self._held_out(strategy.grid, s, delta, half, "") for s in range(strategy.splits)),
+            runs = sorted((self._held_out(strategy.grid, s, delta, half, "", group_size)
+                           for s in range(strategy.splits)),
                           key=lambda x: x.epsilon_lb)
             lower_median = runs[(len(runs) - 1) // 2]  # the lower median: never above the median
             out = _relabel(lower_median, strategy.describe(), confidence)
@@ -227,31 +235,45 @@ class ScoreAuditor:
 
     # -- strategies ----------------------------------------------------------------------------------------
 
-    def _fixed(self, k_pos: int, k_neg: int, delta: float, confidence: float, label: str,
-               idx: np.ndarray | None = None) -> AuditResult:
+    def right(self, k_pos: int, k_neg: int, idx: np.ndarray | None = None) -> int:
+        """Right guesses of k_pos + k_neg fixed guesses (on the canaries ``idx``, default all)."""
         sc, s = (self.scores, self.signs) if idx is None else (self.scores[idx], self.signs[idx])
-        guesses = one_run.guess_from_scores(sc, k_pos, k_neg)
-        v = int(np.sum(np.maximum(0, guesses * s)))
-        return bounds_from_counts(sc.size, k_pos, k_neg, v, delta, confidence, label)
+        return int(np.sum(np.maximum(0, one_run.guess_from_scores(sc, k_pos, k_neg) * s)))
 
-    def _held_out(self, grid, seed: int, delta: float, confidence: float, label: str) -> AuditResult:
-        perm = np.random.default_rng([seed, 4242]).permutation(self.m)  # the coin of selection.held_out
-        tune, held = np.sort(perm[: self.m // 2]), np.sort(perm[self.m // 2:])
+    def split(self, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tuning, audited) canary indices of a held-out split: a seeded coin, never the scores."""
+        perm = np.random.default_rng([seed, 4242]).permutation(self.m)
+        return np.sort(perm[: self.m // 2]), np.sort(perm[self.m // 2:])
+
+    def tune(self, idx: np.ndarray, grid, delta: float, confidence: float) -> tuple[tuple, float, float] | None:
+        """((Steinke bound, -(fractions)), fp, fn): the guess fractions of ``grid`` x ``grid`` with the largest bound
+        on the canaries ``idx`` (None when there are too few of them)."""
         best = None
         for fp in grid:
             for fn in grid:
-                kp, kn = int(fp * tune.size), int(fn * tune.size)
-                if kp + kn == 0 or kp + kn > tune.size:
+                kp, kn = int(fp * idx.size), int(fn * idx.size)
+                if kp + kn == 0 or kp + kn > idx.size:
                     continue
-                sc, s = self.scores[tune], self.signs[tune]
-                v = int(np.sum(np.maximum(0, one_run.guess_from_scores(sc, kp, kn) * s)))
-                key = (fdp.approx_dp_epsilon_lower_bound(tune.size, kp + kn, v, delta, confidence), -(fp + fn))
+                key = (one_run.epsilon_lower_bound(idx.size, kp + kn, self.right(kp, kn, idx), delta=delta,
+                                                   confidence=confidence), -(fp + fn))
                 if best is None or key > best[0]:
                     best = (key, fp, fn)
+        return best
+
+    def _fixed(self, k_pos: int, k_neg: int, delta: float, confidence: float, label: str,
+               idx: np.ndarray | None = None, group_size: int = 1) -> AuditResult:
+        m = self.m if idx is None else idx.size
+        return bounds_from_counts(m, k_pos, k_neg, self.right(k_pos, k_neg, idx), delta, confidence, label, group_size)
+
+    def _held_out(self, grid, seed: int, delta: float, confidence: float, label: str,
+                  group_size: int = 1) -> AuditResult:
+        tune, held = self.split(seed)
+        best = self.tune(tune, grid, delta, confidence)
         if best is None:
             raise ValueError(f"{self.m} canaries are too few for a held-out split")
         _, fp, fn = best
-        return self._fixed(int(fp * held.size), int(fn * held.size), delta, confidence, label, idx=held)
+        return self._fixed(int(fp * held.size), int(fn * held.size), delta, confidence, label, idx=held,
+                           group_size=group_size)
 
 
 def _relabel(r: AuditResult, strategy: str, confidence: float) -> AuditResult:

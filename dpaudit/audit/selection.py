@@ -1,4 +1,5 @@
-"""How the one-run audit's free choices (which attack, how many guesses) are made validly.
+"""How the one-run audit's free choices (which attack, how many guesses) are made validly, over several attacks,
+through the public score auditor (dpaudit/audit/auditor.py).
 
 * ``bonferroni``: the guess counts are the ones fixed in the canary manifest before training; every
   attack is audited at confidence 1 - alpha / n_attacks, so the best bound over attacks still holds
@@ -15,9 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from dpaudit.audit import one_run
+from dpaudit.audit.auditor import GRID, AuditResult, Fixed, ScoreAuditor
 from dpaudit.options import RULES  # noqa: F401  (the rules this module implements)
-
-GRID = (0.05, 0.1, 0.2, 0.3, 0.5)  # fractions of the canaries guessed on each side
 
 
 def bonferroni(scores: dict[str, np.ndarray], signs, k_pos: int, k_neg: int, delta: float, confidence: float,
@@ -26,39 +26,31 @@ def bonferroni(scores: dict[str, np.ndarray], signs, k_pos: int, k_neg: int, del
     conf = 1 - (1 - confidence) / n
     out = {}
     for name, sc in scores.items():
-        r = one_run.audit(sc, signs, k_pos, k_neg, delta=delta, confidence=conf, group_size=group_size)
-        out[name] = _with_rule(r, f"bonferroni over {n} tests; guesses fixed in the manifest")
+        r = ScoreAuditor(sc, signs).audit(Fixed(k_pos, k_neg), delta=delta, confidence=conf, group_size=group_size)
+        out[name] = _result(r, f"bonferroni over {n} tests; guesses fixed in the manifest")
     return out
 
 
 def held_out(scores: dict[str, np.ndarray], signs, delta: float, confidence: float, seed: int = 0,
              group_size: int = 1, grid=GRID) -> tuple[str, one_run.OneRunResult]:
-    signs = np.asarray(signs)
-    m = signs.size
-    tune = np.random.default_rng([seed, 4242]).permutation(m)
-    tune_idx, audit_idx = np.sort(tune[: m // 2]), np.sort(tune[m // 2:])
+    """The public auditor's HeldOut (dpaudit/audit/auditor.py) over several attacks: the attack too is chosen on
+    the tuning half."""
+    auditors = {name: ScoreAuditor(sc, signs) for name, sc in scores.items()}
+    tune_idx, audit_idx = next(iter(auditors.values())).split(seed)  # the same coin for every attack
     best = None
-    for name, sc in scores.items():
-        sc = np.asarray(sc)
-        for fp in grid:
-            for fn in grid:
-                kp, kn = int(fp * tune_idx.size), int(fn * tune_idx.size)
-                if kp + kn == 0 or kp + kn > tune_idx.size:
-                    continue
-                r = one_run.audit(sc[tune_idx], signs[tune_idx], kp, kn, delta=delta, confidence=confidence)
-                key = (r.epsilon_lb, -(fp + fn))
-                if best is None or key > best[0]:
-                    best = (key, name, fp, fn)
+    for name, a in auditors.items():
+        found = a.tune(tune_idx, grid, delta, confidence)
+        if found is not None and (best is None or found[0] > best[0]):
+            best = (found[0], name, found[1], found[2])
     _, name, fp, fn = best
-    sc = np.asarray(scores[name])
     kp, kn = int(fp * audit_idx.size), int(fn * audit_idx.size)
-    r = one_run.audit(sc[audit_idx], signs[audit_idx], kp, kn, delta=delta, confidence=confidence,
-                      group_size=group_size)
-    return name, _with_rule(r, f"held out: attack '{name}' and guesses ({fp:.0%}, {fn:.0%}) chosen on "
-                               f"{tune_idx.size} tuning canaries, audited on the other {audit_idx.size}")
+    r = auditors[name]._fixed(kp, kn, delta, confidence, "", idx=audit_idx, group_size=group_size)
+    return name, _result(r, f"held out: attack '{name}' and guesses ({fp:.0%}, {fn:.0%}) chosen on "
+                            f"{tune_idx.size} tuning canaries, audited on the other {audit_idx.size}")
 
 
-def _with_rule(r: one_run.OneRunResult, rule: str) -> one_run.OneRunResult:
-    from dataclasses import replace
-
-    return replace(r, threshold_rule=rule)
+def _result(r: AuditResult, rule: str) -> one_run.OneRunResult:
+    """The auditor's result as the evaluation's row input (the Steinke et al. numbers; families.row adds f-DP)."""
+    return one_run.OneRunResult(m=r.m, k_pos=r.k_pos, k_neg=r.k_neg, r=r.r, v=r.v, delta=r.delta,
+                                confidence=r.confidence, epsilon_lb=r.steinke_epsilon_lb, ceiling=r.steinke_ceiling,
+                                group_size=r.group_size, threshold_rule=rule)

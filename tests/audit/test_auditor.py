@@ -193,3 +193,18 @@ def test_audit_scores_command(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert needle in err and len(err.splitlines()) == 1, err
     assert main(["audit", "scores", str(tmp_path / "s.json"), "--strategy", "search", "--guesses", "1,1"]) == 2
+
+
+def test_the_power_table_is_its_results():
+    """reports/score_auditor/README.md's cells are results.json's medians and counts (written by
+    experiments/score_auditor_power.py), and every median is the median of its recorded bounds."""
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "reports" / "score_auditor"
+    rows = json.loads((folder / "results.json").read_text())
+    text = (folder / "README.md").read_text()
+    for r in rows:
+        assert r["median_bound"] == pytest.approx(float(np.median(r["bounds"])))
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {r['mechanism']} |") and f"| {r['m']:,} |" in ln)
+        assert f"{r['median_bound']:.2f} ({r['above_truth']})" in line, (r["mechanism"], r["strategy"])
