@@ -60,6 +60,8 @@ grep -q "not applicable" account.txt && grep -q "dpaudit\[train\]" account.txt
 "$light/dpaudit" account --sigma 1 --sample-rate 0.01 --steps 1000 --delta 1e-5 --accountants pld,dpa_rdp > /dev/null
 "$light/dpaudit" audit plan --sigma 1 --sample-rate 0.01 --steps 1000 --canaries 1000 > /dev/null
 "$light/dpaudit" audit one-run --canaries 1000 --guesses 100 --correct 95 > /dev/null
+"$light/python" -c "import json, random; r = random.Random(0); s = [r.random() < 0.5 for _ in range(400)]; json.dump({'scores': [r.gauss(float(x), 1) for x in s], 'inserted': s}, open('scores.json', 'w'))"
+"$light/dpaudit" audit scores scores.json --strategy median --delta 1e-5
 set +e
 "$light/dpaudit" evaluate "$root/$ck" --out "$work/light-report" 2> evaluate.err
 rc=$?

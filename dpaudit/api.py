@@ -33,7 +33,7 @@ __all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "card_from_opacus
 
 def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
                  coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True, model=None,
-                 on_fail: str | None = "warn", dataset_size: int | None = None):
+                 on_fail: str | None = "warn", dataset_size: int | None = None, sampler: str = "poisson"):
     """Attach dpaudit's white-box probe to an Opacus DP optimizer (hooks or ghost clipping, distributed), after
     ``make_private`` and before the first step: ``m`` gradient canaries sampled at the card's ``sample_rate``
     (``loader.sample_rate`` of the loader make_private returned), on a dedicated parameter block (``coordinates=
@@ -45,17 +45,20 @@ def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0,
     optimizer trains, so the probe also checks that nothing outside the DP optimizer moves (coverage);
     ``dataset_size``: N, so the batch sizes are tested while training runs; ``on_fail``: what a check that fails
     while training does, ``"warn"`` (default), ``"raise"`` (:class:`dpaudit.probe.online.ProbeFailure`) or None;
-    ``probe.status()`` reads the online checks at any step (anytime-valid)."""
+    ``probe.status()`` reads the online checks at any step (anytime-valid); ``sampler``: ``"poisson"`` (Opacus'
+    default) or ``"shuffle"`` (fixed-size batches, ``make_private(..., poisson_sampling=False)``), as the card
+    states, so that fixed-size batches are not flagged as non-Poisson when the card says they are fixed."""
     from dpaudit.probe import attach
 
     return attach(optimizer, sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
                   clip_canaries=clip_canaries, record_steps=record_steps, model=model, on_fail=on_fail,
-                  dataset_size=dataset_size)
+                  dataset_size=dataset_size, sampler=sampler)
 
 
 def functional_probe(shapes, *, sample_rate: float, clipping_norm: float, noise_multiplier: float,
                      expected_batch_size: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-                     names: list[str] | None = None, on_fail: str | None = "warn", dataset_size: int | None = None):
+                     names: list[str] | None = None, on_fail: str | None = "warn", dataset_size: int | None = None,
+                     sampler: str = "poisson"):
     """dpaudit's white-box probe for DP code that is not an Opacus optimizer (a hand-written DP-SGD step, a
     ``torch.func`` loop, a JAX/optax loop through NumPy arrays): ``shapes`` are the tensors the step updates (a list
     or dict of shapes, tensors or arrays); ``sample_rate``, ``clipping_norm``, ``noise_multiplier`` and
@@ -67,7 +70,8 @@ def functional_probe(shapes, *, sample_rate: float, clipping_norm: float, noise_
 
     return FunctionalProbe(shapes, sample_rate=sample_rate, clipping_norm=clipping_norm,
                            noise_multiplier=noise_multiplier, expected_batch_size=expected_batch_size, m=m,
-                           seed=seed, kind=kind, names=names, on_fail=on_fail, dataset_size=dataset_size)
+                           seed=seed, kind=kind, names=names, on_fail=on_fail, dataset_size=dataset_size,
+                           sampler=sampler)
 
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:

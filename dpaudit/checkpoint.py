@@ -22,7 +22,8 @@ from pathlib import Path
 from dpaudit.canaries.manifest import Manifest, load_manifest
 from dpaudit.claim.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
-from dpaudit.io import check_contained, jsonable, read_json, staged_folder
+from dpaudit.folders import staged_folder
+from dpaudit.io import check_contained, jsonable, read_json
 
 
 def content_hash(root: Path, files, skip=lambda f: False) -> str:
@@ -230,7 +231,7 @@ def _nearby(path: Path) -> str | None:
 
 def write(path: Path, model, tokenizer, card: PrivacyCard, manifest: Manifest, run: dict,
           base_model=None, extra_files: dict | None = None) -> Path:
-    """Write a checkpoint atomically (:func:`dpaudit.io.staged_folder`)."""
+    """Write a checkpoint atomically (:func:`dpaudit.folders.staged_folder`)."""
     path = Path(path)
     digest = manifest_digest(manifest)  # the canaries and evaluation plan fixed before training, bound to the card
     card.extra["manifest_digest"] = digest

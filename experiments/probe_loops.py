@@ -53,6 +53,8 @@ class Loop:
     accelerate: bool = False  # accelerate's Accelerator.prepare around the model, DP optimizer and loader
     functional: str | None = None  # a hand-written DP-SGD step with the functional probe, fed "torch" or "numpy"
     fsdp: bool = False  # FSDP2 on 2 gloo ranks: dpaudit's ghost_fsdp path (Opacus' FSDP optimizer), run_fsdp
+    param_groups: bool = False  # two parameter groups: weight decay on the weights, none on biases (HF scripts)
+    shuffle: bool = False  # fixed-size batches (make_private(poisson_sampling=False)); card and probe say "shuffle"
 
 
 LOOPS = {
@@ -99,6 +101,10 @@ LOOPS = {
                              functional="numpy"),
     "fsdp": Loop("FSDP2 on 2 gloo ranks: Opacus' FSDPOptimizerFastGradientClipping over a tiny Llama (ghost_fsdp)",
                  fsdp=True),
+    "param-groups": Loop("AdamW with decay / no-decay parameter groups (Hugging Face run_clm.py)", optimizer="adamw",
+                         param_groups=True, order="zero-last"),
+    "fixed-size-batches": Loop("fixed-size shuffled batches (poisson_sampling=False), card and probe say so",
+                               shuffle=True, order="zero-last"),
 }
 
 def loop_of(bug: str) -> str:
@@ -108,6 +114,8 @@ def loop_of(bug: str) -> str:
         return "functional"
     if bug.endswith("-fsdp"):
         return "fsdp"
+    if bug == "shuffle-larger-batch":
+        return "fixed-size-batches"
     for adapter in ADAPTED:
         if bug.endswith(f"@{adapter}"):
             return adapter
@@ -146,6 +154,8 @@ BUGS = {
     "no-clip-fsdp": ("FSDP: the ghost-clipping module clips at 10^6 (records' norms above C = 0.5), the optimizer's "
                      "noise at C", "clipping"),
     "wrong-rate-fsdp": ("FSDP: every rank's loader samples at twice the card's q (the divisor the card's)", "sampling"),
+    "shuffle-larger-batch": ("fixed-size batches of 2 B, the card (and probe) stating fixed-size batches of B",
+                             "sampling"),
 }
 # the optimizer-side bugs again in the loops whose adapter differs (``bug@loop``): the same DP optimizer, wrapped or
 # prepared otherwise
@@ -268,15 +278,21 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
         outside = torch.optim.Adam(model.fc2.parameters(), lr=1e-2)
     else:
         dp_params = [p for p in model.parameters() if p.requires_grad]
+    if loop.param_groups:  # named as the model names them: decay on weights, none on biases
+        names = {id(p): n for n, p in model.named_parameters()}
+        dp_params = [{"params": [p for p in dp_params if not names[id(p)].endswith("bias")], "weight_decay": 0.01},
+                     {"params": [p for p in dp_params if names[id(p)].endswith("bias")], "weight_decay": 0.0}]
     optimizer = make_optimizer(loop, dp_params, s.lr)
     batch = s.batch
     if bug == "shuffle-as-poisson-even":
         batch = 25  # 500 / 25: every batch exactly B
+    if bug == "shuffle-larger-batch":
+        batch = 2 * s.batch
     loader = DataLoader(TensorDataset(x, y), batch_size=batch // (2 if bug == "accumulation" else 1), shuffle=True,
                         generator=torch.Generator().manual_seed(seed))
     engine = PrivacyEngine(accountant="prv")
     kw = dict(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=s.clip,
-              poisson_sampling=bug not in ("shuffle-as-poisson", "shuffle-as-poisson-even"),
+              poisson_sampling=bug not in ("shuffle-as-poisson", "shuffle-as-poisson-even") and not loop.shuffle,
               loss_reduction=loop.loss_reduction, grad_sample_mode=loop.mode)
     if not loop.wrap_model:
         kw["wrap_model"] = False  # make_private returns hooks; the loop keeps using its own model
@@ -303,6 +319,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
         model = wrapped if loop.wrap_model else model
         criterion = nn.CrossEntropyLoss(reduction=loop.loss_reduction)
     q_card = loader.sample_rate if hasattr(loader, "sample_rate") else batch / N
+    if bug == "shuffle-larger-batch":
+        q_card = s.batch / N  # what the team states: batches of B
     if bug == "wrong-rate":
         q_card = s.batch / N
         loader = _rate_loader(loader, 1.0 / -(-N // s.batch), seed)
@@ -321,7 +339,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=50, gamma=0.5)
     elif loop.scheduler == "cosine":
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=s.steps)
-    probe_kw = dict(sample_rate=q_card, m=s.m, seed=seed, on_fail=s.on_fail, dataset_size=N)
+    probe_kw = dict(sample_rate=q_card, m=s.m, seed=seed, on_fail=s.on_fail, dataset_size=N,
+                    **({"sampler": "shuffle"} if loop.shuffle else {}))
     if loop.pass_model:
         probe_kw["model"] = model
     folder.mkdir(parents=True, exist_ok=True)
@@ -331,8 +350,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
         probe = api.attach_probe(optimizer, **probe_kw)
         _train(model, optimizer, criterion, loader, loop, s, bug, scheduler, outside, probe)
         probe.save(folder)
-    card = api.card_from_opacus(engine, dp_loader if hasattr(dp_loader, "sample_rate") else _Rated(q_card, N),
-                                dp_optimizer, delta=s.delta, method="conformance")
+    card = api.card_from_opacus(engine, dp_loader if hasattr(dp_loader, "sample_rate") or loop.shuffle
+                                else _Rated(q_card, N), dp_optimizer, delta=s.delta, method="conformance")
     card = stated_card(card, loop, bug, q_card, N, s, probe)
     return probe, card, folder
 
@@ -787,6 +806,7 @@ def stated_card(card, loop: Loop, bug: str | None, q: float, N: int, s: Settings
     if (steps, sampler, q, clip) == (sum(x.steps for x in card.events), e.sampler, e.sample_rate, card.clipping_norm):
         return card
     event = SubsampledGaussian(q, sigma, steps, sampler)
-    eps = accounting.compute([event], card.claim.delta, "prv").epsilon
+    # PRV analyses Poisson sampling only: a fixed-size-batch card keeps the epsilon the team's accountant stated
+    eps = accounting.compute([event], card.claim.delta, "prv").epsilon if sampler == "poisson" else card.claim.epsilon
     return dataclasses.replace(card, events=[event], claim=dataclasses.replace(card.claim, epsilon=eps),
                                clipping_norm=clip, expected_batch_size=q * N, dataset_size=N)

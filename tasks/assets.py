@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
-from dpaudit.io import staged_folder
+from dpaudit.folders import staged_folder
 
 
 @dataclass(frozen=True)

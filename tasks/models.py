@@ -39,7 +39,8 @@ from transformers import (
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from dpaudit.errors import DpauditError, first_line
-from dpaudit.io import native_stderr_held, read_json, staged_folder
+from dpaudit.folders import staged_folder
+from dpaudit.io import native_stderr_held, read_json
 from dpaudit.tasks import assets
 from dpaudit.tasks.model_spec import (  # noqa: F401 - the spec is read here too
     APPLIES_TO,

@@ -16,7 +16,8 @@ from pathlib import Path
 from dpaudit.accounting.events import PMixedPrediction
 from dpaudit.canaries.manifest import Manifest
 from dpaudit.errors import DpauditError
-from dpaudit.io import jsonable, staged_folder
+from dpaudit.folders import staged_folder
+from dpaudit.io import jsonable
 from dpaudit.pmixed import deployment as dep
 from dpaudit.pmixed.ledger import Ledger
 from dpaudit.tasks.sentiment import encode_text

@@ -229,9 +229,11 @@ class ScoreAuditor:
 
     def auc(self, confidence: float = 0.95, n_boot: int = 1000, seed: int = 0) -> Rate:
         """AUC with a stratified bootstrap interval (counts are not binomial here: successes/trials are None)."""
-        met = mia_metrics.compute(self.scores, self.signs, n_boot=n_boot, level=confidence, seed=seed)
-        lo, hi = met.auc_ci
-        return Rate(met.auc, lo, hi, None, None, confidence)
+        ins, out = self.scores[self.signs > 0], self.scores[self.signs < 0]
+        if ins.size == 0 or out.size == 0:
+            raise ValueError("the AUC needs inserted and held-out canaries")
+        lo, hi = mia_metrics.auc_interval(ins, out, n_boot, confidence, seed)
+        return Rate(mia_metrics.auc(ins, out), lo, hi, None, None, confidence)
 
     # -- strategies ----------------------------------------------------------------------------------------
 

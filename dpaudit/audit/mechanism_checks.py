@@ -60,6 +60,7 @@ class CardView:
     clipping_norm: float | None
     dataset_size: int | None
     expected_batch_size: float | None
+    sampler: str = "poisson"  # "shuffle": fixed-size batches, sampling without replacement (poisson_sampling=False)
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,8 @@ def sampling(r: Readings, card: CardView) -> dict:
     N, b = card.dataset_size, r.records
     if not N or b.size == 0 or (b < 0).any():
         return row("sampling", "not tested", "the card states no dataset size, or the probe counted no records", None)
+    if card.sampler == "shuffle":
+        return _fixed_size(b, N, q)
     T, total = int(b.size), int(b.sum())
     a = ALPHA / 4  # mean, spread, repeated sizes, windows: one family
     mean_p = float(stats.binomtest(total, N * T, q).pvalue) if q < 1 else float(total == N * T)
@@ -237,6 +240,21 @@ def sampling(r: Readings, card: CardView) -> dict:
                    "as Poisson", ALPHA, **vals)
     return row("sampling", "pass", f"{total} records in {T} logical batches ({total / T:.2f} per batch; {expected:.2f} "
                f"at q = {q:.6g} of N = {N}), spread as Poisson sampling's", ALPHA, **vals)
+
+
+def _fixed_size(b: np.ndarray, N: int, q: float) -> dict:
+    """Fixed-size batches (the card's sampler "shuffle", accounted as sampling without replacement of B = round(q N)
+    records): deterministic, no batch above B (smaller ones, an epoch's last, only help)."""
+    B = max(1, round(q * N))
+    T, total, top = int(b.size), int(b.sum()), int(b.max())
+    vals = dict(records=total, steps=T, fixed_batch=B, largest=top, below_b=int(np.sum(b < B)))
+    if top > B:
+        return row("sampling", "fail", f"a logical batch held {top} records, more than the fixed batch size B = {B} "
+                   f"(q = {q:.6g} of N = {N}) the card's sampling without replacement is accounted at: the loop sampled "
+                   "more than the card says", 0.0, **vals)
+    return row("sampling", "pass", f"{total} records in {T} logical batches, none above the card's fixed batch size "
+               f"B = {B} (sampling without replacement; {vals['below_b']} smaller, as an epoch's last batch is)",
+               0.0, **vals)
 
 
 WINDOWS = 10  # time-resolved sampling: the steps in this many consecutive windows (fewer on short runs)

@@ -1,4 +1,5 @@
-"""Membership-inference metrics from scores (higher = more likely member). Pure NumPy/SciPy/sklearn.
+"""Membership-inference metrics from scores (higher = more likely member). NumPy/SciPy; sklearn's ROC curve is
+imported where it is used (the light install's score auditor reads the AUC and its interval without it).
 
 TPR at a target FPR uses the last ROC point whose FPR does not exceed the target (no interpolation),
 so it never overstates the attack. The AUC interval is a percentile bootstrap over members and
@@ -11,7 +12,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy.stats import rankdata
-from sklearn.metrics import roc_auc_score, roc_curve
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ def split_scores(scores, membership) -> tuple[np.ndarray, np.ndarray]:
 
 
 def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, target_fpr: float) -> float:
+    from sklearn.metrics import roc_curve
+
     fpr, tpr, _ = roc_curve(labels, scores)
     ok = fpr <= target_fpr + 1e-12
     return float(tpr[ok].max()) if ok.any() else 0.0
@@ -49,16 +51,12 @@ def compute(scores, membership, n_boot: int = 1000, level: float = 0.95, seed: i
     ins, outs = split_scores(scores, membership)
     if ins.size == 0 or outs.size == 0:
         raise ValueError("membership metrics need at least one member and one non-member")
+    from sklearn.metrics import roc_auc_score, roc_curve
+
     labels = np.r_[np.ones(ins.size), np.zeros(outs.size)]
     allscores = np.r_[ins, outs]
     auc = float(roc_auc_score(labels, allscores))
-    rng = np.random.default_rng(seed)
-    boots = np.empty(n_boot)
-    for b in range(n_boot):
-        bi = rng.choice(ins, ins.size)
-        bo = rng.choice(outs, outs.size)
-        boots[b] = _auc_fast(bi, bo)
-    lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
+    lo, hi = auc_interval(ins, outs, n_boot, level, seed)
     fpr, tpr, _ = roc_curve(labels, allscores)
     bal = float(np.max(1 - (fpr + (1 - tpr)) / 2))
     return MiaMetrics(n_members=int(ins.size), n_nonmembers=int(outs.size), auc=auc,
@@ -67,7 +65,25 @@ def compute(scores, membership, n_boot: int = 1000, level: float = 0.95, seed: i
                       tpr_at_1_fpr=tpr_at_fpr(labels, allscores, 0.01), balanced_accuracy=bal)
 
 
+def auc_interval(ins: np.ndarray, outs: np.ndarray, n_boot: int = 1000, level: float = 0.95,
+                 seed: int = 0) -> tuple[float, float]:
+    """Stratified bootstrap interval of the AUC (members and non-members resampled apart)."""
+    rng = np.random.default_rng(seed)
+    boots = np.empty(n_boot)
+    for b in range(n_boot):
+        boots[b] = _auc_fast(rng.choice(ins, ins.size), rng.choice(outs, outs.size))
+    lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(lo), float(hi)
+
+
+def auc(ins: np.ndarray, outs: np.ndarray) -> float:
+    """The AUC (Mann-Whitney, ties 1/2): sklearn's roc_auc_score, without sklearn."""
+    return _auc_fast(np.asarray(ins, dtype=float), np.asarray(outs, dtype=float))
+
+
 def roc_points(scores, membership) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.metrics import roc_curve
+
     ins, outs = split_scores(scores, membership)
     labels = np.r_[np.ones(ins.size), np.zeros(outs.size)]
     fpr, tpr, _ = roc_curve(labels, np.r_[ins, outs])

@@ -136,7 +136,8 @@ def card_view(card, probe_rate: float):
                     noise_multiplier=gauss.pop() if only_gauss else None,
                     steps=sum(int(e.get("steps", 0)) for e in match) if match else None,
                     clipping_norm=card.clipping_norm, dataset_size=card.dataset_size,
-                    expected_batch_size=card.expected_batch_size)
+                    expected_batch_size=card.expected_batch_size,
+                    sampler="shuffle" if any(e.get("sampler") == "shuffle" for e in (match or rated)) else "poisson")
 
 
 def record_claim(card) -> dict | None:

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit.errors import DpauditError
-from dpaudit.io import atomic_folder, jsonable, read_json
+from dpaudit.folders import atomic_folder
+from dpaudit.io import jsonable, read_json
 
 KIND = "partial_scores"
 

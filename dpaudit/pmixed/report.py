@@ -78,7 +78,7 @@ def render(r: dict) -> str:
 
 
 def write(r: dict, out: Path, redact: bool = False) -> Path:
-    from dpaudit.io import atomic_folder
+    from dpaudit.folders import atomic_folder
 
     with atomic_folder(out) as tmp:
         (tmp / "report.json").write_text(json.dumps(jsonable(r), indent=1) + "\n")

@@ -380,7 +380,8 @@ def write(r: dict, out, deployment) -> None:
     import json
     from pathlib import Path
 
-    from dpaudit.io import jsonable, staged_folder
+    from dpaudit.folders import staged_folder
+    from dpaudit.io import jsonable
     from dpaudit.pmixed.evaluate import _hash
 
     r["checkpoint"] = {"path": str(deployment), "hash": _hash(Path(deployment))}

@@ -98,6 +98,7 @@ class ProbeCore:
             "world_size": self.world,
             "steps": len(self.records),
             "sample_rate": self.sample_rate,
+            "sampler": getattr(self, "sampler", "poisson"),
             "clipping_norm": self.clipping_norm,
             "noise_multiplier": self.noise_multiplier,
             "divisor": self.divisor,
@@ -131,7 +132,8 @@ class ProbeCore:
         probe's arrays. Call it once, after training, on rank 0 only under DDP."""
         import json
 
-        from dpaudit.io import atomic_folder, jsonable
+        from dpaudit.folders import atomic_folder
+        from dpaudit.io import jsonable
         from dpaudit.probe.record import files
 
         folder = Path(folder)

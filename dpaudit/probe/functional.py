@@ -28,7 +28,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.probe.canaries import GradientCanaries
 from dpaudit.probe.core import ProbeCore
 from dpaudit.probe.meters import NoiseMeter, norms
-from dpaudit.probe.online import ON_FAIL, Online
+from dpaudit.probe.online import ON_FAIL, Online, check_sampler
 
 
 class _Slot:
@@ -50,7 +50,7 @@ class FunctionalProbe(ProbeCore):
     def __init__(self, shapes, *, sample_rate: float, clipping_norm: float, noise_multiplier: float,
                  expected_batch_size: float, m: int = 1000, kind: str = "dirac", seed: int = 0,
                  names: list[str] | None = None, on_fail: str | None = "warn", dataset_size: int | None = None,
-                 noise_coordinates: int = 1024, device=None):
+                 noise_coordinates: int = 1024, device=None, sampler: str = "poisson"):
         if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
             raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {sample_rate!r}")
         for what, v in (("clipping_norm", clipping_norm), ("expected_batch_size", expected_batch_size)):
@@ -60,6 +60,8 @@ class FunctionalProbe(ProbeCore):
             raise DpauditError(f"noise_multiplier must be the sigma your step adds (>= 0), got {noise_multiplier!r}")
         if on_fail not in ON_FAIL:
             raise DpauditError(f"on_fail must be 'warn', 'raise' or None, got {on_fail!r}")
+        check_sampler(sampler)
+        self.sampler = sampler
         if dataset_size is not None and not (isinstance(dataset_size, int) and dataset_size > 0):
             raise DpauditError(f"dataset_size must be the number of records (or users) N > 0, got {dataset_size!r}")
         self.keys, shapes = _shapes(shapes)
@@ -77,7 +79,7 @@ class FunctionalProbe(ProbeCore):
         self.meter = NoiseMeter(self.slots, per_tensor=noise_coordinates, seed=seed)
         self.coverage = None
         self.online = Online(noise_multiplier=self.noise_multiplier, tensors=len(shapes), sample_rate=self.sample_rate,
-                             dataset_size=dataset_size, on_fail=on_fail)
+                             dataset_size=dataset_size, on_fail=on_fail, sampler=sampler)
         self.tensor_names = list(names) if names is not None else \
             [str(k) if self.keys is not None else f"tensor {i} {tuple(s)}" for i, (k, s) in
              enumerate(zip(self.keys or [None] * len(shapes), shapes))]

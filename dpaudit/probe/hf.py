@@ -27,10 +27,11 @@ class ProbeCallback(TrainerCallback):
 
     def __init__(self, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
                  coordinates: str = "block", clip_canaries: int = 32, save_to: str | Path | None = None,
-                 on_fail: str | None = "warn", dataset_size: int | None = None, check_model: bool = True):
+                 on_fail: str | None = "warn", dataset_size: int | None = None, check_model: bool = True,
+                 sampler: str = "poisson"):
         self.settings = dict(sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
                              clip_canaries=clip_canaries, on_fail=None if on_fail == "raise" else on_fail,
-                             dataset_size=dataset_size)
+                             dataset_size=dataset_size, sampler=sampler)
         self.stop_on_fail = on_fail == "raise"
         self.check_model = check_model
         self.save_to = save_to

@@ -40,17 +40,35 @@ class ProbeWarning(UserWarning):
     """A mechanism check failed while training ran (``on_fail="warn"``)."""
 
 
+SAMPLERS = ("poisson", "shuffle")  # the card's sampler: Poisson, or fixed-size batches without replacement
+
+
+def check_sampler(sampler: str) -> None:
+    if sampler not in SAMPLERS:
+        raise DpauditError(f"sampler must be 'poisson' (Opacus' default) or 'shuffle' (fixed-size batches, "
+                           f"poisson_sampling=False), as the card states; got {sampler!r}")
+
+
+def fixed_batch(sample_rate: float, dataset_size: int) -> int:
+    """B of fixed-size batches at rate q of N records, as the accountants take it (round(q N), at least 1)."""
+    return max(1, round(sample_rate * dataset_size))
+
+
 class Online:
     def __init__(self, *, noise_multiplier: float | None, tensors: int, sample_rate: float,
-                 dataset_size: int | None, on_fail: str | None, alpha: float = ALPHA):
+                 dataset_size: int | None, on_fail: str | None, alpha: float = ALPHA, sampler: str = "poisson"):
         if on_fail not in ON_FAIL:
             raise DpauditError(f"on_fail must be 'warn', 'raise' or None, got {on_fail!r}")
+        check_sampler(sampler)
+        self.sampler = sampler
         self.on_fail, self.alpha = on_fail, float(alpha)
         self.sigma = float(noise_multiplier) if noise_multiplier and noise_multiplier > 0 else None
         self.noise = sequential.NoiseScale(1 + tensors) if self.sigma else None
         self.tensors = tensors
         self.batches = (sequential.BatchSizes(dataset_size, sample_rate)
-                        if dataset_size and 0 < sample_rate < 1 else None)
+                        if dataset_size and 0 < sample_rate < 1 and sampler == "poisson" else None)
+        # fixed-size batches (sampling without replacement): none above the card's B = round(q N), deterministic
+        self.fixed_batch = fixed_batch(sample_rate, dataset_size) if dataset_size and sampler == "shuffle" else None
         self.statistical = [c for c, on in (("noise", self.noise), ("sampling", self.batches)) if on is not None]
         self.alarms: dict[str, dict] = {}
         self.step = 0
@@ -77,13 +95,17 @@ class Online:
                       f"(e-value >= {2 * self.tensors / share:.3g} by step {self.step})", tensor=k)
 
     def sampling_step(self, records: int) -> None:
+        if self.fixed_batch is not None and int(records) > self.fixed_batch:
+            self.deterministic("sampling", f"step {self.step} held {int(records)} records, more than the fixed batch "
+                               f"size B = {self.fixed_batch} the card's sampling without replacement allows")
         if self.batches is None or "sampling" in self.alarms:
             return
         self.batches.update(int(records))
         share = self.alpha / len(self.statistical)
         if self.batches.log_e() >= np.log(1 / share):
             b = self.batches
-            what = ("batch sizes repeat as fixed-size batches do, not as Poisson sampling's"
+            what = ("batch sizes repeat as fixed-size batches do, not as Poisson sampling's (a card that states "
+                    "fixed-size batches, poisson_sampling=False: attach the probe with sampler='shuffle')"
                     if b.log_e_repeat() >= np.max(b.log_tilt) else
                     f"the records per batch depart from Binomial(N = {b.N}, q = {b.q:.6g})")
             self.fail("sampling", f"by step {self.step}: {what} (anytime-valid e-value >= {1 / share:.3g})")
@@ -115,6 +137,8 @@ class Online:
                 out[check] = {"status": "fail", **self.alarms[check]}
             elif check == "noise" and self.noise is None:
                 out[check] = {"status": "not checked online", "why": "no sigma > 0 to test against"}
+            elif check == "sampling" and self.batches is None and self.fixed_batch is not None:
+                out[check] = {"status": "ok", "steps": self.step, "rule": f"no batch above B = {self.fixed_batch}"}
             elif check == "sampling" and self.batches is None:
                 out[check] = {"status": "not checked online",
                               "why": "attach the probe with dataset_size=N to test the batch sizes while training"}

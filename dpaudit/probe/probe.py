@@ -38,7 +38,7 @@ from dpaudit.probe import sharded
 from dpaudit.probe.canaries import GradientCanaries
 from dpaudit.probe.core import CLIP_EXACT_TOLERANCE, CLIP_MULTIPLE, SUM_TOLERANCE, ProbeCore
 from dpaudit.probe.meters import Coverage, NoiseMeter, norms
-from dpaudit.probe.online import ON_FAIL, Online
+from dpaudit.probe.online import ON_FAIL, Online, check_sampler
 
 COORDINATES = ("block", "model")
 __all__ = ["CLIP_EXACT_TOLERANCE", "CLIP_MULTIPLE", "COORDINATES", "SUM_TOLERANCE", "Probe", "attach", "unwrap"]
@@ -53,7 +53,8 @@ class Probe(ProbeCore):
                  stream_seed: int | None = None, expected_batch_size: float | None = None, private: bool = True,
                  clipping_norm: float | None = None, record_steps: bool = True, model=None,
                  on_fail: str | None = "warn", dataset_size: int | None = None,
-                 noise_multiplier: float | None = None, noise_coordinates: int = 1024, run_id: str | None = None):
+                 noise_multiplier: float | None = None, noise_coordinates: int = 1024, run_id: str | None = None,
+                 sampler: str = "poisson"):
         if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
             raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {sample_rate!r}")
         if coordinates not in COORDINATES:
@@ -66,6 +67,8 @@ class Probe(ProbeCore):
                                f"got {type(optimizer).__name__}")
         if on_fail not in ON_FAIL:
             raise DpauditError(f"on_fail must be 'warn', 'raise' or None, got {on_fail!r}")
+        check_sampler(sampler)
+        self.sampler = sampler
         if private:
             _refuse_unsupported(optimizer, coordinates)
         self.optimizer, self.private, self.coordinates = optimizer, private, coordinates
@@ -148,7 +151,7 @@ class Probe(ProbeCore):
                 if model is not None and not self.fsdp else None
             sigma = self.noise_multiplier if noise_multiplier is None else float(noise_multiplier)
             self.online = Online(noise_multiplier=sigma, tensors=len(dp_params), sample_rate=self.sample_rate,
-                                 dataset_size=dataset_size, on_fail=on_fail)
+                                 dataset_size=dataset_size, on_fail=on_fail, sampler=sampler)
             self.tensor_names = _tensor_names(model, dp_params, self.block)
         if private:
             self._wrap_private()
@@ -413,12 +416,13 @@ def _tensor_names(model, params: list, block) -> list[str]:
 
 def attach(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
            coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True, model=None,
-           on_fail: str | None = "warn", dataset_size: int | None = None) -> Probe:
+           on_fail: str | None = "warn", dataset_size: int | None = None, sampler: str = "poisson") -> Probe:
     """Attach a probe to an Opacus DP optimizer (after ``make_private``, before the first step); see :class:`Probe`.
     ``record_steps=False`` keeps O(m) state (the likelihood ratio accumulated online) instead of O(T m).
     ``model``: the model the optimizer trains (coverage: nothing outside the DP optimizer moves); ``on_fail``:
     what an online check that fails does (``"warn"``, ``"raise"``, None); ``dataset_size``: N, to test the batch
-    sizes while training runs."""
+    sizes while training runs; ``sampler``: "poisson" (Opacus' default) or "shuffle" (fixed-size batches,
+    ``poisson_sampling=False``), as the card states."""
     return Probe(optimizer, sample_rate=sample_rate, m=m, kind=kind, seed=seed, coordinates=coordinates,
                  clip_canaries=clip_canaries, record_steps=record_steps, model=model, on_fail=on_fail,
-                 dataset_size=dataset_size)
+                 dataset_size=dataset_size, sampler=sampler)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dpaudit.io import atomic_folder, jsonable
+from dpaudit.folders import atomic_folder
+from dpaudit.io import jsonable
 from dpaudit.options import TASK_METRICS, verdict_name
 from dpaudit.report import plots
 from dpaudit.report.build import SCHEMA_VERSION
@@ -29,7 +30,7 @@ def _redact_json(r: dict) -> dict:
 
 
 def write(report: dict, out: Path, redact: bool = False) -> Path:
-    """Write report.json, REPORT.md and plots into ``out`` (all or nothing: :class:`dpaudit.io.atomic_folder`)."""
+    """Write report.json, REPORT.md and plots into ``out`` (all or nothing: :class:`dpaudit.folders.atomic_folder`)."""
     with atomic_folder(out) as tmp:
         body = _redact_json(report) if redact else report
         (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")

@@ -677,7 +677,7 @@ def test_an_internal_error_is_one_line_and_exit_3(monkeypatch, tmp_path, capsys)
 
 @pytest.mark.parametrize("exists", [False, True])
 def test_atomic_folder_leaves_the_target_as_it_was_on_failure(tmp_path, exists):
-    from dpaudit.io import atomic_folder
+    from dpaudit.folders import atomic_folder
 
     out = tmp_path / "out"
     if exists:
@@ -701,7 +701,7 @@ def test_atomic_folder_leaves_the_target_as_it_was_on_failure(tmp_path, exists):
 def test_staged_folder_replaces_whole_or_leaves_the_target_as_it_was(tmp_path, exists):
     """Checkpoints, deployments and caches are written whole: a failure leaves the target (and no stage) behind;
     ``replace=False`` keeps a folder another process finished first."""
-    from dpaudit.io import staged_folder
+    from dpaudit.folders import staged_folder
 
     dest = tmp_path / "ck"
     if exists:
@@ -739,7 +739,7 @@ def test_a_killed_writer_leaves_nothing_later_runs_keep(tmp_path):
     import subprocess
     import sys
 
-    from dpaudit.io import OWNER, atomic_folder
+    from dpaudit.folders import OWNER, atomic_folder
 
     out = tmp_path / "report"
     out.mkdir()

@@ -71,6 +71,15 @@ def test_gate_commands_answer_without_the_training_stack(tmp_path):
     r = light("audit", "plan", "--sigma", "1", "--sample-rate", "0.01", "--steps", "100", "--canaries", "1000")
     assert r.returncode == 0, r.stderr
     assert light("audit", "one-run", "--canaries", "1000", "--guesses", "100", "--correct", "95").returncode == 0
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    signs = rng.choice([-1, 1], size=400)
+    (tmp_path / "s.json").write_text(json.dumps({"scores": (rng.normal(size=400) + (signs > 0)).tolist(),
+                                                 "inserted": (signs > 0).tolist()}))
+    for strategy in ("fixed", "held-out", "median"):
+        r = light("audit", "scores", tmp_path / "s.json", "--strategy", strategy, "--delta", "1e-5")
+        assert r.returncode == 0 and "ε ≥ " in r.stdout and "AUC" in r.stdout, r.stderr
 
 
 def test_commands_of_the_full_install_refuse_in_one_line(tmp_path):

@@ -45,7 +45,8 @@ def test_third_party_imports_are_declared():
     import ast
     import sys
 
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + project["optional-dependencies"]["train"]  # the light install and its extra
     declared = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower().replace("-", "_") for d in deps}
     assets = {ln.split("==")[0].strip().lower().replace("-", "_") for ln in
               (ROOT / "requirements-assets.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")}
@@ -68,8 +69,9 @@ def test_the_package_asks_for_ranges_that_the_pins_satisfy():
     and requirements.txt's pins (what the suite runs on) lie inside them."""
     from packaging.requirements import Requirement
 
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     deps = {Requirement(d).name.lower(): Requirement(d) for d in
-            tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+            project["dependencies"] + project["optional-dependencies"]["train"]}
     pinned = [no for no, r in deps.items() if any(s.operator in ("==", "===") for s in r.specifier)]
     assert not pinned, f"exact pins belong in requirements.txt, not the package: {pinned}"
     for name in ("torch", "transformers", "peft", "opacus"):
@@ -93,3 +95,13 @@ def test_the_checkout_stays_light():
     files = [ROOT / f for f in out.stdout.split("\0") if f]
     total = sum(f.stat().st_size for f in files if f.is_file())
     assert total < 80e6, f"the tracked files weigh {total / 1e6:.1f} MB (limit 80 MB)"
+
+
+def test_the_light_install_needs_only_its_own_dependencies():
+    """`pip install dpaudit` brings NumPy, SciPy, dp_accounting, click, tqdm and jsonschema; the training stack is
+    the [train] extra (tests/cli/test_light_install.py runs the light commands without it)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    light = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    assert light == {"numpy", "scipy", "dp-accounting", "click", "tqdm", "jsonschema"}, light
+    train = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower() for d in project["optional-dependencies"]["train"]}
+    assert {"torch", "transformers", "peft", "opacus", "datasets"} <= train

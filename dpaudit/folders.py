@@ -1,0 +1,119 @@
+"""Whole folders or nothing: a checkpoint, a deployment, an asset cache or a report folder is written in a stage
+beside its destination and renamed into place in one step; a failure leaves the destination as it was, and a stage a
+dead process left behind is removed by the next writer. No heavy imports."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def staged_folder(dest, replace: bool = True):
+    """Write a whole folder at once: ``with staged_folder(dest) as stage:`` fills ``stage`` (beside ``dest``, on
+    the same filesystem); on success it becomes ``dest`` in one rename, a previous ``dest`` removed first (with
+    ``replace=False`` the stage is dropped instead: a cache another process filled first). On failure the stage is
+    removed and ``dest`` is as it was. Checkpoints, deployments and the asset caches are written this way."""
+    import os
+    import shutil
+    import tempfile
+
+    dest = Path(dest).expanduser().absolute()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{dest.name}.partial-"
+    remove_stale(dest.parent, prefix)
+    stage = _owned(Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent)))
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    (stage / OWNER).unlink(missing_ok=True)
+    if dest.exists():
+        if not replace:
+            shutil.rmtree(stage, ignore_errors=True)
+            return
+        shutil.rmtree(dest)
+    os.replace(stage, dest)
+    os.chmod(dest, 0o755)  # mkdtemp makes it private
+
+
+OWNER = ".dpaudit-owner"  # inside a partial folder: the pid of the process writing it
+
+
+def _owned(stage: Path) -> Path:
+    import os
+
+    (stage / OWNER).write_text(str(os.getpid()))
+    return stage
+
+
+def remove_stale(where: Path, prefix: str) -> None:
+    """Partial folders under ``where`` named ``prefix...`` whose writer is gone (killed mid-write): removed, so a
+    killed evaluation or run never leaves debris that later runs keep. A partial of a live process is kept."""
+    import os
+    import shutil
+    import time
+
+    try:
+        entries = [p for p in Path(where).iterdir() if p.name.startswith(prefix) and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return
+    for p in entries:
+        try:
+            pid = int((p / OWNER).read_text().strip())
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None:
+            try:
+                os.kill(pid, 0)
+                continue  # its writer is alive
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        elif time.time() - p.stat().st_mtime < 3600:
+            continue  # no owner recorded (an older dpaudit): only once it is an hour old
+        shutil.rmtree(p, ignore_errors=True)
+
+
+class atomic_folder:
+    """``with atomic_folder(out) as tmp:`` write files into ``tmp``; on success they replace their namesakes in
+    ``out`` (other files there are kept), on failure ``tmp`` is removed and ``out`` is untouched. ``tmp`` lives
+    inside ``out`` when it exists (same filesystem as the target even when ``out`` is a mount point), else beside
+    it, so every move is a rename."""
+
+    def __init__(self, out):
+        self.out = Path(out).expanduser().absolute()
+
+    def __enter__(self) -> Path:
+        import tempfile
+
+        if self.out.is_dir():
+            where, prefix = self.out, ".dpaudit-partial-"
+        else:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            where, prefix = self.out.parent, f".{self.out.name}.partial-"
+        remove_stale(where, prefix)  # what a killed earlier run left behind
+        self.tmp = _owned(Path(tempfile.mkdtemp(prefix=prefix, dir=where)))
+        return self.tmp
+
+    def __exit__(self, kind, value, tb) -> bool:
+        import os
+        import shutil
+
+        if kind is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        (self.tmp / OWNER).unlink(missing_ok=True)
+        if not self.out.exists():
+            os.replace(self.tmp, self.out)
+            os.chmod(self.out, 0o755)  # mkdtemp makes it private
+            return False
+        for f in sorted(self.tmp.iterdir()):
+            dest = self.out / f.name
+            if dest.is_dir() and not dest.is_symlink():
+                shutil.rmtree(dest)
+            os.replace(f, dest)
+        self.tmp.rmdir()
+        return False
