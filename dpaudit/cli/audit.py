@@ -68,7 +68,7 @@ def _estimate(res) -> str:
                    "splits, each at 1 - alpha/2.")
 @click.option("--guesses", default=None, metavar="K_POS,K_NEG",
               help="fixed: guesses on each side, fixed in advance (default m/4,m/4).")
-@click.option("--splits", default=11, show_default=True, type=click.IntRange(1, 1001), help="median: held-out splits.")
+@click.option("--splits", default=11, show_default=True, type=click.IntRange(1, 101), help="median: held-out splits.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="held-out: the split's seed.")
 @click.option("--delta", default=0.0, show_default=True, type=float, help="δ of the hypothesis tested.")
 @click.option("--confidence", default=0.95, show_default=True, type=float, help="Confidence level.")
@@ -80,7 +80,8 @@ def scores_cmd(scores_file, strategy, guesses, splits, seed, delta, confidence, 
     or {"inserted": [scores], "held_out": [scores]}) or a CSV with columns score,inserted, one row per canary, each
     inserted with probability 1/2 before training. Prints the f-DP ε lower bound and its ceiling, the Steinke et
     al. bound of the same guesses, the Gaussian-DP reading (an estimate), TPR at --fpr and AUC with intervals
-    (dpaudit/audit/auditor.py: the same auditor as a Python object)."""
+    (dpaudit/audit/auditor.py: the same auditor as a Python object). At most 10^6 canaries (10^5 for search and
+    median)."""
     from dpaudit.audit import auditor
 
     _audit_params(delta, confidence)
@@ -89,6 +90,9 @@ def scores_cmd(scores_file, strategy, guesses, splits, seed, delta, confidence, 
     sc, signs = _read_scores(scores_file)
     if sc.size > MAX_SCORES:
         raise DpauditError(f"at most {MAX_SCORES:,} canaries; {scores_file} has {sc.size:,}")
+    if strategy in ("search", "median") and sc.size > MAX_SEARCHED:
+        raise DpauditError(f"--strategy {strategy} takes at most {MAX_SEARCHED:,} canaries (hundreds of f-DP bounds, "
+                           f"seconds each at this size); {scores_file} has {sc.size:,}: use fixed or held-out")
     try:
         a = auditor.ScoreAuditor(sc, signs)
         if strategy == "fixed":
@@ -285,7 +289,8 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
                    f"(TP {r['tp']}, FN {r['fn']}, FP {r['fp']}, TN {r['tn']}; threshold from {r['n_tuning']} other runs)")
 
 
-MAX_SCORES = 10 ** 6  # audit scores: a search or median over splits at 10^6 canaries takes minutes
+MAX_SCORES = 10 ** 6  # audit scores, fixed or held-out guesses
+MAX_SEARCHED = 10 ** 5  # audit scores --strategy search / median: hundreds of bounds, each slower as m grows
 MAX_CANARIES = 10 ** 8  # audit one-run: the Steinke bound's cost does not grow with m beyond this
 MAX_GUESSES = 10 ** 6  # audit one-run: the f-DP reading is O(r) per evaluation (about a minute at 10^6 here)
 MAX_PLAN_CANARIES = 10 ** 6  # audit plan: a simulated audit per size (about 20 s at 10^6 on this project's CPU)

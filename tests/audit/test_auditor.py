@@ -208,3 +208,16 @@ def test_the_power_table_is_its_results():
         assert r["median_bound"] == pytest.approx(float(np.median(r["bounds"])))
         line = next(ln for ln in text.splitlines() if ln.startswith(f"| {r['mechanism']} |") and f"| {r['m']:,} |" in ln)
         assert f"{r['median_bound']:.2f} ({r['above_truth']})" in line, (r["mechanism"], r["strategy"])
+
+
+def test_audit_scores_caps_the_slow_strategies(tmp_path, capsys):
+    import json
+
+    from dpaudit.cli import main
+
+    n = 100_001
+    (tmp_path / "big.json").write_text(json.dumps({"inserted": [0.0] * (n // 2), "held_out": [0.0] * (n - n // 2)}))
+    for strategy in ("search", "median"):
+        assert main(["audit", "scores", str(tmp_path / "big.json"), "--strategy", strategy]) == 2
+        assert "at most 100,000 canaries" in capsys.readouterr().err
+    assert main(["audit", "scores", str(tmp_path / "big.json"), "--strategy", "median", "--splits", "500"]) == 2
