@@ -164,7 +164,7 @@ def _read_scores(path: Path):
             sc, signs = np.r_[ins, out], np.r_[np.ones(ins.size, dtype=int), -np.ones(out.size, dtype=int)]
         else:
             raise DpauditError(f"{path}: give scores and inserted (one flag per score), or inserted and held_out")
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:  # OverflowError: an integer beyond any float
         raise DpauditError(f"{path}: the scores must be numbers and the flags true/false ({e})") from None
     if sc.size != signs.size:
         raise DpauditError(f"{path}: {sc.size} scores but {signs.size} inserted flags: one of each per canary")
