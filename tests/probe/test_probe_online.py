@@ -198,3 +198,37 @@ def test_modes_the_probe_cannot_serve_are_refused_when_it_attaches():
     with pytest.raises(DpauditError, match="on_fail"):
         attach_probe(DPOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(64))], lr=0.1), noise_multiplier=1.0,
                                  max_grad_norm=1.0, expected_batch_size=4), sample_rate=0.1, m=10, on_fail="stop")
+
+
+def test_fixed_size_batches_stated_by_the_card_are_expected_not_accused():
+    """A card whose sampler is "shuffle" (fixed-size batches, poisson_sampling=False): the same fixed sizes the
+    Poisson card fails pass, a batch above B = round(q N) fails, deterministically; online, attach_probe(...,
+    sampler="shuffle") applies the same rule, and the Poisson e-process's alarm on repeated sizes names it."""
+    from dataclasses import replace
+
+    from dpaudit.probe.online import Online
+
+    rng = np.random.default_rng(3)
+    fixed = np.r_[np.full(T - 1, 50), 17]
+    shuffle_card = replace(CARD, sampler="shuffle")
+    row = mc.sampling(_readings(rng, None, records=fixed), shuffle_card)
+    assert row["status"] == "pass" and row["values"]["fixed_batch"] == 50, row
+    larger = fixed.copy()
+    larger[7] = 51
+    row = mc.sampling(_readings(rng, None, records=larger), shuffle_card)
+    assert row["status"] == "fail" and "more than the fixed batch size B = 50" in row["finding"]
+    on = Online(noise_multiplier=None, tensors=0, sample_rate=Q, dataset_size=N, on_fail=None, sampler="shuffle")
+    for b in fixed:
+        on.step += 1
+        on.sampling_step(int(b))
+    assert "sampling" not in on.alarms and on.status(False)["sampling"]["status"] == "ok"
+    on.step += 1
+    on.sampling_step(60)
+    assert on.alarms["sampling"]["step"] == T + 1
+    poisson = Online(noise_multiplier=None, tensors=0, sample_rate=Q, dataset_size=N, on_fail=None)
+    for b in fixed:
+        poisson.step += 1
+        poisson.sampling_step(int(b))
+    assert "sampler='shuffle'" in poisson.alarms["sampling"]["finding"]
+    with pytest.raises(Exception, match="sampler must be"):
+        Online(noise_multiplier=None, tensors=0, sample_rate=Q, dataset_size=N, on_fail=None, sampler="random")
