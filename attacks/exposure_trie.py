@@ -95,7 +95,7 @@ class _Trie:
 @torch.inference_mode()
 def log_probs(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 1024,
               framing: str = "bos_eos", progress=None, stats: dict | None = None,
-              shard: tuple[int, int] | None = None) -> np.ndarray:
+              shard: tuple[int, int] | None = None, on_total=None) -> np.ndarray:
     """Bits of -log2 P(secret tokens | BOS + prefix) for each secret (suffix not scored), exactly, by the trie.
     ``stats``, when given, receives the number of forward passes (``nodes``) and of shared prefixes.
     ``shard = (i, n)`` expands only the top-level batches b (of depth-1 nodes, ``batch_size`` at a time) with
@@ -110,6 +110,8 @@ def log_probs(model, tokenizer, prefix: str, secrets: list[str], suffix: str, ba
     for g, key in enumerate(shared):
         idx = np.flatnonzero(group_of == g)
         trie = _Trie(paths[idx], max(vocab, int(paths.max()) + 1))
+        if on_total is not None and shard is None:  # the forward passes this group adds (a progress bar's total)
+            on_total(trie.internal_nodes)
         total = np.zeros(len(idx))
         pre = model(input_ids=torch.tensor([key], device=device), use_cache=True)
         _read(trie, 0, 0, torch.log_softmax(pre.logits[:, -1].float(), -1), total)

@@ -232,9 +232,13 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
         from dpaudit.attacks import exposure_trie
 
         space = list(exposure_attack.enumerate_space(p.alphabet, p.length))
-        bar = progress.bar(desc="exposure: token trie over the whole space", unit=" nodes")
+        bar = progress.bar(desc="exposure: token trie over the whole space", unit=" nodes", total=0)
+
+        def more(n):  # each group's trie is built before its forward passes: the bar's total grows with them
+            bar.total += n
+            bar.refresh()
         bits = exposure_trie.log_probs(model, tok, p.prefix, space, p.suffix, 4 * batch_size, framing=framing,
-                                       progress=bar.update, shard=shard)
+                                       progress=bar.update, shard=shard, on_total=more)
         bar.close()
         index = {s: i for i, s in enumerate(space)}
         can = np.array([index[c.secret] for c in man.canaries])

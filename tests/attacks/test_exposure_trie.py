@@ -55,9 +55,9 @@ def test_paths_stop_at_the_secret_and_share_the_prefix(tiny_model_factory):
         assert tok.decode(list(shared[group_of[i]]) + toks).endswith(s)
 
 
-def test_evaluate_ranks_exposure_over_the_whole_space_by_default(tiny_model_factory, tmp_path):
-    """A 10^4 space fits the trie's budget: `dpaudit evaluate` ranks every canary among all other secrets,
-    says the suffix was not scored, and its canary bits are the trie's."""
+def test_evaluate_ranks_exposure_over_the_whole_space_when_asked(tiny_model_factory, tmp_path):
+    """Opt-in (`--enumerate-limit N`; the default samples reference secrets): `dpaudit evaluate` ranks every canary
+    among all other secrets of a 10^4 space, says the suffix was not scored, and its canary bits are the trie's."""
     from dpaudit import checkpoint
     from dpaudit.canaries.manifest import CanaryPlan, generate
     from dpaudit.claim.card import Claim, PrivacyCard
@@ -77,3 +77,15 @@ def test_evaluate_ranks_exposure_over_the_whole_space_by_default(tiny_model_fact
                                    man.plan.suffix, framing=r["canary_plan"]["framing"])
     np.testing.assert_allclose([c["log_perplexity_bits"] for c in ex["canaries"]], want, atol=1e-3)
     assert evaluate(ck, EvalOptions(attacks=("exposure",), enumerate_limit=0))["exposure"]["enumerated"] is False
+
+
+def test_the_progress_total_is_known_before_the_forward_passes(tiny_model_factory):
+    """The whole-space pass tells its bar how many forward passes it will make (each group's trie is built first):
+    the bar ends at its total instead of counting "nodes" without one."""
+    model, tok = tiny_model_factory()
+    space = ["".join(t) for t in itertools.product("0123456789", repeat=3)]
+    seen = {"total": 0, "done": 0}
+    exposure_trie.log_probs(model.eval(), tok, "the code is ", space, ".",
+                            progress=lambda n: seen.__setitem__("done", seen["done"] + n),
+                            on_total=lambda n: seen.__setitem__("total", seen["total"] + n))
+    assert seen["total"] == seen["done"] > 100
