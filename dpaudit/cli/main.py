@@ -116,8 +116,12 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
             click.echo(printable(f"{name}: trained: {folder} (audit it with `dpaudit evaluate {folder} --out "
                                  f"{Path(folder).parent / 'report'}`)"))
         return
+    from dpaudit.report.markdown import strength_lines
+
     for name, r in reports.items():
         click.echo(printable(f"{name}: {r['verdict']['status']}: {r['verdict']['reason']}"))
+        for line in strength_lines(r):  # as `evaluate` prints it: what the test could show at the claim
+            click.echo(printable(f"  {line[2:]}"))
     click.echo(f"report: {Path(out) / 'REPORT.md'}")
 
 

@@ -187,3 +187,13 @@ def test_one_word_one_meaning_older_reports_and_policies_keep_theirs(tmp_path, c
         assert "verdict 'underpowered' is not allowed" in capsys.readouterr().out
     md, n = compare(policy.load_report(old_path), policy.load_report(new_path))
     assert n == 0 and "not-refuted" not in md.split("### ")[0]
+
+
+def test_the_gate_summary_and_run_output_state_the_strength_at_the_claim(capsys):
+    """What a mechanism exactly at the claim shows with these canaries, beside the ceiling, in the passing gate's
+    line (so a weak test never reads as a strong one there either)."""
+    demo = Path(__file__).resolve().parents[2] / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
+    assert main(["check", str(demo)]) == 0
+    out = capsys.readouterr().out
+    limit = max(x["epsilon_lb"] for x in json.loads(demo.read_text())["audit_limits"])
+    assert f"at the claim these canaries show {limit:.2g} for a mechanism exactly at it" in out, out
