@@ -242,10 +242,15 @@ def sampling(r: Readings, card: CardView) -> dict:
                f"at q = {q:.6g} of N = {N}), spread as Poisson sampling's", ALPHA, **vals)
 
 
+def fixed_batch(sample_rate: float, dataset_size: int) -> int:
+    """B of fixed-size batches at rate q of N records, as the accountants take it (round(q N), at least 1)."""
+    return max(1, round(sample_rate * dataset_size))
+
+
 def _fixed_size(b: np.ndarray, N: int, q: float) -> dict:
     """Fixed-size batches (the card's sampler "shuffle", accounted as sampling without replacement of B = round(q N)
     records): deterministic, no batch above B (smaller ones, an epoch's last, only help)."""
-    B = max(1, round(q * N))
+    B = fixed_batch(q, N)
     T, total, top = int(b.size), int(b.sum()), int(b.max())
     vals = dict(records=total, steps=T, fixed_batch=B, largest=top, below_b=int(np.sum(b < B)))
     if top > B:

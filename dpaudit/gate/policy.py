@@ -258,10 +258,11 @@ def summary(r: dict) -> str:
         return f"{name}: no claim"
     acc = accounting_check(r, claim, r["accounting"].get("tolerance", options.ACCOUNTING_TOLERANCE))
     emp = empirical_check(r, claim)
-    given = r.get("audit_limits")
-    lims = [x["epsilon_lb"] for x in (given if isinstance(given, list) else []) if isinstance(x, dict)
-            and isinstance(x.get("epsilon_lb"), (int, float)) and checks.finite(x["epsilon_lb"])]
-    strength = (f"; at the claim these canaries show {max(lims):.2g} for a mechanism exactly at it" if lims else "")
+    from dpaudit.report.markdown import claim_strength
+
+    s = claim_strength(r)
+    strength = (f"; at the claim these canaries show {s['top']['epsilon_lb']:.2g} for a mechanism exactly at it"
+                if s else "")
     return (f"{name}: claim epsilon {claim:g}; accounting {acc['status']}; empirical {emp['status']} "
             f"(tested up to epsilon {emp['ceiling']:.3g}{strength})")
 

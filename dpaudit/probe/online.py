@@ -25,6 +25,7 @@ import warnings
 import numpy as np
 
 from dpaudit.audit import sequential
+from dpaudit.audit.mechanism_checks import fixed_batch
 from dpaudit.errors import DpauditError
 
 ON_FAIL = ("warn", "raise", None)
@@ -47,11 +48,6 @@ def check_sampler(sampler: str) -> None:
     if sampler not in SAMPLERS:
         raise DpauditError(f"sampler must be 'poisson' (Opacus' default) or 'shuffle' (fixed-size batches, "
                            f"poisson_sampling=False), as the card states; got {sampler!r}")
-
-
-def fixed_batch(sample_rate: float, dataset_size: int) -> int:
-    """B of fixed-size batches at rate q of N records, as the accountants take it (round(q N), at least 1)."""
-    return max(1, round(sample_rate * dataset_size))
 
 
 class Online:

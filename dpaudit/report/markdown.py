@@ -74,18 +74,30 @@ def summary_lines(r: dict) -> list[str]:
     return L
 
 
+def claim_strength(r: dict) -> dict | None:
+    """The report's audit limits at the claim: the test whose median audit of a mechanism exactly at the claimed
+    epsilon shows the most (``top``), every limit, the claim and the top's share of it; None without a claim or
+    limits. The report's strength line and the gate's summary read it from here."""
+    c = r.get("claim") or {}
+    given = r.get("audit_limits")
+    lims = [x for x in (given if isinstance(given, list) else [])
+            if isinstance(x, dict) and isinstance(x.get("epsilon_lb"), (int, float)) and math.isfinite(x["epsilon_lb"])]
+    eps = c.get("epsilon")
+    if not c.get("private") or not lims or not isinstance(eps, (int, float)) or not eps > 0:
+        return None
+    top = max(lims, key=lambda x: x["epsilon_lb"])
+    return {"top": top, "limits": lims, "claim": float(eps), "share": top["epsilon_lb"] / float(eps)}
+
+
 def strength_lines(r: dict) -> list[str]:
     """How strong the test was at the claim: what a mechanism exactly at the claimed epsilon would show, in the
     median audit with these canaries and guesses (the report's audit_limits, simulated before any score was read),
     so that a weak test never reads as a strong one."""
-    c = r.get("claim") or {}
-    lims = [x for x in r.get("audit_limits") or [] if x.get("epsilon_lb") is not None]
-    if not c.get("private") or not lims or not c.get("epsilon"):
+    s = claim_strength(r)
+    if s is None:
         return []
-    top = max(lims, key=lambda x: x["epsilon_lb"])
+    top, lims, eps, share = s["top"], s["limits"], s["claim"], s["share"]
     others = [f"{x['attack']} {x['epsilon_lb']:.2f}" for x in lims if x is not top]
-    eps = c["epsilon"]
-    share = top["epsilon_lb"] / eps
     return [f"- Strength of the test at the claim: a mechanism exactly at ε = {eps:.3g} shows {top['epsilon_lb']:.2f} "
             f"in the median audit with these canaries ({top['attack']}, m = {top['m']}: {share:.0%} of the claim"
             + (f"; {', '.join(others)}" if others else "") + ")."]
