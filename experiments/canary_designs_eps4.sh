@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# reports/canary_designs_eps4: every config of configs/canary_designs_eps4/ trained and evaluated with
+# `dpaudit run CONFIG --out OUTDIR/NAME --quiet`, the configs side by side (one process each; on one GPU they
+# share it, on the project's 2-core CPU run them one at a time with JOBS=1). Each run's folder, without model
+# weights, is packed into OUTDIR/NAME.tar.gz with its log. Planned before training: see the report's README.
+# Usage: experiments/canary_designs_eps4.sh [OUTDIR]   (JOBS=N, LIMIT=seconds per config, CONFIGS=glob,
+# NO_WHEELS=1 to ignore .whl/)
+# Wheels in .whl/ (packages the machine lacks) are installed to /tmp/site first, as benchmarks/gpu_checks.sh does.
+set -u
+out=${1:-${OUT:-/tmp/canary_designs_eps4}}
+mkdir -p "$out"; export out
+if [ -z "${NO_WHEELS:-}" ] && compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site || exit 2
+fi
+if ! python3 -c "import dpaudit.trainers" 2>/dev/null; then  # a checkout, not installed: the installed layout
+  rm -rf /tmp/dpaudit_pkg && mkdir -p /tmp/dpaudit_pkg && cp -r dpaudit /tmp/dpaudit_pkg/ \
+    && for d in trainers attacks tasks; do cp -r "$d" "/tmp/dpaudit_pkg/dpaudit/$d"; done
+  export PYTHONPATH=/tmp/dpaudit_pkg:$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
+{ date -u; uname -m; nproc; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+  python3 -c "import torch, transformers, peft, opacus; print('torch', torch.__version__, 'transformers',
+transformers.__version__, 'peft', peft.__version__, 'opacus', opacus.__version__, 'cuda', torch.cuda.is_available())"
+} >"$out/env.txt" 2>&1
+cat "$out/env.txt"
+one() {
+  local cfg=$1 name; name=$(basename "$cfg" .toml)
+  local t0=$SECONDS
+  timeout "${LIMIT:-900}" python3 -m dpaudit.cli run "$cfg" --out "/tmp/cde4/$name" --quiet >"/tmp/cde4/$name.log" 2>&1
+  echo "exit $? after $((SECONDS - t0)) s" >>"/tmp/cde4/$name.log"
+  tail -1 "/tmp/cde4/$name.log" | sed "s/^/$name: /"
+  tar -C /tmp/cde4 --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' -czf "$out/$name.tar.gz" "$name" "$name.log"
+}
+rm -rf /tmp/cde4 && mkdir -p /tmp/cde4
+export -f one
+ls ${CONFIGS:-configs/canary_designs_eps4/*.toml} | xargs -P "${JOBS:-8}" -I{} bash -c 'one {}'
+grep -h "^dp-\|^non-private" /tmp/cde4/*.log | head -40
