@@ -8,12 +8,12 @@
 # Wheels in .whl/ (packages the machine lacks) are installed to /tmp/site first, as benchmarks/gpu_checks.sh does.
 set -u
 out=${1:-${OUT:-/tmp/canary_designs_eps4}}
-mkdir -p "$out"; export out
+mkdir -p "$out"; out=$(cd "$out" && pwd); export out
 if [ -z "${NO_WHEELS:-}" ] && compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site || exit 2
 fi
-if ! python3 -c "import dpaudit.trainers" 2>/dev/null; then  # a checkout, not installed: the installed layout
+if ! python3 -c "import dpaudit.trainers, dpaudit.attacks, dpaudit.tasks" 2>/dev/null; then  # a checkout, not installed: the installed layout
   rm -rf /tmp/dpaudit_pkg && mkdir -p /tmp/dpaudit_pkg && cp -r dpaudit /tmp/dpaudit_pkg/ \
     && for d in trainers attacks tasks; do cp -r "$d" "/tmp/dpaudit_pkg/dpaudit/$d"; done
   export PYTHONPATH=/tmp/dpaudit_pkg:$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -25,9 +25,12 @@ transformers.__version__, 'peft', peft.__version__, 'opacus', opacus.__version__
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
 one() {
-  local cfg=$1 name; name=$(basename "$cfg" .toml)
+  local cfg name; cfg=$(realpath "$1"); name=$(basename "$cfg" .toml)
   local t0=$SECONDS
-  timeout "${LIMIT:-900}" python3 -m dpaudit.cli run "$cfg" --out "/tmp/cde4/$name" --quiet >"/tmp/cde4/$name.log" 2>&1
+  # from /tmp/cde4: `python3 -m` puts the working folder first on sys.path, and the checkout's dpaudit/ lacks
+  # trainers/, attacks/ and tasks/ (the installed layout above has them)
+  (cd /tmp/cde4 && timeout "${LIMIT:-900}" python3 -m dpaudit.cli run "$cfg" --out "/tmp/cde4/$name" --quiet \
+    >"/tmp/cde4/$name.log" 2>&1)
   echo "exit $? after $((SECONDS - t0)) s" >>"/tmp/cde4/$name.log"
   tail -1 "/tmp/cde4/$name.log" | sed "s/^/$name: /"
   tar -C /tmp/cde4 --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' -czf "$out/$name.tar.gz" "$name" "$name.log"
