@@ -26,7 +26,8 @@ Every bound is the f-DP analysis of the guesses (:mod:`dpaudit.audit.fdp`, Mahlo
 Steinke et al. one (:mod:`dpaudit.audit.one_run`); the Gaussian-DP reading is an *estimate* (it assumes the
 mechanism's trade-off is Gaussian) and is labelled so. TPR at a chosen FPR comes with Clopper-Pearson intervals
 (the threshold is set on the held-out scores, so the TPR of the inserted ones at it is binomial), AUC with a
-bootstrap interval. Pure NumPy/SciPy.
+bootstrap interval. :meth:`ScoreAuditor.two_sample` is the test past thresholding for independent canaries. Pure
+NumPy/SciPy. (Over 300 lines: the four strategies and the readings of one set of scores belong to one object.)
 """
 
 from __future__ import annotations
@@ -211,6 +212,17 @@ class ScoreAuditor:
             out = _relabel(lower_median, strategy.describe(), confidence)
             return AuditResult(**{**out.to_dict(), "splits": [x.epsilon_lb for x in runs]})
         raise ValueError(f"unknown threshold strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+
+    def two_sample(self, delta: float = 0.0, confidence: float = 0.95, threshold: float | None = None, seed: int = 0):
+        """Past thresholding at k guesses: the two-sample threshold test (:mod:`dpaudit.audit.two_sample`), valid when
+        the canaries' scores are independent (white-box Dirac canaries); at ``threshold`` fixed in advance (e.g.
+        :func:`dpaudit.audit.two_sample.plan`'s), else tuned on a seeded half and tested on the other."""
+        from dpaudit.audit import two_sample
+
+        ins, out = self.scores[self.signs > 0], self.scores[self.signs < 0]
+        if threshold is None:
+            return two_sample.tuned(ins, out, delta, confidence, seed=seed)
+        return two_sample.bound_at(ins, out, threshold, delta, confidence)
 
     def tpr_at_fpr(self, fpr: float, confidence: float = 0.95) -> tuple[Rate, Rate]:
         """(TPR, achieved FPR) at the threshold that flags at most ``fpr`` of the held-out canaries, each with its

@@ -1,5 +1,6 @@
 """``dpaudit audit``: audit bounds from counts (one-run, many-run) or membership scores (scores, through the public
-auditor dpaudit/audit/auditor.py), and many-run audits over checkpoints."""
+auditor dpaudit/audit/auditor.py), and many-run audits over checkpoints. (Over 300 lines: one command group, its
+options' help and its one-line errors; the arithmetic is in dpaudit/audit/.)"""
 
 from __future__ import annotations
 
@@ -60,22 +61,28 @@ def _estimate(res) -> str:
 
 @audit.command("scores")
 @click.argument("scores_file", metavar="SCORES", type=click.Path(path_type=Path))
-@click.option("--strategy", type=click.Choice(["fixed", "held-out", "search", "median"]), default="fixed",
-              show_default=True,
+@click.option("--strategy", type=click.Choice(["fixed", "held-out", "search", "median", "two-sample"]),
+              default="fixed", show_default=True,
               help="How the guesses are made, each valid at --confidence: fixed = --guesses fixed before the scores "
                    "were seen; held-out = guess counts chosen on a seeded half, audited on the other; search = every "
                    "count of a geometric grid, Bonferroni over the grid; median = the median of --splits held-out "
-                   "splits, each at 1 - alpha/2.")
+                   "splits, each at 1 - alpha/2; two-sample = past guessing: the inserted and held-out scores above "
+                   "--threshold (or one tuned on a seeded half), valid only for independent canaries (white-box "
+                   "Dirac canaries), docs/methods.md.")
 @click.option("--guesses", default=None, metavar="K_POS,K_NEG",
               help="fixed: guesses on each side, fixed in advance (default m/4,m/4).")
 @click.option("--splits", default=11, show_default=True, type=click.IntRange(1, 101), help="median: held-out splits.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="held-out: the split's seed.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0),
+              help="held-out and two-sample: the split's seed.")
+@click.option("--threshold", default=None, type=float,
+              help="two-sample: the score threshold, fixed before the scores were seen (dpaudit audit plan "
+                   "--two-sample prints the card's); without it one is tuned on a seeded half.")
 @click.option("--delta", default=0.0, show_default=True, type=float, help="δ of the hypothesis tested.")
 @click.option("--confidence", default=0.95, show_default=True, type=float, help="Confidence level.")
 @click.option("--fpr", default=0.01, show_default=True, type=float,
               help="Report the TPR at this FPR, with Clopper-Pearson intervals.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: the audit, tpr, fpr and auc.")
-def scores_cmd(scores_file, strategy, guesses, splits, seed, delta, confidence, fpr, as_json):
+def scores_cmd(scores_file, strategy, guesses, splits, seed, threshold, delta, confidence, fpr, as_json):
     """Every bound from membership scores: SCORES is a JSON file ({"scores": [...], "inserted": [true, false, ...]}
     or {"inserted": [scores], "held_out": [scores]}) or a CSV with columns score,inserted, one row per canary, each
     inserted with probability 1/2 before training. Prints the f-DP ε lower bound and its ceiling, the Steinke et
@@ -93,6 +100,10 @@ def scores_cmd(scores_file, strategy, guesses, splits, seed, delta, confidence, 
     if strategy in ("search", "median") and sc.size > MAX_SEARCHED:
         raise DpauditError(f"--strategy {strategy} takes at most {MAX_SEARCHED:,} canaries (hundreds of f-DP bounds, "
                            f"seconds each at this size); {scores_file} has {sc.size:,}: use fixed or held-out")
+    if threshold is not None and strategy != "two-sample":
+        raise DpauditError(f"--threshold is for --strategy two-sample, not {strategy}")
+    if strategy == "two-sample":
+        return _two_sample(scores_file, sc, signs, threshold, seed, delta, confidence, as_json)
     try:
         a = auditor.ScoreAuditor(sc, signs)
         if strategy == "fixed":
@@ -119,6 +130,26 @@ def scores_cmd(scores_file, strategy, guesses, splits, seed, delta, confidence, 
     click.echo(f"TPR {tpr.value:.3f} [{tpr.low:.3f}, {tpr.high:.3f}] at FPR {got_fpr.value:.4f} "
                f"[{got_fpr.low:.4f}, {got_fpr.high:.4f}] (asked {fpr:g}; {confidence:.0%} Clopper-Pearson); "
                f"AUC {auc.value:.3f} [{auc.low:.3f}, {auc.high:.3f}] (bootstrap)")
+
+
+def _two_sample(scores_file, sc, signs, threshold, seed, delta, confidence, as_json) -> None:
+    import math
+
+    from dpaudit.audit import auditor
+
+    if threshold is not None and not math.isfinite(threshold):
+        raise DpauditError(f"--threshold must be a finite number, got {threshold}")
+    try:
+        res = auditor.ScoreAuditor(sc, signs).two_sample(delta, confidence, threshold=threshold, seed=seed)
+    except ValueError as e:
+        raise DpauditError(f"{scores_file}: {e}") from None
+    if as_json:
+        click.echo(json.dumps({"two_sample": res.to_dict()}))
+        return
+    click.echo(f"{sc.size} canaries ({int((signs > 0).sum())} inserted); two-sample test, {res.threshold_rule}: "
+               f"{res.tp} of {res.n_in} inserted and {res.fp} of {res.n_out} held-out scores above {res.threshold:.6g}")
+    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {confidence:.0%} confidence, δ = {delta:g} (ceiling {res.ceiling:.3f}); "
+               f"valid only if {res.assumption}")
 
 
 def _pair(text: str) -> tuple[int, int]:
@@ -191,8 +222,11 @@ def _flag(x) -> bool:
               help="Confidence of the white-box test (the report's family-wise share of it, e.g. 1 - 0.05/7).")
 @click.option("--canaries", "ms", default="1000,5000,20000,100000", show_default=True, metavar="M,...",
               help="Numbers of white-box Dirac canaries to compare.")
+@click.option("--two-sample", "two", is_flag=True,
+              help="Also the two-sample threshold test past guessing (independent canaries): its median bound, "
+                   "the false-positive rate it aims at and the threshold to fix (seconds per m).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per m.")
-def plan_cmd(q, sigma, steps, delta, confidence, ms, as_json):
+def plan_cmd(q, sigma, steps, delta, confidence, ms, two, as_json):
     """Before training: what a white-box audit with m canaries can show about this mechanism (the median simulated
     one-run bound at the best guess count, docs/probe.md), for each m. Pick m here, then fix it in the config
     (train.gradient_canaries) or attach_probe(m=...): the audit is planned before its scores exist."""
@@ -220,6 +254,12 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, as_json):
         j = st["k"].index(st["best_k"])
         rows.append({"m": m, "epsilon_lb": st["epsilon_lb"][j], "best_k": st["best_k"], "method": st["method"],
                      "median_right": st["median_right"][j]})
+    if two:
+        from dpaudit.audit import two_sample
+
+        for r in rows:
+            p = two_sample.plan(q, sigma, steps, r["m"] // 2, r["m"] - r["m"] // 2, delta, confidence)
+            r["two_sample"] = None if p is None else {k: p[k] for k in ("limit", "fpr", "threshold", "ceiling", "pool")}
     if as_json:
         click.echo(json.dumps(rows))
         return
@@ -231,6 +271,12 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, as_json):
         else:
             click.echo(f"  m = {r['m']:>9,}: ε ≥ {r['epsilon_lb']:.2f} in the median audit ({r['best_k']:,} + "
                        f"{r['best_k']:,} guesses, {r['median_right']:,} right; {r['method']})")
+        t = r.get("two_sample")
+        if two and t:
+            click.echo(f"               two-sample test: ε ≥ {t['limit']:.2f} in the median audit at FPR {t['fpr']:g} "
+                       f"(threshold {t['threshold']:.6g}; ceiling {t['ceiling']:.2f}; valid for independent canaries)")
+        elif two:
+            click.echo("               two-sample test: beyond the simulation budget")
 
 
 @audit.command("many-run")
