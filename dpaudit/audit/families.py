@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dpaudit.audit import exposure as exposure_stats
-from dpaudit.audit import fdp, mechanism_limit, mia_metrics, one_run, selection
+from dpaudit.audit import fdp, mechanism_limit, mia_metrics, one_run, selection, two_sample
 from dpaudit.audit.mechanism import NONE, Audited
 
 
@@ -89,11 +89,16 @@ def _metrics(sc, signs) -> dict:
                           "held_out": [int(c) for c in np.histogram(sc[signs < 0], bins=edges)[0]]}}
 
 
+def test_count(scores: dict, plan: Plan, whitebox: list[dict] | None) -> int:
+    """The tests of the family (black-box attacks, or one chosen on a held-out half, and one per white-box set)."""
+    return (len(scores) if plan.rule == "bonferroni" else 1) + len(_sets(whitebox))
+
+
 def one_run_rows(scores: dict, plan: Plan, whitebox: list[dict] | None) -> list[dict]:
     """Bounds of the black-box and white-box tests (one per canary set), at every delta of the plan, one correction
     for all."""
     sets = _sets(whitebox)
-    n_tests = (len(scores) if plan.rule == "bonferroni" else 1) + len(sets)
+    n_tests = test_count(scores, plan, whitebox)
     per_test = 1 - (1 - plan.confidence) / n_tests
     rows = []
     for label, d in plan.deltas:
@@ -128,6 +133,31 @@ def whitebox_guesses(wb: dict, delta: float, confidence: float) -> tuple[int, st
 
 
 STAT_LABEL = {"sum": "sum of the projections", "likelihood_ratio": "per-step likelihood ratio"}
+
+
+def two_sample_rows(plan: Plan, whitebox: list[dict] | None, confidence: float) -> list[dict]:
+    """Past thresholding (:mod:`dpaudit.audit.two_sample`): for each white-box set of a private run scored by the
+    card mechanism's likelihood ratio, the two-sample test at the threshold the card's simulated mechanism fixes
+    (never the scores), at ``confidence`` (the family's per-test level), with the card's median limit under it.
+    Valid only for independent canaries, which the card's mechanism makes them: reported beside the family, never
+    one of the verdict's tests."""
+    out = []
+    for wb in _sets(whitebox):
+        if wb.get("statistic") != "likelihood_ratio" or not plan.whitebox_delta > 0:
+            continue
+        signs, sc = np.asarray(wb["signs"]), np.asarray(wb["scores"], dtype=float)
+        n_in, n_out = int(np.sum(signs > 0)), int(np.sum(signs < 0))
+        prm = wb["statistic_params"]
+        p = two_sample.plan(prm["sample_rate"], prm["noise_multiplier"], prm["steps"], n_in, n_out,
+                            plan.whitebox_delta, confidence)
+        if p is None:
+            continue
+        r = two_sample.bound_at(sc[signs > 0], sc[signs < 0], p["threshold"], plan.whitebox_delta, confidence,
+                                rule=f"threshold fixed before scoring from the card's mechanism (FPR {p['fpr']:g})")
+        out.append({"attack": wb["name"], "method": "two_sample", **r.to_dict(), "planned_fpr": p["fpr"],
+                    "mechanism_limit": p["limit"], "pool": p["pool"],
+                    "kind": "lower bound if the canaries are independent (not one of the verdict's tests)"})
+    return out
 
 
 def record_level_rows(scores: dict, plan: Plan, group_size: int, delta: float) -> list[dict]:

@@ -46,6 +46,7 @@ MIN_TAIL = 20  # simulated held-out scores a planned threshold's tail must hold
 PLAN_DRAWS = 2001  # binomial draws of (tp, fp) per grid point for the median bound
 ASSUMPTION = ("the canaries' scores are independent (white-box Dirac canaries: each on its own coordinate, with its own "
               "coin, under noise drawn per coordinate)")
+MIN_POOL, POOL_PER_CANARY = 20_000, 50  # a pool 50 x the larger class resolves the FPRs its counts can
 MAX_POOL = 1_000_000  # simulated scores per class at most (few steps would otherwise get tens of millions)
 
 
@@ -135,7 +136,7 @@ def plan(sample_rate: float, noise_multiplier: float, steps: int, n_in: int, n_o
     q, s, T = float(sample_rate), float(noise_multiplier), int(steps)
     if not (0.0 < q <= 1.0 and s > 0.0 and T >= 1 and n_in >= 1 and n_out >= 1):
         raise ValueError(f"need 0 < q <= 1, sigma > 0, steps >= 1 and canaries of both classes; got {q}, {s}, {T}")
-    pool = int(min(budget // (2 * T), MAX_POOL))
+    pool = int(min(budget // (2 * T), MAX_POOL, max(MIN_POOL, POOL_PER_CANARY * max(n_in, n_out))))
     if pool < 10 * MIN_TAIL:
         return None
     rows = _plan_rows(q, s, T, int(n_in), int(n_out), float(delta), float(confidence), int(seed), pool)

@@ -37,6 +37,7 @@ class Evidence:
     limits: list
     noise_checks: list
     mechanism_checks: list
+    two_sample: list = ()  # past thresholding (families.two_sample_rows): beside the family, not in the verdict
 
 
 def audit(loaded, scored) -> Evidence:
@@ -64,7 +65,10 @@ def gather(card, man, scored, whitebox: list | None, mechanism: Audited, confide
         curve=families.curve_rejection(empirical), attack_rows=families.attack_rows(scores, plan.signs, whitebox),
         exposure=expo,
         limits=families.limits(empirical, card.claim.epsilon_value, mechanism) if card.is_private else [],
-        noise_checks=noise_checks(whitebox, confidence), mechanism_checks=mechanism_checks(whitebox, card))
+        noise_checks=noise_checks(whitebox, confidence), mechanism_checks=mechanism_checks(whitebox, card),
+        two_sample=families.two_sample_rows(
+            plan, whitebox, 1 - (1 - plan.confidence) / families.test_count(scores, plan, whitebox))
+        if card.is_private else [])
 
 
 def audit_plan(card, man, confidence: float, rule: str) -> tuple[families.Plan, int]:

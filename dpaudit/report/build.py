@@ -89,6 +89,7 @@ def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: d
                         "per_family_confidence": plan.confidence},
         "audit_limits": ev.limits,
         "noise_checks": ev.noise_checks,
+        **({"whitebox_two_sample": list(ev.two_sample)} if ev.two_sample else {}),
         "mechanism_checks": ev.mechanism_checks,
         "threshold_rule": opts.rule,
         "notes": list(notes),

@@ -208,6 +208,16 @@ def limit_lines(r: dict) -> list[str]:
     return L
 
 
+def two_sample_lines(r: dict) -> list[str]:
+    """The white-box two-sample tests (dpaudit/audit/two_sample.py); reports written before them have none."""
+    return [f"- {t['attack']}: **ε ≥ {t['epsilon_lb']:.2f}** at {t['confidence']:.1%} (δ = {t['delta']:g}; ceiling "
+            f"{t['ceiling']:.2f}): {t['tp']:,} of {t['n_in']:,} inserted and {t['fp']:,} of {t['n_out']:,} held-out "
+            f"canaries above the threshold {t['threshold']:.4g}, fixed before scoring at the card mechanism's FPR "
+            f"{t['planned_fpr']:g}; the card's own mechanism shows {t['mechanism_limit']:.2f} in the median such "
+            f"audit. Valid only if {t['assumption']}."
+            for t in r.get("whitebox_two_sample") or []]
+
+
 def noise_lines(r: dict) -> list[str]:
     """The white-box noise checks (dpaudit/audit/noise_check.py); reports written before them have none."""
     L = []
@@ -334,6 +344,10 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     lim = limit_lines(r)
     if lim:
         L += ["", "What these canaries could show at best (the audit's own limit, not the claim's):", "", *lim]
+    two = two_sample_lines(r)
+    if two:
+        L += ["", "Past thresholding (the two-sample test of independent canaries, docs/methods.md; beside the verdict, "
+              "not one of its tests):", "", *two]
     noise = noise_lines(r)
     if noise:
         L += ["", "Noise in the recorded updates (a check of the card's σ beside the verdict, not one of its tests):",
