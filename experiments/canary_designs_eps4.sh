@@ -6,6 +6,9 @@
 # Usage: experiments/canary_designs_eps4.sh [OUTDIR]   (JOBS=N, LIMIT=seconds per config, CONFIGS=glob,
 # NO_WHEELS=1 to ignore .whl/)
 # Wheels in .whl/ (packages the machine lacks) are installed to /tmp/site first, as benchmarks/gpu_checks.sh does.
+# On the workplace's lent GPU: the device tool carries at most 64 MiB of working tree and the checkout's tracked files
+# weigh about 80 MB, so the call was made from a temporary branch without reports/ (carry: .whl, and a .gpu/cache
+# folder holding the BBC tokenizer as DPAUDIT_CACHE), then the branch was dropped.
 set -u
 out=${1:-${OUT:-/tmp/canary_designs_eps4}}
 mkdir -p "$out"; out=$(cd "$out" && pwd); export out
