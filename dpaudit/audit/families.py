@@ -139,11 +139,14 @@ def two_sample_rows(plan: Plan, whitebox: list[dict] | None, confidence: float) 
     """Past thresholding (:mod:`dpaudit.audit.two_sample`): for each white-box set of a private run scored by the
     card mechanism's likelihood ratio, the two-sample test at the threshold the card's simulated mechanism fixes
     (never the scores), at ``confidence`` (the family's per-test level), with the card's median limit under it.
-    Valid only for independent canaries, which the card's mechanism makes them: reported beside the family, never
-    one of the verdict's tests."""
+    Valid only for independent canaries: Dirac canaries on a block no record's gradient reaches (on the model's
+    coordinates the records' gradients, and the model state they share, tie the canaries' scores together), each
+    with its own coin, under the card's per-coordinate noise. Reported beside the family, never one of the
+    verdict's tests."""
     out = []
     for wb in _sets(whitebox):
-        if wb.get("statistic") != "likelihood_ratio" or not plan.whitebox_delta > 0:
+        if (wb.get("statistic") != "likelihood_ratio" or not plan.whitebox_delta > 0 or wb.get("kind") != "dirac"
+                or (wb.get("probe") or {}).get("coordinates") != "block"):
             continue
         signs, sc = np.asarray(wb["signs"]), np.asarray(wb["scores"], dtype=float)
         n_in, n_out = int(np.sum(signs > 0)), int(np.sum(signs < 0))

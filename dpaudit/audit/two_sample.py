@@ -17,9 +17,11 @@ canaries as the runs, which the independence makes legitimate; nothing is assume
 (the Gaussian reading of the same counts would be an estimate, and is not made here).
 
 What it assumes, stated wherever it is reported: the canaries' scores are independent given their coins, as the
-mechanism written on the card makes them (independent noise per coordinate, independent sampling). A mechanism
-that correlates its noise across coordinates breaks that; its claim is not tested here, only the card's mechanism
-is. The threshold comes from one of two places, neither of which reads the audited scores:
+mechanism written on the card makes them for Dirac canaries on a block the model never reads (independent noise
+per coordinate, independent sampling, no record's gradient there). On the model's own coordinates the records'
+gradients, and the model state they share, tie the canaries' scores together, so the evaluation reports the test
+for block canaries only. A mechanism that correlates its noise across coordinates breaks the assumption too; its
+claim is not tested here, only the card's mechanism is. The threshold comes from one of two places, neither of which reads the audited scores:
 
 * :func:`plan` — the card's own mechanism simulated before training (the scores' law under the claim): the
   false-positive rate on a grid whose median simulated bound is largest, and its threshold (the simulated
@@ -44,8 +46,8 @@ FPR_GRID = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.
 PLAN_BUDGET = 2e8  # normal draws for the plan's simulated pools (seconds on one core; cached per card)
 MIN_TAIL = 20  # simulated held-out scores a planned threshold's tail must hold
 PLAN_DRAWS = 2001  # binomial draws of (tp, fp) per grid point for the median bound
-ASSUMPTION = ("the canaries' scores are independent (white-box Dirac canaries: each on its own coordinate, with its own "
-              "coin, under noise drawn per coordinate)")
+ASSUMPTION = ("the canaries' scores are independent (white-box Dirac canaries on a block no record's gradient "
+              "reaches: each on its own coordinate, with its own coin, under noise drawn per coordinate)")
 MIN_POOL, POOL_PER_CANARY = 20_000, 50  # a pool 50 x the larger class resolves the FPRs its counts can
 MAX_POOL = 1_000_000  # simulated scores per class at most (few steps would otherwise get tens of millions)
 
