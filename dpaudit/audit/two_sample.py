@@ -152,11 +152,17 @@ def plan(sample_rate: float, noise_multiplier: float, steps: int, n_in: int, n_o
             "statistic": "likelihood_ratio", "assumption": ASSUMPTION}
 
 
-@lru_cache(maxsize=8)
-def _plan_rows(q, s, T, n_in, n_out, delta, confidence, seed, pool) -> list:
+@lru_cache(maxsize=2)
+def _card_pools(q, s, T, seed, pool) -> tuple:
+    """The simulated (held-out, inserted) scores of one card: drawn once, shared by every m planned for it."""
     from dpaudit.audit.mechanism_limit import _pools
 
-    held_out, ins = _pools(np.random.default_rng([seed, 2029, T]), q, s, T, pool)
+    return _pools(np.random.default_rng([seed, 2029, T]), q, s, T, pool)
+
+
+@lru_cache(maxsize=8)
+def _plan_rows(q, s, T, n_in, n_out, delta, confidence, seed, pool) -> list:
+    held_out, ins = _card_pools(q, s, T, seed, pool)
     rng = np.random.default_rng([seed, 2030])
     rows = []
     for f in FPR_GRID:
