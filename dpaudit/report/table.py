@@ -147,6 +147,12 @@ def _with_ceiling(x: Row, attack: str) -> str:
     return f"{e['epsilon_lb']:.2f} (≤ {e['ceiling']:.2f})" if e else "—"
 
 
+def _two_sample(x: Row) -> str:
+    """The white-box two-sample test (block canaries; beside the verdict): its bound and the card's median limit."""
+    t = next(iter(x.r.get("whitebox_two_sample") or []), None)
+    return f"{t['epsilon_lb']:.2f} (limit {t['mechanism_limit']:.2f})" if t else "—"
+
+
 def _best_blackbox(x: Row) -> str:
     e = max((e for e in x.r["empirical"] if e["delta_kind"] == "claimed" and not e["attack"].startswith("whitebox")),
             key=lambda e: e["epsilon_lb"])
@@ -222,6 +228,7 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "claimed_by": ("claimed ε (by)", lambda x: f"{x.r['claim']['epsilon']:.3f} ({x.card['claim']['accountant']})"),
     "whitebox_dirac": ("white-box Dirac ε ≥ (ceiling)", lambda x: _with_ceiling(x, "whitebox_gradient")),
     "whitebox_dense": ("white-box dense ε ≥ (ceiling)", lambda x: _with_ceiling(x, "whitebox_gradient_dense")),
+    "whitebox_two_sample": ("white-box two-sample ε ≥, if independent (card's limit)", _two_sample),
     "best_blackbox": ("best black-box ε ≥", _best_blackbox),
     "base_accuracy": ("base model accuracy", lambda x: "—" if not x.m.get("base_model") else
                       f"{x.m['base_model']['accuracy']:.3f}"),
