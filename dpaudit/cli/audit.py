@@ -103,6 +103,8 @@ def scores_cmd(scores_file, strategy, guesses, splits, seed, threshold, delta, c
     if threshold is not None and strategy != "two-sample":
         raise DpauditError(f"--threshold is for --strategy two-sample, not {strategy}")
     if strategy == "two-sample":
+        if guesses is not None:
+            raise DpauditError("--guesses is for --strategy fixed; two-sample counts the scores above a threshold")
         return _two_sample(scores_file, sc, signs, threshold, seed, delta, confidence, as_json)
     try:
         a = auditor.ScoreAuditor(sc, signs)

@@ -130,6 +130,8 @@ def test_the_docs_example_and_the_commands(tmp_path, capsys):
     assert main(["audit", "scores", str(tmp_path / "s.json"), "--threshold", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--threshold is for --strategy two-sample" in err and len(err.splitlines()) == 1
+    assert main(["audit", "scores", str(tmp_path / "s.json"), "--strategy", "two-sample", "--guesses", "5,5"]) == 2
+    assert "--guesses is for --strategy fixed" in capsys.readouterr().err
     assert main(["audit", "plan", "--sample-rate", "0.5", "--sigma", "1", "--steps", "4", "--canaries", "2000",
                  "--two-sample", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
