@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # reports/canary_designs_eps4: every config of configs/canary_designs_eps4/ trained and evaluated with
-# `dpaudit run CONFIG --out OUTDIR/NAME --quiet`, the configs side by side (one process each; on one GPU they
-# share it, on the project's 2-core CPU run them one at a time with JOBS=1). Each run's folder, without model
-# weights, is packed into OUTDIR/NAME.tar.gz with its log. Planned before training: see the report's README.
+# `dpaudit run configs/canary_designs_eps4/NAME.toml --out reports/canary_designs_eps4/NAME --quiet`, the configs
+# side by side (one process each; on one GPU they share it, on the project's 2-core CPU run them one at a time
+# with JOBS=1), from the checkout's root. Each run's folder, without model weights, is also packed into
+# OUTDIR/NAME.tar.gz with its log (what a lent machine sends back). Planned before training: see the report's README.
 # Usage: experiments/canary_designs_eps4.sh [OUTDIR]   (JOBS=N, LIMIT=seconds per config, CONFIGS=glob,
 # NO_WHEELS=1 to ignore .whl/)
 # Wheels in .whl/ (packages the machine lacks) are installed to /tmp/site first, as benchmarks/gpu_checks.sh does.
@@ -28,15 +29,17 @@ transformers.__version__, 'peft', peft.__version__, 'opacus', opacus.__version__
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
 one() {
-  local cfg name; cfg=$(realpath "$1"); name=$(basename "$cfg" .toml)
+  local name; name=$(basename "$1" .toml)
   local t0=$SECONDS
-  # from /tmp/cde4: `python3 -m` puts the working folder first on sys.path, and the checkout's dpaudit/ lacks
-  # trainers/, attacks/ and tasks/ (the installed layout above has them)
-  (cd /tmp/cde4 && timeout "${LIMIT:-900}" python3 -m dpaudit.cli run "$cfg" --out "/tmp/cde4/$name" --quiet \
-    >"/tmp/cde4/$name.log" 2>&1)
+  # python3 -P: `-m` would put the checkout first on sys.path, whose dpaudit/ lacks trainers/, attacks/ and tasks/
+  # (the installed layout above has them); the run writes into reports/ itself, the command its reports record
+  timeout "${LIMIT:-900}" python3 -P -m dpaudit.cli run "$1" --out "reports/canary_designs_eps4/$name" --quiet \
+    >"/tmp/cde4/$name.log" 2>&1
   echo "exit $? after $((SECONDS - t0)) s" >>"/tmp/cde4/$name.log"
   tail -1 "/tmp/cde4/$name.log" | sed "s/^/$name: /"
-  tar -C /tmp/cde4 --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' -czf "$out/$name.tar.gz" "$name" "$name.log"
+  cp "/tmp/cde4/$name.log" "reports/canary_designs_eps4/$name.log" 2>/dev/null
+  tar -C reports/canary_designs_eps4 --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
+    -czf "$out/$name.tar.gz" "$name" "$name.log" && rm -f "reports/canary_designs_eps4/$name.log"
 }
 rm -rf /tmp/cde4 && mkdir -p /tmp/cde4
 export -f one

@@ -89,17 +89,21 @@ def _metrics(sc, signs) -> dict:
                           "held_out": [int(c) for c in np.histogram(sc[signs < 0], bins=edges)[0]]}}
 
 
-def test_count(scores: dict, plan: Plan, whitebox: list[dict] | None) -> int:
+def family_size(scores: dict, plan: Plan, whitebox: list[dict] | None) -> int:
     """The tests of the family (black-box attacks, or one chosen on a held-out half, and one per white-box set)."""
     return (len(scores) if plan.rule == "bonferroni" else 1) + len(_sets(whitebox))
+
+
+def per_test(scores: dict, plan: Plan, whitebox: list[dict] | None) -> float:
+    """The confidence of each test of the family (Bonferroni over :func:`family_size`)."""
+    return 1 - (1 - plan.confidence) / family_size(scores, plan, whitebox)
 
 
 def one_run_rows(scores: dict, plan: Plan, whitebox: list[dict] | None) -> list[dict]:
     """Bounds of the black-box and white-box tests (one per canary set), at every delta of the plan, one correction
     for all."""
     sets = _sets(whitebox)
-    n_tests = test_count(scores, plan, whitebox)
-    per_test = 1 - (1 - plan.confidence) / n_tests
+    n_tests, level = family_size(scores, plan, whitebox), per_test(scores, plan, whitebox)
     rows = []
     for label, d in plan.deltas:
         if plan.rule == "bonferroni":
@@ -107,12 +111,12 @@ def one_run_rows(scores: dict, plan: Plan, whitebox: list[dict] | None) -> list[
                                                 plan.group_size, n_tests=n_tests).items():
                 rows.append(row(name, label, r, plan.confidence, n_tests, plan))
         else:
-            name, r = selection.held_out(scores, plan.signs, d, per_test, seed=plan.seed, group_size=plan.group_size)
+            name, r = selection.held_out(scores, plan.signs, d, level, seed=plan.seed, group_size=plan.group_size)
             rows.append(row(name, label, r, plan.confidence, n_tests, plan))
         for wb in sets:
-            k, how = whitebox_guesses(wb, plan.whitebox_delta, per_test)
+            k, how = whitebox_guesses(wb, plan.whitebox_delta, level)
             r = one_run.audit(wb["scores"], wb["signs"], k, k,
-                              delta=plan.whitebox_delta if label == "claimed" else 0.0, confidence=per_test)
+                              delta=plan.whitebox_delta if label == "claimed" else 0.0, confidence=level)
             stat = wb.get("statistic", "sum")
             r = replace(r, threshold_rule=f"white-box gradient canaries ({wb['kind']}, {STAT_LABEL[stat]}); guesses "
                                           f"{k} + {k} {how}")

@@ -90,7 +90,7 @@ def _resampled_counts(m: int, sample_rate: float, noise_multiplier: float, steps
                       seed: int, ks: tuple) -> np.ndarray:
     """As :func:`_correct_counts`, each audit's m scores drawn from pools of ``pool`` simulated scores per class."""
     rng = np.random.default_rng([seed, 2026, m, steps])
-    held_out, ins = _pools(rng, sample_rate, noise_multiplier, steps, pool)
+    held_out, ins = simulated_scores(rng, sample_rate, noise_multiplier, steps, pool)
     out = np.empty((sims, len(ks)), dtype=np.int64)
     for s in range(sims):
         signs = rng.random(m) < 0.5
@@ -101,7 +101,7 @@ def _resampled_counts(m: int, sample_rate: float, noise_multiplier: float, steps
     return out
 
 
-def _pools(rng, sample_rate: float, noise_multiplier: float, steps: int, pool: int) -> tuple:
+def simulated_scores(rng, sample_rate: float, noise_multiplier: float, steps: int, pool: int) -> tuple:
     """(held-out, inserted): ``pool`` simulated per-step likelihood-ratio scores of each class."""
     scores = []
     for inserted in (False, True):
@@ -122,7 +122,7 @@ def _tail_counts(m: int, sample_rate: float, noise_multiplier: float, steps: int
     """(1, len(ks)): the count of an audit with m canaries and k + k guesses read from the pools' tails (module
     docstring); -1 where a k's tail holds fewer than TAIL_HITS pool scores."""
     rng = np.random.default_rng([seed, 2027, m, steps])
-    held_out, ins = _pools(rng, sample_rate, noise_multiplier, steps, pool)
+    held_out, ins = simulated_scores(rng, sample_rate, noise_multiplier, steps, pool)
     both = np.concatenate([held_out, ins])  # the half/half mixture of the two classes
     out = np.full((1, len(ks)), -1, dtype=np.int64)
     for j, k in enumerate(ks):

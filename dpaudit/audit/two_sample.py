@@ -155,9 +155,9 @@ def plan(sample_rate: float, noise_multiplier: float, steps: int, n_in: int, n_o
 @lru_cache(maxsize=2)
 def _card_pools(q, s, T, seed, pool) -> tuple:
     """The simulated (held-out, inserted) scores of one card: drawn once, shared by every m planned for it."""
-    from dpaudit.audit.mechanism_limit import _pools
+    from dpaudit.audit.mechanism_limit import simulated_scores
 
-    return _pools(np.random.default_rng([seed, 2029, T]), q, s, T, pool)
+    return simulated_scores(np.random.default_rng([seed, 2029, T]), q, s, T, pool)
 
 
 @lru_cache(maxsize=8)

@@ -66,9 +66,7 @@ def gather(card, man, scored, whitebox: list | None, mechanism: Audited, confide
         exposure=expo,
         limits=families.limits(empirical, card.claim.epsilon_value, mechanism) if card.is_private else [],
         noise_checks=noise_checks(whitebox, confidence), mechanism_checks=mechanism_checks(whitebox, card),
-        two_sample=families.two_sample_rows(
-            plan, whitebox, 1 - (1 - plan.confidence) / families.test_count(scores, plan, whitebox))
-        if card.is_private else [])
+        two_sample=families.two_sample_rows(plan, whitebox, families.per_test(scores, plan, whitebox)))
 
 
 def audit_plan(card, man, confidence: float, rule: str) -> tuple[families.Plan, int]:

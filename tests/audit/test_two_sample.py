@@ -14,7 +14,7 @@ from dpaudit.accounting.events import SubsampledGaussian
 from dpaudit.audit import two_sample as ts
 from dpaudit.audit.auditor import ScoreAuditor
 from dpaudit.audit.many_run import gdp_epsilon
-from dpaudit.audit.mechanism_limit import _pools
+from dpaudit.audit.mechanism_limit import simulated_scores
 
 RUNS = 1000
 
@@ -84,7 +84,7 @@ def test_plan_then_audit_a_subsampled_gaussian_stays_below_its_epsilon():
     assert p is not None and 0 < p["limit"] < truth
     runs, bounds = 300, []
     for i in range(runs):
-        held_out, ins = _pools(np.random.default_rng([i, 11]), q, s, T, m // 2)
+        held_out, ins = simulated_scores(np.random.default_rng([i, 11]), q, s, T, m // 2)
         bounds.append(ts.bound_at(ins, held_out, p["threshold"], delta).epsilon_lb)
     bounds = np.array(bounds)
     assert _at_most_5_percent(int(np.sum(bounds > truth)), runs)
@@ -136,3 +136,45 @@ def test_the_docs_example_and_the_commands(tmp_path, capsys):
                  "--two-sample", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
     assert row["two_sample"]["limit"] > 1.0 and 0 < row["two_sample"]["fpr"] < 1
+
+
+def test_a_probe_record_from_an_opacus_loop_gets_the_test(tmp_path):
+    """The Opacus tutorial's loop (make_private, SGD, zero_grad / backward / step) with attach_probe's default block
+    canaries: the record the probe writes, read as `dpaudit evaluate` reads it, gets the two-sample row at the
+    threshold its card plans, and an honest run's bound stays below the card's epsilon."""
+    import torch
+    from opacus import PrivacyEngine
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dpaudit import api
+    from dpaudit.audit import families
+    from dpaudit.evaluation import scoring
+
+    torch.manual_seed(0)
+    n, b = 256, 32
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(n, 4), torch.randint(0, 2, (n,))), batch_size=b)
+    engine = PrivacyEngine(accountant="prv")
+    model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader, noise_multiplier=1.0,
+                                             max_grad_norm=1.0)
+    probe = api.attach_probe(opt, sample_rate=b / n, m=2000, seed=0, model=model, on_fail=None)
+    for _ in range(3):
+        for x, y in loader:
+            opt.zero_grad()
+            if len(x):
+                nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    probe.save(tmp_path)
+    card = api.card_from_opacus(engine, loader, opt, delta=1e-5)
+    card.save(tmp_path / "privacy_card.json")
+    wb = scoring.whitebox(tmp_path, card.audited_mechanism(), card)
+    assert wb[0]["statistic"] == "likelihood_ratio" and wb[0]["probe"]["coordinates"] == "block"
+    plan = families.Plan(signs=np.array([1, -1]), k_pos=1, k_neg=1, group_size=1, deltas=(("claimed", 1e-5),),
+                         confidence=0.95, rule="bonferroni", seed=0, whitebox_delta=1e-5)
+    (row,) = families.two_sample_rows(plan, wb, 0.95)
+    assert row["n_in"] + row["n_out"] == 2000 and 0 <= row["epsilon_lb"] <= card.claim.epsilon_value
+    ev = card.events[0]
+    want = ts.plan(ev.sample_rate, ev.noise_multiplier, ev.steps, row["n_in"], row["n_out"], 1e-5, 0.95)
+    assert row["threshold"] == want["threshold"]
