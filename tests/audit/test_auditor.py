@@ -4,13 +4,12 @@ naive search without correction does not (so these tests can fail), and its numb
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
-from dpaudit.audit import many_run, selection
+from dpaudit.audit import selection, simulated
 from dpaudit.audit.auditor import Fixed, HeldOut, MedianOfSplits, ScoreAuditor, Search, bounds_from_counts
+from dpaudit.cli.audit import pld_epsilon
 
 M, RUNS, DELTA = 200, 200, 1e-5
 STRATEGIES = [Fixed(M // 4, M // 4), HeldOut(), Search(), MedianOfSplits(splits=5)]
@@ -19,42 +18,20 @@ STRATEGIES = [Fixed(M // 4, M // 4), HeldOut(), Search(), MedianOfSplits(splits=
 ALLOWED = 19
 
 
-def _null(rng):
-    s = rng.choice([-1, 1], size=M)
-    return rng.normal(size=M), s, 0.0
+def _mechanism(spec):
+    """One audit's (scores, signs, true epsilon) of a dpaudit/audit/simulated.py mechanism (subsampled: its true
+    epsilon is dp_accounting's PLD, an upper value, safe here)."""
+    mech = simulated.parse(spec)
+    truth = mech.true_epsilon(DELTA, pld_epsilon)
 
-
-def _randomised_response(eps0):
     def make(rng):
-        s = rng.choice([-1, 1], size=M)
-        keep = rng.random(M) < math.exp(eps0) / (1 + math.exp(eps0))
-        return np.where(keep, s, -s) + 1e-9 * rng.normal(size=M), s, \
-            math.log(math.exp(eps0) - DELTA * (1 + math.exp(eps0)))  # its exact epsilon at DELTA
+        return (*mech.draw(rng, M), truth)
     return make
 
 
-def _gaussian(mu):
-    def make(rng):
-        s = rng.choice([-1, 1], size=M)
-        return rng.normal(size=M) + mu * (s > 0), s, many_run.gdp_epsilon(mu, DELTA)
-    return make
-
-
-def _subsampled_gaussian(q, sigma, steps):
-    from dpaudit.accounting import SubsampledGaussian
-    from dpaudit.accounting.dpa_pld import epsilon
-
-    truth = epsilon([SubsampledGaussian(q, sigma, steps)], DELTA)  # dp_accounting's PLD: an upper value, safe here
-
-    def make(rng):
-        s = rng.choice([-1, 1], size=M)
-        used = (rng.random((M, steps)) < q) & (s[:, None] > 0)  # a Dirac canary's coordinate, sampled each step
-        return (used + sigma * rng.normal(size=(M, steps))).sum(axis=1), s, truth
-    return make
-
-
-MECHANISMS = {"null": _null, "randomised response eps 2": _randomised_response(2.0),
-              "gaussian mu 2": _gaussian(2.0), "subsampled gaussian q 0.5 sigma 0.5 T 4": _subsampled_gaussian(0.5, 0.5, 4)}
+_null = _mechanism("null")
+MECHANISMS = {"null": _null, "randomised response eps 2": _mechanism("rr:2"), "gaussian mu 2": _mechanism("gaussian:2"),
+              "subsampled gaussian q 0.5 sigma 0.5 T 4": _mechanism("subsampled:0.5,0.5,4")}
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: type(s).__name__)

@@ -17,7 +17,7 @@ from dpaudit.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-CHEAP = (("account",), ("audit", "one-run"), ("audit", "many-run"), ("audit", "plan"), ("canaries", "new"), ("card",),
+CHEAP = (("account",), ("audit", "one-run"), ("audit", "many-run"), ("audit", "plan"), ("audit", "strategy"), ("canaries", "new"), ("card",),
          ("lmo", "account"))
 
 
