@@ -244,3 +244,53 @@ def test_user_level_training_equals_the_per_record_hooks_path(tiny_model_factory
     assert r1.clipping["per_step"]["median_norm"] == pytest.approx(r2.clipping["per_step"]["median_norm"], rel=1e-3)
     for a, b in zip(w1, w2):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_parallel_noise_draw_is_the_stated_gaussian(monkeypatch):
+    """trainers/noise.add_gaussian_: from PARALLEL_MIN coordinates on a CPU with two or more torch threads, the
+    coordinates laid end to end are cut into one range per thread, each from its own seeded generator: N(0, std^2)
+    in every range and every tensor (mean, spread, no correlation across the cut), reproducible from the same
+    generator, added in place; below the threshold, Opacus' own values from the generator, tensor by tensor."""
+    from dpaudit.trainers import noise
+
+    monkeypatch.setattr(noise, "PARALLEL_MIN", 1000)
+    monkeypatch.setattr(noise, "CHUNK", 256)  # several buffer-fulls per range
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    shapes, std = [(700,), (40, 50), (3,), (1200,)], 2.5
+    ts = [torch.full(s, 1.0) for s in shapes]
+    noise.add_gaussian_(ts, std, torch.Generator().manual_seed(7))
+    flat = torch.cat([t.reshape(-1) for t in ts]) - 1.0
+    n = flat.numel()
+    assert abs(float(flat.mean())) < 4 * std / n ** 0.5 and float(flat.std()) == pytest.approx(std, rel=0.05)
+    for i in range(3):  # every thread's range drew its own Gaussian
+        part = flat[n * i // 3:n * (i + 1) // 3]
+        assert float(part.std()) == pytest.approx(std, rel=0.1) and not bool((part == 0).any())
+    assert abs(float(torch.corrcoef(torch.stack([flat[:1300], flat[1300:2600]]))[0, 1])) < 0.1
+    again = [torch.full(s, 1.0) for s in shapes]
+    noise.add_gaussian_(again, std, torch.Generator().manual_seed(7))
+    assert all(torch.equal(a, b) for a, b in zip(ts, again))
+    small = [torch.zeros(10), torch.zeros(5)]  # under the threshold: torch's normal_ from the generator, in order
+    monkeypatch.setattr(noise, "PARALLEL_MIN", 10 ** 6)
+    noise.add_gaussian_(small, std, torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)
+    want = [torch.empty(10).normal_(0.0, std, generator=g), torch.empty(5).normal_(0.0, std, generator=g)]
+    assert all(torch.equal(a, b) for a, b in zip(small, want))
+
+
+def test_book_keeping_on_a_large_cpu_model_draws_in_parallel_and_keeps_sigma(monkeypatch):
+    """BKOptimizer.add_noise through the parallel draw: the noisy update's spread is sigma * C / B on every
+    parameter, as the card says."""
+    from dpaudit.trainers import noise
+
+    monkeypatch.setattr(noise, "PARALLEL_MIN", 1000)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    calls = []
+    real = noise.add_gaussian_
+    monkeypatch.setattr(noise, "add_gaussian_", lambda *a: (calls.append(1), real(*a)))
+    lin = nn.Linear(100, 60)
+    opt = bk_clipping.BKOptimizer(torch.optim.SGD(lin.parameters(), lr=0.0), noise_multiplier=2.0, max_grad_norm=0.5,
+                                  expected_batch_size=4, generator=torch.Generator().manual_seed(0))
+    for p in lin.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.pre_step()
+    assert calls and float(lin.weight.grad.std()) == pytest.approx(2.0 * 0.5 / 4, rel=0.05)
