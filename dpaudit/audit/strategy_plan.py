@@ -6,8 +6,8 @@ or a search when it is weak and m is large (reports/score_auditor). Told the mec
 :mod:`dpaudit.audit.simulated` spec, e.g. ``auc:0.6`` for an attack expected to reach AUC 0.6) and m, :func:`choose`
 simulates each strategy ``sims`` times on seeds of its own and picks the largest median bound; among equal medians
 the simplest (fixed, then held-out, search, median). The choice reads no real score, so the strategy is fixed before
-the audit, as every strategy's validity needs; its power is checked against the best strategy on 200 other seeds
-per mechanism in reports/score_auditor.
+the audit, as every strategy's validity needs; its power is checked against the best strategy on other seeds (200
+per mechanism at m = 1,000, 30 at 10,000) in reports/score_auditor.
 
 Pure NumPy/SciPy.
 """
