@@ -328,6 +328,9 @@ def strategy_cmd(spec, m, sims, seed, delta, confidence, as_json):
                f"per strategy, {confidence:.0%}:")
     for name, med in r["medians"].items():
         click.echo(f"  {name:9s} median ε ≥ {med:.2f}{'   <- chosen' if name == r['choice'] else ''}")
+    if max(r["medians"].values()) <= 0:
+        click.echo(f"no strategy shows a bound in the median audit of {m:,} canaries on this mechanism: more canaries "
+                   "(or a stronger attack) first; the default stays")
     click.echo(f"fix it before the scores exist: dpaudit audit scores SCORES --strategy {r['choice']}")
 
 

@@ -78,6 +78,8 @@ def test_audit_strategy_command(capsys):
     assert main(["audit", "strategy", "--mechanism", "rr:4", "--canaries", "1000", "--sims", "5"]) == 0
     out = capsys.readouterr().out
     assert "<- chosen" in out and out.strip().endswith("dpaudit audit scores SCORES --strategy fixed")
+    assert main(["audit", "strategy", "--mechanism", "null", "--canaries", "40", "--sims", "2"]) == 0
+    assert "no strategy shows a bound" in capsys.readouterr().out
     assert main(["audit", "strategy", "--mechanism", "auc:0.6", "--canaries", "500", "--sims", "2", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert set(d["medians"]) == set(strategy_plan.CANDIDATES) and d["choice"] in d["medians"]
