@@ -25,7 +25,7 @@ if ! python3 -c "import dpaudit.trainers, dpaudit.attacks, dpaudit.tasks" 2>/dev
   export PYTHONPATH=/tmp/dpaudit_pkg:$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
-{ date -u; uname -m; nproc; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+{ date -u; uname -m; nproc --all; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
   python3 -c "import torch, transformers, peft, opacus; print('torch', torch.__version__, 'transformers',
 transformers.__version__, 'peft', peft.__version__, 'opacus', opacus.__version__, 'cuda', torch.cuda.is_available())"
 } >"$out/env.txt" 2>&1
