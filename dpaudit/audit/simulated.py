@@ -11,8 +11,9 @@ A mechanism is written ``KIND:PARAMETERS``:
   AUC says;
 * ``rr:EPS`` — randomised response: the score is the canary's sign, flipped with probability 1 / (1 + e^EPS) (ties
   broken by a tiny Gaussian), the true epsilon at delta is log(e^EPS - delta (1 + e^EPS));
-* ``subsampled:Q,SIGMA,T`` — a white-box Dirac canary's summed coordinate: T steps, each adding 1 with probability
-  Q (inserted canaries only) plus N(0, SIGMA^2) noise (true epsilon: dp_accounting's PLD of the subsampled
+* ``subsampled:Q,SIGMA,T`` — a white-box Dirac canary of a subsampled Gaussian card, scored as the evaluation scores
+  it: T steps, each adding 1 with probability Q (inserted canaries only) plus N(0, SIGMA^2) noise, read by the
+  per-step likelihood ratio (dpaudit/audit/whitebox_lr.py) (true epsilon: dp_accounting's PLD of the subsampled
   Gaussian, an upper value, which the caller's accountant gives: the audit layer imports no accountant).
 
 Pure NumPy/SciPy.
@@ -27,6 +28,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from dpaudit.audit.many_run import gdp_epsilon
+from dpaudit.audit.whitebox_lr import subsampled_gaussian_llr
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,8 @@ class Simulated:
             keep = rng.random(m) < math.exp(self.params[0]) / (1 + math.exp(self.params[0]))
             return np.where(keep, s, -s) + 1e-9 * rng.normal(size=m), s
         q, sigma, steps = self.params
-        used = (rng.random((m, int(steps))) < q) & (s[:, None] > 0)
-        return (used + sigma * rng.normal(size=(m, int(steps)))).sum(axis=1), s
+        used = (rng.random((int(steps), m)) < q) & (s[None, :] > 0)
+        return subsampled_gaussian_llr(used + sigma * rng.normal(size=(int(steps), m)), q, sigma), s
 
     @property
     def mu(self) -> float:
