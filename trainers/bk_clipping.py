@@ -23,7 +23,7 @@ layer run twice in one forward is refused, as Opacus' ghost clipping refuses it.
 
 The optimizer, Poisson loader, noise and white-box canaries are Opacus' ghost-clipping ones
 (``DPOptimizerFastGradientClipping`` reads the clipped sum from ``p.grad``): only where the clipped sum comes
-from differs, and, on a CPU with 2^22 coordinates or more, which thread draws which noise (trainers/noise.py). Checked against a for-loop reference and Opacus' ghost mode in tests/trainers/test_bk_clipping.py.
+from differs. Checked against a for-loop reference and Opacus' ghost mode in tests/trainers/test_bk_clipping.py.
 
 (Over 300 lines on purpose: the per-layer norm and clipped-sum formulas, their hooks and the optimizer that
 consumes them must change together; tests/trainers/test_bk_clipping.py checks them against Opacus as one unit.)
@@ -37,7 +37,6 @@ from torch import nn
 
 from dpaudit import opacus_private as op
 from dpaudit.errors import DpauditError
-from dpaudit.trainers import noise
 
 
 def _is_conv1d(m: nn.Module) -> bool:
@@ -343,10 +342,9 @@ class BKTensor:
 class BKOptimizer(DPOptimizerFastGradientClipping):
     """Opacus' ghost-clipping optimizer (noise sigma C on the clipped sum, divided by the expected batch), without
     its two copies of every gradient: book-keeping writes a fresh ``p.grad`` each backward that nothing else holds,
-    so the first physical batch's becomes ``p.summed_grad`` as it is, and the noise is added in place. Below 2^22
-    coordinates (and on a GPU, or in secure mode) the noise is Opacus' own draw in the same order from the same
-    generator: the same update to the last bit; from 2^22 CPU coordinates up, every torch thread draws a range of
-    them from a generator seeded by the optimizer's (:func:`dpaudit.trainers.noise.add_gaussian_`). On a 163M-parameter model these copies cost 1.1 s of a 3.1 s DP optimizer step on the project's
+    so the first physical batch's becomes ``p.summed_grad`` as it is, and the noise is added in place. The noise
+    is drawn by Opacus' own ``_generate_noise`` in the same order from the same generator: the same update to the
+    last bit. On a 163M-parameter model these copies cost 1.1 s of a 3.1 s DP optimizer step on the project's
     2-core CPU (reports/bench/training.md)."""
 
     def accumulate(self):
@@ -360,15 +358,13 @@ class BKOptimizer(DPOptimizerFastGradientClipping):
         std = getattr(self, "_adjusted_noise_multiplier", self.noise_multiplier) * self.max_grad_norm
         for p in self.params:
             op.check_processed(p.summed_grad)
-        if self.secure_mode or not std > 0 or any(type(p.summed_grad) is not torch.Tensor for p in self.params):
-            for p in self.params:
-                p.summed_grad.add_(op.generate_noise(std=std, reference=p.summed_grad, generator=self.generator,
-                                                     secure_mode=self.secure_mode))
-        else:  # Opacus' draw without the tensor of zeros it fills first (650 MB a step for a 163M-parameter model);
-            # on a CPU with 2^22 coordinates or more, drawn by every torch thread at once (trainers/noise.py)
-            noise.add_gaussian_([p.summed_grad for p in self.params], std, self.generator)
-        for p in self.params:
-            p.grad = p.summed_grad.view_as(p)
+            if self.secure_mode or not std > 0 or type(p.summed_grad) is not torch.Tensor:
+                noise = op.generate_noise(std=std, reference=p.summed_grad, generator=self.generator,
+                                        secure_mode=self.secure_mode)
+            else:  # Opacus' draw (torch.normal from the same generator: the same values), without the tensor of
+                # zeros it allocates and fills first on every call (650 MB a step for a 163M-parameter model)
+                noise = torch.empty_like(p.summed_grad).normal_(0.0, std, generator=self.generator)
+            p.grad = p.summed_grad.add_(noise).view_as(p)
             op.mark_processed(p.summed_grad)
 
 

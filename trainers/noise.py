@@ -57,61 +57,6 @@ def install(optimizer, noise: Noise | None, only_rank0: bool = False) -> None:
     optimizer.add_noise = add_noise
 
 
-PARALLEL_MIN = 1 << 22  # CPU: at least this many coordinates in a step are drawn by several threads at once
-CHUNK = 1 << 20  # each thread draws into one buffer of this many coordinates and adds it where it belongs
-
-
-def add_gaussian_(tensors: list, std: float, generator: torch.Generator | None) -> None:
-    """Add N(0, std^2) to every coordinate of ``tensors`` in place (book-keeping's noise, trainers/bk_clipping.py).
-
-    torch draws a normal tensor on one CPU thread per generator: 0.8 s of a 163M-parameter DP step on the project's
-    2-core CPU. With ``PARALLEL_MIN`` or more CPU coordinates and more than one torch thread, the coordinates, laid end
-    to end in the tensors' order, are cut into one contiguous range per thread, each drawn by a generator of its own
-    seeded from ``generator`` (one 62-bit seed per range, drawn first), drawn ``CHUNK`` coordinates at a time into a
-    buffer the thread reuses: reproducible from the same generator and number of threads, the same distribution as
-    one draw, other values. Otherwise (a GPU, fewer coordinates, one thread) each tensor gets
-    ``normal_`` from ``generator`` itself, in order: Opacus' own values."""
-    import threading
-
-    total = sum(t.numel() for t in tensors)
-    k = torch.get_num_threads()
-    if k < 2 or total < PARALLEL_MIN or any(t.device.type != "cpu" or not t.is_contiguous() for t in tensors):
-        for t in tensors:
-            t.add_(torch.empty_like(t).normal_(0.0, std, generator=generator))
-        return
-    seeds = torch.randint(0, 2 ** 62, (k,), generator=generator).tolist()
-    cuts = [total * i // k for i in range(k + 1)]
-    starts = [0]
-    for t in tensors:
-        starts.append(starts[-1] + t.numel())
-    errors = []
-
-    def fill(i: int) -> None:
-        try:
-            g = torch.Generator().manual_seed(int(seeds[i]))
-            lo, hi = cuts[i], cuts[i + 1]
-            buf = torch.empty(min(CHUNK, hi - lo), dtype=tensors[0].dtype)  # reused: no fresh pages every step
-            for t, a, b in zip(tensors, starts, starts[1:]):
-                if b <= lo or a >= hi:
-                    continue
-                part = t.view(-1)[max(lo, a) - a:min(hi, b) - a]
-                for j in range(0, part.numel(), CHUNK):
-                    piece = part[j:j + CHUNK]
-                    draw = buf[:piece.numel()] if piece.dtype == buf.dtype else torch.empty_like(piece)
-                    piece.add_(draw.normal_(0.0, std, generator=g))
-        except BaseException as e:  # re-raised in the caller's thread
-            errors.append(e)
-
-    workers = [threading.Thread(target=fill, args=(i,)) for i in range(1, k)]
-    for w in workers:
-        w.start()
-    fill(0)
-    for w in workers:
-        w.join()
-    if errors:
-        raise errors[0]
-
-
 class LaplaceMixture:
     """LMO-DP's noise (Yang et al., Def. 4.1; docs/methods.md): Laplace(0, 1 / Y) on every coordinate, Y drawn from
     ``noise`` (:class:`dpaudit.accounting.lmo_noise.LmoNoise`) once per call (``draw = "per_step"``: one Y
