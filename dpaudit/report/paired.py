@@ -2,8 +2,9 @@
 
 Two models scored on the same examples give paired outcomes; only the examples where they disagree carry
 information about which is better. The test is McNemar's exact test: under "equally accurate" each discordant
-example favours A or B with probability 1/2, so the count favouring A is Binomial(b + c, 1/2) (two-sided p, as
-``scipy.stats.binomtest``). The effect size is the difference of accuracies with a paired bootstrap interval
+example favours A or B with probability 1/2, so the count favouring A is Binomial(b + c, 1/2) (two-sided p, the
+value of ``scipy.stats.binomtest``, computed here with the standard library so that ``dpaudit compare`` runs in the
+gate's install, which has no SciPy; tests/report/test_paired.py holds the two equal). The effect size is the difference of accuracies with a paired bootstrap interval
 (examples resampled with their pair of outcomes, percentile interval, seeded, so a report regenerates). The
 reading follows the test: "higher"/"lower" when p < 1 − confidence, else "cannot be resolved". Newcombe's unpaired
 interval (dpaudit/report/table.py) ignores the pairing and is conservative; it remains for reports that predate
@@ -15,6 +16,7 @@ A report's ``metrics.correct`` holds its per-example outcomes as a string of "0"
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,11 +61,21 @@ def can_pair(ma: dict, mb: dict) -> bool:
 
 
 def mcnemar_p(a_only: int, b_only: int) -> float:
-    """Exact two-sided McNemar p-value from the discordant counts."""
-    from scipy.stats import binomtest
-
-    n = a_only + b_only
-    return 1.0 if n == 0 else float(binomtest(a_only, n, 0.5).pvalue)
+    """Exact two-sided McNemar p-value from the discordant counts: 2 P[X <= min(a, b)] for X ~ Binomial(a + b, 1/2),
+    at most 1 (the binomial is symmetric, so this is the two-sided test's sum over outcomes no likelier than the one
+    seen). The tail is summed from its largest term down in log space, stopping once a term no longer changes it."""
+    n, k = a_only + b_only, min(a_only, b_only)
+    if n == 0 or 2 * k == n:
+        return 1.0
+    log_top = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2)  # log P[X = k]
+    total, term, i = 1.0, 1.0, k
+    while i > 0:
+        term *= i / (n - i + 1)  # P[X = i - 1] / P[X = k]
+        total += term
+        if term < 1e-17 * total:
+            break
+        i -= 1
+    return min(1.0, 2.0 * math.exp(log_top + math.log(total)))
 
 
 def compare(a, b, confidence: float = 0.95, resamples: int = BOOTSTRAP, seed: int = SEED) -> Paired:

@@ -23,6 +23,20 @@ def test_mcnemar_is_the_exact_binomial_tail(b, c):
     assert paired.mcnemar_p(b, c) == pytest.approx(_mcnemar_by_hand(b, c), rel=1e-9, abs=1e-12)
 
 
+def test_mcnemar_equals_scipys_binomtest_from_small_to_large_counts():
+    """The standard-library tail (the gate's install has no SciPy) against scipy.stats.binomtest, the test it stands
+    for, on ties, one-sided extremes, p near 1 and counts too large for the binomial sum above."""
+    from scipy.stats import binomtest
+
+    cases = [(1, 0), (0, 7), (3, 4), (50, 50), (49, 51), (0, 2000), (990, 1010), (4_800, 5_200), (30_000, 31_000),
+             (123_456, 124_000), (2, 300_000)]
+    rng = np.random.default_rng(1)
+    cases += [tuple(int(x) for x in rng.integers(0, 5_000, size=2)) for _ in range(40)]
+    for b, c in cases:
+        want = 1.0 if b + c == 0 else binomtest(b, b + c, 0.5).pvalue
+        assert paired.mcnemar_p(b, c) == pytest.approx(want, rel=1e-9, abs=1e-300), (b, c)
+
+
 def _pairs(rng, n, pa, pb, rho):
     """Outcomes of two models on n examples: accuracies pa, pb, correlated through a shared difficulty."""
     z = rng.random(n)
