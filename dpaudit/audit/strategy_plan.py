@@ -25,19 +25,22 @@ CANDIDATES = {"fixed": lambda m: Fixed(m // 4, m // 4), "held-out": lambda m: He
 PLAN_STREAM = 31337  # the plan's simulations use seeds [seed, PLAN_STREAM, m, i]: none of a power table's
 
 
-def bounds(mech: Simulated, m: int, strategy, delta: float, confidence: float, seeds) -> list[float]:
-    """The strategy's epsilon lower bound on one simulated audit per seed (``seeds``: sequences for NumPy's rng)."""
+def bounds(mech: Simulated, m: int, strategy, delta: float, confidence: float, seeds, done=None) -> list[float]:
+    """The strategy's epsilon lower bound on one simulated audit per seed (``seeds``: sequences for NumPy's rng);
+    ``done()`` is called after each."""
     out = []
     for sd in seeds:
         scores, signs = mech.draw(np.random.default_rng(sd), m)
         out.append(ScoreAuditor(scores, signs).audit(strategy, delta=delta, confidence=confidence).epsilon_lb)
+        if done is not None:
+            done()
     return out
 
 
 def choose(mech: Simulated, m: int, delta: float = 1e-5, confidence: float = 0.95, sims: int = 40,
-           seed: int = 0, progress=None) -> dict:
+           seed: int = 0, progress=None, done=None) -> dict:
     """Every candidate strategy's median bound over ``sims`` simulated audits of ``mech`` with m canaries, and the
-    choice. ``progress(name)`` is called before each strategy's simulations."""
+    choice. ``progress(name)`` is called before each strategy's simulations, ``done()`` after each simulation."""
     if m < 8:
         raise ValueError(f"a held-out split needs at least 8 canaries, got m = {m}")
     if sims < 1:
@@ -48,7 +51,7 @@ def choose(mech: Simulated, m: int, delta: float = 1e-5, confidence: float = 0.9
     for name, make in CANDIDATES.items():
         if progress is not None:
             progress(name)
-        medians[name] = float(np.median(bounds(mech, m, make(m), delta, confidence, seeds)))
+        medians[name] = float(np.median(bounds(mech, m, make(m), delta, confidence, seeds, done)))
     top = max(medians.values())
     choice = next(n for n in CANDIDATES if medians[n] >= top - 1e-12)
     return {"mechanism": mech.spec, "m": int(m), "delta": float(delta),

@@ -282,6 +282,7 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, two, as_json):
 
 
 MAX_STRATEGY_CANARIES = 10 ** 5  # audit strategy: as --strategy search / median
+MAX_STRATEGY_WORK = 10 ** 6  # audit strategy: canaries x simulations (every simulation audits m canaries 4 ways)
 
 
 def pld_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
@@ -302,7 +303,8 @@ def pld_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
               help="Number of canaries m the audit will have (each inserted with probability 1/2).")
 @click.option("--sims", default=20, show_default=True, type=click.IntRange(1, 1000),
               help="Simulated audits per strategy (each strategy's median over them decides; about 10 s per "
-                   "simulation of all four strategies at m = 10,000 on a 2-core CPU).")
+                   f"simulation of all four strategies at m = 10,000 on a 2-core CPU). --canaries × --sims is at "
+                   f"most {MAX_STRATEGY_WORK:,}.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed of the simulations.")
 @click.option("--delta", default=1e-5, show_default=True, type=float, help="δ of the claim the audit tests.")
 @click.option("--confidence", default=0.95, show_default=True, type=float, help="Confidence of the audit.")
@@ -311,13 +313,22 @@ def strategy_cmd(spec, m, sims, seed, delta, confidence, as_json):
     """Before the scores exist: which threshold strategy of `dpaudit audit scores` to fix, chosen from what you
     tell about the mechanism. Simulates every strategy on it with m canaries and picks the largest median bound
     (the simplest among equals); reads no real score, so the audit stays valid (dpaudit/audit/strategy_plan.py)."""
+    from dpaudit import progress
     from dpaudit.audit import simulated, strategy_plan
 
     _audit_params(delta, confidence)
+    if m * sims > MAX_STRATEGY_WORK:
+        raise DpauditError(f"--canaries × --sims is at most {MAX_STRATEGY_WORK:,} (each simulation audits the m "
+                           f"canaries four ways, about 10 s at m = 10,000); {m:,} × {sims:,} = {m * sims:,}: pass "
+                           f"--sims {max(1, MAX_STRATEGY_WORK // m)} or fewer")
     try:
         mech = simulated.parse(spec)
-        tell = None if as_json else (lambda name: click.echo(f"simulating {name} ...", err=True))
-        r = strategy_plan.choose(mech, m, delta, confidence, sims=sims, seed=seed, progress=tell)
+        mech.check_size(m)  # refused before the bar is drawn: one line
+        bar = progress.bar(total=len(strategy_plan.CANDIDATES) * sims, desc="simulated audits", unit="audit",
+                           disable=as_json)
+        with bar:
+            r = strategy_plan.choose(mech, m, delta, confidence, sims=sims, seed=seed,
+                                     progress=lambda name: bar.set_postfix_str(name), done=bar.update)
         r["true_epsilon"] = mech.true_epsilon(delta, pld_epsilon)
     except ValueError as e:
         raise DpauditError(str(e)) from None

@@ -88,7 +88,8 @@ def test_audit_strategy_command(capsys):
 
 @pytest.mark.parametrize("args,needle", [
     (["--mechanism", "bogus", "--canaries", "1000"], "unknown mechanism"),
-    (["--mechanism", "subsampled:0.5,0.5,10000", "--canaries", "100000"], "at most 20,000,000"),
+    (["--mechanism", "subsampled:0.5,0.5,10000", "--canaries", "100000", "--sims", "1"], "at most 20,000,000"),
+    (["--mechanism", "rr:2", "--canaries", "100000", "--sims", "1000"], "pass --sims 10 or fewer"),  # days of work
     (["--mechanism", "rr:2", "--canaries", "7"], "--canaries"),
     (["--mechanism", "rr:2", "--canaries", "1000", "--delta", "2"], "--delta must be"),
 ])
