@@ -46,7 +46,7 @@ ci-audit: $(BIN)/.installed
 	$(BIN)/dpaudit run configs/tiny.toml --out out/ci-audit --quiet
 	$(BIN)/dpaudit check out/ci-audit/dp-eps1/report/report.json --policy configs/policy.toml
 
-# The built wheel in fresh virtual environments: the light install (pip install dpaudit) running its commands, dpaudit[train]
+# The built wheel in fresh virtual environments: the gate's install (pip install dpaudit), then [audit], running their commands; dpaudit[train]
 # resolved beside a torch 2.14.1, and both jobs of examples/github-actions.yml in a folder standing for a user's repository.
 wheel-check: ci-audit
 	.ci/wheel_check.sh out/ci-audit/dp-eps1/checkpoint

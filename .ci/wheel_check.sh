@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The package as a user installs it, from its wheel, in fresh virtual environments outside the checkout:
-#   1. light  `pip install dpaudit`: no torch; check, compare, table, account and audit run there; evaluate says, in
-#             one line, which extra to install; its size and the time of `dpaudit check` are printed
+#   1. light  `pip install dpaudit`, the gate: no SciPy, no torch; check, compare and table run there, account and
+#             audit say in one line to install [audit]; its size (target < 100 MB) and the time of `dpaudit check`
+#             are printed. Then 'dpaudit[audit]' in the same venv: account and audit run, evaluate names [train]
 #   2. a user's other torch: torch 2.14.1 (the release on this machine's disk besides the pinned 2.13.0) in a venv,
 #             then `pip install 'dpaudit[train]'` resolved (--dry-run): pip must not install another torch
 #   3. examples/github-actions.yml, both jobs, in a folder standing for a user's repository (.ci/run_workflow.py):
@@ -31,17 +32,26 @@ assert not stale, f"the wheel ships modules the checkout does not have: {stale[:
 EOF
 demo=$root/reports/demo/dp-eps8/report/report.json
 
-echo "== 1. light install"
+echo "== 1. light installs: the gate, then [audit]"
 python3 -m venv "$work/light"
+light=$work/light/bin
+site=$work/light/lib/python3.11/site-packages
+installed() {  # MB in site-packages besides pip and setuptools (the venv's own)
+  local all tools
+  all=$(du -sm "$site" | cut -f1)
+  tools=$(du -sm "$site"/pip "$site"/setuptools "$site"/pkg_resources "$site"/_distutils_hack 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  echo $((all - tools))
+}
 start=$(date +%s.%N)
-"$work/light/bin/pip" install -q "$whl" 2>&1 | quiet
+"$light/pip" install -q "$whl" 2>&1 | quiet
 took=$(python3 -c "import time; print(f'{time.time() - $start:.0f}')")
 cd "$work"  # outside the checkout: the installed package answers
-light=$work/light/bin
-if "$light/python" -c "import torch" 2>/dev/null; then echo "error: the light install brought torch" >&2; exit 1; fi
-size=$(du -sm "$work/light/lib/python3.11/site-packages" | cut -f1)
-base=$(du -sm "$work/light/lib/python3.11/site-packages/pip" | cut -f1)
-echo "light install: $((size - base)) MB in site-packages besides pip ($size MB with it), $took s to install"
+for m in torch scipy dp_accounting; do
+  if "$light/python" -c "import $m" 2>/dev/null; then echo "error: the gate's install brought $m" >&2; exit 1; fi
+done
+size=$(installed)
+echo "gate install (pip install dpaudit): $size MB in site-packages besides pip and setuptools, $took s to install"
+test "$size" -lt 100 || { echo "error: the gate's install is $size MB, over its 100 MB target" >&2; exit 1; }
 "$light/python" - "$light/dpaudit" "$demo" <<'EOF'
 import subprocess, sys, time
 times = []
@@ -50,11 +60,23 @@ for _ in range(3):
     r = subprocess.run([sys.argv[1], "check", sys.argv[2]], capture_output=True, text=True)
     times.append(time.perf_counter() - t0)
     assert r.returncode == 0, r.stdout + r.stderr
-print(f"light install: dpaudit check on reports/demo in {min(times):.2f} s (best of 3; first {times[0]:.2f} s)")
+print(f"gate install: dpaudit check on reports/demo in {min(times):.2f} s (best of 3; first {times[0]:.2f} s)")
 EOF
 "$light/dpaudit" check "$demo" --policy "$root/configs/policy.toml" > /dev/null
 "$light/dpaudit" compare "$root/reports/demo/non-private/report/report.json" "$demo" > /dev/null
 "$light/dpaudit" table "$root/reports/demo" --columns variant,claimed,interval,verdict > /dev/null
+set +e
+"$light/dpaudit" account --sigma 1 --sample-rate 0.01 --steps 1000 --delta 1e-5 2> account.err
+rc=$?
+set -e
+cat account.err
+test "$rc" -eq 2 && grep -q "pip install 'dpaudit\[audit\]'" account.err
+
+start=$(date +%s.%N)
+"$light/pip" install -q "dpaudit[audit] @ file://$whl" 2>&1 | quiet
+took=$(python3 -c "import time; print(f'{time.time() - $start:.0f}')")
+echo "with [audit] (pip install 'dpaudit[audit]'): $(installed) MB besides pip and setuptools, $took s more to install"
+if "$light/python" -c "import torch" 2>/dev/null; then echo "error: dpaudit[audit] brought torch" >&2; exit 1; fi
 "$light/dpaudit" account --card "$root/$ck/privacy_card.json" | tee account.txt
 grep -q "not applicable" account.txt && grep -q "dpaudit\[train\]" account.txt
 "$light/dpaudit" account --sigma 1 --sample-rate 0.01 --steps 1000 --delta 1e-5 --accountants pld,dpa_rdp > /dev/null

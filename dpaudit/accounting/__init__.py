@@ -52,7 +52,7 @@ GAUSSIAN_ACCOUNTANTS = options.GAUSSIAN_ACCOUNTANTS
 assert tuple(_BACKENDS) == ACCOUNTANTS, "dpaudit.options.ACCOUNTANTS and the accounting backends disagree"
 
 
-OPACUS_ACCOUNTANTS = ("rdp", "prv")  # Opacus' own code: not applicable in the light install (no Opacus)
+OPACUS_ACCOUNTANTS = ("rdp", "prv")  # Opacus' own code: not applicable in dpaudit[audit] (no Opacus)
 
 
 def _backend(name: str):
@@ -65,7 +65,7 @@ def _require_opacus(name: str) -> None:
     from dpaudit.accounting import opacus_modules
 
     if name in OPACUS_ACCOUNTANTS and not opacus_modules.available():
-        raise NotApplicable(f"{name} is Opacus' accountant and Opacus is not installed (the light install): "
+        raise NotApplicable(f"{name} is Opacus' accountant and Opacus is not installed (dpaudit[audit]): "
                             "pip install 'dpaudit[train]' for it; the other accountants answer without it")
 
 
@@ -140,7 +140,7 @@ def _interval(events: tuple, delta: float, accountant: str, relation: str, datas
     ``read_disk`` False (inside :func:`disk_cache.bypassed`): computed here, whatever the disk holds."""
     from dpaudit.accounting import disk_cache
 
-    _require_opacus(accountant)  # before the cache: a light install never reads a full one's answers for Opacus
+    _require_opacus(accountant)  # before the cache: dpaudit[audit] never reads a full one's answers for Opacus
     k = disk_cache.key(accountant, _BACKENDS[accountant], events, delta, relation, dataset_size)
     hit = disk_cache.get(k) if read_disk else None
     if hit is not None:  # the same mechanism, code and libraries: the stored answer (accounting/disk_cache.py)
@@ -199,7 +199,7 @@ def check_reachable(target_epsilon: float, delta: float, sample_rate: float, ste
 def _rdp_bracket(events: list, delta: float) -> float:
     """An RDP epsilon (a valid upper bound, never below the tight accountants) fast enough to bracket a search:
     Opacus' RDP at integer orders (closed form, milliseconds), or dp_accounting's RDP where Opacus is not installed
-    (the light install)."""
+    (dpaudit[audit])."""
     from dpaudit.accounting import opacus_modules
 
     if opacus_modules.available():

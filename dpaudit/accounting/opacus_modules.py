@@ -29,7 +29,7 @@ _LOCK = threading.Lock()
 
 
 def available() -> bool:
-    """Whether Opacus is installed (the light install, ``pip install dpaudit``, has no Opacus: its accountants are
+    """Whether Opacus is installed (``pip install 'dpaudit[audit]'`` has no Opacus: its accountants are
     not applicable there)."""
     if sys.modules.get("opacus") is not None:
         return True

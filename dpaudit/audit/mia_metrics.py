@@ -1,5 +1,6 @@
 """Membership-inference metrics from scores (higher = more likely member). NumPy/SciPy; sklearn's ROC curve is
-imported where it is used (the light install's score auditor reads the AUC and its interval without it).
+imported where it is used (the score auditor of dpaudit[audit], which has no scikit-learn, reads the AUC and its
+interval without it).
 
 TPR at a target FPR uses the last ROC point whose FPR does not exceed the target (no interpolation),
 so it never overstates the attack. The AUC interval is a percentile bootstrap over members and

@@ -88,7 +88,7 @@ def _group_results(card) -> tuple[list, dict]:
     for name in accounting.GAUSSIAN_ACCOUNTANTS:
         try:
             e_r = accounting.compute(card.events, rl["delta"], name).epsilon
-        except accounting.NotApplicable as e:  # Opacus' accountants in the light install
+        except accounting.NotApplicable as e:  # Opacus' accountants in dpaudit[audit] (no Opacus)
             skipped[f"{name}+group_lemma"] = str(e)
             continue
         ue, ud = group.lemma(e_r, rl["delta"], k)

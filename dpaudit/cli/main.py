@@ -19,9 +19,11 @@ from dpaudit import options
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import check_out, printable
 
-# the import names of pyproject.toml's [train] extra: what the light install leaves out
+# the import names of pyproject.toml's [train] extra: what the lighter installs leave out
 TRAIN_STACK = frozenset({"torch", "transformers", "peft", "opacus", "datasets", "sklearn", "safetensors", "matplotlib",
                          "gguf", "tokenizers", "huggingface_hub", "sacrebleu", "rouge_score", "nltk"})
+# the import names of the [audit] extra: what the gate's install (check, compare, table) leaves out
+AUDIT_STACK = frozenset({"scipy", "dp_accounting"})
 
 
 def _command_line() -> str:
@@ -331,12 +333,18 @@ def main(argv=None) -> int:
                 pass
             return 2
         return _internal(e)
-    except ModuleNotFoundError as e:  # the light install (`pip install dpaudit`) running a command of the full one
+    except ModuleNotFoundError as e:  # a lighter install (pyproject.toml's extras) running a command of a fuller one
         missing = (e.name or "").split(".")[0]
+        if missing in AUDIT_STACK:
+            click.echo(f"error: this command needs {missing}, which the gate's install (`pip install dpaudit`: check, "
+                       "compare, table) leaves out: pip install 'dpaudit[audit]' (adds account and audit) or "
+                       "'dpaudit[train]' (everything)", err=True)
+            return 2
         if missing not in TRAIN_STACK:
             return _internal(e)
-        click.echo(f"error: this command needs {missing}, which the light install (`pip install dpaudit`: check, compare, "
-                   "table, account, audit) leaves out: pip install 'dpaudit[train]'", err=True)
+        click.echo(f"error: this command needs {missing}, which the lighter installs (`pip install dpaudit`: check, "
+                   "compare, table; 'dpaudit[audit]': + account, audit) leave out: pip install 'dpaudit[train]'",
+                   err=True)
         return 2
     except Exception as e:  # noqa: BLE001 - a bug must not read as "a check failed" (1) nor print a wall of text
         return _internal(e)

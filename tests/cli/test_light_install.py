@@ -1,7 +1,8 @@
-"""The light install (`pip install dpaudit`: NumPy, SciPy, dp_accounting; no torch, no Opacus), simulated in a fresh
-process whose training stack cannot be imported: the gate's commands answer, Opacus' accountants say "not
-applicable" with the extra to install, and the commands of the full install refuse in one line (exit 2, nothing
-written). .ci/wheel_check.sh does the same from the built wheel in a real light venv."""
+"""The lighter installs, simulated in fresh processes whose heavier packages cannot be imported: the gate's
+(`pip install dpaudit`: NumPy, no SciPy, no dp_accounting, no torch) answers check, compare and table and refuses
+account and audit naming [audit]; [audit] (+ SciPy, dp_accounting; no torch, no Opacus) answers those too, Opacus'
+accountants saying "not applicable" with the extra to install; the commands of the full install refuse in one line
+(exit 2, nothing written). .ci/wheel_check.sh does the same from the built wheel in real venvs."""
 
 import json
 import subprocess
@@ -11,22 +12,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CARD = ROOT / "reports" / "canary_designs" / "new_token" / "dp-eps8" / "checkpoint" / "privacy_card.json"
 DEMO = ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
-BLOCKED = ("torch", "transformers", "opacus", "peft", "datasets", "sklearn", "matplotlib", "safetensors", "tokenizers")
+TRAIN = ("torch", "transformers", "opacus", "peft", "datasets", "sklearn", "matplotlib", "safetensors", "tokenizers")
+BLOCKED = {"audit": TRAIN, "gate": TRAIN + ("scipy", "dp_accounting")}
 
 
-def light(*args, cwd=None):
-    """``dpaudit ARGS`` in a process where the [train] extra's packages are not importable."""
+def light(*args, cwd=None, install="audit"):
+    """``dpaudit ARGS`` in a process where the packages ``install`` leaves out are not importable."""
+    blocked = BLOCKED[install]
     code = ("import sys\n"
             "class Absent:  # as if not installed: importing one of these raises ModuleNotFoundError\n"
             "    def find_spec(self, name, path=None, target=None):\n"
-            f"        if name.split('.')[0] in {BLOCKED!r}:\n"
+            f"        if name.split('.')[0] in {blocked!r}:\n"
             "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
             "sys.meta_path.insert(0, Absent())\n"
             "from dpaudit.cli import main\n"
             f"rc = main({list(map(str, args))!r})\n"
-            f"assert not any(n in sys.modules for n in {BLOCKED!r})\n"
+            f"assert not any(n in sys.modules for n in {blocked!r})\n"
             "sys.exit(rc)\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd or ROOT)
+
+
+def test_the_gates_install_checks_compares_and_tabulates_without_scipy():
+    r = light("check", DEMO, "--policy", ROOT / "configs" / "policy.toml", install="gate")
+    assert r.returncode == 0 and "satisfies the policy" in r.stdout, r.stderr
+    r = light("compare", ROOT / "reports/demo/non-private/report/report.json", DEMO, install="gate")
+    assert r.returncode == 0 and "accuracy" in r.stdout, r.stderr
+    r = light("table", ROOT / "reports" / "demo", "--columns", "variant,accuracy,claimed,prv,interval,verdict",
+              "--differences", "dp-eps8:non-private", install="gate")
+    assert r.returncode == 0 and "dp-eps8" in r.stdout, r.stderr
+
+
+def test_the_gates_install_names_the_extra_for_account_and_audit(tmp_path):
+    for args in (("account", "--sigma", "1", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"),
+                 ("account", "--card", CARD),
+                 ("audit", "plan", "--sigma", "1", "--sample-rate", "0.01", "--steps", "100", "--canaries", "1000"),
+                 ("audit", "one-run", "--canaries", "1000", "--guesses", "100", "--correct", "95")):
+        r = light(*args, install="gate", cwd=tmp_path)
+        assert r.returncode == 2 and r.stdout == "", (args, r.stdout, r.stderr)
+        (line,) = r.stderr.strip().splitlines()
+        assert line.startswith("error: this command needs ") and "pip install 'dpaudit[audit]'" in line, line
+    r = light("evaluate", CARD.parent, "--out", tmp_path / "out", install="gate")
+    assert r.returncode == 2 and "pip install 'dpaudit[train]'" in r.stderr and not (tmp_path / "out").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_account_card_without_opacus_uses_the_other_accountants_and_names_the_extra(tmp_path, monkeypatch):

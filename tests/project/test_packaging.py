@@ -46,7 +46,7 @@ def test_third_party_imports_are_declared():
     import sys
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    deps = project["dependencies"] + project["optional-dependencies"]["train"]  # the light install and its extra
+    deps = project["dependencies"] + project["optional-dependencies"]["train"]  # the gate's install and the fullest
     declared = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower().replace("-", "_") for d in deps}
     assets = {ln.split("==")[0].strip().lower().replace("-", "_") for ln in
               (ROOT / "requirements-assets.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")}
@@ -97,11 +97,17 @@ def test_the_checkout_stays_light():
     assert total < 80e6, f"the tracked files weigh {total / 1e6:.1f} MB (limit 80 MB)"
 
 
-def test_the_light_install_needs_only_its_own_dependencies():
-    """`pip install dpaudit` brings NumPy, SciPy, dp_accounting, click, tqdm and jsonschema; the training stack is
-    the [train] extra (tests/cli/test_light_install.py runs the light commands without it)."""
+def test_the_three_installs_need_only_their_own_dependencies():
+    """`pip install dpaudit` (the CI gate: check, compare, table) brings NumPy, click, tqdm and jsonschema; [audit]
+    adds SciPy and dp_accounting (account, audit); [train] holds both and the training stack
+    (tests/cli/test_light_install.py runs each install's commands without the packages of the next)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    light = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
-    assert light == {"numpy", "scipy", "dp-accounting", "click", "tqdm", "jsonschema"}, light
-    train = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower() for d in project["optional-dependencies"]["train"]}
-    assert {"torch", "transformers", "peft", "opacus", "datasets"} <= train
+
+    def names(deps):
+        return {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower() for d in deps}
+
+    extras = project["optional-dependencies"]
+    assert names(project["dependencies"]) == {"numpy", "click", "tqdm", "jsonschema"}
+    assert names(extras["audit"]) == {"scipy", "dp-accounting"}
+    train = names(extras["train"])
+    assert names(extras["audit"]) <= train and {"torch", "transformers", "peft", "opacus", "datasets"} <= train
