@@ -4,7 +4,7 @@ full and LoRA.
     python benchmarks/bench_training.py [--models minilm,smollm2,gpt2-small] [--batch 8] [--seq 64]
                                         [--steps 3] [--cap-gb 8] [--largest-batch minilm]
                                         [--tied untie|freeze] [--trainables full,lora]
-                                        [--modes none,hooks,ghost,bk] [--device cuda]
+                                        [--modes none,hooks,ghost,bk,bk-serial] [--device cuda]
 
 Each configuration runs in its own process (so peak RSS is its own), on random token batches of the
 same shape: 1 warm-up step, then the median of ``--steps`` timed steps. Ratios are against the
@@ -34,7 +34,9 @@ import time
 from dpaudit.trainers import loss as lossmod
 from dpaudit.trainers import mechanism
 
-MODES = ("none", "hooks", "ghost", "bk")  # bk: book-keeping clipping, trainers/bk_clipping.py
+MODES = ("none", "hooks", "ghost", "bk", "bk-serial")  # bk: book-keeping clipping, trainers/bk_clipping.py;
+# bk-serial: the same with its noise drawn on one thread by one generator (Opacus' draw, trainers/noise.add_gaussian_
+# below its threshold): the baseline of the block-wise draw, measured in the same invocation
 
 
 def build(name: str):
@@ -69,6 +71,11 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
     from dpaudit.trainers import engine, trainable
 
     torch.set_num_threads(os.cpu_count() or 1)
+    label = mode
+    if mode == "bk-serial":
+        from dpaudit.trainers import noise
+
+        noise.PARALLEL_MIN, mode = float("inf"), "bk"
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
@@ -112,7 +119,7 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
         times.append(time.perf_counter() - t)
     peak = (torch.cuda.max_memory_allocated(device) / 2 ** 30 if cuda
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20)
-    return {"model": name, "mode": mode, "trainable": which, "batch": batch, "seq": seq, "tied": tied,
+    return {"model": name, "mode": label, "trainable": which, "batch": batch, "seq": seq, "tied": tied,
             "device": device, "step_s": statistics.median(times), "peak_rss_gb": peak}
 
 

@@ -23,7 +23,9 @@ layer run twice in one forward is refused, as Opacus' ghost clipping refuses it.
 
 The optimizer, Poisson loader, noise and white-box canaries are Opacus' ghost-clipping ones
 (``DPOptimizerFastGradientClipping`` reads the clipped sum from ``p.grad``): only where the clipped sum comes
-from differs. Checked against a for-loop reference and Opacus' ghost mode in tests/trainers/test_bk_clipping.py.
+from differs, and, from 2^22 CPU coordinates up, which generator draws which noise (block-wise, on every torch
+thread: :func:`dpaudit.trainers.noise.add_gaussian_`). Checked against a for-loop reference and Opacus' ghost
+mode in tests/trainers/test_bk_clipping.py.
 
 (Over 300 lines on purpose: the per-layer norm and clipped-sum formulas, their hooks and the optimizer that
 consumes them must change together; tests/trainers/test_bk_clipping.py checks them against Opacus as one unit.)
@@ -37,6 +39,7 @@ from torch import nn
 
 from dpaudit import opacus_private as op
 from dpaudit.errors import DpauditError
+from dpaudit.trainers import noise
 
 
 def _is_conv1d(m: nn.Module) -> bool:
@@ -342,10 +345,12 @@ class BKTensor:
 class BKOptimizer(DPOptimizerFastGradientClipping):
     """Opacus' ghost-clipping optimizer (noise sigma C on the clipped sum, divided by the expected batch), without
     its two copies of every gradient: book-keeping writes a fresh ``p.grad`` each backward that nothing else holds,
-    so the first physical batch's becomes ``p.summed_grad`` as it is, and the noise is added in place. The noise
-    is drawn by Opacus' own ``_generate_noise`` in the same order from the same generator: the same update to the
-    last bit. On a 163M-parameter model these copies cost 1.1 s of a 3.1 s DP optimizer step on the project's
-    2-core CPU (reports/bench/training.md)."""
+    so the first physical batch's becomes ``p.summed_grad`` as it is, and the noise is added in place. Below 2^22
+    coordinates (and on a GPU, or in secure mode) the noise is Opacus' own draw in the same order from the same
+    generator: the same update to the last bit; from 2^22 CPU coordinates up it is drawn block-wise on every torch
+    thread, the blocks seeded from the same generator (:func:`dpaudit.trainers.noise.add_gaussian_`: the same
+    distribution, values that depend on the seed alone). On a 163M-parameter model the copies cost 1.1 s and the
+    one-thread draw 0.7 s of a DP optimizer step on the project's 2-core CPU (reports/bench/training.md)."""
 
     def accumulate(self):
         for p in self.params:
@@ -358,13 +363,15 @@ class BKOptimizer(DPOptimizerFastGradientClipping):
         std = getattr(self, "_adjusted_noise_multiplier", self.noise_multiplier) * self.max_grad_norm
         for p in self.params:
             op.check_processed(p.summed_grad)
-            if self.secure_mode or not std > 0 or type(p.summed_grad) is not torch.Tensor:
-                noise = op.generate_noise(std=std, reference=p.summed_grad, generator=self.generator,
-                                        secure_mode=self.secure_mode)
-            else:  # Opacus' draw (torch.normal from the same generator: the same values), without the tensor of
-                # zeros it allocates and fills first on every call (650 MB a step for a 163M-parameter model)
-                noise = torch.empty_like(p.summed_grad).normal_(0.0, std, generator=self.generator)
-            p.grad = p.summed_grad.add_(noise).view_as(p)
+        if self.secure_mode or not std > 0 or any(type(p.summed_grad) is not torch.Tensor for p in self.params):
+            for p in self.params:
+                p.summed_grad.add_(op.generate_noise(std=std, reference=p.summed_grad, generator=self.generator,
+                                                     secure_mode=self.secure_mode))
+        else:  # without the tensor of zeros Opacus' draw fills first (650 MB a step for a 163M-parameter model);
+            # from 2^22 CPU coordinates up, block-wise on every torch thread (trainers/noise.py)
+            noise.add_gaussian_([p.summed_grad for p in self.params], std, self.generator)
+        for p in self.params:
+            p.grad = p.summed_grad.view_as(p)
             op.mark_processed(p.summed_grad)
 
 

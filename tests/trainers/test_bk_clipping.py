@@ -244,3 +244,69 @@ def test_user_level_training_equals_the_per_record_hooks_path(tiny_model_factory
     assert r1.clipping["per_step"]["median_norm"] == pytest.approx(r2.clipping["per_step"]["median_norm"], rel=1e-3)
     for a, b in zip(w1, w2):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_block_wise_noise_draw_is_the_stated_gaussian_whatever_the_threads(monkeypatch):
+    """trainers/noise.add_gaussian_: from PARALLEL_MIN CPU coordinates up, every tensor is cut into blocks of BLOCK
+    coordinates, each drawn from its own seed (drawn from the generator first): N(0, std^2) in every block and
+    tensor (mean, spread, no correlation across a cut, no two blocks alike), the same values with 1, 2 or 3
+    threads and from the same generator, added in place; below the threshold, Opacus' own values from the
+    generator, tensor by tensor."""
+    from dpaudit.trainers import noise
+
+    monkeypatch.setattr(noise, "PARALLEL_MIN", 1000)
+    monkeypatch.setattr(noise, "BLOCK", 256)
+    shapes, std = [(700,), (40, 50), (3,), (1200,)], 2.5
+
+    def draw(threads):
+        monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+        ts = [torch.full(s, 1.0) for s in shapes]
+        noise.add_gaussian_(ts, std, torch.Generator().manual_seed(7))
+        return ts
+
+    ts = draw(3)
+    for other in (draw(1), draw(2)):
+        assert all(torch.equal(a, b) for a, b in zip(ts, other))
+    flat = torch.cat([t.reshape(-1) for t in ts]) - 1.0
+    n = flat.numel()
+    assert abs(float(flat.mean())) < 4 * std / n ** 0.5 and float(flat.std()) == pytest.approx(std, rel=0.05)
+    for t in ts:
+        if t.numel() > 100:
+            assert float((t - 1.0).std()) == pytest.approx(std, rel=0.15) and not bool((t == 1.0).any())
+    first = ts[0].reshape(-1) - 1.0  # blocks [0, 256), [256, 512): independent, not one stream repeated
+    assert abs(float(torch.corrcoef(torch.stack([first[:256], first[256:512]]))[0, 1])) < 0.2
+    assert not torch.equal(first[:200], first[256:456])
+    g = torch.Generator().manual_seed(7)
+    blocks = sum(-(-t.numel() // 256) for t in ts)
+    torch.randint(0, 2 ** 62, (blocks,), generator=g)  # the generator moved on by exactly the blocks' seeds
+    h = torch.Generator().manual_seed(7)
+    draw_h = [torch.zeros(s) for s in shapes]
+    noise.add_gaussian_(draw_h, std, h)
+    assert torch.equal(g.get_state(), h.get_state())
+    small = [torch.zeros(10), torch.zeros(5)]  # under the threshold: torch's normal_ from the generator, in order
+    monkeypatch.setattr(noise, "PARALLEL_MIN", 10 ** 6)
+    noise.add_gaussian_(small, std, torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)
+    want = [torch.empty(10).normal_(0.0, std, generator=g), torch.empty(5).normal_(0.0, std, generator=g)]
+    assert all(torch.equal(a, b) for a, b in zip(small, want))
+
+
+def test_book_keeping_on_a_large_cpu_model_draws_block_wise_and_keeps_sigma(monkeypatch):
+    """BKOptimizer.add_noise through the block-wise draw: the noisy update's spread is sigma * C / B on every
+    parameter, as the card says."""
+    from dpaudit.trainers import noise
+
+    monkeypatch.setattr(noise, "PARALLEL_MIN", 1000)
+    monkeypatch.setattr(noise, "BLOCK", 512)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    calls = []
+    real = noise.add_gaussian_
+    monkeypatch.setattr(noise, "add_gaussian_", lambda *a: (calls.append(1), real(*a)))
+    lin = nn.Linear(100, 60)
+    opt = bk_clipping.BKOptimizer(torch.optim.SGD(lin.parameters(), lr=0.0), noise_multiplier=2.0, max_grad_norm=0.5,
+                                  expected_batch_size=4, generator=torch.Generator().manual_seed(0))
+    for p in lin.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.pre_step()
+    assert calls and float(lin.weight.grad.std()) == pytest.approx(2.0 * 0.5 / 4, rel=0.05)
+    assert float(lin.bias.grad.std()) == pytest.approx(2.0 * 0.5 / 4, rel=0.3)
