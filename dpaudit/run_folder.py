@@ -42,6 +42,22 @@ class RunFolder:
     def has_report(self, variant: str) -> bool:
         return (self.report_dir(variant) / "report.json").is_file()
 
+    def holds_a_run(self) -> bool:
+        """Whether the folder holds something ``dpaudit run`` wrote: a comparison, or a variant's checkpoint, report
+        or snapshots (an earlier or interrupted run, which ``run`` may redo or resume)."""
+        from dpaudit.io import read_json
+
+        top = self.path / "report.json"
+        if top.is_file():
+            try:
+                d = read_json(top, "report", "")
+            except DpauditError:
+                d = None
+            if isinstance(d, dict) and d.get("kind") == "comparison":
+                return True
+        return any(p.is_dir() and any((p / sub).is_dir() for sub in (CHECKPOINT, REPORT, TRAIN_STATE))
+                   for p in self.path.iterdir())
+
     def variants(self) -> list[str]:
         """The variants with a report, in name order."""
         if not self.path.is_dir():

@@ -17,7 +17,7 @@ from pathlib import Path
 from dpaudit import device
 from dpaudit.canaries import manifest as canaries
 from dpaudit.errors import DpauditError
-from dpaudit.io import check_out
+from dpaudit.io import check_out, printable
 from dpaudit.report import write as report
 from dpaudit.run import config
 from dpaudit.run.outputs import evaluate_folder
@@ -60,6 +60,18 @@ def _check_resumable(out: Path, cfg, fps: dict, resume: bool, every: int) -> Non
         if state.get("fingerprint") != fps[v.name]:
             raise DpauditError(f"the snapshot in {snaps.folder} belongs to a different config, canaries or data; "
                                f"resume with the config that made it, or remove {snaps.folder} to start over")
+
+
+def _check_not_foreign(out: Path) -> None:
+    """Before any work: an --out that holds files (other than hidden ones) and no earlier run is refused, so a run
+    never writes its variants, REPORT.md and report.json among someone's files."""
+    if not out.is_dir():
+        return
+    own = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    if own and not RunFolder(out).holds_a_run():
+        raise DpauditError(f"--out {out} holds files and no earlier run ({printable(own[0])[:60]}"
+                           f"{f' and {len(own) - 1} more' if len(own) > 1 else ''}): pass a new or empty folder, or "
+                           "the --out of an earlier run to redo it")
 
 
 def _preflight(cfg, data, manifest) -> None:
@@ -121,6 +133,7 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
     out = Path(out)
     if resume and not out.is_dir():
         raise DpauditError(f"--resume: {out} is not the folder of an interrupted run; drop --resume to start one")
+    _check_not_foreign(out)
     data = registry.load_data(dataclasses.asdict(cfg.task))
     fps = {v.name: fingerprint(cfg.to_dict(), v.name, data.fingerprint()) for v in cfg.variants}
     _check_resumable(out, cfg, fps, resume, snapshot_every)

@@ -617,6 +617,26 @@ def test_run_out_existing_file_refused_before_training(tmp_path, capsys):
                     capsys)
 
 
+def test_run_out_holding_other_files_refused_before_training(tmp_path, capsys):
+    """A run writes variant folders, REPORT.md and report.json: never among someone's files (a report.json of
+    `dpaudit evaluate` is not a run either); hidden files alone, or an earlier run's folder, are accepted."""
+    (tmp_path / "cfg.toml").write_text(RUN_BASE)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "report.json").write_text(json.dumps({"kind": "evaluation"}))
+    _expect_refused(["run", tmp_path / "cfg.toml", "--out", out, "--quiet"], "holds files and no earlier run",
+                    tmp_path, capsys)
+    from dpaudit.run_folder import RunFolder
+
+    (out / "notes.txt").unlink()
+    (out / "report.json").unlink()
+    (out / ".gitkeep").write_text("")
+    assert not RunFolder(out).holds_a_run()  # and empty but for a hidden file: accepted (nothing to mix with)
+    (out / "dp-eps1" / "checkpoint").mkdir(parents=True)
+    assert RunFolder(out).holds_a_run()
+
+
 def test_the_table_has_at_least_sixty_cases():
     n = (len([c for c in EVALUATE if c[3]]) + 2 + len(OUT) + len(CHECK) + 1 + len(COMPARE) + len(NUMERIC) + 2
          + len(CARD) + len(CANARIES) + len(RUN) + 2)
