@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The package as a user installs it, from its wheel, in fresh virtual environments outside the checkout:
-#   1. light  `pip install dpaudit`, the gate: no SciPy, no torch; check, compare and table run there, account and
+#   1. light  `pip install dpaudit`, the gate: no SciPy, no torch; check, compare, table, model-card run there, account and
 #             audit say in one line to install [audit]; its size (target < 100 MB) and the time of `dpaudit check`
 #             are printed. Then 'dpaudit[audit]' in the same venv: account and audit run, evaluate names [train]
 #   2. a user's other torch: torch 2.14.1 (the release on this machine's disk besides the pinned 2.13.0) in a venv,
@@ -65,6 +65,9 @@ EOF
 "$light/dpaudit" check "$demo" --policy "$root/configs/policy.toml" > /dev/null
 "$light/dpaudit" compare "$root/reports/demo/non-private/report/report.json" "$demo" > /dev/null
 "$light/dpaudit" table "$root/reports/demo" --columns variant,claimed,interval,verdict > /dev/null
+mkdir -p "$work/model-card"
+"$light/dpaudit" model-card "$demo" --to "$work/model-card/README.md" > /dev/null
+grep -q "dpaudit:begin" "$work/model-card/README.md"
 set +e
 "$light/dpaudit" account --sigma 1 --sample-rate 0.01 --steps 1000 --delta 1e-5 2> account.err
 rc=$?

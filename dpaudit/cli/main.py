@@ -337,13 +337,14 @@ def main(argv=None) -> int:
         missing = (e.name or "").split(".")[0]
         if missing in AUDIT_STACK:
             click.echo(f"error: this command needs {missing}, which the gate's install (`pip install dpaudit`: check, "
-                       "compare, table) leaves out: pip install 'dpaudit[audit]' (adds account and audit) or "
+                       "compare, table, model-card) leaves out: pip install 'dpaudit[audit]' (adds account and audit) or "
                        "'dpaudit[train]' (everything)", err=True)
             return 2
         if missing not in TRAIN_STACK:
             return _internal(e)
         click.echo(f"error: this command needs {missing}, which the lighter installs (`pip install dpaudit`: check, "
-                   "compare, table; 'dpaudit[audit]': + account, audit) leave out: pip install 'dpaudit[train]'",
+                   "compare, table, model-card; 'dpaudit[audit]': + account, audit) leave out: pip install "
+                   "'dpaudit[train]'",
                    err=True)
         return 2
     except Exception as e:  # noqa: BLE001 - a bug must not read as "a check failed" (1) nor print a wall of text

@@ -1,5 +1,5 @@
 """The lighter installs, simulated in fresh processes whose heavier packages cannot be imported: the gate's
-(`pip install dpaudit`: NumPy, no SciPy, no dp_accounting, no torch) answers check, compare and table and refuses
+(`pip install dpaudit`: NumPy, no SciPy, no dp_accounting, no torch) answers check, compare, table and model-card and refuses
 account and audit naming [audit]; [audit] (+ SciPy, dp_accounting; no torch, no Opacus) answers those too, Opacus'
 accountants saying "not applicable" with the extra to install; the commands of the full install refuse in one line
 (exit 2, nothing written). .ci/wheel_check.sh does the same from the built wheel in real venvs."""
@@ -32,7 +32,7 @@ def light(*args, cwd=None, install="audit"):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd or ROOT)
 
 
-def test_the_gates_install_checks_compares_and_tabulates_without_scipy():
+def test_the_gates_install_checks_compares_tabulates_and_writes_the_model_card_without_scipy(tmp_path):
     r = light("check", DEMO, "--policy", ROOT / "configs" / "policy.toml", install="gate")
     assert r.returncode == 0 and "satisfies the policy" in r.stdout, r.stderr
     r = light("compare", ROOT / "reports/demo/non-private/report/report.json", DEMO, install="gate")
@@ -40,6 +40,8 @@ def test_the_gates_install_checks_compares_and_tabulates_without_scipy():
     r = light("table", ROOT / "reports" / "demo", "--columns", "variant,accuracy,claimed,prv,interval,verdict",
               "--differences", "dp-eps8:non-private", install="gate")
     assert r.returncode == 0 and "dp-eps8" in r.stdout, r.stderr
+    r = light("model-card", DEMO, "--to", tmp_path / "README.md", install="gate")
+    assert r.returncode == 0 and "dpaudit:begin" in (tmp_path / "README.md").read_text(), r.stderr
 
 
 def test_the_gates_install_names_the_extra_for_account_and_audit(tmp_path):
