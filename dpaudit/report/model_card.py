@@ -94,6 +94,10 @@ def _with_tags(front: str) -> str:
     """The front matter with TAGS in its ``tags`` list (a block list added, or items appended to an existing
     block list); other keys untouched."""
     lines = front.splitlines()
+    first = next((ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")), None)
+    if first is not None and not re.match(r"""^(?:[^\s#\-'"][^:]*|'[^']*'|"[^"]*"):(?:\s|$)""", first):
+        raise DpauditError("the card's front matter is not a YAML mapping (key: value lines), which Hugging Face reads "
+                           "its metadata from; fix the card's front matter first")
     at = next((i for i, ln in enumerate(lines) if re.match(r"^tags:\s*$", ln)), None)
     inline = next((i for i, ln in enumerate(lines) if re.match(r"^tags:\s*\S", ln)), None)
     if inline is not None:

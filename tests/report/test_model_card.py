@@ -62,7 +62,9 @@ def test_the_checkpoint_hash_does_not_cover_the_model_card(tmp_path):
     (lambda d: (d / "README.md").write_text("<!-- dpaudit:begin -->\nhalf"), "markers"),
     (lambda d: (d / "README.md").write_text("---\ntags: [a, b]\n---\nx\n"), "block list"),
     (lambda d: (d / "README.md").write_text("---\nno end\n"), "never closes"),
-], ids=["a folder", "one marker", "inline tags", "unclosed front matter"])
+    (lambda d: (d / "README.md").write_text("---\n- a\n- b\n---\nx\n"), "not a YAML mapping"),
+    (lambda d: (d / "README.md").write_text("---\n[a, b]\n---\nx\n"), "not a YAML mapping"),
+], ids=["a folder", "one marker", "inline tags", "unclosed front matter", "a list", "a flow list"])
 def test_a_card_it_cannot_edit_safely_is_refused_in_one_line(setup, needle, tmp_path, capsys):
     setup(tmp_path)
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
