@@ -22,7 +22,7 @@ def read_rows(path: Path, what: str, hint: str) -> list[dict]:
     if path.suffix not in (".jsonl", ".csv", ".tsv"):
         raise DpauditError(f"{path}: unsupported data file; use .jsonl, .csv or .tsv ({hint})")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading BOM (Excel, Notepad) is not data
     except UnicodeDecodeError as e:
         raise DpauditError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     if path.suffix == ".jsonl":

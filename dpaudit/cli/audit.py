@@ -175,7 +175,7 @@ def _read_scores(path: Path):
         import csv
 
         try:
-            with open(path, newline="", encoding="utf-8") as fh:
+            with open(path, newline="", encoding="utf-8-sig") as fh:  # a BOM (Excel) is not part of the header
                 rows = list(csv.DictReader(fh))
         except (UnicodeDecodeError, csv.Error) as e:
             raise DpauditError(f"cannot read {path} as CSV: {e}") from None

@@ -153,8 +153,9 @@ def test_audit_scores_command(tmp_path, capsys):
     scores = rng.normal(size=400) + 2.0 * (signs > 0)
     (tmp_path / "s.json").write_text(json.dumps({"scores": scores.tolist(), "inserted": (signs > 0).tolist()}))
     (tmp_path / "s.csv").write_text("score,inserted\n" + "".join(f"{a},{int(b > 0)}\n" for a, b in zip(scores, signs)))
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "s.csv").read_bytes())  # saved by Excel
     want = ScoreAuditor(scores, signs).audit(HeldOut(seed=4), delta=DELTA)
-    for f in ("s.json", "s.csv"):
+    for f in ("s.json", "s.csv", "bom.csv"):
         assert main(["audit", "scores", str(tmp_path / f), "--strategy", "held-out", "--seed", "4", "--delta",
                      str(DELTA), "--json"]) == 0
         out = json.loads(capsys.readouterr().out)

@@ -41,6 +41,17 @@ def test_sentiment_reads_named_columns_from_every_file_type(tmp_path, suffix):
     assert sentiment.load(str(tmp_path / f"e{suffix}"), test_fraction=0.25).fingerprint() == d.fingerprint()
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".tsv"])
+def test_a_leading_byte_order_mark_is_not_data(tmp_path, suffix):
+    """A file saved by Excel or Notepad as "UTF-8 with BOM": the same rows, split and hash as without the mark (its
+    first column was named '\ufefftext' and refused as missing)."""
+    _write(tmp_path / f"d{suffix}", _reviews())
+    (tmp_path / f"b{suffix}").write_bytes(b"\xef\xbb\xbf" + (tmp_path / f"d{suffix}").read_bytes())
+    cols = {"text": "review", "label": "stars"}
+    plain, bom = (sentiment.load(str(tmp_path / f"{n}{suffix}"), test_fraction=0.25, columns=cols) for n in "db")
+    assert bom.fingerprint() == plain.fingerprint() and len(bom.train) == 30
+
+
 def test_save_to_disk_folders_for_every_task(tmp_path):
     import datasets
 
