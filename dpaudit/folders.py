@@ -19,7 +19,7 @@ def staged_folder(dest, replace: bool = True):
     import tempfile
 
     dest = Path(dest).expanduser().absolute()
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    created = make_parents(dest)
     prefix = f".{dest.name}.partial-"
     remove_stale(dest.parent, prefix)
     stage = _owned(Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent)))
@@ -27,6 +27,7 @@ def staged_folder(dest, replace: bool = True):
         yield stage
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
+        remove_if_empty(created)
         raise
     (stage / OWNER).unlink(missing_ok=True)
     if dest.exists():
@@ -39,6 +40,24 @@ def staged_folder(dest, replace: bool = True):
 
 
 OWNER = ".dpaudit-owner"  # inside a partial folder: the pid of the process writing it
+
+
+def make_parents(path: Path) -> list[Path]:
+    """Create the missing folders above ``path``; returns them, deepest first, for :func:`remove_if_empty`."""
+    created = [p for p in Path(path).parents if not p.exists()]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def remove_if_empty(created: list[Path]) -> None:
+    """Remove the folders a write created (deepest first) while they hold no file: a refusal or failure leaves the
+    disk as it found it, never an empty folder; a folder something else wrote into meanwhile is kept."""
+    import os
+    import shutil
+
+    for p in created:
+        if p.is_dir() and not p.is_symlink() and not any(f for _, _, fs in os.walk(p) for f in fs):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _owned(stage: Path) -> Path:
@@ -89,10 +108,11 @@ class atomic_folder:
     def __enter__(self) -> Path:
         import tempfile
 
+        self.created = []
         if self.out.is_dir():
             where, prefix = self.out, ".dpaudit-partial-"
         else:
-            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.created = make_parents(self.out)
             where, prefix = self.out.parent, f".{self.out.name}.partial-"
         remove_stale(where, prefix)  # what a killed earlier run left behind
         self.tmp = _owned(Path(tempfile.mkdtemp(prefix=prefix, dir=where)))
@@ -104,6 +124,7 @@ class atomic_folder:
 
         if kind is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
+            remove_if_empty(self.created)
             return False
         (self.tmp / OWNER).unlink(missing_ok=True)
         if not self.out.exists():

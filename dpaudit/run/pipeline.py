@@ -17,6 +17,7 @@ from pathlib import Path
 from dpaudit import device
 from dpaudit.canaries import manifest as canaries
 from dpaudit.errors import DpauditError
+from dpaudit.folders import make_parents, remove_if_empty
 from dpaudit.io import check_out, printable
 from dpaudit.report import write as report
 from dpaudit.run import config
@@ -141,25 +142,13 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
     # the evaluation plan is fixed with the canaries, before any training
     manifest = canaries.generate(canary_plan(cfg))
     _preflight(cfg, data, manifest)
-    created = [p for p in (out, *out.parents) if not p.exists()]
-    out.mkdir(parents=True, exist_ok=True)
+    created = ([out] if not out.exists() else []) + make_parents(out)
+    out.mkdir(exist_ok=True)
     try:
         return _variants(cfg, out, data, manifest, finished, fps, command, redact, snapshot_every, resume, train_only)
-    except DpauditError:  # a refusal during training (a model folder, a tokenizer): no empty --out left behind
-        _remove_if_empty(created)
+    except BaseException:  # a refusal, a failure or ^C during training: no empty --out left behind (anything
+        remove_if_empty(created)  # written, a finished variant's checkpoint, is kept)
         raise
-
-
-def _remove_if_empty(created: list[Path]) -> None:
-    """Remove the folders this run created (deepest first) while they hold no file: a refusal leaves the disk as
-    it found it; anything written (a finished variant's checkpoint) is kept."""
-    import os
-
-    for p in created:
-        if p.is_dir() and not any(f for _, _, fs in os.walk(p) for f in fs):
-            import shutil
-
-            shutil.rmtree(p, ignore_errors=True)
 
 
 def _variants(cfg, out: Path, data, manifest, finished: dict, fps: dict, command: str, redact: bool,

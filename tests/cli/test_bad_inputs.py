@@ -740,6 +740,36 @@ def test_staged_folder_replaces_whole_or_leaves_the_target_as_it_was(tmp_path, e
     assert sorted(p.name for p in dest.iterdir()) == ["newer.json"] and len(list(tmp_path.iterdir())) == 1
 
 
+def test_a_failed_write_to_a_deep_new_path_leaves_no_empty_folders(tmp_path, monkeypatch):
+    """--out a/b/c where a and b do not exist: a failure (a refusal, an error, ^C) inside the write removes the
+    folders it created on the way (each was an "empty --out" left behind), and keeps any that something else wrote
+    into meanwhile; the same for a whole run whose training fails."""
+    from dpaudit.folders import atomic_folder, staged_folder
+
+    for write in (atomic_folder, staged_folder):
+        with pytest.raises(KeyboardInterrupt):
+            with write(tmp_path / "a" / "b" / "c") as tmp:
+                (tmp / "report.json").write_text("half")
+                raise KeyboardInterrupt
+        assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError):
+        with atomic_folder(tmp_path / "a" / "b" / "c"):
+            (tmp_path / "a" / "mine.txt").write_text("someone else's")
+            raise RuntimeError("failed")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["a", "a/mine.txt"]
+
+    from dpaudit.run import pipeline
+
+    def fail(*a, **k):
+        raise RuntimeError("the trainer crashed")
+
+    monkeypatch.setattr(pipeline, "_variants", fail)
+    (tmp_path / "cfg.toml").write_text(RUN_BASE)
+    with pytest.raises(RuntimeError):
+        pipeline.run(tmp_path / "cfg.toml", tmp_path / "x" / "y" / "out", "dpaudit run")
+    assert not (tmp_path / "x").exists()
+
+
 def test_check_escapes_what_it_prints_from_a_report(work, capsys):
     """A report's strings cannot print lines of their own or drive the terminal (ANSI escapes, line breaks)."""
     from dpaudit.io import printable
