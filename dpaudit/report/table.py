@@ -257,8 +257,11 @@ def table(runs, columns: list[str], variants: list[str] | None = None) -> str:
         raise DpauditError(f"unknown column {unknown[0] if unknown else None!r}; choose from {', '.join(COLUMNS)}")
     pairs = [(run, v) for run in runs for v in (list(variants) if variants else run.variants())]
     missing = [f"{v!r} in {run.path}" for run, v in pairs if not run.has_report(v)]
-    if missing or not pairs:
-        raise DpauditError(f"variant {missing[0] if missing else '(none)'} has no report; run it first, or leave it out")
+    if not pairs:
+        raise DpauditError(f"{printable(', '.join(str(r.path) for r in runs))[:200]} holds no variant with a report "
+                           "(<variant>/report/report.json); pass the --out of a `dpaudit run`")
+    if missing:
+        raise DpauditError(f"variant {missing[0]} has no report; run it first, or leave it out")
     lines = ["| " + " | ".join(COLUMNS[c][0] for c in columns) + " |", "|" + "---|" * len(columns)]
     for run, v in pairs:
         try:

@@ -76,6 +76,10 @@ def test_table_refuses_unknown_columns_and_missing_variants(capsys):
         assert main(["table", str(REPORTS / "li_repro_minilm_mean"), *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert needle in err and len(err.splitlines()) == 1
+    empty = REPORTS / "demo" / "non-private" / "checkpoint"  # a folder, but no run's: says what to pass
+    assert main(["table", str(empty), "--columns", "variant"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds no variant with a report" in err and "--out of a `dpaudit run`" in err, err
 
 
 def test_pmixed_counterexample_table_is_what_the_script_prints():
