@@ -283,6 +283,12 @@ def test_the_block_wise_noise_draw_is_the_stated_gaussian_whatever_the_threads(m
     draw_h = [torch.zeros(s) for s in shapes]
     noise.add_gaussian_(draw_h, std, h)
     assert torch.equal(g.get_state(), h.get_state())
+    saved = h.get_state()  # a snapshot restores the generator: the next step's noise is drawn again, the same
+    after, again = [torch.zeros(s) for s in shapes], [torch.zeros(s) for s in shapes]
+    noise.add_gaussian_(after, std, h)
+    h.set_state(saved)
+    noise.add_gaussian_(again, std, h)
+    assert all(torch.equal(a, b) for a, b in zip(after, again)) and not torch.equal(after[0], draw_h[0])
     small = [torch.zeros(10), torch.zeros(5)]  # under the threshold: torch's normal_ from the generator, in order
     monkeypatch.setattr(noise, "PARALLEL_MIN", 10 ** 6)
     noise.add_gaussian_(small, std, torch.Generator().manual_seed(3))
