@@ -95,7 +95,9 @@ class NoiseMeter:
             sq = torch.zeros(have_b.size, dtype=torch.float64, device=d.device).index_add_(0, seg, d * d)
             prev = self._previous
             same = prev is not None and np.array_equal(prev[1], have_b)
-            cross = (d @ prev[0]).reshape(1) if same else torch.zeros(1, dtype=torch.float64, device=d.device)
+            # an elementwise product summed, not a BLAS dot: whose rounding depends on the vectors' alignment in
+            # memory, so a run resumed from a snapshot (the previous noise restored elsewhere) read other last bits
+            cross = (d * prev[0]).sum().reshape(1) if same else torch.zeros(1, dtype=torch.float64, device=d.device)
             host = torch.cat([sq, cross]).cpu().numpy()
         self._previous = (d, have_b)
         if self.reduce is not None:  # every shard's noise: the per-tensor sums and the cross term over the processes

@@ -53,6 +53,9 @@ CASES = {
                                gradient_canary_kind="dirac+dense"),
     "record-nonprivate": dict(gradient_canaries=8, epochs=2.5),
     "user-dp": dict(target_epsilon=4.0, delta=1e-5, gradient_canaries=8, batch_size=3, epochs=3),
+    # book-keeping with its block-wise noise draw (thresholds lowered below: the tiny model has 2^22 coordinates
+    # nowhere near), drawn by three threads
+    "record-dp-bk-blocks": dict(target_epsilon=4.0, delta=1e-5, gradient_canaries=8, grad_sample_mode="bk"),
 }
 
 
@@ -85,8 +88,19 @@ def _same(a, b):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_interrupted_run_resumes_to_the_uninterrupted_result(tiny_model_factory, tmp_path, case):
+def test_interrupted_run_resumes_to_the_uninterrupted_result(tiny_model_factory, tmp_path, case, monkeypatch):
+    if case.endswith("bk-blocks"):
+        from dpaudit.trainers import noise
+
+        monkeypatch.setattr(noise, "PARALLEL_MIN", 1000)
+        monkeypatch.setattr(noise, "BLOCK", 4096)
+        calls = []
+        real = noise.add_gaussian_
+        monkeypatch.setattr(noise, "add_gaussian_", lambda *a: (calls.append(1), real(*a)))
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
     ref = _train(tiny_model_factory, case)
+    if case.endswith("bk-blocks"):
+        assert calls  # the block-wise draw ran
     steps = ref[1].steps
     assert steps >= 8
     crash_at = random.Random(case).randrange(4, steps - 1)  # a step after the first snapshot, not one of them
