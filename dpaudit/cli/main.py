@@ -22,8 +22,10 @@ from dpaudit.io import check_out, printable
 # the import names of pyproject.toml's [train] extra: what the lighter installs leave out
 TRAIN_STACK = frozenset({"torch", "transformers", "peft", "opacus", "datasets", "sklearn", "safetensors", "matplotlib",
                          "gguf", "tokenizers", "huggingface_hub", "sacrebleu", "rouge_score", "nltk"})
-# the import names of the [audit] extra: what the gate's install (check, compare, table) leaves out
+# the import names of the [audit] extra: what the gate's install leaves out
 AUDIT_STACK = frozenset({"scipy", "dp_accounting"})
+# what each lighter install runs (README, Install; tests/cli/test_light_install.py): named once for both messages
+GATE_COMMANDS, AUDIT_COMMANDS = "check, compare, table, model-card", "account, audit"
 
 
 def _command_line() -> str:
@@ -336,15 +338,14 @@ def main(argv=None) -> int:
     except ModuleNotFoundError as e:  # a lighter install (pyproject.toml's extras) running a command of a fuller one
         missing = (e.name or "").split(".")[0]
         if missing in AUDIT_STACK:
-            click.echo(f"error: this command needs {missing}, which the gate's install (`pip install dpaudit`: check, "
-                       "compare, table, model-card) leaves out: pip install 'dpaudit[audit]' (adds account and audit) or "
+            click.echo(f"error: this command needs {missing}, which the gate's install (`pip install dpaudit`: "
+                       f"{GATE_COMMANDS}) leaves out: pip install 'dpaudit[audit]' (adds {AUDIT_COMMANDS}) or "
                        "'dpaudit[train]' (everything)", err=True)
             return 2
         if missing not in TRAIN_STACK:
             return _internal(e)
-        click.echo(f"error: this command needs {missing}, which the lighter installs (`pip install dpaudit`: check, "
-                   "compare, table, model-card; 'dpaudit[audit]': + account, audit) leave out: pip install "
-                   "'dpaudit[train]'",
+        click.echo(f"error: this command needs {missing}, which the lighter installs (`pip install dpaudit`: "
+                   f"{GATE_COMMANDS}; 'dpaudit[audit]': + {AUDIT_COMMANDS}) leave out: pip install 'dpaudit[train]'",
                    err=True)
         return 2
     except Exception as e:  # noqa: BLE001 - a bug must not read as "a check failed" (1) nor print a wall of text

@@ -4,7 +4,8 @@ Two models scored on the same examples give paired outcomes; only the examples w
 information about which is better. The test is McNemar's exact test: under "equally accurate" each discordant
 example favours A or B with probability 1/2, so the count favouring A is Binomial(b + c, 1/2) (two-sided p, the
 value of ``scipy.stats.binomtest``, computed here with the standard library so that ``dpaudit compare`` runs in the
-gate's install, which has no SciPy; tests/report/test_paired.py holds the two equal). The effect size is the difference of accuracies with a paired bootstrap interval
+gate's install, which has no SciPy; tests/report/test_paired.py holds the two equal). The effect size is the
+difference of accuracies with a paired bootstrap interval
 (examples resampled with their pair of outcomes, percentile interval, seeded, so a report regenerates). The
 reading follows the test: "higher"/"lower" when p < 1 − confidence, else "cannot be resolved". Newcombe's unpaired
 interval (dpaudit/report/table.py) ignores the pairing and is conservative; it remains for reports that predate
