@@ -5,9 +5,9 @@ attack is one module with ``from_features`` and one line in ``BLACK_BOX``. Expos
 (:mod:`.exposure`) scores candidate secrets instead of records.
 """
 
-from dpaudit.attacks import loss, min_k, min_k_plus, reference, zlib
+from dpaudit.attacks import final_weights, loss, min_k, min_k_plus, reference, zlib
 from dpaudit.options import ATTACKS
 
 BLACK_BOX = {m.NAME: m for m in (loss, zlib, min_k, min_k_plus, reference)}
-ALL = (*BLACK_BOX, "exposure")
+ALL = (*BLACK_BOX, "exposure", *final_weights.NAMES)
 assert ALL == ATTACKS, "dpaudit.options.ATTACKS and the attack modules disagree"

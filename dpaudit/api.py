@@ -27,8 +27,31 @@ from dpaudit.claim.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
 from dpaudit.evaluation.options import EvalOptions
 
-__all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "card_from_opacus", "evaluate", "functional_probe",
+__all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "canary_labels", "card_from_opacus", "evaluate", "functional_probe",
            "insert_canaries", "load_manifest", "new_canaries", "write_records", "write_report"]
+
+
+def canary_labels(input_ids, tokenizer, manifest: Manifest) -> list[int]:
+    """The training labels of one canary record under the final-weights design (``train_on = "secret"``):
+    ``input_ids`` copied where a position holds one of the manifest's new tokens, -100 (ignored) everywhere else,
+    in the Hugging Face convention (labels aligned with the inputs; the model shifts them). Pass them as the
+    record's ``labels`` so that its loss reads its secret token only.
+
+    Args:
+        input_ids: the canary record's token ids, as your loop feeds it (special tokens included).
+        tokenizer: the tokenizer extended by :func:`add_canary_tokens`.
+        manifest: the canaries' manifest.
+
+    Returns:
+        One label per input id.
+
+    Raises:
+        DpauditError: the tokenizer lacks the new tokens, or the record holds none of them.
+    """
+    from dpaudit.canaries import new_tokens
+
+    ids = [int(i) for i in input_ids]
+    return new_tokens.secret_only(ids, ids, new_tokens.token_ids(tokenizer, manifest))
 
 
 def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",

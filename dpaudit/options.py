@@ -58,7 +58,24 @@ LMO_OBJECTIVES = ("mean_abs", "variance")
 LMO_ACCOUNTINGS = ("paper", "vector")  # which analysis calibrates LMO-DP's noise and writes its claim
 
 # ---- audits and reports -----------------------------------------------------------------------------
-ATTACKS = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")  # all of them run by default
+# outputs only (black box: the loss and its calibrations, exposure) run by default; the final-weights scores
+# (attacks/final_weights.py) read canaries' own rows and join a plan only where the canaries own rows
+# (dpaudit.canaries.plan.default_attacks): every attack of a plan is one test of its Bonferroni family
+OUTPUT_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus", "reference", "exposure")
+FINAL_WEIGHTS_ATTACKS = ("final_weights", "final_weights_norm")
+ATTACKS = OUTPUT_ATTACKS + FINAL_WEIGHTS_ATTACKS
+# the three tiers of empirical evidence, named the same on every surface (docs/architecture.md)
+TIERS = ("outputs only", "final weights", "in-run")
+
+
+def evidence_tier(attack: str) -> str:
+    """The tier of one test (a report row's ``attack``): the probe's gradient canaries are in-run evidence, the
+    final-weights scores read the checkpoint's own rows, everything else reads the model's outputs only."""
+    if attack.startswith("whitebox"):
+        return "in-run"
+    if attack in FINAL_WEIGHTS_ATTACKS:
+        return "final weights"
+    return "outputs only"
 RULES = ("bonferroni", "held_out")
 # canary designs (dpaudit/canaries/manifest.py, docs/canary_designs.md); a classifier's mislabelled canaries are the
 # template design with labels >= 2

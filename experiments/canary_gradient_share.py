@@ -26,7 +26,7 @@ import numpy as np
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("config", type=Path, help="the run's config (its [model] and [train] trainable settings)")
-    ap.add_argument("run", type=Path, help="the run folder; its non-private/checkpoint/canaries.json is read")
+    ap.add_argument("run", type=Path, help="the run folder; its first variant's checkpoint/canaries.json is read")
     ap.add_argument("--n", type=int, default=64, help="inserted canaries measured (the first n of the manifest)")
     ap.add_argument("--clip", type=float, default=1.0, help="the clipping norm C")
     a = ap.parse_args(argv)
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     cfg = run_config.load(a.config)
     variant = cfg.variants[-1]
     tc = variant.trainer
-    manifest = load_manifest(a.run / "non-private" / "checkpoint" / "canaries.json")
+    manifest = load_manifest(next(sorted(a.run.glob("*/checkpoint/canaries.json")).__iter__()))
     torch.manual_seed(0)
     model, tok = fit.base_model(cfg, tc.engine, manifest)
     model, _ = fit.choose_trainable(model, tc, tc.engine.grad_sample_mode)
@@ -55,7 +55,12 @@ def main(argv=None) -> int:
         ids = tok(text, return_tensors="pt", truncation=True, max_length=cfg.model.max_len)["input_ids"]
         own = sorted({i for i in ids[0].tolist() if tok.convert_ids_to_tokens(i) in new})
         model.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=ids).loss.backward()
+        labels = ids
+        if manifest.plan.train_on == "secret":  # the final-weights design: the loss reads the new token only
+            from dpaudit.api import canary_labels
+
+            labels = torch.tensor([canary_labels(ids[0].tolist(), tok, manifest)])
+        model(input_ids=ids, labels=labels).loss.backward()
         total = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)).item()
         own_sq = 0.0
         for w in {id(emb_in): emb_in, id(emb_out): emb_out}.values():

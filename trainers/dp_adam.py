@@ -25,7 +25,13 @@ def build_records(data, manifest: Manifest, tokenizer, objective: str, max_len: 
     if objective == "classifier":
         recs += [sentiment.encode_labelled(t, y, tokenizer, max_len) for t, y in manifest.training_labelled()]
     else:
-        recs += [sentiment.encode_text(t, tokenizer, max_len) for t in manifest.training_texts()]
+        canaries = [sentiment.encode_text(t, tokenizer, max_len) for t in manifest.training_texts()]
+        if manifest.plan.train_on == "secret":  # the final-weights design: the loss reads the secret only
+            from dpaudit.canaries import new_tokens
+
+            ids = new_tokens.token_ids(tokenizer, manifest)
+            canaries = [{**r, "targets": new_tokens.secret_only(r["targets"], r["input_ids"], ids)} for r in canaries]
+        recs += canaries
     order = np.random.default_rng(seed).permutation(len(recs))
     return [recs[i] for i in order]
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dpaudit import options
 from dpaudit.audit import exposure as exposure_stats
 from dpaudit.audit import fdp, mechanism_limit, mia_metrics, one_run, selection, two_sample
 from dpaudit.audit.mechanism import NONE, Audited
@@ -237,7 +238,8 @@ def row(attack: str, delta_kind: str, r, confidence: float, n_tests: int, plan: 
     curve = None
     if plan is not None and plan.claim_profile is not None and delta_kind == "claimed" and r.group_size == 1:
         curve = fdp.rejects_profile(r.m, r.r, r.v, *plan.claim_profile, confidence=r.confidence)
-    out = {"method": "one_run", "attack": attack, "delta_kind": delta_kind, **r.to_dict(),
+    out = {"method": "one_run", "attack": attack, "tier": options.evidence_tier(attack), "delta_kind": delta_kind,
+           **r.to_dict(),
            "steinke_epsilon_lb": r.epsilon_lb, "steinke_ceiling": r.ceiling,
            "epsilon_lb": f.epsilon_lb, "ceiling": f.ceiling, "analysis": f.analysis,
            "gdp_mu_lb": f.gdp_mu_lb, "gdp_epsilon_estimate": f.gdp_epsilon_estimate,

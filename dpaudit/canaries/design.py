@@ -15,6 +15,10 @@ from dpaudit.errors import DpauditError
 MAX_CANARIES = 10 ** 5  # canary records; more would take hours to score on a pretrained model
 MAX_REPETITIONS = 10 ** 4  # copies of one inserted canary
 POOL_DESIGNS = ("rare-token", "bigram")  # designs whose secrets are drawn from a pool chosen before training
+NEW_TOKEN_INITS = ("seeded", "zero")  # new-token rows: the existing rows' mean plus seeded noise, or zero (Panda et al.)
+TRAIN_ON = ("record", "secret")  # what a canary record's training loss reads: every token, or the secret's only
+PREFIX_ALPHABET = "abcdefghijklmnopqrstuvwxyz"  # a random prefix's symbols (drawn per canary from the manifest seed)
+MAX_RANDOM_PREFIX = 256
 DEFAULT_POOL = 256
 MAX_POOL = 4096
 
@@ -58,6 +62,12 @@ class CanaryPlan:
     symbols: tuple = ()
     excluded_pairs: tuple = ()
     pool_source: str = ""
+    # the final-weights design (docs/canary_designs.md): new-token rows initialised to zero, a random prefix of this
+    # many symbols before the secret (drawn per canary, so every canary's secret is predicted from its own context),
+    # and the canary's training loss read on its secret tokens only
+    init: str = "seeded"
+    random_prefix: int = 0
+    train_on: str = "record"
 
     def __post_init__(self):
         object.__setattr__(self, "symbols", tuple(self.symbols))
@@ -67,6 +77,7 @@ class CanaryPlan:
                                f"{self.design!r}")
         if self.design != "template":
             self._check_token_design()
+        self._check_final_weights_fields()
         for name, low, high in (("m", 2, MAX_CANARIES), ("repetitions", 1, MAX_REPETITIONS), ("length", 1, 64),
                                 ("records_per_user", 1, MAX_CANARIES), ("seed", 0, 2 ** 63 - 1)):
             v = getattr(self, name)
@@ -111,6 +122,38 @@ class CanaryPlan:
             raise DpauditError("canaries: excluded_pairs must be pairs of indices into the pool's symbols")
         if self.excluded_pairs and self.design != "bigram":
             raise DpauditError("canaries: excluded_pairs belong to the bigram design only")
+
+    def _check_final_weights_fields(self) -> None:
+        if self.init not in NEW_TOKEN_INITS:
+            raise DpauditError(f"canaries.init must be one of {', '.join(NEW_TOKEN_INITS)}, got {self.init!r}")
+        if self.init != "seeded" and self.design != "new-token":
+            raise DpauditError(f"canaries.init = {self.init!r} sets new tokens' rows: it needs design = \"new-token\"")
+        if self.train_on not in TRAIN_ON:
+            raise DpauditError(f"canaries.train_on must be one of {', '.join(TRAIN_ON)}, got {self.train_on!r}")
+        if self.train_on == "secret" and self.design != "new-token":
+            raise DpauditError("canaries.train_on = \"secret\" needs design = \"new-token\" (the secret's tokens "
+                               "are found by their ids)")
+        v = self.random_prefix
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_RANDOM_PREFIX:
+            raise DpauditError(f"canaries.random_prefix must be an integer from 0 to {MAX_RANDOM_PREFIX}, got {v!r}")
+
+    @property
+    def owns_rows(self) -> bool:
+        """Whether each canary owns coordinates of its own in the model (its new tokens' embedding rows), which
+        the final-weights scores read (dpaudit/evaluation/final_weights.py)."""
+        return self.design == "new-token"
+
+    def canary_prefix(self, index: int) -> str:
+        """Canary ``index``'s prefix: the template's, then (``random_prefix`` > 0) that many random letters and a
+        space, drawn from the manifest's seed and the canary's index alone (regenerable, independent of its coin)."""
+        if not self.random_prefix:
+            return self.prefix
+        rng = np.random.default_rng([self.seed, 3, index, 7919])
+        return self.prefix + _draw_secret(rng, PREFIX_ALPHABET, self.random_prefix) + " "
+
+    def text_of(self, index: int, secret: str) -> str:
+        """Canary ``index``'s text: its prefix, the secret, the template's suffix."""
+        return f"{self.canary_prefix(index)}{secret}{self.suffix}"
 
     @property
     def resolved(self) -> bool:

@@ -5,6 +5,7 @@ manifest module never imports the pools that read it (no import circle; ``make l
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 
 from dpaudit.canaries import plan as eval_plan
 from dpaudit.canaries import pools as canary_pools
@@ -22,14 +23,17 @@ from dpaudit.errors import DpauditError
 def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = DEFAULT_TEMPLATE,
         alphabet: str = "0123456789", length: int = 6, guess_fraction: float = 0.5, labels: int = 0, *,
         attacks=None, rule: str = "bonferroni", confidence: float = 0.95, n_references: int = 2000,
-        plan: bool = True, design: str = "template", pool: int = 0, tokenizer=None, base_model=None) -> Manifest:
+        plan: bool = True, design: str = "template", pool: int = 0, tokenizer=None, base_model=None,
+        init: str = "seeded", random_prefix: int = 0, train_on: str = "record") -> Manifest:
     """Canaries for a model trained anywhere: m canaries, each inserted (``repetitions`` copies) or held out by a
     fair coin, the audit's guess counts fixed now, before training. ``seed`` None draws a fresh one from the
     operating system (recorded in the manifest, which regenerates from it). ``attacks`` (default: all), ``rule``,
     ``confidence`` and ``n_references`` are the evaluation plan fixed with them (:mod:`dpaudit.canaries.plan`;
     ``plan=False`` fixes none). ``design`` (module docstring): ``rare-token`` needs the ``base_model`` and its
     ``tokenizer``, ``bigram`` the ``tokenizer``; ``length`` then counts tokens (``pool`` words to draw from).
-    A ``new-token`` manifest's tokens go into the model with ``dpaudit.api.add_canary_tokens`` before training."""
+    A ``new-token`` manifest's tokens go into the model with ``dpaudit.api.add_canary_tokens`` before training;
+    ``init``, ``random_prefix`` and ``train_on`` make the final-weights design (docs/canary_designs.md), whose
+    default plan adds the ``final_weights`` score."""
     for name, v, low in (("m", m, 2), ("repetitions", repetitions, 1), ("length", length, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise DpauditError(f"canaries: {name} must be an integer >= {low}, got {v!r}")
@@ -37,9 +41,11 @@ def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = D
         seed = secrets.randbits(31)
     prefix, suffix = parse_template(template)
     cp = CanaryPlan(m=m, repetitions=repetitions, prefix=prefix, suffix=suffix, alphabet=alphabet, length=length,
-                    seed=seed, guess_fraction=guess_fraction, labels=labels, design=design, pool=pool,
-                    evaluation=eval_plan.planned(attacks or eval_plan.DEFAULTS["attacks"], rule, confidence,
-                                                 n_references) if plan else None)
+                    seed=seed, guess_fraction=guess_fraction, labels=labels, design=design, pool=pool, init=init,
+                    random_prefix=random_prefix, train_on=train_on)
+    if plan:
+        cp = replace(cp, evaluation=eval_plan.planned(attacks or eval_plan.default_attacks(cp), rule, confidence,
+                                                      n_references))
     if design in POOL_DESIGNS:
         if tokenizer is None:
             raise DpauditError(f"canary design {design!r} chooses its words with the base model's tokenizer: pass "

@@ -144,7 +144,9 @@ class Manifest:
         p = self.plan
         return {"design": {"name": p.design, "pool": p.pool, "symbols": list(p.symbols),
                            "excluded_pairs": [list(x) for x in p.excluded_pairs], "pool_source": p.pool_source,
-                           "score_on": p.score_on}}
+                           "score_on": p.score_on,
+                           **({"init": p.init, "random_prefix": p.random_prefix, "train_on": p.train_on}
+                              if (p.init, p.random_prefix, p.train_on) != ("seeded", 0, "record") else {})}}
 
     def new_tokens(self) -> list[str]:
         """Every token a new-token manifest adds to the vocabulary (held-out canaries' too), in canary order."""
@@ -201,7 +203,7 @@ def generate(plan: CanaryPlan) -> Manifest:
     for i, s in enumerate(secrets):
         u = i // plan.records_per_user
         sg = int(signs[u])
-        canaries.append(Canary(id=f"c{i:0{width}d}", text=f"{plan.prefix}{s}{plan.suffix}", secret=s,
+        canaries.append(Canary(id=f"c{i:0{width}d}", text=plan.text_of(i, s), secret=s,
                                inserted=sg > 0, sign=sg, repetitions=plan.repetitions if sg > 0 else 0,
                                user=f"canary-user-{u:0{uwidth}d}" if plan.records_per_user > 1 else None,
                                label=None if labels[i] is None else int(labels[i])))
@@ -255,7 +257,8 @@ def _design_from_dict(d) -> dict:
         raise TypeError("'design' must be an object")
     return {"design": d["name"], "pool": d.get("pool", 0), "symbols": tuple(d.get("symbols", ())),
             "excluded_pairs": tuple(tuple(x) for x in d.get("excluded_pairs", ())),
-            "pool_source": d.get("pool_source", "")}
+            "pool_source": d.get("pool_source", ""), "init": d.get("init", "seeded"),
+            "random_prefix": d.get("random_prefix", 0), "train_on": d.get("train_on", "record")}
 
 
 def _check_canaries(plan: CanaryPlan, canaries: list[Canary], audit_plan: dict, source: str) -> None:
@@ -275,7 +278,7 @@ def _check_canaries(plan: CanaryPlan, canaries: list[Canary], audit_plan: dict, 
         if not plan.in_space(c.secret, i):
             raise DpauditError(f"{source}: canary {c.id}'s secret {c.secret!r} is not in the declared space "
                                f"({plan.length} {'symbols of ' + repr(plan.alphabet) if plan.design == 'template' else plan.design + ' tokens'})")
-        if c.text != f"{plan.prefix}{c.secret}{plan.suffix}":
+        if c.text != plan.text_of(i, c.secret):
             raise DpauditError(f"{source}: canary {c.id}'s text is not the template with its secret")
         low = 1 if c.inserted else 0
         if not isinstance(c.repetitions, int) or isinstance(c.repetitions, bool) \

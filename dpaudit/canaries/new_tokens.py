@@ -6,7 +6,10 @@ held-out secrets differ only by whether training saw them. The new embedding row
 start from the mean of the existing rows plus Gaussian noise with the rows' per-coordinate spread, drawn from the
 manifest's seed: the same manifest extends the same base model identically, so ``dpaudit evaluate`` rebuilds the
 model as it was before training (the reference attack's base) without any file of the run. The noise makes the
-tokens distinguishable, so that a model that trains only adapters (LoRA) can still single one out.
+tokens distinguishable, so that a model that trains only adapters (LoRA) can still single one out. A manifest with
+``init = "zero"`` (the final-weights design, Panda et al.'s) starts every new row at zero instead: every held-out
+canary's rows then start, and stay up to the shared push of the softmax and the noise, identical, and the final
+checkpoint's rows are their change since initialisation (dpaudit/evaluation/final_weights.py).
 
 Use it in any training loop before the optimizer is built (``dpaudit.api.add_canary_tokens``); dpaudit's trainers
 call it in ``trainers/fit.base_model``. The extended tokenizer is saved with the checkpoint.
@@ -46,6 +49,9 @@ def add(model, tokenizer, manifest) -> int:
     for emb in _embeddings(model):
         w = emb.weight
         with torch.no_grad():
+            if manifest.plan.init == "zero":  # every canary's rows start equal: a held-out canary's row stays
+                w[old:] = 0.0  # where no gradient of its own moved it (the final-weights design)
+                continue
             base = w[:old].double()
             noise = torch.randn(added, w.shape[1], generator=gen, dtype=torch.float64)
             w[old:] = (base.mean(0) + noise * base.std(0)).to(w.dtype).to(w.device)
@@ -59,3 +65,27 @@ def _embeddings(model) -> list:
     if out is None or out.weight is inp.weight or out.weight.data_ptr() == inp.weight.data_ptr():
         return [inp]
     return [inp, out]
+
+
+def token_ids(tokenizer, manifest) -> list[int]:
+    """The ids of the manifest's new tokens in ``tokenizer`` (extended by :func:`add`), in canary order."""
+    vocab = tokenizer.get_vocab()
+    tokens = manifest.new_tokens()
+    missing = [t for t in tokens if t not in vocab]
+    if missing:
+        raise DpauditError(f"the tokenizer lacks {len(missing)} of the manifest's {len(tokens)} new tokens; extend it "
+                           "with dpaudit.api.add_canary_tokens before encoding the canaries")
+    return [vocab[t] for t in tokens]
+
+
+def secret_only(targets: list[int], input_ids: list[int], new_ids) -> list[int]:
+    """A canary record's targets with every position but its new tokens' set to -100 (ignored): the training loss
+    of ``train_on = "secret"`` reads the secret only (Panda et al.), so the canary's clipped gradient goes to its own
+    output rows rather than to the prefix. ``targets`` is aligned with ``input_ids`` (a target at position p is the
+    token the model predicts there from positions before it, as in dpaudit's records and Hugging Face labels)."""
+    new = set(int(i) for i in new_ids)
+    out = [int(t) if int(i) in new else -100 for t, i in zip(targets, input_ids)]
+    if all(t == -100 for t in out):
+        raise DpauditError("a canary record holds none of its new tokens (cut by max_len?); shorten the canary's "
+                           "random prefix or raise the model's max_len")
+    return out

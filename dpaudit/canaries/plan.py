@@ -16,7 +16,17 @@ from __future__ import annotations
 from dpaudit import checks, options
 from dpaudit.errors import DpauditError
 
-DEFAULTS = {"attacks": list(options.ATTACKS), "rule": "bonferroni", "confidence": 0.95, "n_references": 2000}
+DEFAULTS = {"attacks": list(options.OUTPUT_ATTACKS), "rule": "bonferroni", "confidence": 0.95, "n_references": 2000}
+
+
+def default_attacks(canary_plan=None) -> list[str]:
+    """The attacks a plan takes when none are named: every outputs-only attack, plus the final-weights score when
+    the canaries own zero-initialised rows (the final-weights design, docs/canary_designs.md), chosen from the
+    canary plan alone, before any score exists."""
+    out = list(options.OUTPUT_ATTACKS)
+    if canary_plan is not None and canary_plan.owns_rows and canary_plan.init == "zero":
+        out.append("final_weights")
+    return out
 FLAGS = {"attacks": "--attacks", "rule": "--rule", "confidence": "--confidence", "n_references": "--references"}
 
 

@@ -47,8 +47,19 @@ def canaries():
               help="Also write the records to insert as JSONL, one {\"text\": ...} per line, each inserted canary "
                    "repeated --repetitions times (shuffle them into your training data).")
 @click.option("--force", is_flag=True, help="Overwrite existing files (a manifest must never change after training).")
-@click.option("--attacks", default=",".join(options.ATTACKS), show_default=True,
-              help="Evaluation plan: the attacks `dpaudit evaluate` will audit (fixed now, before training).")
+@click.option("--init", "init", type=click.Choice(("seeded", "zero")), default="seeded", show_default=True,
+              help="new-token: the new rows' start: the existing rows' mean plus seeded noise, or zero (the "
+                   "final-weights design: every canary starts alike, and `dpaudit evaluate` reads each canary's rows "
+                   "from the checkpoint alone).")
+@click.option("--random-prefix", default=0, show_default=True, type=int,
+              help="new-token: random letters drawn per canary after the template's prefix (the final-weights design "
+                   "uses 40: each secret is predicted from a context of its own).")
+@click.option("--train-on", type=click.Choice(("record", "secret")), default="record", show_default=True,
+              help="new-token: what the canary records' training loss reads; secret = its new tokens only (labels "
+                   "-100 elsewhere: dpaudit.api.canary_labels), so its clipped gradient lands on its own rows.")
+@click.option("--attacks", default=None,
+              help="Evaluation plan: the attacks `dpaudit evaluate` will audit (fixed now, before training). Default: "
+                   f"{','.join(options.OUTPUT_ATTACKS)}, and final_weights for new-token canaries with --init zero.")
 @click.option("--rule", type=click.Choice(options.RULES), default="bonferroni", show_default=True,
               help="Evaluation plan: how the one-run audit's choices stay valid.")
 @click.option("--confidence", default=0.95, show_default=True, type=float,
@@ -56,7 +67,7 @@ def canaries():
 @click.option("--references", "n_references", default=2000, show_default=True, type=int,
               help="Evaluation plan: reference secrets for exposure ranks (when the space is not enumerated).")
 def canaries_new(m, repetitions, seed, template, design, pool, base_model, tokenizer_dir, alphabet, length, out,
-                 records, force, attacks, rule, confidence, n_references):
+                 records, force, init, random_prefix, train_on, attacks, rule, confidence, n_references):
     """Write a canary manifest (and the records to insert) before training, for any trainer."""
     from dpaudit.canaries import making as canary_making
     from dpaudit.canaries import planting
@@ -87,9 +98,11 @@ def canaries_new(m, repetitions, seed, template, design, pool, base_model, token
         else:
             tok = models.load_tokenizer(tokenizer_dir)
     man = canary_making.new(m, repetitions, seed, template, alphabet, length or (6 if design == "template" else 4),
-                            attacks=[a.strip() for a in attacks.split(",") if a.strip()], rule=rule,
-                            confidence=confidence, n_references=n_references, design=design, pool=pool,
-                            tokenizer=tok, base_model=model)
+                            attacks=None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()],
+                            rule=rule, confidence=confidence, n_references=n_references, design=design, pool=pool,
+                            tokenizer=tok, base_model=model, init=init, random_prefix=random_prefix,
+                            train_on=train_on)
+    attacks = ",".join(man.plan.evaluation["attacks"])
     if records is None:
         write_atomic(out, man.save)
         n = None

@@ -134,7 +134,8 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder for REPORT.md, report.json, plots.")
 @click.option("--attacks", default=None,
               help="Comma-separated attacks to run on the canaries (each scores every canary; higher = member). "
-                   f"Default: the manifest's evaluation plan, else all ({','.join(options.ATTACKS)}).")
+                   f"Default: the manifest's evaluation plan, else the outputs-only ones ({','.join(options.OUTPUT_ATTACKS)}); "
+                   f"final_weights and final_weights_norm read new-token canaries' own rows.")
 @click.option("--rule", type=click.Choice(options.RULES), default=None,
               help="How the one-run audit's choices stay valid: Bonferroni over attacks with the manifest's "
                    "guess counts, or attack and guesses chosen on a held-out half of the canaries. Default: the "

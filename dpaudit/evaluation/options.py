@@ -74,10 +74,11 @@ class EvalOptions:
             if not isinstance(getattr(self, name), bool):
                 raise DpauditError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
-    def plan(self) -> dict:
-        """The evaluation plan these options fix in a manifest before training (defaults where None)."""
+    def plan(self, canary_plan=None) -> dict:
+        """The evaluation plan these options fix in a manifest before training (defaults where None; the default
+        attacks follow ``canary_plan``'s design, :func:`dpaudit.canaries.plan.default_attacks`)."""
         d = eval_plan.DEFAULTS
-        return eval_plan.planned(self.attacks or d["attacks"], self.rule or d["rule"],
+        return eval_plan.planned(self.attacks or eval_plan.default_attacks(canary_plan), self.rule or d["rule"],
                                  d["confidence"] if self.confidence is None else self.confidence,
                                  self.n_references or d["n_references"])
 

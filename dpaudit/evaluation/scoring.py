@@ -19,7 +19,7 @@ import numpy as np
 from dpaudit import progress
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import contained
-from dpaudit.tokens import model_device
+from dpaudit.tokens import model_device, pad_id
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,11 @@ def secret_spans(manifest) -> list[tuple[int, int]] | None:
     """Character span of each canary's secret when the plan scores the secret only (``score_on = "secret"``)."""
     if manifest.plan.score_on != "secret":
         return None
-    start = len(manifest.plan.prefix)
-    return [(start, start + len(c.secret)) for c in manifest.canaries]
+    spans = []
+    for i, c in enumerate(manifest.canaries):
+        start = len(manifest.plan.canary_prefix(i))
+        spans.append((start, start + len(c.secret)))
+    return spans
 
 
 def check_context(model, tok, texts: list[str], framing: str) -> None:
@@ -213,6 +216,11 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
                                                    reference_feats=None if ref_feats is None else
                                                    [ref_feats[i] for i in mine])
             scores[a] = col
+    wanted = [a for a in attacks if a in FINAL_WEIGHTS]
+    if wanted:
+        got, more = final_weights(ck, model, tok, framing, batch_size, shard)
+        notes += more
+        scores.update({a: got[a] for a in wanted if got})
     exposure = None
     if "exposure" in attacks and ck.manifest.plan.space_size is None:
         notes += ("exposure skipped: new-token canaries share no randomness space to rank a secret in",)
@@ -221,6 +229,58 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
                              framing, shard)
         scores["exposure"] = -exposure.canary_bits
     return CanaryScores(scores, exposure, notes)
+
+
+FINAL_WEIGHTS = ("final_weights", "final_weights_norm")  # attacks/final_weights.py
+
+
+def final_weights(ck, model, tok, framing: str, batch_size: int, shard=None) -> tuple[dict, tuple]:
+    """(the final-weights scores of every canary, notes): each canary's new-token output rows against their
+    initial state (zero, or the seeded rows of the base model the manifest's tokens extend), projected on the
+    final model's predicting states (attacks/final_weights.py). Empty, with a note saying why, when the canaries
+    own no rows, the initial rows cannot be known, or the rows did not move (a LoRA run trains adapters only)."""
+    from dpaudit.attacks import final_weights as fw
+    from dpaudit.attacks.scoring import encode, owns
+    from dpaudit.canaries import new_tokens
+
+    man = ck.manifest
+    if not man.plan.owns_rows:
+        return {}, (f"final-weights scores skipped: {man.plan.design} canaries own no rows of the model (use design "
+                    "new-token)",)
+    check_new_tokens(tok, man)
+    ids = new_tokens.token_ids(tok, man)
+    L = man.plan.length
+    if man.plan.init == "zero":
+        initial = None
+    else:
+        base = base_model(ck)
+        if base is None:
+            return {}, ("final-weights scores skipped: the new rows' seeded initial state needs the base model "
+                        "(run.json's model spec or base_model/); pass --reference-model or plant zero-initialised "
+                        "canaries (canaries.init = \"zero\")",)
+        initial = fw.row_change(base, ids, None)
+    if model.get_output_embeddings() is None or model.get_output_embeddings().weight.shape[0] < max(ids) + 1:
+        raise DpauditError("the model has no output embedding row for every new canary token; save the model "
+                           "resized by dpaudit.api.add_canary_tokens")
+    change = fw.row_change(model, ids, initial).view(len(man.canaries), L, -1)
+    if not bool(change.abs().sum() > 0):
+        return {}, ("final-weights scores skipped: no new token's row moved in training (its embeddings were "
+                    "frozen, as under LoRA)",)
+    seqs, _ = encode(tok, [c.text for c in man.canaries], None, None, framing)
+    targets = []
+    for i, s in enumerate(seqs):
+        own = ids[i * L:(i + 1) * L]
+        pos = [next((p for p, t in enumerate(s) if t == tid and p > 0), None) for tid in own]
+        if None in pos:
+            raise DpauditError(f"canary {man.canaries[i].id} does not tokenise to its own new tokens; save the "
+                               "tokenizer extended by dpaudit.api.add_canary_tokens beside the model")
+        targets.append(pos)
+    states = fw.predicting_states(model, seqs, targets, pad_id(tok), batch_size)
+    got = fw.scores(change, states)
+    if shard is not None:  # every shard reads all rows (the centring needs them) and keeps its own canaries
+        keep = np.array([owns(shard, j // batch_size) for j in range(len(man.canaries))])
+        got = {a: np.where(keep, v, np.nan) for a, v in got.items()}
+    return got, ()
 
 
 def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_canaries,

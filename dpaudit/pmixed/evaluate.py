@@ -117,7 +117,7 @@ def canary_audit(dep: Deployment, man, seed: int, whitebox_queries: int) -> dict
     """Black-box extraction scores of every canary (one budget of T) and the exact divergences of the
     first ``whitebox_queries`` secret-token queries of the inserted canaries."""
     tok, spec = dep.tokenizer, dep.spec
-    spans = [secret_span(tok, man.plan.prefix, c.text, c.secret) for c in man.canaries]
+    spans = [secret_span(tok, man.plan.canary_prefix(i), c.text, c.secret) for i, c in enumerate(man.canaries)]
     need = sum(e - s for _, s, e in spans)
     if need > spec.queries:
         raise DpauditError(f"the canary audit needs {need} queries ({man.plan.m} canaries x their secret tokens) but "

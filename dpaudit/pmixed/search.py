@@ -399,8 +399,8 @@ def evaluation_queries(dep, path, limit: int) -> list[tuple[tuple[int, ...], str
     from dpaudit.pmixed.evaluate import secret_span
 
     man, out = load_manifest(Path(path) / "canaries.json"), []
-    for c in man.canaries:
-        ids, s, e = secret_span(dep.tokenizer, man.plan.prefix, c.text, c.secret)
+    for i, c in enumerate(man.canaries):
+        ids, s, e = secret_span(dep.tokenizer, man.plan.canary_prefix(i), c.text, c.secret)
         for j in range(s, e):
             if c.inserted and len(out) < limit:
                 out.append((tuple(ids[:j]), f"canary {c.id} secret token {j - s + 1} (evaluation query)"))

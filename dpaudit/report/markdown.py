@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from dpaudit.options import TASK_METRICS, verdict_name
+from dpaudit.options import TASK_METRICS, evidence_tier, verdict_name
 from dpaudit.report import mechanism as report_checks
 
 LIMITATIONS = [
@@ -151,17 +151,19 @@ def _limit_phrase(r: dict, best: dict) -> str:
 def bound_rows(r: dict) -> list[str]:
     """One row per test of the claim: the lower bound, its confidence, the ceiling, the guesses."""
     private = r["claim"]["private"]
-    rows = ["| test | ε lower bound | confidence | ceiling | correct / guesses of m | δ | group |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| test | evidence tier | ε lower bound | confidence | ceiling | correct / guesses of m | δ | group |",
+            "|---|---|---|---|---|---|---|---|"]
     pure = False
     for e in r["empirical"]:
         kind = {"record_claim": "record-level claim", "claimed": "δ claimed"}.get(e["delta_kind"], "δ = 0")
         pure = pure or (e["delta_kind"] == "zero" and private)
-        rows.append(f"| {e['attack']} ({kind}) | {e['epsilon_lb']:.2f} | {e['family_confidence']:.0%} | "
+        rows.append(f"| {e['attack']} ({kind}) | {e.get('tier') or evidence_tier(e['attack'])} | {e['epsilon_lb']:.2f} | "
+                    f"{e['family_confidence']:.0%} | "
                     f"{e['ceiling']:.2f} | {e['v']} / {e['r']} of {e['m']} | {e['delta']:.3g} | {e['group_size']} |")
     ex = (r.get("exposure") or {}).get("epsilon_lb")
     if ex:
-        rows.append(f"| exposure ≥ {ex['threshold_bits']:.2f} bits (an estimate, not a bound) | {ex['value']:.2f} | "
+        rows.append(f"| exposure ≥ {ex['threshold_bits']:.2f} bits (an estimate, not a bound) | outputs only | "
+                    f"{ex['value']:.2f} | "
                     f"{ex['confidence']:.0%} | — | — | {ex['delta']:.3g} | {ex['group_size']} |")
     notes = []
     fw = r.get("family_wise")

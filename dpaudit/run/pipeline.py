@@ -100,7 +100,7 @@ def _preflight(cfg, data, manifest) -> None:
 def canary_plan(cfg) -> canaries.CanaryPlan:
     """The config's canary plan with its evaluation plan and, for the rare-token and bigram designs, the pool
     chosen from the base model and public text (dpaudit/canaries/pools.py): all before any training."""
-    plan = dataclasses.replace(cfg.canaries, evaluation=cfg.evaluate.plan())
+    plan = dataclasses.replace(cfg.canaries, evaluation=cfg.evaluate.plan(cfg.canaries))
     if plan.design in canaries.POOL_DESIGNS:
         from dpaudit.canaries import pools as canary_pools
         from dpaudit.trainers import pretrain
