@@ -20,26 +20,28 @@ output, so the one-run analysis over the manifest's fair coins stays valid (docs
 from __future__ import annotations
 
 import numpy as np
-import torch
-
-from dpaudit.tokens import model_device, pad_batch
 
 NAMES = ("final_weights", "final_weights_norm")
 
 
-def row_change(model, token_ids: list[int], initial: torch.Tensor | None) -> torch.Tensor:
-    """(n, d) float64 change of the output embedding's rows ``token_ids`` since ``initial`` ((n, d); None: zero)."""
+def row_change(model, token_ids: list[int], initial):
+    """(n, d) float64 tensor: the change of the output embedding's rows ``token_ids`` since ``initial`` ((n, d);
+    None: zero)."""
+    import torch
+
     w = model.get_output_embeddings().weight.detach()
     rows = w[torch.as_tensor(token_ids, device=w.device)].double().cpu()
     return rows if initial is None else rows - initial.double().cpu()
 
 
-@torch.inference_mode()
-def predicting_states(model, seqs: list[list[int]], targets: list[list[int]], pad: int,
-                      batch_size: int = 32) -> torch.Tensor:
+def predicting_states(model, seqs: list[list[int]], targets: list[list[int]], pad: int, batch_size: int = 32):
     """(n, L, d) float64: for each sequence i and each of its L target positions ``targets[i]`` (indices into
     ``seqs[i]``), the input of the output embedding at the position before it (the state whose logits predict
     that token). Read through a forward hook, so any causal LM with an output embedding is served."""
+    import torch
+
+    from dpaudit.tokens import model_device, pad_batch
+
     out_emb = model.get_output_embeddings()
     grabbed: list[torch.Tensor] = []
     handle = out_emb.register_forward_hook(lambda mod, inp, out: grabbed.append(inp[0].detach()))
@@ -48,21 +50,22 @@ def predicting_states(model, seqs: list[list[int]], targets: list[list[int]], pa
     device = model_device(model)
     states = []
     try:
-        for a in range(0, len(seqs), batch_size):
-            chunk = seqs[a:a + batch_size]
-            ids, mask, pos = pad_batch(chunk, pad, device)
-            grabbed.clear()
-            model(input_ids=ids, attention_mask=mask, position_ids=pos)
-            h = grabbed[-1].double().cpu()
-            for j, t in enumerate(targets[a:a + batch_size]):
-                states.append(h[j, torch.as_tensor(t) - 1])
+        with torch.inference_mode():
+            for a in range(0, len(seqs), batch_size):
+                chunk = seqs[a:a + batch_size]
+                ids, mask, pos = pad_batch(chunk, pad, device)
+                grabbed.clear()
+                model(input_ids=ids, attention_mask=mask, position_ids=pos)
+                h = grabbed[-1].double().cpu()
+                for j, t in enumerate(targets[a:a + batch_size]):
+                    states.append(h[j, torch.as_tensor(t) - 1])
     finally:
         handle.remove()
         model.train(was_training)
     return torch.stack(states)
 
 
-def scores(change: torch.Tensor, states: torch.Tensor) -> dict[str, np.ndarray]:
+def scores(change, states) -> dict[str, np.ndarray]:
     """Both scores from ``change`` (m, L, d): each canary's L rows' change since initialisation, and ``states``
     (m, L, d): the hidden states that predict them in the final model."""
     centred = change - change.mean(0, keepdim=True)

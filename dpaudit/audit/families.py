@@ -24,6 +24,7 @@ from dpaudit import options
 from dpaudit.audit import exposure as exposure_stats
 from dpaudit.audit import fdp, mechanism_limit, mia_metrics, one_run, selection, two_sample
 from dpaudit.audit.mechanism import NONE, Audited
+from dpaudit.audit.rows import TestRow
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def per_test(scores: dict, plan: Plan, whitebox: list[dict] | None) -> float:
     return 1 - (1 - plan.confidence) / family_size(scores, plan, whitebox)
 
 
-def one_run_rows(scores: dict, plan: Plan, whitebox: list[dict] | None) -> list[dict]:
+def one_run_rows(scores: dict, plan: Plan, whitebox: list[dict] | None) -> list[TestRow]:
     """Bounds of the black-box and white-box tests (one per canary set), at every delta of the plan, one correction
     for all."""
     sets = _sets(whitebox)
@@ -168,7 +169,7 @@ def two_sample_rows(plan: Plan, whitebox: list[dict] | None, confidence: float) 
     return out
 
 
-def record_level_rows(scores: dict, plan: Plan, group_size: int, delta: float) -> list[dict]:
+def record_level_rows(scores: dict, plan: Plan, group_size: int, delta: float) -> list[TestRow]:
     """The record-level claim of group privacy, tested on the same canaries: each audit unit is a group of
     ``group_size`` records (records per user x repetitions), at the group's ``delta`` under that claim."""
     return [row(name, "record_claim", r, plan.confidence, len(scores), None)
@@ -176,18 +177,18 @@ def record_level_rows(scores: dict, plan: Plan, group_size: int, delta: float) -
                                                 group_size).items()]
 
 
-def best(rows: list[dict], delta_kind: str) -> dict | None:
+def best(rows: list[TestRow], delta_kind: str) -> TestRow | None:
     """The largest bound among the rows of one delta kind (None when there are none)."""
-    kept = [e for e in rows if e["delta_kind"] == delta_kind]
-    return max(kept, key=lambda e: e["epsilon_lb"]) if kept else None
+    kept = [e for e in rows if e.delta_kind == delta_kind]
+    return max(kept, key=lambda e: e.epsilon_lb) if kept else None
 
 
-def curve_rejection(rows: list[dict]) -> dict | None:
+def curve_rejection(rows: list[TestRow]) -> TestRow | None:
     """The first row of the claim's tests whose guesses reject the card's whole trade-off curve (None if none)."""
-    return next((e for e in rows if e["delta_kind"] == "claimed" and e.get("claim_curve_rejected")), None)
+    return next((e for e in rows if e.delta_kind == "claimed" and e.claim_curve_rejected), None)
 
 
-def limits(rows: list[dict], claimed: float, audited: Audited = NONE) -> list[dict]:
+def limits(rows: list[TestRow], claimed: float, audited: Audited = NONE) -> list[dict]:
     """For every test of the claim (one record per audit unit): what the best possible one-run audit with the
     same canaries, guesses, confidence and analysis shows about a mechanism of exactly the claimed epsilon
     (:func:`dpaudit.audit.fdp.ideal_limit`, mu-GDP) and, when the card's mechanism is one subsampled Gaussian,
@@ -195,40 +196,40 @@ def limits(rows: list[dict], claimed: float, audited: Audited = NONE) -> list[di
     reached."""
     best: dict = {}  # one test per canary set (same canaries and guesses): the one that reached the most
     for e in rows:
-        if e["delta_kind"] != "claimed" or e["group_size"] != 1 or not e["delta"] > 0 or not claimed < float("inf"):
+        if e.delta_kind != "claimed" or e.group_size != 1 or not e.delta > 0 or not claimed < float("inf"):
             continue
-        key = (e["m"], e["k_pos"], e["k_neg"], e["delta"], e["confidence"], e["attack"].startswith("whitebox"))
-        if key not in best or e["epsilon_lb"] > best[key]["epsilon_lb"]:
+        key = (e.m, e.k_pos, e.k_neg, e.delta, e.confidence, e.attack.startswith("whitebox"))
+        if key not in best or e.epsilon_lb > best[key].epsilon_lb:
             best[key] = e
     g = audited.gaussian
     ev = g.params() if g is not None and g.alone else None  # another phase (a private selection): not simulated
     out = []
     for e in best.values():
-        ideal = fdp.ideal_limit(e["m"], e["k_pos"], e["k_neg"], claimed, e["delta"], e["confidence"])
-        est = e.get("gdp_epsilon_estimate")
-        x = {"attack": e["attack"], **ideal,
-             "reached_epsilon_lb": e["epsilon_lb"],
-             "fraction": e["epsilon_lb"] / ideal["epsilon_lb"] if ideal["epsilon_lb"] > 0 else None,
+        ideal = fdp.ideal_limit(e.m, e.k_pos, e.k_neg, claimed, e.delta, e.confidence)
+        est = e.gdp_epsilon_estimate
+        x = {"attack": e.attack, **ideal,
+             "reached_epsilon_lb": e.epsilon_lb,
+             "fraction": e.epsilon_lb / ideal["epsilon_lb"] if ideal["epsilon_lb"] > 0 else None,
              "reached_gdp_epsilon_estimate": est,
              "fraction_gdp": est / ideal["gdp_epsilon_estimate"]
              if est is not None and ideal["gdp_epsilon_estimate"] else None}
         mech = None
-        if ev is not None and e["k_pos"] == e["k_neg"]:
-            mech = mechanism_limit.limit(e["m"], e["k_pos"], ev, e["delta"], e["confidence"])
+        if ev is not None and e.k_pos == e.k_neg:
+            mech = mechanism_limit.limit(e.m, e.k_pos, ev, e.delta, e.confidence)
         if mech is not None:
-            x["mechanism_limit"] = {**mech, "fraction": e["epsilon_lb"] / mech["epsilon_lb"]
+            x["mechanism_limit"] = {**mech, "fraction": e.epsilon_lb / mech["epsilon_lb"]
                                     if mech["epsilon_lb"] > 0 else None}
         out.append(x)
     return out
 
 
-def ceiling(rows: list[dict], delta_kind: str) -> float:
+def ceiling(rows: list[TestRow], delta_kind: str) -> float:
     """The largest bound any of those tests could have given."""
-    return max((e["ceiling"] for e in rows if e["delta_kind"] == delta_kind), default=0.0)
+    return max((e.ceiling for e in rows if e.delta_kind == delta_kind), default=0.0)
 
 
 def row(attack: str, delta_kind: str, r, confidence: float, n_tests: int, plan: Plan | None,
-        statistic: str | None = None) -> dict:
+        statistic: str | None = None) -> TestRow:
     """One test's report row: the guesses of ``r`` (a Steinke et al. result) analysed through f-DP
     (:mod:`dpaudit.audit.fdp`), which gives ``epsilon_lb`` and ``ceiling`` (assumption-free, at the row's
     delta), the Gaussian-trade-off reading (an estimate, never used in a verdict) and, on the claim's own rows
@@ -238,16 +239,12 @@ def row(attack: str, delta_kind: str, r, confidence: float, n_tests: int, plan: 
     curve = None
     if plan is not None and plan.claim_profile is not None and delta_kind == "claimed" and r.group_size == 1:
         curve = fdp.rejects_profile(r.m, r.r, r.v, *plan.claim_profile, confidence=r.confidence)
-    out = {"method": "one_run", "attack": attack, "tier": options.evidence_tier(attack), "delta_kind": delta_kind,
-           **r.to_dict(),
-           "steinke_epsilon_lb": r.epsilon_lb, "steinke_ceiling": r.ceiling,
-           "epsilon_lb": f.epsilon_lb, "ceiling": f.ceiling, "analysis": f.analysis,
-           "gdp_mu_lb": f.gdp_mu_lb, "gdp_epsilon_estimate": f.gdp_epsilon_estimate,
-           "claim_curve_rejected": curve,
-           "bonferroni_tests": n_tests, "family_confidence": confidence, "kind": "lower bound"}
-    if statistic is not None:
-        out["statistic"] = statistic
-    return out
+    return TestRow(attack=attack, tier=options.evidence_tier(attack), delta_kind=delta_kind, m=r.m, k_pos=r.k_pos,
+                   k_neg=r.k_neg, r=r.r, v=r.v, delta=r.delta, confidence=r.confidence, epsilon_lb=f.epsilon_lb,
+                   ceiling=f.ceiling, group_size=r.group_size, threshold_rule=r.threshold_rule,
+                   steinke_epsilon_lb=r.epsilon_lb, steinke_ceiling=r.ceiling, analysis=f.analysis,
+                   gdp_mu_lb=f.gdp_mu_lb, gdp_epsilon_estimate=f.gdp_epsilon_estimate, claim_curve_rejected=curve,
+                   bonferroni_tests=n_tests, family_confidence=confidence, statistic=statistic)
 
 
 def exposure_report(canaries: list[dict], canary_bits, reference_bits, signs, space_size: int, enumerated: bool,

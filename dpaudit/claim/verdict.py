@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from dpaudit.audit.rows import TestRow
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -59,29 +61,29 @@ def _thaw(x):
     return x
 
 
-def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | None = None) -> dict:
+def empirical(claimed: float, best: TestRow | None, ceiling: float, curve: TestRow | None = None) -> dict:
     """The empirical check of a claim (``claimed`` = inf for a model without one). ``curve`` is a test row whose
     guesses reject the card's whole trade-off curve (f-DP, :mod:`dpaudit.audit.fdp`): an eps bound above the
     claim implies that rejection, so either one is the same test and needs no further correction."""
-    lb = best["epsilon_lb"] if best else 0.0
-    conf = best["family_confidence"] if best else None
+    lb = best.epsilon_lb if best else 0.0
+    conf = best.family_confidence if best else None
     base = {"epsilon_lb": lb, "ceiling": ceiling, "confidence": conf}
     if best is not None and lb > claimed:
         return {"status": "violated", **base,
-                "reason": f"empirical lower bound {lb:.3g} ({best.get('attack', 'audit')}) exceeds the claimed epsilon "
+                "reason": f"empirical lower bound {lb:.3g} ({best.attack}) exceeds the claimed epsilon "
                           f"{claimed:.3g} at {conf:.0%} confidence"}
     if curve is not None:
         return {"status": "violated", **base,
-                "reason": f"the guesses of {curve.get('attack', 'the audit')} ({curve['v']} of {curve['r']} right) reject "
+                "reason": f"the guesses of {curve.attack} ({curve.v} of {curve.r} right) reject "
                           f"the privacy card's mechanism: its whole trade-off curve (f-DP), of which the claimed "
-                          f"epsilon {claimed:.3g} is one point, at {curve['family_confidence']:.0%} confidence"}
+                          f"epsilon {claimed:.3g} is one point, at {curve.family_confidence:.0%} confidence"}
     if best is None or ceiling <= 0.0:
         return {"status": "no-power", **base,
                 "reason": "the audit could give no bound at all: with these canaries even perfect guesses prove "
                           "nothing (use more canaries, fewer repetitions or a smaller delta)"}
     if ceiling < claimed:
-        own = (f"; its best bound {lb:.3g} at {conf:.0%} is {best.get('attack', 'a test')}'s, whose own ceiling is "
-               f"{best['ceiling']:.3g}") if best.get("ceiling") is not None and best["ceiling"] != ceiling else \
+        own = (f"; its best bound {lb:.3g} at {conf:.0%} is {best.attack}'s, whose own ceiling is "
+               f"{best.ceiling:.3g}") if best.ceiling != ceiling else \
             f" (bound {lb:.3g} at {conf:.0%})"
         return {"status": "underpowered", **base,
                 "reason": f"not refuted up to epsilon {ceiling:.3g}, the most any of this audit's tests could prove"
@@ -93,8 +95,8 @@ def empirical(claimed: float, best: dict | None, ceiling: float, curve: dict | N
                       "(how strong it is at the claim: the report's strength line)"}
 
 
-def judge(card, acct: dict, best: dict | None, ceiling: float | None = None, record_best: dict | None = None,
-          curve: dict | None = None, plan_entry: dict | None = None, mechanism: list | None = None,
+def judge(card, acct: dict, best: TestRow | None, ceiling: float | None = None, record_best: TestRow | None = None,
+          curve: TestRow | None = None, plan_entry: dict | None = None, mechanism: list | None = None,
           noise_checks: list | None = None) -> dict:
     """The headline verdict, its reason, and both checks. ``ceiling`` is the largest bound any of the audit's
     tests could have given; ``record_best`` the best bound of the record-level family (group privacy's second
@@ -122,18 +124,18 @@ def mechanism_failures(mechanism: list | None, noise_checks: list | None) -> lis
     return out
 
 
-def _headline(card, acct: dict, best: dict | None, ceiling: float | None, record_best: dict | None,
-              curve: dict | None) -> dict:
+def _headline(card, acct: dict, best: TestRow | None, ceiling: float | None, record_best: TestRow | None,
+              curve: TestRow | None) -> dict:
     if ceiling is None:
-        ceiling = best["ceiling"] if best else 0.0
+        ceiling = best.ceiling if best else 0.0
     emp = empirical(card.claim.epsilon_value, best, ceiling, curve if card.is_private else None)
     accounting = {k: acct.get(k) for k in ("status", "reason")} | {"lower": acct.get("lower_epsilon"),
                                                                     "upper": acct.get("certified_epsilon")}
     checks = {"accounting": accounting, "empirical": emp}
-    if record_best is not None and record_best["epsilon_lb"] > card.extra["record_level"]["epsilon"]:
+    if record_best is not None and record_best.epsilon_lb > card.extra["record_level"]["epsilon"]:
         emp = {**emp, "status": "violated",
-               "reason": f"record-level lower bound {record_best['epsilon_lb']:.2f} exceeds the record-level claim "
-                         f"{card.extra['record_level']['epsilon']:.3f} at {record_best['family_confidence']:.0%} "
+               "reason": f"record-level lower bound {record_best.epsilon_lb:.2f} exceeds the record-level claim "
+                         f"{card.extra['record_level']['epsilon']:.3f} at {record_best.family_confidence:.0%} "
                          "confidence"}
         return {"status": "violated", "reason": emp["reason"], **checks, "empirical": emp}
     if not card.is_private:

@@ -47,6 +47,9 @@ def canaries():
               help="Also write the records to insert as JSONL, one {\"text\": ...} per line, each inserted canary "
                    "repeated --repetitions times (shuffle them into your training data).")
 @click.option("--force", is_flag=True, help="Overwrite existing files (a manifest must never change after training).")
+@click.option("--guess-fraction", default=0.5, show_default=True, type=float,
+              help="Audit plan: member + non-member guesses as a fraction of m, fixed now (`dpaudit audit plan` "
+                   "prints the count at which the card's mechanism shows the most, e.g. 0.066 at m = 1,000).")
 @click.option("--init", "init", type=click.Choice(("seeded", "zero")), default="seeded", show_default=True,
               help="new-token: the new rows' start: the existing rows' mean plus seeded noise, or zero (the "
                    "final-weights design: every canary starts alike, and `dpaudit evaluate` reads each canary's rows "
@@ -67,7 +70,7 @@ def canaries():
 @click.option("--references", "n_references", default=2000, show_default=True, type=int,
               help="Evaluation plan: reference secrets for exposure ranks (when the space is not enumerated).")
 def canaries_new(m, repetitions, seed, template, design, pool, base_model, tokenizer_dir, alphabet, length, out,
-                 records, force, init, random_prefix, train_on, attacks, rule, confidence, n_references):
+                 records, force, guess_fraction, init, random_prefix, train_on, attacks, rule, confidence, n_references):
     """Write a canary manifest (and the records to insert) before training, for any trainer."""
     from dpaudit.canaries import making as canary_making
     from dpaudit.canaries import planting
@@ -98,6 +101,7 @@ def canaries_new(m, repetitions, seed, template, design, pool, base_model, token
         else:
             tok = models.load_tokenizer(tokenizer_dir)
     man = canary_making.new(m, repetitions, seed, template, alphabet, length or (6 if design == "template" else 4),
+                            guess_fraction=guess_fraction,
                             attacks=None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()],
                             rule=rule, confidence=confidence, n_references=n_references, design=design, pool=pool,
                             tokenizer=tok, base_model=model, init=init, random_prefix=random_prefix,

@@ -15,6 +15,7 @@ import numpy as np
 
 from dpaudit.audit import families
 from dpaudit.audit.mechanism import Audited
+from dpaudit.audit.rows import TestRow
 from dpaudit.claim.reaccount import claim_profile, group_delta, lemma_delta
 
 
@@ -26,12 +27,12 @@ class Evidence:
     plan: families.Plan
     record_reps: int
     n_families: int
-    empirical: list
-    record_rows: list
-    best: dict | None
+    empirical: list[TestRow]
+    record_rows: list[TestRow]
+    best: TestRow | None
     ceiling: float
-    record_best: dict | None
-    curve: dict | None
+    record_best: TestRow | None
+    curve: TestRow | None
     attack_rows: list
     exposure: dict
     limits: list

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit import progress
+from dpaudit import options, progress
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import contained
 from dpaudit.tokens import model_device, pad_id
@@ -216,7 +216,7 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
                                                    reference_feats=None if ref_feats is None else
                                                    [ref_feats[i] for i in mine])
             scores[a] = col
-    wanted = [a for a in attacks if a in FINAL_WEIGHTS]
+    wanted = [a for a in attacks if a in options.FINAL_WEIGHTS_ATTACKS]
     if wanted:
         got, more = final_weights(ck, model, tok, framing, batch_size, shard)
         notes += more
@@ -231,7 +231,6 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
     return CanaryScores(scores, exposure, notes)
 
 
-FINAL_WEIGHTS = ("final_weights", "final_weights_norm")  # attacks/final_weights.py
 
 
 def final_weights(ck, model, tok, framing: str, batch_size: int, shard=None) -> tuple[dict, tuple]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from dpaudit import checks, options
+from dpaudit.audit.rows import TestRow
 from dpaudit.claim import status as claim_check
 from dpaudit.claim import verdict
 from dpaudit.errors import DpauditError
@@ -223,10 +224,10 @@ def accounting_check(r: dict, claim: float, tolerance: float) -> dict:
 
 def empirical_check(r: dict, claim: float) -> dict:
     """The report's empirical check, re-derived from its rows (reports written before it was recorded too)."""
-    rows = [e for e in r["empirical"] if e["delta_kind"] == "claimed"]
-    best = max(rows, key=lambda e: e["epsilon_lb"]) if rows else None
-    curve = next((e for e in rows if e.get("claim_curve_rejected")), None)
-    return verdict.empirical(claim, best, max((e["ceiling"] for e in rows), default=0.0), curve)
+    rows = [TestRow.from_dict(e) for e in r["empirical"] if e["delta_kind"] == "claimed"]
+    best = max(rows, key=lambda e: e.epsilon_lb) if rows else None
+    curve = next((e for e in rows if e.claim_curve_rejected), None)
+    return verdict.empirical(claim, best, max((e.ceiling for e in rows), default=0.0), curve)
 
 
 def _accounting(name: str, r: dict, claim: float, p: Policy) -> list[str]:

@@ -31,6 +31,7 @@ import torch
 
 from dpaudit import checkpoint, progress
 from dpaudit.audit import families
+from dpaudit.audit.rows import serialise
 from dpaudit.canaries import plan as eval_plan
 from dpaudit.canaries.manifest import load_manifest
 from dpaudit.claim import status as claim_check
@@ -251,8 +252,8 @@ def evaluate_deployment(path: Path, options: EvalOptions | None = None, command:
     return {
         **report_build.head(path, content_hash, run.get("variant"), card),
         "accounting": acct,
-        "empirical": empirical + record_rows,
-        "empirical_best": best,
+        "empirical": serialise(empirical + record_rows),
+        "empirical_best": None if best is None else best.to_dict(),
         "family_wise": {"confidence": confidence, "families": 2, "per_family_confidence": plan.confidence},
         "audit_plan": plan_entry,
         "threshold_rule": "bonferroni",

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dpaudit.audit.rows import serialise
+
 SCHEMA_VERSION = 1
 
 PACKAGES = ("dpaudit", "torch", "transformers", "peft", "opacus", "dp-accounting", "numpy", "scipy", "scikit-learn")
@@ -69,6 +71,30 @@ def reproducibility(run: dict, content_hash: str, command: str | None) -> dict:
             "versions": versions(), "machine": machine()}
 
 
+def evidence_tiers(rows: list, notes=()) -> dict:
+    """Per tier of empirical evidence (dpaudit.options.TIERS): whether this audit tested it, its tests and their
+    best bound on the claim's rows, or why it was not tested (a report states what it tested and what not)."""
+    from dpaudit.options import TIERS, evidence_tier
+
+    why = {"outputs only": "no outputs-only attack in the evaluation plan",
+           "final weights": "the canaries own no rows of the model (the final-weights design: docs/canary_designs.md)",
+           "in-run": "no probe records beside the checkpoint (attach the probe while training: docs/probe.md)"}
+    for n in notes:
+        if str(n).startswith("final-weights scores skipped"):
+            why["final weights"] = str(n)
+    out = {}
+    for tier in TIERS:
+        mine = [e for e in rows if (e.get("tier") or evidence_tier(e["attack"])) == tier]
+        claim_rows = [e for e in mine if e["delta_kind"] in ("claimed",)] or [e for e in mine if e["delta_kind"] == "zero"]
+        if not mine:
+            out[tier] = {"tested": False, "why": why[tier]}
+            continue
+        best = max(claim_rows, key=lambda e: e["epsilon_lb"])
+        out[tier] = {"tested": True, "tests": sorted({e["attack"] for e in mine}), "best_epsilon_lb": best["epsilon_lb"],
+                     "best_test": best["attack"], "ceiling": max(e["ceiling"] for e in claim_rows)}
+    return out
+
+
 def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: dict, command: str | None,
                timings: dict) -> dict:
     """The report of one checkpoint's evaluation: resolved options ``opts``
@@ -83,8 +109,8 @@ def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: d
     return {
         **top,
         "accounting": acct,
-        "empirical": ev.empirical + ev.record_rows,
-        "empirical_best": ev.best,
+        "empirical": serialise(ev.empirical + ev.record_rows),
+        "empirical_best": None if ev.best is None else ev.best.to_dict(),
         "family_wise": {"confidence": opts.confidence, "families": ev.n_families,
                         "per_family_confidence": plan.confidence},
         "audit_limits": ev.limits,
@@ -101,7 +127,10 @@ def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: d
                         "k_pos": plan.k_pos, "k_neg": plan.k_neg, "space_size": man.plan.space_size,
                         "framing": opts.framing, "framing_source": opts.framing_source,
                         **({"design": man.plan.design, "score_on": man.plan.score_on,
-                            "pool_source": man.plan.pool_source} if man.plan.design != "template" else {})},
+                            "pool_source": man.plan.pool_source} if man.plan.design != "template" else {}),
+                        **({"init": man.plan.init, "random_prefix": man.plan.random_prefix,
+                            "train_on": man.plan.train_on} if man.plan.owns_rows else {})},
+        "evidence_tiers": evidence_tiers(serialise(ev.empirical), notes),
         "verdict": verdict,
         "reproducibility": reproducibility(ck.run, content_hash, command),
         "audit_plan": opts.plan_entry,

@@ -61,6 +61,7 @@ def summary_lines(r: dict) -> list[str]:
         L.append(f"- Empirical: **{emp.get('status', '—')}** — best bound {best['epsilon_lb']:.2f} at "
                  f"{best['family_confidence']:.0%} ({best['attack']}), ceiling {best['ceiling']:.2f} (the most these "
                  f"canaries could prove){_limit_phrase(r, best)}.")
+    L += tier_lines(r)
     L += strength_lines(r)
     for n in r.get("noise_checks") or []:
         word = ("**below the card's σ**" if n["status"] == "below the card" else "no shortfall")
@@ -72,6 +73,21 @@ def summary_lines(r: dict) -> list[str]:
     L.append("- Neither check can prove a model private: accountants verify the mechanism written on the card, and an "
              "audit can only refute a claim, up to its ceiling.")
     return L
+
+
+def tier_lines(r: dict) -> list[str]:
+    """What each tier of evidence (outputs only, final weights, in-run) tested and showed, or why it was not tested
+    (reports written before the tiers have none)."""
+    tiers = r.get("evidence_tiers")
+    if not tiers:
+        return []
+    parts = []
+    for name, t in tiers.items():
+        if t.get("tested"):
+            parts.append(f"{name}: ε ≥ {t['best_epsilon_lb']:.2f} ({t['best_test']}; ceiling {t['ceiling']:.2f})")
+        else:
+            parts.append(f"{name}: not tested ({t['why']})")
+    return ["- Evidence by tier: " + "; ".join(parts) + "."]
 
 
 def claim_strength(r: dict) -> dict | None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from dpaudit.errors import DpauditError
 from dpaudit.io import printable
-from dpaudit.options import verdict_name
+from dpaudit.options import evidence_tier, verdict_name
 from dpaudit.report import paired
 from dpaudit.run_folder import RunFolder
 
@@ -154,8 +154,15 @@ def _two_sample(x: Row) -> str:
 
 
 def _best_blackbox(x: Row) -> str:
-    e = max((e for e in x.r["empirical"] if e["delta_kind"] == "claimed" and not e["attack"].startswith("whitebox")),
-            key=lambda e: e["epsilon_lb"])
+    return _best_of_tier(x, "outputs only")
+
+
+def _best_of_tier(x: Row, tier: str) -> str:
+    """The largest bound of the claim's tests of one evidence tier (``options.TIERS``), and its test."""
+    rows = [e for e in x.r["empirical"] if e["delta_kind"] == "claimed" and evidence_tier(e["attack"]) == tier]
+    if not rows:
+        return "—"
+    e = max(rows, key=lambda e: e["epsilon_lb"])
     return f"{e['epsilon_lb']:.2f} ({e['attack']})"
 
 
@@ -230,6 +237,11 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "whitebox_dense": ("white-box dense ε ≥ (ceiling)", lambda x: _with_ceiling(x, "whitebox_gradient_dense")),
     "whitebox_two_sample": ("white-box two-sample ε ≥, if independent (card's limit)", _two_sample),
     "best_blackbox": ("best black-box ε ≥", _best_blackbox),
+    "outputs_only": ("outputs only: best ε ≥ (test)", lambda x: _best_of_tier(x, "outputs only")),
+    "final_weights": ("final weights: ε ≥ (ceiling)", lambda x: _with_ceiling(x, "final_weights")),
+    "final_weights_auc": ("final-weights AUC", lambda x: "—" if "final_weights" not in x.r["attacks"] else
+                          f"{x.r['attacks']['final_weights']['auc']:.3f}"),
+    "in_run": ("in-run: best ε ≥ (test)", lambda x: _best_of_tier(x, "in-run")),
     "base_accuracy": ("base model accuracy", lambda x: "—" if not x.m.get("base_model") else
                       f"{x.m['base_model']['accuracy']:.3f}"),
     "sigma_full": ("σ", lambda x: f"{x.sigma:.6g}" if x.sigma else "—"),

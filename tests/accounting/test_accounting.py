@@ -161,11 +161,12 @@ def test_shuffled_batches_are_accounted_without_replacement_but_not_certified():
 
 
 def test_empirical_bound_above_claim_is_a_violation():
+    from dpaudit.audit.rows import TestRow
     from dpaudit.claim.reaccount import reaccount
     from dpaudit.claim.verdict import judge
 
     c = _card(2.2)
-    best = {"epsilon_lb": 3.0, "ceiling": 5.8, "family_confidence": 0.95}
+    best = TestRow.from_dict({"epsilon_lb": 3.0, "ceiling": 5.8, "family_confidence": 0.95, "delta_kind": "claimed"})
     assert judge(c, reaccount(c), best)["status"] == "violated"
 
 

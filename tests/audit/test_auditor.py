@@ -74,8 +74,8 @@ def test_fixed_equals_the_evaluations_bound_and_counts_equal_scores():
     ev = selection.bonferroni({"a": scores}, signs, 100, 150, DELTA, 0.95)["a"]
     ev_row = row("a", "claimed", ev, 0.95, 1, None)
     assert (r.v, r.r, r.m) == (ev.v, ev.r, ev.m)
-    assert r.epsilon_lb == ev_row["epsilon_lb"] and r.ceiling == ev_row["ceiling"]
-    assert r.steinke_epsilon_lb == ev.epsilon_lb and r.gdp_epsilon_estimate == ev_row["gdp_epsilon_estimate"]
+    assert r.epsilon_lb == ev_row.epsilon_lb and r.ceiling == ev_row.ceiling
+    assert r.steinke_epsilon_lb == ev.epsilon_lb and r.gdp_epsilon_estimate == ev_row.gdp_epsilon_estimate
     assert bounds_from_counts(1000, 100, 150, r.v, DELTA).epsilon_lb == r.epsilon_lb
     assert r.estimates == ("gdp_epsilon_estimate",)
 

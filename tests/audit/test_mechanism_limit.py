@@ -87,16 +87,16 @@ def test_white_box_rows_use_the_fixed_guesses_and_limits_carry_the_mechanism():
                          whitebox_delta=1e-5)
     rows = families.one_run_rows({"loss": rng.normal(size=20)}, plan, [wb])
     k = mechanism_limit.best_k(m, DEMO, 1e-5, 1 - 0.05 / 2)
-    w = [e for e in rows if e["attack"] == "whitebox_gradient"]
-    assert k != m // 4 and all(e["k_pos"] == e["k_neg"] == k for e in w)
-    assert "from the card's mechanism" in w[0]["threshold_rule"]
+    w = [e for e in rows if e.attack == "whitebox_gradient"]
+    assert k != m // 4 and all(e.k_pos == e.k_neg == k for e in w)
+    assert "from the card's mechanism" in w[0].threshold_rule and w[0].tier == "in-run"
     from dpaudit.audit.mechanism import Audited, GaussianMechanism
 
     mech = Audited(GaussianMechanism(**DEMO))
     lim = [x for x in families.limits(rows, 8.0, mech) if x["attack"] == "whitebox_gradient"][0]
     ml = lim["mechanism_limit"]
     assert ml["k_pos"] == k and ml["epsilon_lb"] < lim["epsilon_lb"]  # below the mu-GDP limit of eps = 8
-    assert ml["fraction"] == pytest.approx(w[0]["epsilon_lb"] / ml["epsilon_lb"])
+    assert ml["fraction"] == pytest.approx(w[0].epsilon_lb / ml["epsilon_lb"])
     # a mechanism with another phase (DP-FROST's selection) is not simulated
     two = Audited(GaussianMechanism(**DEMO, alone=False))
     assert "mechanism_limit" not in families.limits(rows, 8.0, two)[0]

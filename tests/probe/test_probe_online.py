@@ -12,6 +12,7 @@ from scipy.stats import binom
 
 from dpaudit.audit import mechanism_checks as mc
 from dpaudit.audit import sequential
+from dpaudit.audit.rows import TestRow
 from dpaudit.claim import verdict
 from dpaudit.gate import compare
 
@@ -161,7 +162,7 @@ class _Card:
 @pytest.mark.parametrize("failed", [True, False])
 def test_a_failed_check_decides_the_headline_and_compare_shows_the_checks(failed):
     acct = {"status": "verified", "reason": "pld proves it", "lower_epsilon": 7.9, "certified_epsilon": 8.0}
-    best = {"epsilon_lb": 0.5, "family_confidence": 0.95, "ceiling": 9.0}
+    best = TestRow.from_dict({"epsilon_lb": 0.5, "family_confidence": 0.95, "ceiling": 9.0, "delta_kind": "claimed"})
     mech = [{"attack": "whitebox_gradient", "checks": [
         {"check": "noise", "status": "fail" if failed else "pass", "finding": "half the noise", "false_alarm": 1e-3},
         {"check": "steps", "status": "pass", "finding": "ok", "false_alarm": 0.0}]}]
