@@ -26,10 +26,11 @@ demo: $(BIN)/.installed
 demo-refresh: $(BIN)/.installed
 	$(BIN)/dpaudit run configs/demo.toml --out reports/demo --quiet
 
-# ruff, then the layer rules of docs/architecture.md as import-linter contracts (pyproject.toml)
+# ruff, then the layer rules of docs/architecture.md as import-linter contracts, then mypy (pyproject.toml)
 lint: $(BIN)/.installed
 	$(BIN)/ruff check dpaudit trainers attacks tasks tests benchmarks scripts experiments examples setup.py
 	BIN=$(BIN) .ci/lint_imports.sh
+	$(BIN)/mypy  # the type checker over the packages [tool.mypy] names (pyproject.toml)
 
 # Optional: WordNet for METEOR (Debian packages, no root needed). Failure only leaves METEOR out.
 wordnet: $(BIN)/.installed

@@ -194,9 +194,10 @@ def check_manifest(ck: Checkpoint, off_plan: bool) -> None:
                            "restore canaries.json, or evaluate with --off-plan (an exploratory report)")
 
 
-def load(path: Path, base_model: Path | str | None = None) -> Checkpoint:
+def load(path: Path, base_model: Path | str | None = None, manifest: Manifest | None = None) -> Checkpoint:
     """The checkpoint folder ``path``; ``base_model``: a LoRA adapter's base outside it (see
-    :meth:`Checkpoint.adapter_base`)."""
+    :meth:`Checkpoint.adapter_base`); ``manifest``: audit units held in memory instead of the folder's canaries.json
+    (the post-hoc audits of dpaudit/evaluation/posthoc.py)."""
     path = Path(path)
     if not path.is_dir():
         raise DpauditError(f"checkpoint directory {path} not found; pass a folder written by `dpaudit run` "
@@ -209,7 +210,14 @@ def load(path: Path, base_model: Path | str | None = None) -> Checkpoint:
     if near:
         raise DpauditError(f"privacy card not found at {path / 'privacy_card.json'}; {near}")
     card = load_card(path / "privacy_card.json")
-    manifest = load_manifest(path / "canaries.json")
+    if manifest is None:
+        if not (path / "canaries.json").exists():
+            raise DpauditError(f"{path} has no canaries.json: no canaries were planted before training. Audit it "
+                               "post hoc: `dpaudit audit identifiers` (random identifiers in your training data, such "
+                               "as UUIDs) or `dpaudit audit split` (records a fair coin kept in or out), each with its "
+                               "assumption stated in the report; or plant canaries before the next run (`dpaudit "
+                               "canaries new`)")
+        manifest = load_manifest(path / "canaries.json")
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
     ck = Checkpoint(path, card, manifest, run, base_model=Path(base_model) if base_model is not None else None)
     if base_model is not None and not (ck.model_dir / "adapter_config.json").is_file():

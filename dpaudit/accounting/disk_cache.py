@@ -167,7 +167,8 @@ def get(k: str) -> dict | None:
     return d
 
 
-def _untrusted(p: Path, why: str) -> None:
+def _untrusted(p: Path, why: str) -> dict | None:
+    """Warn that the cache entry ``p`` is not used (and why); the caller's answer is then None (recompute)."""
     warnings.warn(f"accounting cache entry {p} not used: {why}; the interval is recomputed", CacheWarning,
                   stacklevel=3)
     return None

@@ -78,7 +78,7 @@ def _privacy_buckets(loss: GridGaussianPrivacyLoss, disc: float) -> pld_pmf.PLDP
     """The optimistic (rounded-down) privacy-buckets PMF of ``loss``, as dp_accounting builds it point by point."""
     tail = loss.privacy_loss_tail()
     lower_x, upper_x = tail.lower_x_truncation, tail.upper_x_truncation
-    pmf = collections.defaultdict(float)
+    pmf: collections.defaultdict[int, float] = collections.defaultdict(float)
     infinity_mass = tail.tail_probability_mass_function.get(math.inf, 0)
     for value, mass in tail.tail_probability_mass_function.items():
         if value != math.inf:

@@ -115,7 +115,7 @@ def event_from_dict(d: dict):
     cls = EVENT_TYPES.get(d["type"])
     if cls is None:
         raise DpauditError(f"unknown privacy event type {d['type']!r}; known: {', '.join(EVENT_TYPES)}")
-    fields = cls.__dataclass_fields__
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     required = [f for f, spec in fields.items() if spec.default is dataclasses.MISSING]
     missing = [f for f in required if f not in d]
     if missing:

@@ -32,7 +32,8 @@ from dpaudit.accounting.lmo_noise import LmoNoise
 from dpaudit.accounting.lmo_vector import fisher_information
 
 PLD_GRID = 1e-5
-RDP_ORDERS = tuple(np.round(np.r_[np.arange(1.05, 10, 0.05), np.arange(10, 256.5, 0.5)], 2))
+RDP_ORDERS: tuple[float, ...] = tuple(float(a) for a in np.round(
+    np.concatenate([np.arange(1.05, 10, 0.05), np.arange(10, 256.5, 0.5)]), 2))
 
 
 def gaussian_pld_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
@@ -87,9 +88,12 @@ def gdp_floor(noise: LmoNoise, C: float, sample_rate: float, steps: int, delta: 
 
 def limits(ev, delta: float) -> dict:
     """Every quantity above for one per-coordinate LMO event of a card (``ev``: its event dict or object)."""
-    get = ev.get if isinstance(ev, dict) else lambda k: getattr(ev, k)
-    noise = LmoNoise.from_dict(get("noise")) if isinstance(get("noise"), dict) else get("noise")
-    C, q, T = get("clipping_norm"), get("sample_rate"), get("steps")
+    def get(k: str):
+        return ev.get(k) if isinstance(ev, dict) else getattr(ev, k)
+
+    raw = get("noise")
+    noise: LmoNoise = LmoNoise.from_dict(raw) if isinstance(raw, dict) else raw
+    C, q, T = float(get("clipping_norm")), float(get("sample_rate")), int(get("steps"))
     return {"fisher_multiplier": fisher_multiplier(noise, C),
             "median_test_multiplier": median_test_multiplier(noise, C),
             "dense_limit_estimate": dense_limit(noise, C, q, T, delta),

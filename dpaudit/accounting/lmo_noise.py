@@ -85,7 +85,8 @@ class LmoNoise:
         if unknown:
             raise DpauditError(f"unknown LMO noise parameter(s) {', '.join(unknown)}; known: "
                                f"{', '.join(cls.__dataclass_fields__)}")
-        return cls(**{k: (float(v) if isinstance(v, int) and not isinstance(v, bool) else v) for k, v in d.items()})
+        return cls(**{k: (float(v) if isinstance(v, int) and not isinstance(v, bool) else v)  # type: ignore[arg-type]
+                      for k, v in d.items()})
 
     # ---- the MGF of Y --------------------------------------------------------------------------------
     def t_max(self) -> float:

@@ -74,7 +74,8 @@ def _compose(pmf: np.ndarray, lo: int, m: int) -> tuple[np.ndarray, int]:
     """m-fold convolution (binary powering, FFT), negatives from rounding clipped to 0."""
     from scipy.signal import fftconvolve
 
-    out, out_lo = None, 0
+    out: np.ndarray | None = None
+    out_lo = 0
     base, base_lo = pmf, lo
     while m:
         if m & 1:
@@ -85,6 +86,7 @@ def _compose(pmf: np.ndarray, lo: int, m: int) -> tuple[np.ndarray, int]:
         m >>= 1
         if m:
             base, base_lo = np.clip(fftconvolve(base, base), 0, None), 2 * base_lo
+    assert out is not None, "m >= 1 convolutions"
     return out, out_lo
 
 

@@ -239,7 +239,7 @@ def interval(events, delta: float, relation: str = "add_remove", dataset_size=No
     ev = events[0]
     nz = _noise_of(ev)
     eps, detail = epsilon_for(nz, ev.clipping_norm, ev.draw, ev.sample_rate, ev.steps, delta)
-    spreads = LOWER_SPREADS if ev.draw == "per_coordinate" else (1,)
+    spreads: tuple[int, ...] = LOWER_SPREADS if ev.draw == "per_coordinate" else (1,)
     if ev.dimension:
         spreads = tuple(m for m in spreads if m <= ev.dimension)
     lo, m = lmo_pld.best_lower(nz, ev.clipping_norm, ev.sample_rate, ev.steps, delta, spreads)

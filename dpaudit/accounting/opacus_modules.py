@@ -79,7 +79,7 @@ def _load_accountant_base() -> None:
     """Execute ``accountants/accountant.py`` (``IAccountant``) with ``opacus.optimizers`` resolving to a placeholder
     for the duration, then leave ``opacus`` / ``opacus.optimizers`` exactly as they were (absent)."""
     placeholders = {"opacus": types.ModuleType("opacus"), "opacus.optimizers": types.ModuleType("opacus.optimizers")}
-    placeholders["opacus.optimizers"].DPOptimizer = _OptimizerPlaceholder
+    placeholders["opacus.optimizers"].DPOptimizer = _OptimizerPlaceholder  # type: ignore[attr-defined]
     placeholders["opacus"].__path__ = []
     try:
         sys.modules.update(placeholders)

@@ -128,8 +128,8 @@ class Rate:
     value: float
     low: float
     high: float
-    successes: int
-    trials: int
+    successes: int | None  # None: not a binomial count (the AUC's bootstrap interval)
+    trials: int | None
     confidence: float
 
 

@@ -238,7 +238,8 @@ def row(attack: str, delta_kind: str, r, confidence: float, n_tests: int, plan: 
     f = fdp.audit(r.v, r.m, r.k_pos, r.k_neg, r.delta, r.confidence, r.group_size)
     curve = None
     if plan is not None and plan.claim_profile is not None and delta_kind == "claimed" and r.group_size == 1:
-        curve = fdp.rejects_profile(r.m, r.r, r.v, *plan.claim_profile, confidence=r.confidence)
+        eps_grid, delta_grid = plan.claim_profile
+        curve = fdp.rejects_profile(r.m, r.r, r.v, eps_grid, delta_grid, confidence=r.confidence)
     return TestRow(attack=attack, tier=options.evidence_tier(attack), delta_kind=delta_kind, m=r.m, k_pos=r.k_pos,
                    k_neg=r.k_neg, r=r.r, v=r.v, delta=r.delta, confidence=r.confidence, epsilon_lb=f.epsilon_lb,
                    ceiling=f.ceiling, group_size=r.group_size, threshold_rule=r.threshold_rule,

@@ -34,6 +34,7 @@ vector operations; grid points are conservative (the bound is rounded down to th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -77,7 +78,7 @@ def rejects(finv, m: int, r: int, v: int, confidence: float = 0.95, k: int = 2) 
 # ---- families --------------------------------------------------------------------------------------------
 
 
-def gdp_finv(mus) -> callable:
+def gdp_finv(mus) -> Callable:
     mus = np.asarray(mus, dtype=float)
 
     def finv(y):
@@ -87,7 +88,7 @@ def gdp_finv(mus) -> callable:
     return finv
 
 
-def approx_dp_finv(epsilons, delta: float) -> callable:
+def approx_dp_finv(epsilons, delta: float) -> Callable:
     """Inverse blow-up of f_{eps,delta}(x) = max(0, 1 - delta - e^eps x, e^-eps (1 - delta - x))."""
     e = np.exp(np.asarray(epsilons, dtype=float))
 
@@ -98,7 +99,7 @@ def approx_dp_finv(epsilons, delta: float) -> callable:
     return finv
 
 
-def profile_finv(epsilons, deltas) -> callable:
+def profile_finv(epsilons, deltas) -> Callable:
     """Inverse blow-up of the curve max_j f_{eps_j, delta_j}: one hypothesis (the claim's privacy profile)."""
     e = np.exp(np.asarray(epsilons, dtype=float))
     d = np.asarray(deltas, dtype=float)

@@ -118,6 +118,8 @@ def noise(r: Readings, card: CardView) -> dict:
 
 def _noise_canaries(r: Readings, card: CardView, alpha: float) -> dict:
     """The held-out canaries' pooled chi2 bound on the noise (a record written before the per-tensor readings)."""
+    if r.heldout_ss is None or card.noise_multiplier is None:
+        raise ValueError("no held-out canary projections, or no sigma on the card")
     n = int(r.heldout_ss.size * r.heldout_m)
     ss = float(np.sum(r.heldout_ss))
     if n == 0 or not np.isfinite(ss):
@@ -140,17 +142,19 @@ def _noise_full(r: Readings, card: CardView) -> dict:
     schedule shows), in every tensor pooled over the steps (Bonferroni over tensors, so a tensor left without
     noise shows), its independence from step to step (a reused draw), and the held-out canaries' pooled bound."""
     a = ALPHA / 4
+    if r.noise is None or card.noise_multiplier is None:
+        raise ValueError("no per-step noise readings, or no sigma on the card")
     s = float(card.noise_multiplier)
     z = r.noise
-    ss_t, n_t = np.asarray(z["noise_ss_step"], float), np.asarray(z["noise_n_step"], float)
-    ss_k, n_k = np.asarray(z["noise_ss_tensor"], float), np.asarray(z["noise_n_tensor"], float)
+    ss_t, n_t = np.asarray(z["noise_ss_step"], dtype=np.float64), np.asarray(z["noise_n_step"], dtype=np.float64)
+    ss_k, n_k = np.asarray(z["noise_ss_tensor"], dtype=np.float64), np.asarray(z["noise_n_tensor"], dtype=np.float64)
     names = list(z.get("names") or [f"tensor {i}" for i in range(ss_k.size)])
     if ss_t.size == 0 or not (np.isfinite(ss_t).all() and np.isfinite(ss_k).all()) or (n_t <= 0).any():
         raise ValueError("the per-step noise readings are empty or not finite")
     vals = dict(card=s, steps=int(ss_t.size), coordinates_per_step=int(n_t.max()))
     # first, independence of consecutive steps' noise (the chi2 bounds below assume it):
     # sum_t <n_t, n_t-1> / (sigma_hat^2 sqrt(sum n)) ~ N(0, 1)
-    cross = np.asarray(z.get("noise_cross_step", np.zeros(0)), float)
+    cross = np.asarray(z.get("noise_cross_step", np.zeros(0)), dtype=np.float64)
     if cross.size > 1:
         sig2 = ss_t.sum() / n_t.sum()
         zstat = float(cross[1:].sum() / (sig2 * np.sqrt(n_t[1:].sum()))) if sig2 > 0 else 0.0
@@ -320,7 +324,7 @@ def clipping(r: Readings, card: CardView) -> dict:
                        "is not enforced", 0.0, worst_ratio=worst, clip_exact_max=float(exact.max()))
         notes.append(f"clip canaries left the optimizer's clipping at exactly C in {exact.size} steps")
     k = r.clip_projections.shape[1] if r.clip_projections.ndim == 2 else 0
-    s = r.clip_sampled.astype(bool) if k else None
+    s = r.clip_sampled.astype(bool) if k else np.zeros(0, dtype=bool)
     if not k or s.sum() < 2 or (~s).sum() < 2:
         why = ("no clip canaries (model coordinates)" if r.probe.get("coordinates") != "block" or not k
                else "too few clip canaries were sampled")

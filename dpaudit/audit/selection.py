@@ -42,6 +42,8 @@ def held_out(scores: dict[str, np.ndarray], signs, delta: float, confidence: flo
         found = a.tune(tune_idx, grid, delta, confidence)
         if found is not None and (best is None or found[0] > best[0]):
             best = (found[0], name, found[1], found[2])
+    if best is None:
+        raise ValueError("no attack gave a tuned threshold on the tuning canaries")
     _, name, fp, fn = best
     kp, kn = int(fp * audit_idx.size), int(fn * audit_idx.size)
     r = auditors[name]._fixed(kp, kn, delta, confidence, "", idx=audit_idx, group_size=group_size)

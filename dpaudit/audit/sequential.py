@@ -74,7 +74,7 @@ class BatchSizes:
         self.lam = TILTS / sd
         self.log_tilt = np.zeros(TILTS.size)
         self.log_repeat = 0.0
-        self.previous = None
+        self.previous: int | None = None
 
     def update(self, b: int) -> None:
         N, q = self.N, self.q

@@ -59,6 +59,7 @@ def choose(record: dict, audited: Audited) -> tuple[str, dict]:
     if g is None:
         return "sum", {"why": audited.why}
     if steps is None:  # accumulated online by the probe (O(m)): usable only at exactly the card's mechanism
+        assert online is not None
         if int(online["steps"]) != g.steps:
             return "sum", {"why": f"the card's Gaussian event has {g.steps} steps, the record {online['steps']}"}
         if not np.isclose(float(online["noise_multiplier"]), g.noise_multiplier, rtol=1e-9, atol=0):

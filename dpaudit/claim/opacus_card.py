@@ -56,7 +56,7 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
             dataset_size = len(data_loader.dataset)
         except (AttributeError, TypeError):
             dataset_size = None
-    source = acc.mechanism() if hasattr(acc, "mechanism") else "external"
+    source = acc.mechanism() if acc is not None and hasattr(acc, "mechanism") else "external"
     if epsilon is None:
         epsilon = float(privacy_engine.get_epsilon(delta))
     clip = getattr(optimizer, "max_grad_norm", None)
@@ -75,7 +75,8 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
 def probe_runs(optimizer) -> list[str]:
     """The run identities of the dpaudit probes attached to ``optimizer`` (or to the DP optimizer inside a wrapper
     such as accelerate's): the card names them, binding the probe's records to it (docs/security.md)."""
-    seen, inner = [], optimizer
+    seen: list = []
+    inner = optimizer
     while inner is not None and not seen:
         seen = list(getattr(inner, "_dpaudit_probe_runs", None) or [])
         inner = getattr(inner, "optimizer", None)

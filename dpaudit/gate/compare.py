@@ -45,9 +45,9 @@ def _auc_intervals(old: dict, new: dict, key: str):
         return None
     name = key[len("AUC "):]
     cis = [((x.get("attacks") or {}).get(name) or {}).get("auc_ci") for x in (old, new)]
-    if not all(isinstance(c, (list, tuple)) and len(c) == 2 and None not in c for c in cis):
-        return None
-    return tuple((float(c[0]), float(c[1])) for c in cis)
+    pairs = [(float(c[0]), float(c[1])) for c in cis
+             if isinstance(c, (list, tuple)) and len(c) == 2 and None not in c]
+    return tuple(pairs) if len(pairs) == len(cis) else None
 
 
 def _fmt(x) -> str:

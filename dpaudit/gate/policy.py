@@ -196,7 +196,7 @@ def mechanism_fails(name: str, r: dict, p: Policy) -> list[str]:
     """The probe's mechanism checks the policy names: a failed one fails the gate; with require_mechanism_checks,
     so does one that was not run or not tested."""
     fails = []
-    seen = {}
+    seen: dict[str, list] = {}
     for e in r.get("mechanism_checks") or []:
         for c in e["checks"]:
             seen.setdefault(c["check"], []).append(c)

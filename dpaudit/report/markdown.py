@@ -62,6 +62,10 @@ def summary_lines(r: dict) -> list[str]:
                  f"{best['family_confidence']:.0%} ({best['attack']}), ceiling {best['ceiling']:.2f} (the most these "
                  f"canaries could prove){_limit_phrase(r, best)}.")
     L += tier_lines(r)
+    ph = r.get("posthoc")
+    if ph:
+        L.append(f"- Post-hoc audit ({ph['kind']}, no canaries were planted): every bound above holds **only if** "
+                 f"{ph['assumption']}.")
     L += strength_lines(r)
     for n in r.get("noise_checks") or []:
         word = ("**below the card's σ**" if n["status"] == "below the card" else "no shortfall")

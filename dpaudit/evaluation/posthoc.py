@@ -1,0 +1,213 @@
+"""Audits of a checkpoint trained without planted canaries: what can be said honestly, with its assumption stated.
+
+Most DP checkpoints that exist were trained without canaries. Two sources of membership evidence stand in for them,
+each valid under one assumption the user states and the report prints beside every bound:
+
+* **Natural identifiers** (``dpaudit audit identifiers``; the post-hoc audit of natural identifiers, ICLR 2026):
+  strings in the training data that are random by construction (UUID4s, hex keys, digit codes). Each identifier
+  that occurs once in the data is paired with a fresh draw of the same format that was never in the data, scored in
+  the same context. *Assumption*: every identifier was drawn uniformly at random from its format, independently of
+  everything else. Then the two members of a pair are exchangeable a priori: labelling them A and B by a fair coin
+  that dpaudit draws, "A was in the data" is that coin, and the datasets with A or with B differ by replacing one
+  record: two add/remove steps. The one-run audit over the pairs (score: A's log-likelihood minus B's in the same
+  context) therefore bounds (2 epsilon, (1 + e^epsilon) delta)-DP: each pair is an audit unit of group size 2, and
+  the reported bound is divided by 2.
+* **A stated random split** (``dpaudit audit split``): records the user says were each put in the training data,
+  or held out, by an independent fair coin before training. *Assumption*: that coin, independent of everything
+  else. Then the records are canaries of the one-run game as planted ones are. A split far from half and half is
+  refused (a fair coin rarely gives it); a split chosen by time, source or size is not a coin and gives no bound.
+
+Both fix their guesses from the number of units alone (``guess_fraction``, before any score exists) and run through
+the evaluation's audit, judge and render steps (dpaudit/evaluation/steps.py), with one outputs-only test (LOSS).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dpaudit import checkpoint
+from dpaudit.canaries.design import Canary, CanaryPlan
+from dpaudit.canaries.manifest import Manifest
+from dpaudit.errors import DpauditError
+
+FORMATS = {"uuid4": r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"}
+FORMAT_HELP = "uuid4, hexN (N lowercase hex digits, 16 to 128) or digitsN (N decimal digits, 12 to 64)"
+CONTEXT_CHARS = 200  # characters of the record before an identifier that score it (the fresh draw in the same)
+MIN_UNITS = 20
+
+
+@dataclass(frozen=True)
+class Posthoc:
+    """What a post-hoc audit rests on: its kind, the assumption the report prints beside its bounds, and the
+    digests of the files it read (the report records them)."""
+
+    kind: str
+    assumption: str
+    sources: dict
+    dropped: dict
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "assumption": self.assumption, "sources": self.sources, "dropped": self.dropped}
+
+
+def pattern(fmt: str) -> str:
+    """The regular expression of one identifier format (lowercase, whole tokens)."""
+    if fmt in FORMATS:
+        return FORMATS[fmt]
+    m = re.fullmatch(r"(hex|digits)(\d+)", fmt or "")
+    if m:
+        n = int(m.group(2))
+        lo, hi = (16, 128) if m.group(1) == "hex" else (12, 64)
+        if lo <= n <= hi:
+            return f"[0-9a-f]{{{n}}}" if m.group(1) == "hex" else f"[0-9]{{{n}}}"
+    raise DpauditError(f"unknown identifier format {fmt!r}; use {FORMAT_HELP} (shorter ones are not random enough "
+                       "for a fresh draw to be new)")
+
+
+def draw(fmt: str, rng: random.Random) -> str:
+    """One fresh identifier of ``fmt``, uniform over the format (UUID4: 122 random bits)."""
+    if fmt == "uuid4":
+        b = bytearray(rng.getrandbits(8) for _ in range(16))
+        b[6] = (b[6] & 0x0F) | 0x40
+        b[8] = (b[8] & 0x3F) | 0x80
+        h = b.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    kind, n = re.fullmatch(r"(hex|digits)(\d+)", fmt).groups()  # type: ignore[union-attr]
+    alphabet = "0123456789abcdef" if kind == "hex" else "0123456789"
+    return "".join(rng.choice(alphabet) for _ in range(int(n)))
+
+
+def read_texts(path: Path, column: str = "text") -> tuple[list[str], str]:
+    """(the records of a JSONL file, field ``column``, or of a text file, one per line; the file's sha256)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DpauditError(f"{path} is not a file; pass the training data as JSONL (one object with a {column!r} "
+                           "field per line) or as plain text (one record per line)")
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise DpauditError(f"{path} is not UTF-8 text; save it as UTF-8") from None
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if path.suffix in (".jsonl", ".json"):
+        out = []
+        for i, ln in enumerate(lines, 1):
+            try:
+                obj = json.loads(ln)
+            except ValueError:
+                raise DpauditError(f"{path}:{i} is not a JSON object; one object per line") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get(column), str):
+                raise DpauditError(f"{path}:{i} has no string field {column!r}; pass --text-column naming it")
+            out.append(obj[column])
+        return out, digest
+    return lines, digest
+
+
+def identifier_pairs(texts: list[str], fmt: str, seed: int) -> tuple[list[tuple[str, str, str]], dict]:
+    """(pairs (context, identifier in the data, fresh draw), what was left out and why): each identifier of
+    ``fmt`` that occurs exactly once in ``texts`` (case-insensitive), with up to CONTEXT_CHARS characters of its
+    record before it, paired with a fresh draw never seen in the data."""
+    rx = re.compile(rf"(?<![0-9a-zA-Z]){pattern(fmt)}(?![0-9a-zA-Z])")
+    found: dict[str, list[tuple[int, int]]] = {}
+    for i, t in enumerate(texts):
+        for m in rx.finditer(t.lower()):
+            found.setdefault(m.group(0), []).append((i, m.start()))
+    once = {k: v[0] for k, v in found.items() if len(v) == 1}
+    rng = random.Random(seed)
+    pairs, seen = [], set(found)
+    for ident, (i, at) in sorted(once.items(), key=lambda kv: kv[1]):
+        fresh = draw(fmt, rng)
+        while fresh in seen:
+            fresh = draw(fmt, rng)
+        seen.add(fresh)
+        pairs.append((texts[i][max(0, at - CONTEXT_CHARS):at], texts[i][at:at + len(ident)], fresh))
+    return pairs, {"repeated identifiers (a group, not one record)": len(found) - len(once)}
+
+
+def _plan(m: int, guess_fraction: float, seed: int, attacks=("loss",)) -> CanaryPlan:
+    from dpaudit.canaries import plan as eval_plan
+
+    return CanaryPlan(m=m, prefix="", suffix="", alphabet="0123456789abcdef", length=16, seed=seed,
+                      guess_fraction=guess_fraction,
+                      evaluation=eval_plan.planned(list(attacks), "bonferroni", 0.95, 2000))
+
+
+def identifiers_manifest(pairs, seed: int, guess_fraction: float) -> tuple[Manifest, np.ndarray]:
+    """The pairs as one-run audit units (a Manifest held in memory, never written: each unit's text is A in its
+    context, its coin says whether A was in the data, its group size is 2) and dpaudit's coins."""
+    coins = np.random.default_rng([seed, 11]).integers(0, 2, size=len(pairs)).astype(bool)
+    canaries = [Canary(id=f"pair{i}", text=ctx + (real if c else fresh), secret=real if c else fresh, inserted=bool(c),
+                       sign=1 if c else -1, repetitions=2 if c else 0)
+                for i, ((ctx, real, fresh), c) in enumerate(zip(pairs, coins))]
+    return Manifest(_plan(len(pairs), guess_fraction, seed), canaries), coins
+
+
+def split_manifest(members: list[str], held_out: list[str], seed: int, guess_fraction: float) -> Manifest:
+    """The stated split as canaries: members inserted once, held-out records not."""
+    canaries = [Canary(id=f"m{i}", text=t, secret=t, inserted=True, sign=1, repetitions=1) for i, t in enumerate(members)]
+    canaries += [Canary(id=f"h{i}", text=t, secret=t, inserted=False, sign=-1, repetitions=0)
+                 for i, t in enumerate(held_out)]
+    return Manifest(_plan(len(canaries), guess_fraction, seed), canaries)
+
+
+def fair_coin_p(n_in: int, n_out: int) -> float:
+    """Two-sided exact binomial p-value of n_in members out of n_in + n_out under a fair coin."""
+    from dpaudit.report.paired import mcnemar_p
+
+    return mcnemar_p(n_in, n_out)  # the exact two-sided binomial test at 1/2
+
+
+def pair_scores(model, tok, pairs, coins, batch_size: int, framing: str) -> np.ndarray:
+    """Per pair: A's mean log-probability minus B's, each scored on the identifier's tokens in the same context."""
+    from dpaudit.attacks.scoring import token_features
+
+    a = [real if c else fresh for (_, real, fresh), c in zip(pairs, coins)]
+    b = [fresh if c else real for (_, real, fresh), c in zip(pairs, coins)]
+    texts, spans = [], []
+    for (ctx, _, _), x, y in zip(pairs, a, b):
+        texts += [ctx + x, ctx + y]
+        spans += [(len(ctx), len(ctx) + len(x)), (len(ctx), len(ctx) + len(y))]
+    feats = token_features(model, tok, texts, batch_size=batch_size, framing=framing, spans=spans)
+    mean = np.array([float(f.logp.mean()) if f is not None and f.logp.numel() else math.nan for f in feats])
+    if not np.isfinite(mean).all():
+        raise DpauditError("an identifier was not scored (cut by the model's context?); shorten the records")
+    return mean[0::2] - mean[1::2]
+
+
+def audit(ckpt_dir: Path, man: Manifest, scores: np.ndarray, posthoc: Posthoc, *, confidence: float = 0.95,
+          command: str | None = None) -> dict:
+    """The report of the post-hoc audit: ``scores`` (one per unit of ``man``, higher = member) through the
+    evaluation's audit, judge and render steps, with ``posthoc`` (its assumption) in the report."""
+    from dpaudit.claim.reaccount import reaccount
+    from dpaudit.evaluation import scoring, steps
+    from dpaudit.evaluation.options import EvalOptions
+
+    ck0 = load_without_manifest(ckpt_dir)
+    ck = checkpoint.Checkpoint(ck0.path, ck0.card, man, ck0.run, base_model=ck0.base_model)
+    opts = EvalOptions(confidence=confidence).resolve(man, "tokenizer", "option")
+    loaded = steps.Loaded(ck, opts, ck.card.audited_mechanism(), None, reaccount(ck.card))
+    scored = steps.Scored({}, scoring.CanaryScores({"loss": np.asarray(scores, dtype=float)}), {})
+    r = steps.finish(loaded, scored, command)
+    r["posthoc"] = posthoc.to_dict()
+    r["canary_plan"]["design"] = posthoc.kind
+    return r
+
+
+def load_without_manifest(path: Path) -> checkpoint.Checkpoint:
+    """A checkpoint folder's card, run record and model, with no units yet (the post-hoc audits make their own);
+    refused, as :func:`dpaudit.checkpoint.load` refuses a folder without a model or card, and for a folder with
+    planted canaries (their audit was planned before training: ``dpaudit evaluate``)."""
+    path = Path(path)
+    if (path / "canaries.json").is_file():
+        raise DpauditError(f"{path} has planted canaries (canaries.json): audit them with `dpaudit evaluate {path}`, "
+                           "whose plan was fixed before training")
+    return checkpoint.load(path, manifest=Manifest(_plan(2, 0.5, 0), []))

@@ -1,0 +1,156 @@
+"""Post-hoc audits of checkpoints trained without planted canaries (dpaudit/evaluation/posthoc.py): natural
+identifiers and a stated random split, through the CLI on tiny GPT-2s trained here, their refusals, and the
+paired one-run game on a simulated mechanism whose truth is known."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit.audit import one_run
+from dpaudit.cli import main
+from dpaudit.evaluation import posthoc
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "experiments"))
+import final_weights_validity as sim  # noqa: E402
+
+
+def _records(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    words = ("order", "ticket", "account", "session", "request")
+    return [f"Your {rng.choice(words)} id is {posthoc.draw('uuid4', rng)} thanks" for _ in range(n)]
+
+
+def _train(folder: Path, texts: list[str], epochs: int, epsilon: float | None) -> Path:
+    """A tiny GPT-2 trained (non-privately, whatever the card says) on ``texts``, saved with a privacy card."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from dpaudit.claim.card import Claim, PrivacyCard
+    from dpaudit.tasks.models import public_bpe_tokenizer
+
+    torch.manual_seed(0)
+    tok = public_bpe_tokenizer(512)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=64, n_layer=2, n_head=2,
+                                       bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    enc = [torch.tensor(tok(t).input_ids[:64]) for t in texts]
+    for _ in range(epochs):
+        for i in torch.randperm(len(enc)).tolist():
+            opt.zero_grad()
+            model(input_ids=enc[i][None], labels=enc[i][None]).loss.backward()
+            opt.step()
+    folder.mkdir(parents=True)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    if epsilon:  # an honest card of a full-batch Gaussian mechanism (the untrained model ran none: no leak at all)
+        from dpaudit import accounting
+        from dpaudit.accounting import SubsampledGaussian
+
+        event = SubsampledGaussian(1.0, 4.0, 1, "poisson")
+        eps = accounting.compute([event], 1e-5, "prv").epsilon
+        card = PrivacyCard(claim=Claim(epsilon=eps, delta=1e-5, accountant="prv"), events=[event], clipping_norm=1.0,
+                           method="external")
+    else:
+        card = PrivacyCard(claim=Claim(epsilon=None, delta=0.0, accountant="none"), method="non_private")
+    card.save(folder / "privacy_card.json")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def memorised(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ids")
+    texts = _records(60, 1)
+    (d / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return _train(d / "model", texts, 12, None), d / "train.jsonl", texts
+
+
+def test_a_memorising_model_shows_its_identifiers_with_the_assumption_beside_the_bound(memorised, tmp_path):
+    model, data, _ = memorised
+    assert main(["audit", "identifiers", str(model), "--training-data", str(data), "--format", "uuid4",
+                 "--out", str(tmp_path / "r"), "--guess-fraction", "0.5", "--quiet"]) == 0
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert r["posthoc"]["kind"] == "natural identifiers" and r["posthoc"]["sources"]["pairs"] == 60
+    assert r["attacks"]["loss"]["auc"] > 0.9  # the true identifier is likelier than a fresh one in its context
+    best = r["empirical_best"]
+    assert best["group_size"] == 2 and best["tier"] == "outputs only" and best["epsilon_lb"] > 0.3
+    assert "only if" in (tmp_path / "r" / "REPORT.md").read_text()
+
+
+def test_an_untrained_model_shows_nothing_and_accuses_no_one(tmp_path):
+    texts = _records(60, 2)
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    model = _train(tmp_path / "model", texts, 0, epsilon=1.0)
+    assert main(["audit", "identifiers", str(model), "--training-data", str(tmp_path / "train.jsonl"),
+                 "--format", "uuid4", "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert r["verdict"]["status"] != "violated" and r["empirical_best"]["epsilon_lb"] < 1.0
+
+
+def test_a_split_needs_the_stated_coin_and_a_split_a_coin_could_give(memorised, tmp_path, capsys):
+    model, _, texts = memorised
+    ins, outs = tmp_path / "in.txt", tmp_path / "out.txt"
+    ins.write_text("\n".join(texts[:30]))
+    outs.write_text("\n".join(_records(30, 9)))
+    args = ["audit", "split", str(model), "--members", str(ins), "--non-members", str(outs), "--out",
+            str(tmp_path / "r"), "--quiet"]
+    assert main(args) == 2 and "--fair-coin" in capsys.readouterr().err
+    assert main([*args, "--fair-coin"]) == 0
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert r["posthoc"]["kind"] == "stated random split" and r["canary_plan"]["m"] == 60
+    assert r["attacks"]["loss"]["auc"] > 0.75  # the whole record's loss: the template words dilute the identifier
+    outs.write_text("\n".join(_records(3, 9)))
+    assert main([*args[:-3], "--out", str(tmp_path / "r2"), "--fair-coin", "--quiet"]) == 2
+    assert "not drawn by a fair coin" in capsys.readouterr().err
+
+
+def test_evaluate_names_the_post_hoc_paths_for_a_checkpoint_without_canaries(memorised, tmp_path, capsys):
+    model, _, _ = memorised
+    assert main(["evaluate", str(model), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "dpaudit audit identifiers" in err and "dpaudit audit split" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("fmt", ["uuid4", "hex32", "digits16"])
+def test_fresh_draws_match_their_format_and_never_repeat_the_data(fmt):
+    import re
+
+    rng = random.Random(0)
+    got = {posthoc.draw(fmt, rng) for _ in range(500)}
+    assert len(got) == 500 and all(re.fullmatch(posthoc.pattern(fmt), x) for x in got)
+    texts = [f"key {x} end" for x in list(got)[:50]] + [f"twice {list(got)[60]} and {list(got)[60]}"]
+    pairs, dropped = posthoc.identifier_pairs(texts, fmt, seed=3)
+    assert len(pairs) == 50 and dropped["repeated identifiers (a group, not one record)"] == 1
+    assert all(fresh not in got for _, _, fresh in pairs)
+
+
+@pytest.mark.parametrize("fmt", ["hex8", "uuid", "digits4"])
+def test_formats_too_short_or_unknown_are_refused(fmt):
+    from dpaudit.errors import DpauditError
+
+    with pytest.raises(DpauditError, match="unknown identifier format"):
+        posthoc.pattern(fmt)
+
+
+def test_the_paired_game_stays_below_a_known_replace_one_epsilon():
+    """Pairs whose coin decides which of two exchangeable records was in: y_i = (+1/2 if A in, -1/2 if B in) +
+    N(0, sigma^2) is mu-GDP under replace-one with mu = 1 / sigma. The one-run bound on the pair scores exceeds that
+    truth in few of 60 audits (at a true rate <= 5%, 9 or more of 60 has probability 1.6%) and has power."""
+    delta, mu = 1e-5, 2.0
+    truth = sim.gdp_epsilon(mu, delta)
+    rng = np.random.default_rng(4)
+    bounds = []
+    for _ in range(60):
+        coins = rng.integers(0, 2, size=1000).astype(bool)
+        y = np.where(coins, 0.5, -0.5) + rng.normal(0, 1 / mu, size=1000)
+        r = one_run.audit(y, coins, 50, 50, delta=delta, confidence=0.95)
+        bounds.append(r.epsilon_lb)
+    bounds = np.array(bounds)
+    assert np.mean(bounds > truth) <= 8 / 60 and np.median(bounds) > 0.3 * truth
