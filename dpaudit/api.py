@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dpaudit.attacks import register_attack
 from dpaudit.canaries.making import new as new_canaries
 from dpaudit.canaries.manifest import Manifest, load_manifest
 from dpaudit.canaries.new_tokens import add as add_canary_tokens
@@ -28,7 +29,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.evaluation.options import EvalOptions
 
 __all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "canary_labels", "card_from_opacus", "evaluate", "functional_probe",
-           "insert_canaries", "load_manifest", "new_canaries", "write_records", "write_report"]
+           "insert_canaries", "load_manifest", "new_canaries", "register_attack", "write_records", "write_report"]
 
 
 def canary_labels(input_ids, tokenizer, manifest: Manifest) -> list[int]:

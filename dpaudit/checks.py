@@ -45,9 +45,11 @@ def evaluation_settings(attacks, rule, confidence, n_references) -> None:
     options of an evaluation (:class:`dpaudit.evaluation.options.EvalOptions`) and by the plan a manifest fixes before
     training (:func:`dpaudit.canaries.plan.check`). None: not given (nothing to check)."""
     if attacks is not None:
-        unknown = [a for a in attacks if a not in options.ATTACKS]
+        known = options.attack_names()
+        unknown = [a for a in attacks if a not in known]
         if unknown:
-            raise DpauditError(f"unknown attack {unknown[0]!r}; choose from {', '.join(options.ATTACKS)}")
+            raise DpauditError(f"unknown attack {unknown[0]!r}; choose from {', '.join(known)} (or register it: "
+                               "dpaudit.attacks.register_attack)")
         if not attacks:
             raise DpauditError("no attacks selected; pass e.g. --attacks loss,exposure")
     if rule is not None and rule not in options.RULES:

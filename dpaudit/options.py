@@ -66,6 +66,13 @@ FINAL_WEIGHTS_ATTACKS = ("final_weights", "final_weights_norm")
 ATTACKS = OUTPUT_ATTACKS + FINAL_WEIGHTS_ATTACKS
 # the three tiers of empirical evidence, named the same on every surface (docs/architecture.md)
 TIERS = ("outputs only", "final weights", "in-run")
+# attacks registered at run time (dpaudit.attacks.register_attack): name -> tier; never in a default plan
+REGISTERED_ATTACKS: dict[str, str] = {}
+
+
+def attack_names() -> tuple[str, ...]:
+    """Every attack an evaluation plan may name: the shipped ones, then those registered (in registration order)."""
+    return ATTACKS + tuple(a for a in REGISTERED_ATTACKS if a not in ATTACKS)
 
 
 def evidence_tier(attack: str) -> str:
@@ -75,7 +82,7 @@ def evidence_tier(attack: str) -> str:
         return "in-run"
     if attack in FINAL_WEIGHTS_ATTACKS:
         return "final weights"
-    return "outputs only"
+    return REGISTERED_ATTACKS.get(attack, "outputs only")
 RULES = ("bonferroni", "held_out")
 # canary designs (dpaudit/canaries/manifest.py, docs/canary_designs.md); a classifier's mislabelled canaries are the
 # template design with labels >= 2

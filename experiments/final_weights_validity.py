@@ -77,6 +77,23 @@ def anchor_bound(scores, signs, delta: float) -> float:
     return best
 
 
+def rr_study(audits: int, m: int, eps: float, delta: float, k: int, confidence: float, seed: int) -> dict:
+    """Randomised response at ``eps`` (each canary's score is its coin, flipped with probability 1 / (1 + e^eps)):
+    the mechanism of the research brief's comparison, the planned test and the anchor's selection on it."""
+    rng = np.random.default_rng([seed, 99])
+    keep = math.exp(eps) / (1 + math.exp(eps))
+    planned, anchor = [], []
+    for _ in range(audits):
+        signs = rng.choice([-1, 1], size=m)
+        sc = np.where(rng.random(m) < keep, signs, -signs) + 1e-9 * rng.standard_normal(m)  # ties broken at random
+        planned.append(planned_bound(sc, signs, k, delta, confidence))
+        anchor.append(anchor_bound(sc, signs, delta))
+    planned, anchor = np.array(planned), np.array(anchor)
+    return {"epsilon": eps, "audits": audits, "planned_median": float(np.median(planned)),
+            "planned_above": float(np.mean(planned > eps)), "anchor_median": float(np.median(anchor)),
+            "anchor_above": float(np.mean(anchor > eps))}
+
+
 def study(audits: int, m: int, d: int, steps: int, epsilons, delta: float, k: int, confidence: float, seed: int,
           share: float = 1.0):
     rows = []
@@ -113,10 +130,10 @@ def study(audits: int, m: int, d: int, steps: int, epsilons, delta: float, k: in
     return rows
 
 
-def markdown(rows, args) -> str:
+def markdown(rows, args, rr: dict | None = None) -> str:
     out = [f"# Final-weights audit on simulated mechanisms of known ε ({date.today().isoformat()})", "",
            f"Made by `python experiments/final_weights_validity.py --audits {args.audits} --m {args.m} --steps "
-           f"{args.steps} --out {args.out}` on {platform.machine()}, {platform.system()} (CPU), Python "
+           f"{args.steps} --epsilons {args.epsilons} --out {args.out}` on {platform.machine()}, {platform.system()} (CPU), Python "
            f"{platform.python_version()}.", "",
            f"Mechanism: m = {args.m} canaries, each owning a {args.d}-dimensional zero-initialised row; q = 1 for "
            f"{args.steps} steps; an inserted canary adds C along its own direction each step (share 1: the worst "
@@ -135,6 +152,13 @@ def markdown(rows, args) -> str:
                    f"{r['anchor_above']:.1%} |")
     out += ["", f"Each row: {args.audits} simulated audits. Validity asks the planned share above the truth to stay "
             "≤ 5% at nominal 95%; the anchor's selection is not a valid 95% bound wherever its share exceeds 5%."]
+    if rr:
+        out += ["", f"Randomised response at ε = {rr['epsilon']:g} (m = {args.m}, {rr['audits']} audits; the mechanism "
+                "of the research brief's comparison), same tests:", "",
+                "| mechanism | planned: median | planned: share above the truth | anchor's selection: median | "
+                "anchor's selection: share above the truth |", "|---|---|---|---|---|",
+                f"| randomised response, ε = {rr['epsilon']:g} | {rr['planned_median']:.2f} | {rr['planned_above']:.1%} "
+                f"| {rr['anchor_median']:.2f} | {rr['anchor_above']:.1%} |"]
     return "\n".join(out) + "\n"
 
 
@@ -149,11 +173,13 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=33, help="member and non-member guesses, fixed in advance")
     p.add_argument("--confidence", type=float, default=0.975, help="per-test confidence of the planned test")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-rr", dest="rr", action="store_false", help="leave out the randomised-response row")
     p.add_argument("--out", type=Path, default=None, help="markdown table to write (else printed)")
     args = p.parse_args(argv)
     rows = study(args.audits, args.m, args.d, args.steps, [float(e) for e in args.epsilons.split(",")], args.delta,
                  args.k, args.confidence, args.seed)
-    text = markdown(rows, args)
+    rr = rr_study(args.audits, args.m, 1.0, args.delta, args.k, args.confidence, args.seed) if args.rr else None
+    text = markdown(rows, args, rr)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)

@@ -42,7 +42,7 @@ def check(plan: dict, source: str) -> None:
     """Refuse a plan whose settings an evaluation would refuse (the bounds of :func:`dpaudit.checks.evaluation_settings`,
     which the evaluation's options check too)."""
     if not isinstance(plan.get("attacks"), list) or not plan["attacks"]:
-        raise DpauditError(f"{source}: attacks must be a non-empty list of {', '.join(options.ATTACKS)}")
+        raise DpauditError(f"{source}: attacks must be a non-empty list of {', '.join(options.attack_names())}")
     if plan.get("score_on", "record") not in options.SCORE_ON:
         raise DpauditError(f"{source}: score_on must be one of {', '.join(options.SCORE_ON)}, got {plan['score_on']!r}")
     for key in ("rule", "confidence", "n_references"):
@@ -76,9 +76,11 @@ def resolve(plan: dict | None, off_plan: bool = False, **given) -> tuple[dict, d
 
 
 def _canonical(attacks) -> list[str]:
-    """The attacks in dpaudit.options.ATTACKS order (unknown names kept at the end, for the error that follows)."""
+    """The attacks in dpaudit.options.attack_names() order (unknown names kept at the end, for the error that
+    follows)."""
     given = list(dict.fromkeys(attacks))
-    return [a for a in options.ATTACKS if a in given] + [a for a in given if a not in options.ATTACKS]
+    known = options.attack_names()
+    return [a for a in known if a in given] + [a for a in given if a not in known]
 
 
 def _norm(s: dict) -> dict:

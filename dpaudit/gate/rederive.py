@@ -7,7 +7,9 @@ re-derives from it: the content hash (the bytes loaded: weights, tokenizer, card
 claim and mechanism from the privacy card, the accounting check (every accountant, recomputed), the manifest's
 digest against the card's, and the evaluation plan fixed in the manifest against the one the report says it used.
 The attack scores themselves are not recomputed (that is a new evaluation: ``dpaudit evaluate`` then
-``dpaudit compare``); the report says which parts were re-derived.
+``dpaudit compare``); the report says which parts were re-derived. A post-hoc audit (``dpaudit audit identifiers``
+or ``split``: no canaries.json) has its hash, claim and accounting re-derived; its units came from the files whose
+digests it records, which the folder does not hold.
 """
 
 from __future__ import annotations
@@ -34,14 +36,25 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
     if report.get("kind") != "evaluation":
         raise DpauditError("--checkpoint re-derives one evaluation report; for a run's comparison, check each "
                            "variant's VARIANT/report/report.json with its VARIANT/checkpoint")
-    ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"))  # the base it recorded, if outside
+    posthoc = isinstance(report.get("posthoc"), dict)  # no canaries.json: its units came from the stated files
+    if posthoc:
+        from dpaudit.canaries.manifest import CanaryPlan, Manifest
+
+        if (Path(ckpt) / "canaries.json").exists():
+            raise DpauditError(f"the report is a post-hoc audit but {ckpt} has planted canaries (canaries.json): "
+                               "it was not made from this folder; check the report `dpaudit evaluate` wrote")
+        empty = Manifest(CanaryPlan(m=2), [])
+        ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"), manifest=empty)
+    else:
+        ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"))  # the base it recorded, if outside
     out = []
     h = ck.hash()
     if report["checkpoint"].get("hash") != h:
         out.append(f"the report's checkpoint hash {report['checkpoint'].get('hash')} is not {ckpt}'s ({h}): the report "
                    "was not made from this model")
     try:
-        checkpoint.check_manifest(ck, off_plan=False)
+        if not posthoc:
+            checkpoint.check_manifest(ck, off_plan=False)
     except DpauditError as e:
         out.append(str(e))
     out += _unbound_records(ck)
@@ -60,7 +73,7 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
         a, b = got.get(key), acct.get(key)
         if (a != b) if key == "status" else not _close(a, b):
             out.append(f"the report's accounting {key} {a!r} is not the card's re-derived {b!r}")
-    plan = ck.manifest.plan.evaluation
+    plan = None if posthoc else ck.manifest.plan.evaluation  # a post-hoc audit's plan is its command's
     entry = report.get("audit_plan") or {}
     if plan is not None:
         planned = eval_plan._norm(plan)

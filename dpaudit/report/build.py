@@ -77,8 +77,8 @@ def evidence_tiers(rows: list, notes=()) -> dict:
     from dpaudit.options import TIERS, evidence_tier
 
     why = {"outputs only": "no outputs-only attack in the evaluation plan",
-           "final weights": "the canaries own no rows of the model (the final-weights design: docs/canary_designs.md)",
-           "in-run": "no probe records beside the checkpoint (attach the probe while training: docs/probe.md)"}
+           "final weights": "the canaries own no rows of the model; the final-weights design does: docs/canary_designs.md",
+           "in-run": "no probe records beside the checkpoint; attach the probe while training: docs/probe.md"}
     for n in notes:
         if str(n).startswith("final-weights scores skipped"):
             why["final weights"] = str(n)

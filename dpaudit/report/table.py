@@ -142,8 +142,8 @@ def _best_with_whitebox(x: Row) -> str:
             + (f", white-box {wb['epsilon_lb']:.2f}" if wb else ""))
 
 
-def _with_ceiling(x: Row, attack: str) -> str:
-    e = x.bound(attack)
+def _with_ceiling(x: Row, attack: str, kind: str = "claimed") -> str:
+    e = x.bound(attack, kind)
     return f"{e['epsilon_lb']:.2f} (≤ {e['ceiling']:.2f})" if e else "—"
 
 
@@ -159,8 +159,9 @@ def _best_blackbox(x: Row) -> str:
 
 def _best_of_tier(x: Row, tier: str) -> str:
     """The largest bound of the claim's tests of one evidence tier (``options.TIERS``), and its test."""
-    rows = [e for e in x.r["empirical"] if e["delta_kind"] == "claimed" and evidence_tier(e["attack"]) == tier]
-    if not rows:
+    mine = [e for e in x.r["empirical"] if evidence_tier(e["attack"]) == tier]
+    rows = [e for e in mine if e["delta_kind"] == "claimed"] or [e for e in mine if e["delta_kind"] == "zero"]
+    if not rows:  # a non-private model's rows are at delta = 0
         return "—"
     e = max(rows, key=lambda e: e["epsilon_lb"])
     return f"{e['epsilon_lb']:.2f} ({e['attack']})"
@@ -238,7 +239,8 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
     "whitebox_two_sample": ("white-box two-sample ε ≥, if independent (card's limit)", _two_sample),
     "best_blackbox": ("best black-box ε ≥", _best_blackbox),
     "outputs_only": ("outputs only: best ε ≥ (test)", lambda x: _best_of_tier(x, "outputs only")),
-    "final_weights": ("final weights: ε ≥ (ceiling)", lambda x: _with_ceiling(x, "final_weights")),
+    "final_weights": ("final weights: ε ≥ (ceiling)", lambda x: _with_ceiling(
+        x, "final_weights", "claimed" if x.bound("final_weights") else "zero")),
     "final_weights_auc": ("final-weights AUC", lambda x: "—" if "final_weights" not in x.r["attacks"] else
                           f"{x.r['attacks']['final_weights']['auc']:.3f}"),
     "in_run": ("in-run: best ε ≥ (test)", lambda x: _best_of_tier(x, "in-run")),
