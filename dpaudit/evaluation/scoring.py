@@ -77,6 +77,7 @@ def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, 
     from dpaudit.tasks.models import is_classifier
 
     texts = [c.text for c in ck.manifest.canaries]
+    check_new_tokens(tok, ck.manifest)  # a new-token manifest scored with the base tokenizer scores other tokens
     if not is_classifier(model):  # classifiers truncate to max_len, as in training
         check_context(model, tok, texts, framing)
     if is_classifier(model):

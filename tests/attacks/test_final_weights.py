@@ -56,12 +56,14 @@ def test_the_centring_removes_the_push_every_row_shares():
 def test_the_planned_bound_stays_below_a_known_epsilon(epsilon):
     """On the simulated mechanism whose true epsilon is known (share 1, q = 1: mu-GDP), the planned test's 97.5%
     bound exceeds the truth in at most a few of 40 audits (binomial: 5 or more of 40 at a true rate of 2.5% has
-    probability 0.7%), and its median reaches a real fraction of the truth (the test has power)."""
+    probability 0.7%), while its largest bounds come near the truth (so an inflated bound would cross it) and, at
+    epsilon = 2, its median reaches a real fraction of it (the test has power)."""
     delta, k, conf = 1e-5, 33, 0.975
     rows = sim.study(40, 1000, 32, 10, [epsilon], delta, k, conf, seed=7)
     assert rows[0]["planned_above"] <= 4 / 40
-    assert rows[0]["planned_median"] > 0.2 * epsilon
-    assert rows[0]["auc"] > 0.6
+    assert rows[0]["planned_max"] > 0.4 * epsilon
+    if epsilon >= 2:
+        assert rows[0]["planned_median"] > 0.2 * epsilon and rows[0]["auc"] > 0.6
 
 
 def test_the_true_epsilon_of_the_simulated_mechanism():

@@ -104,3 +104,15 @@ def test_the_trainer_reads_a_canary_records_loss_on_its_token_only():
     for r in recs:
         scored = [t for t in r["targets"] if t != -100]
         assert len(scored) == 1 and tok.convert_ids_to_tokens(scored[0]).startswith("<|canary")
+
+
+def test_evaluating_new_token_canaries_with_the_base_tokenizer_is_refused():
+    """The guard for new-token checkpoints: scored with a tokenizer that lacks the canaries' tokens, every canary
+    would be scored on other tokens; refused in one line naming the fix."""
+    from dpaudit.claim.card import Claim, PrivacyCard
+
+    model, tok = _tiny()
+    man = generate(PLAN)
+    card = PrivacyCard(claim=Claim(epsilon=None, delta=0.0, accountant="none"), method="non_private")
+    with pytest.raises(DpauditError, match="tokenizer lacks their tokens"):
+        api.evaluate(model, tok, card, man, attacks=["loss"], off_plan=True)

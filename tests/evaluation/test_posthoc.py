@@ -156,13 +156,16 @@ def test_the_paired_game_stays_below_a_known_replace_one_epsilon():
     assert np.mean(bounds > truth) <= 8 / 60 and np.median(bounds) > 0.3 * truth
 
 
-def test_the_gate_rederives_a_post_hoc_report_from_its_folder(memorised, tmp_path, capsys):
-    """`dpaudit check --checkpoint` on a post-hoc report: hash, claim and accounting re-derived from the folder
-    (no canaries.json needed); another folder's report is caught."""
-    model, data, _ = memorised
+def test_the_gate_rederives_a_post_hoc_report_from_its_folder(tmp_path, capsys):
+    """`dpaudit check --checkpoint` on a post-hoc report of a private model: hash, claim and accounting re-derived
+    from the folder (no canaries.json needed); another folder's report is caught."""
+    texts = _records(100, 3)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    model = _train(tmp_path / "model", texts, 0, epsilon=1.0)
     out = tmp_path / "r"
     assert main(["audit", "identifiers", str(model), "--training-data", str(data), "--format", "uuid4",
-                 "--out", str(out), "--quiet"]) == 0
+                 "--out", str(out), "--guess-fraction", "0.5", "--quiet"]) == 0
     assert main(["check", str(out / "report.json"), "--checkpoint", str(model)]) == 0
     other = _train(tmp_path / "other", _records(30, 5), 1, None)
     capsys.readouterr()

@@ -164,11 +164,13 @@ def test_one_word_one_meaning_older_reports_and_policies_keep_theirs(tmp_path, c
     own word); `not-refuted` is an empirical status only. An older report's headline `not-refuted` and an older
     policy's allowed `not-refuted` are read as `underpowered`: the gate and compare give what they gave."""
     from dpaudit import options
+    from dpaudit.audit.rows import TestRow
     from dpaudit.claim.verdict import empirical
 
     assert "not-refuted" not in options.VERDICTS and "underpowered" in options.VERDICTS
     assert set(options.VERDICTS) & set(options.EMPIRICAL_STATUSES) <= {"violated", "underpowered"}
-    assert empirical(8.0, {"epsilon_lb": 0.5, "family_confidence": 0.95}, 3.0)["status"] == "underpowered"
+    row = TestRow.from_dict({"epsilon_lb": 0.5, "family_confidence": 0.95, "ceiling": 3.0, "delta_kind": "claimed"})
+    assert empirical(8.0, row, 3.0)["status"] == "underpowered"
     demo = Path(__file__).resolve().parents[2] / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
     old = json.loads(demo.read_text())
     old["verdict"]["status"] = "not-refuted"  # as written before the rename

@@ -25,11 +25,14 @@ def test_the_table_shows_the_interval_that_decides_not_the_loosest_accountant():
 
 
 def test_an_underpowered_verdict_names_whose_ceiling_it_quotes():
-    best = {"epsilon_lb": 0.65, "family_confidence": 0.95, "attack": "whitebox_gradient", "ceiling": 2.75}
-    v = empirical(7.99, best, ceiling=3.17)
+    from dpaudit.audit.rows import TestRow
+
+    best = {"epsilon_lb": 0.65, "family_confidence": 0.95, "attack": "whitebox_gradient", "ceiling": 2.75,
+            "delta_kind": "claimed"}
+    v = empirical(7.99, TestRow.from_dict(best), ceiling=3.17)
     assert v["status"] == "underpowered"
     assert "whitebox_gradient's, whose own ceiling is 2.75" in v["reason"] and "up to epsilon 3.17" in v["reason"]
-    same = empirical(7.99, {**best, "ceiling": 3.17}, ceiling=3.17)
+    same = empirical(7.99, TestRow.from_dict({**best, "ceiling": 3.17}), ceiling=3.17)
     assert "(bound 0.65 at 95%)" in same["reason"]
 
 
