@@ -38,7 +38,7 @@ from dpaudit.trainers.snapshot import RunParts
 from dpaudit.trainers.units import RecordStep, UserStep
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainResult:
     private: bool
     steps: int
@@ -186,15 +186,17 @@ def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=
     gc = canaries.to_dict() if canaries is not None else None
     more = canaries.more() if canaries is not None else []
     resumed = list(resumed or [])
+    ran = dict(steps=steps, dataset_size=n, sample_rate=q, losses=losses, seconds=time.time() - t0,
+               gradient_canaries=gc, gradient_canaries_more=more, resumed_at=resumed)
     if not cfg.private:
-        return TrainResult(False, steps, n, q, None, None, None, [], losses, time.time() - t0, gc, None, more, resumed)
-    if events is not None:
-        return TrainResult(True, steps, n, q, None, delta, None, events, losses, time.time() - t0, gc,
-                           stats.summary(), more, resumed, cfg.secure_rng)
+        return TrainResult(private=False, noise_multiplier=None, delta=None, epsilon=None, **ran)
+    if events is not None:  # a custom noise: the caller's epsilon
+        return TrainResult(private=True, noise_multiplier=None, delta=delta, epsilon=None, events=list(events),
+                           clipping=stats.summary(), release=cfg.secure_rng, **ran)
     event = SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=steps, sampler="poisson")
     eps = accounting.compute([event], delta, cfg.accountant).epsilon
-    return TrainResult(True, steps, n, q, sigma, delta, eps, [event], losses, time.time() - t0, gc, stats.summary(),
-                       more, resumed, cfg.secure_rng)
+    return TrainResult(private=True, noise_multiplier=sigma, delta=delta, epsilon=eps, events=[event],
+                       clipping=stats.summary(), release=cfg.secure_rng, **ran)
 
 
 def _gaussian_ledger(q: float, sigma: float):

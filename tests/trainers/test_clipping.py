@@ -135,7 +135,8 @@ def test_final_loss_is_the_last_tenth_of_the_steps():
     assert engine.final_loss([4.0, 2.0, float("nan")]) == (None, 1)  # the last step drew no record
     assert engine.final_loss([3.0] * 20 + [float("nan"), 1.0, 2.0]) == (1.5, 3)  # NaN: an empty Poisson batch
     assert engine.final_loss([]) == (None, 1)
-    res = engine.TrainResult(False, 3, 10, 0.5, None, None, None, [], [2.0, float("nan"), 1.0])
+    res = engine.TrainResult(private=False, steps=3, dataset_size=10, sample_rate=0.5, noise_multiplier=None,
+                             delta=None, epsilon=None, losses=[2.0, float("nan"), 1.0])
     d = res.summary()
     assert d["loss_per_step"] == [2.0, None, 1.0] and d["final_loss"] == 1.0 and d["final_loss_steps"] == 1
 
