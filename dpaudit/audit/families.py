@@ -1,4 +1,4 @@
-"""Step 2 of ``dpaudit evaluate``: every test family of the one-run audit, under one correction.
+"""Step 3 of ``dpaudit evaluate`` (the audit, called by dpaudit/evaluation/evidence.py): every test family of the one-run audit, under one correction.
 
 Pure NumPy/SciPy (no model): scores in, report rows out, nothing it is given is changed.
 

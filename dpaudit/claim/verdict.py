@@ -7,7 +7,8 @@
 * headline (dpaudit.options.VERDICTS): ``violated`` (the audit refutes the claim) > ``mechanism-mismatch`` (a
   probe check failed: the code that ran is not the card's mechanism) > ``accounting-mismatch``
   (the accountants refute it) > ``no-claim`` > ``inconclusive`` (accounting unverifiable, or an audit with no
-  power) > ``not-refuted`` (accounting verified, audit below the claim) > ``consistent`` (accounting verified
+  power) > ``underpowered`` (accounting verified, audit below the claim; ``not-refuted`` in older reports) >
+  ``consistent`` (accounting verified
   and an audit able to refute the claim did not). None of them means "proven private": an audit can only
   ever refute.
 """
