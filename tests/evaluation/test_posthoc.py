@@ -171,3 +171,23 @@ def test_the_gate_rederives_a_post_hoc_report_from_its_folder(tmp_path, capsys):
     capsys.readouterr()
     assert main(["check", str(out / "report.json"), "--checkpoint", str(other)]) == 1
     assert "hash" in capsys.readouterr().out
+
+
+def test_the_paired_game_is_tight_enough_that_an_inflated_bound_fails():
+    """Randomised response per pair (exactly epsilon-DP under replace-one) with every pair guessed: the bound stays
+    below the truth in at least 95% of 40 audits, and the same bounds inflated by 10% cross it in most of them, so
+    the validity check above would catch a 10% inflation (a mutation check beside it)."""
+    import math
+
+    eps, m = 1.0, 4000
+    keep = math.exp(eps) / (1 + math.exp(eps))
+    rng = np.random.default_rng(8)
+    bounds = []
+    for _ in range(40):
+        coins = rng.integers(0, 2, size=m).astype(bool)
+        said = np.where(rng.random(m) < keep, coins, ~coins)
+        scores = said + 1e-9 * rng.standard_normal(m)
+        bounds.append(one_run.audit(scores, coins, m // 2, m // 2, delta=0.0, confidence=0.95).epsilon_lb)
+    bounds = np.array(bounds)
+    assert np.mean(bounds > eps) <= 2 / 40
+    assert np.mean(1.1 * bounds > eps) >= 0.5
