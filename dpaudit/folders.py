@@ -30,11 +30,14 @@ def staged_folder(dest, replace: bool = True):
         remove_if_empty(created)
         raise
     (stage / OWNER).unlink(missing_ok=True)
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():
         if not replace:
             shutil.rmtree(stage, ignore_errors=True)
             return
-        shutil.rmtree(dest)
+        if dest.is_symlink() or not dest.is_dir():
+            dest.unlink()  # a link is replaced, never written through
+        else:
+            shutil.rmtree(dest)
     os.replace(stage, dest)
     os.chmod(dest, 0o755)  # mkdtemp makes it private
 
@@ -133,7 +136,9 @@ class atomic_folder:
             return False
         for f in sorted(self.tmp.iterdir()):
             dest = self.out / f.name
-            if dest.is_dir() and not dest.is_symlink():
+            if dest.is_symlink():
+                dest.unlink()  # a link planted under an output's name is replaced, never written through
+            elif dest.is_dir():
                 shutil.rmtree(dest)
             os.replace(f, dest)
         self.tmp.rmdir()

@@ -67,50 +67,114 @@ def read_toml(path: Path, what: str, fix: str) -> dict:
         raise DpauditError(f"cannot read {what} {path}: {first_line(e, 200)}") from None
 
 
-def write_atomic(path: Path, save) -> None:
-    """``save(tmp)`` writes the file beside ``path`` first, which then replaces ``path`` in one step: a failure
-    leaves no partial file."""
+def refuse_link(path: Path, what: str = "output") -> None:
+    """A path dpaudit is about to write (or read in order to rewrite) must not be a symlink: a link planted where
+    an output goes would turn the write into one over any file the user can write, or copy a system file's text
+    into the output (docs/security.md, "One writer")."""
     import os
 
     path = Path(path)
+    if path.is_symlink():
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise DpauditError(f"{what} {printable(path)} is a symlink (to {printable(target)}); dpaudit never writes "
+                           "through links: remove the link, or name the file it points to")
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions the written file gets: those of the file it replaces, else the default for new files
+    (0o666 less the umask), never the private 0o600 of a temporary file."""
+    import os
+
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def _check_target(path: Path) -> None:
+    import os
+
+    refuse_link(path)
     if path.is_dir():
         raise DpauditError(f"{path} is a folder, not a file to write; name a file path (a new file, or one to "
                            "overwrite)")
+    if path.exists() and not path.is_file():
+        raise DpauditError(f"{path} is not a regular file (a FIFO, socket or device); name a file path")
+    if path.exists() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222):  # root: by its bits
+        raise DpauditError(f"{path} is read-only; make it writable (chmod u+w) to let dpaudit replace it, or name "
+                           "another file")
     if not path.parent.is_dir():
         raise DpauditError(f"{path.parent} is not a folder; create it first, or name a file in an existing folder")
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
-def write_atomic_all(files: list) -> None:
+def _fresh_sibling(path: Path) -> Path:
+    """A new, empty file beside ``path`` under a name nobody could predict, created exclusively (``O_EXCL``: a
+    link planted under that name makes the creation fail instead of being followed); it keeps ``path``'s suffix,
+    for writers that choose a format by it."""
+    import os
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix=f".{path.stem[:60]}.partial-", suffix=path.suffix[:20], dir=path.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def write_atomic(path: Path, save, mode: int | None = None) -> None:
+    """The one way dpaudit writes a single file: ``save(tmp)`` fills a fresh, exclusively created temporary file
+    beside ``path`` (:func:`_fresh_sibling`), which gets the permissions of the file it replaces (or the
+    default for a new file) and then replaces ``path`` in one rename. A ``path`` that is a symlink, a folder, a
+    device or read-only is refused before anything is written; a failure leaves no partial file. Folders of
+    files go through :mod:`dpaudit.folders` (a fresh private stage, renamed into place). ``mode``: the
+    permissions to give it instead (0o600 for a secret)."""
+    write_atomic_all([(path, save)], mode)
+
+
+def write_text(path: Path, text: str) -> None:
+    """:func:`write_atomic` of UTF-8 ``text``."""
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_atomic_all(files: list, mode: int | None = None) -> None:
     """:func:`write_atomic` for several files that belong together (``[(path, save), ...]``): every one is written
     beside its path first, and only when all are whole do they replace their paths (renames, which need no space);
     a failure (a full disk half-way) leaves none of them, new or partial."""
     import os
 
+    targets = [Path(path) for path, _ in files]
+    for path in targets:
+        _check_target(path)
     tmps = []
     try:
-        for path, save in files:
-            path = Path(path)
-            if path.is_dir():
-                raise DpauditError(f"{path} is a folder, not a file to write; name a file path")
-            if not path.parent.is_dir():
-                raise DpauditError(f"{path.parent} is not a folder; create it first, or name a file in an existing "
-                                   "folder")
-            tmp = path.with_name(path.name + ".partial")
+        for path, (_, save) in zip(targets, files):
+            tmp = _fresh_sibling(path)
             tmps.append((tmp, path))
             save(tmp)
+            os.chmod(tmp, _mode_for(path) if mode is None else mode)
     except BaseException:
         for tmp, _ in tmps:
             tmp.unlink(missing_ok=True)
         raise
     for tmp, path in tmps:
         os.replace(tmp, path)
+
+
+def open_append(path: Path, what: str):
+    """``path`` opened for appending (a log, a lock), created when missing, never through a link (``O_NOFOLLOW``:
+    a link planted under its name is a one-line DpauditError)."""
+    import os
+
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        raise DpauditError(f"cannot open {what} {printable(path)} ({e.strerror}); remove it if it is a symlink, "
+                           "then retry") from None
+    return os.fdopen(fd, "a")
 
 
 def jsonable(x):

@@ -35,6 +35,9 @@ import warnings
 from importlib import metadata
 from pathlib import Path
 
+from dpaudit.errors import DpauditError
+from dpaudit.io import write_atomic
+
 VERSION = 2  # 2: entries carry an HMAC (version 1 entries are other keys, never read)
 _BYPASS = 0  # > 0 inside bypassed(): read by every accountant thread at call time
 
@@ -86,16 +89,10 @@ def _secret(create: bool) -> bytes | None:
     b = secrets.token_bytes(32)
     try:
         p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(b)
-        if not p.exists():  # another process may have made one meanwhile: theirs wins
-            os.replace(tmp, p)
-        else:
-            tmp.unlink()
+        if not p.exists() and not p.is_symlink():  # another process may have made one meanwhile: theirs wins
+            write_atomic(p, lambda tmp: tmp.write_bytes(b), mode=0o600)
         return _secret(False)
-    except OSError:
+    except (OSError, DpauditError):
         return None  # no secret, no cache: answers are computed and not stored
 
 
@@ -185,8 +182,6 @@ def put(k: str, answer: dict) -> None:
     d = folder()
     try:
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{k}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(entry))
-        os.replace(tmp, d / f"{k}.json")
-    except OSError:
+        write_atomic(d / f"{k}.json", lambda tmp: tmp.write_text(json.dumps(entry)))
+    except (OSError, DpauditError):
         return

@@ -154,8 +154,15 @@ class Manifest:
             return []
         return [new_token(i, j) for i in range(len(self.canaries)) for j in range(self.plan.length)]
 
+    def json_text(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
     def save(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Write the manifest to ``path`` (through :func:`dpaudit.io.write_text`: whole or not at all, never
+        through a symlink)."""
+        from dpaudit.io import write_text
+
+        write_text(Path(path), self.json_text())
 
     def reference_secrets(self, n: int, seed: int | None = None) -> list[str]:
         """n candidate secrets drawn uniformly from the space, excluding every canary's secret."""

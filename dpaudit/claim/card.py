@@ -115,8 +115,15 @@ class PrivacyCard:
             **({"extra": self.extra} if self.extra else {}),
         }
 
+    def json_text(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
     def save(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Write the card to ``path`` (through :func:`dpaudit.io.write_text`: whole or not at all, never through a
+        symlink)."""
+        from dpaudit.io import write_text
+
+        write_text(Path(path), self.json_text())
 
 
 def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:

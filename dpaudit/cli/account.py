@@ -144,5 +144,5 @@ def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, u
         events=[SubsampledGaussian(sample_rate, sigma, steps, sampler)], clipping_norm=clipping_norm,
         expected_batch_size=batch_size, dataset_size=dataset_size, method=method)
     c = cardmod.card_from_dict(c.to_dict(), "the card")  # every check a reader applies, before anything is written
-    write_atomic(out, c.save)
+    write_atomic(out, lambda tmp: tmp.write_text(c.json_text()))
     click.echo(f"{out}: claim ε = {epsilon:g} at δ = {delta:g}; check it with `dpaudit account --card {out}`")

@@ -108,11 +108,11 @@ def canaries_new(m, repetitions, seed, template, design, pool, base_model, token
                             train_on=train_on)
     attacks = ",".join(man.plan.evaluation["attacks"])
     if records is None:
-        write_atomic(out, man.save)
+        write_atomic(out, lambda tmp: tmp.write_text(man.json_text()))
         n = None
     else:  # both whole or neither (a full disk after the manifest would leave a manifest without its records)
         save_records, n = planting.records_writer(man)
-        write_atomic_all([(out, man.save), (records, save_records)])
+        write_atomic_all([(out, lambda tmp: tmp.write_text(man.json_text())), (records, save_records)])
     k_pos, k_neg = man.plan.guesses
     if design == "new-token":
         click.echo(f"new-token design: add the {len(man.new_tokens())} new tokens to your model and tokenizer before "

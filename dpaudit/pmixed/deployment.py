@@ -163,7 +163,9 @@ class Deployment:
         g = self.generator(seed)
         ids = [bos_id(self.tokenizer)] + self.tokenizer(prompt, add_special_tokens=False).input_ids
         out = []
-        with open(self.path / TRANSCRIPT, "a") as log:
+        from dpaudit.io import open_append
+
+        with open_append(self.path / TRANSCRIPT, "the deployment's transcript") as log:
             for t in steps:
                 subset = self.sample_subset(g)
                 x = torch.tensor(ids[-self.spec.max_len:], device=self.device)  # the last max_len tokens
@@ -185,5 +187,7 @@ def read_transcript(path: Path) -> list[dict]:
 
 
 def write_spec(folder: Path, spec: PMixedSpec, adapters: list[str]) -> None:
-    (Path(folder) / SPEC).write_text(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "pmixed_deployment",
+    from dpaudit.io import write_text
+
+    write_text(Path(folder) / SPEC, json.dumps({"schema_version": SCHEMA_VERSION, "kind": "pmixed_deployment",
                                                  "spec": spec.to_dict(), "adapters": adapters}, indent=1) + "\n")

@@ -26,7 +26,9 @@ class BudgetExhausted(DpauditError):
 
 @contextmanager
 def _locked(folder: Path):
-    with open(folder / LOCK, "a") as fh:
+    from dpaudit.io import open_append
+
+    with open_append(folder / LOCK, "the deployment's lock") as fh:  # a link planted as the lock is refused
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -35,12 +37,17 @@ def _locked(folder: Path):
 
 
 def _write(path: Path, state: dict) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(json.dumps(state) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    """Through :func:`dpaudit.io.write_atomic` (a fresh temporary file, never a link followed), flushed to disk
+    before the rename."""
+    from dpaudit.io import write_atomic
+
+    def save(tmp: Path) -> None:
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(state) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    write_atomic(path, save)
 
 
 class Ledger:

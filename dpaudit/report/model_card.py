@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
-from dpaudit.io import printable, write_atomic
+from dpaudit.io import printable, refuse_link, write_atomic
 from dpaudit.options import verdict_name
 
 BEGIN, END = "<!-- dpaudit:begin -->", "<!-- dpaudit:end -->"
@@ -58,6 +58,7 @@ def update(card_path: Path, text: str) -> str:
     """The model card at ``card_path`` (or a new one) with ``text`` as its dpaudit section and the tags in its
     front matter; the rest unchanged."""
     old = ""
+    refuse_link(card_path, "the model card")  # a link to a system file would copy its text into the card
     if card_path.exists():
         if not card_path.is_file():
             raise DpauditError(f"{card_path} is not a file; name the model card (README.md) to write")
