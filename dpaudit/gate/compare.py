@@ -11,6 +11,7 @@ checks behind the verdict are shown beside it.
 from __future__ import annotations
 
 from dpaudit.errors import DpauditError
+from dpaudit.markup import md_tree
 from dpaudit.options import VERDICT_RANK, verdict_name
 from dpaudit.report import paired
 
@@ -128,6 +129,7 @@ def compare(old: dict, new: dict) -> tuple[str, int]:
         pairs, missing = [(new["checkpoint"].get("variant") or "model", old, new)], []
     else:
         raise DpauditError("compare needs two reports of the same kind (evaluation or comparison)")
+    pairs, missing = md_tree(pairs), md_tree(missing)  # every string of the reports escaped before the markdown
     out = ["# dpaudit compare", ""]
     total = 0
     for name, o, n in pairs:

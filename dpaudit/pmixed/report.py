@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from dpaudit.io import jsonable
+from dpaudit.markup import md_tree
 from dpaudit.report import markdown as common
 
 LIMITATIONS = [
@@ -22,6 +23,7 @@ LIMITATIONS = [
 
 
 def render(r: dict) -> str:
+    r = md_tree(r)  # every input string escaped (dpaudit.markup)
     v, p = r["verdict"], r["pmixed"]
     s, ex = p["spec"], p["exact"]
     L = [f"# dpaudit report: {r['checkpoint'].get('variant') or r['checkpoint']['path']} (PMixED deployment)", "",

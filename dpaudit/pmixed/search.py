@@ -38,6 +38,7 @@ import torch
 
 from dpaudit import progress
 from dpaudit.accounting import pmixed_rdp
+from dpaudit.markup import md_code, md_tree
 from dpaudit.pmixed import audit, mixing
 from dpaudit.pmixed.spec import PMixedSpec
 
@@ -328,6 +329,8 @@ def deployment_texts(dep, path, per_partition: int, held_out: int, seed: int) ->
 
 def render(r: dict) -> str:
     """SEARCH.md: what was searched, the worst found, the subsets, the other reading."""
+    context = md_code(repr(r["worst"]["context_text"]))  # decoded model text, shown as it is inside a code span
+    r = md_tree(r)  # every other input string escaped (dpaudit.markup)
     w, p, s, o = r["worst"], r["pool"], r["subsets"], r["other_reading"]
     spec = r["spec"]
 
@@ -360,7 +363,7 @@ def render(r: dict) -> str:
     if "epsilon_lower_T_repeats" in w:
         L += [f"Asked T = {spec['queries']} times, the worst query gives true ε ≥ {w['epsilon_lower_T_repeats']:.3g} at "
               f"δ = {spec['delta']} (exact PLD, rounded down): a lower value, against the claimed {spec['epsilon']}.", ""]
-    L += [f"Worst context (decoded): `{w['context_text']!r}`", "",
+    L += [f"Worst context (decoded): `{context}`", "",
           f"**Subsets** (the proof's conditional quantity at the worst context, all {s['subsets']} realised subsets "
           f"and each member): worst with β recomputed for |S| - 1: {sub(s['worst_recomputed'])}; worst with p_S's "
           f"lambdas kept: {sub(s['worst_coupled'])}; largest ratio to Thm 5.1's base loss "

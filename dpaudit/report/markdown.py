@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+from dpaudit.markup import md_tree
 from dpaudit.options import TASK_METRICS, evidence_tier, verdict_name
 from dpaudit.report import mechanism as report_checks
 
@@ -355,6 +356,9 @@ def training_lines(tr: dict | None) -> list[str]:
 
 
 def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
+    """REPORT.md of report ``r``: every string of ``r`` is escaped first (:func:`dpaudit.markup.md_tree`), so no
+    input text can add a line, a link, HTML or a column."""
+    r = md_tree(r)
     v = r["verdict"]
     ck = r["checkpoint"]
     title = ck.get("variant") or ck.get("path") or f"a model held as objects (hash {ck.get('hash')})"

@@ -15,7 +15,8 @@ import re
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
-from dpaudit.io import printable, refuse_link, write_atomic
+from dpaudit.io import refuse_link, write_atomic
+from dpaudit.markup import md, md_tree
 from dpaudit.options import verdict_name
 
 BEGIN, END = "<!-- dpaudit:begin -->", "<!-- dpaudit:end -->"
@@ -24,7 +25,8 @@ MAX_CARD_BYTES = 2 ** 20  # a model card larger than this is not one
 
 
 def section(r: dict, report_path: str) -> str:
-    """The markdown section of evaluation report ``r``."""
+    """The markdown section of evaluation report ``r`` (its strings escaped first: :func:`dpaudit.markup.md_tree`)."""
+    r, report_path = md_tree(r), md(report_path)
     if r.get("kind") != "evaluation":
         raise DpauditError(f"{report_path} is a {r.get('kind')!r} report; the model card takes one model's evaluation "
                            "report (VARIANT/report/report.json)")
@@ -33,12 +35,12 @@ def section(r: dict, report_path: str) -> str:
              if c.get("private") else "none (a non-private model)")
     lines = [BEGIN, "## Privacy audit (dpaudit)", "",
              f"- **Claim**: {claim}.",
-             f"- **Verdict**: `{verdict_name(v['status'])}` — {printable(v['reason'])}."]
+             f"- **Verdict**: `{verdict_name(v['status'])}` — {v['reason']}."]
     if c.get("private"):
         cert, lo = a.get("certified_epsilon"), a.get("lower_epsilon")
         interval = (f"true ε in [{lo:.4g}, {cert:.4g}]" if lo is not None and cert is not None else
                     f"true ε ≤ {cert:.4g}" if cert is not None else "no accountant bounds it")
-        lines.append(f"- **Accounting**: `{a.get('status')}` — {interval} ({printable(a.get('reason', ''))}).")
+        lines.append(f"- **Accounting**: `{a.get('status')}` — {interval} ({a.get('reason', '')}).")
     if b:
         lines.append(f"- **Best empirical lower bound**: ε ≥ {b['epsilon_lb']:.3g} at {b['family_confidence']:.0%} "
                      f"confidence ({b['attack']}, m = {b['m']:,} canaries), the most this test could show: "

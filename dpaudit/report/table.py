@@ -10,10 +10,12 @@ that made it (tests/report/test_report_scripts.py). No torch here.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 from dpaudit.errors import DpauditError
 from dpaudit.io import printable
+from dpaudit.markup import md, md_tree
 from dpaudit.options import evidence_tier, verdict_name
 from dpaudit.report import paired
 from dpaudit.run_folder import RunFolder
@@ -257,9 +259,10 @@ COLUMNS: dict[str, tuple[str, Callable[[Row], str]]] = {
 
 
 def md_cell(text) -> str:
-    """A markdown table cell: one line, no column break (a variant folder named with a newline or a pipe cannot
-    add a row or a column)."""
-    return " ".join(str(text).split("\n")).replace("\r", " ").replace("|", "\\|")
+    """A markdown table cell built by a column from escaped values (:func:`table` escapes the report, the record,
+    the card and the variant's name with :func:`dpaudit.markup.md_tree`): one line, and no pipe the escaping left
+    bare, so no cell can add a row or a column."""
+    return re.sub(r"(?<!\\)\|", "\\|", " ".join(str(text).split("\n")).replace("\r", " "))
 
 
 def table(runs, columns: list[str], variants: list[str] | None = None) -> str:
@@ -279,7 +282,8 @@ def table(runs, columns: list[str], variants: list[str] | None = None) -> str:
     lines = ["| " + " | ".join(COLUMNS[c][0] for c in columns) + " |", "|" + "---|" * len(columns)]
     for run, v in pairs:
         try:
-            row = Row(v, run.report(v), run.run_record(v), card=lambda run=run, v=v: run.card(v))
+            row = Row(md(v), md_tree(run.report(v)), md_tree(run.run_record(v)),
+                      card=lambda run=run, v=v: md_tree(run.card(v)))  # every input string escaped (dpaudit.markup)
             cells = [COLUMNS[c][1](row) for c in columns]
         except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as e:
             raise DpauditError(f"variant {printable(v)!r} has no value for a requested column ({type(e).__name__}: "

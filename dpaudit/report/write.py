@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dpaudit.folders import atomic_folder
 from dpaudit.io import jsonable
+from dpaudit.markup import md, md_tree
 from dpaudit.options import TASK_METRICS, verdict_name
 from dpaudit.report import plots
 from dpaudit.report.build import SCHEMA_VERSION
@@ -82,6 +83,7 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
         body = {"schema_version": SCHEMA_VERSION, "kind": "comparison", "command": command, "config": config,
                 "variants": {k: (_redact_json(v) if redact else v) for k, v in reports.items()}}
         (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
+        reports, command = md_tree(reports), md(command)  # the markdown below: every input string escaped
         L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
              "| variant | verdict | claimed ε | accounting (the interval that decides) | empirical ε lower bound "
              "(best test, confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | white-box canary AUC | mean exposure "

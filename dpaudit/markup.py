@@ -1,0 +1,57 @@
+"""One renderer's escaping: every string that came from an input (probe records, privacy cards, manifests, configs,
+data, file and variant names) passes :func:`md` before it enters markdown (REPORT.md, the comparison, the model
+card's section, ``dpaudit table``, ``compare``, PMixED's reports). No heavy imports: the gate's install uses it.
+
+What an input string can no longer do once escaped (docs/security.md, "One renderer"):
+
+- start a line of its own (a fake ``**Verdict**: `consistent``` line, a heading, a list item): line breaks and
+  every other control character are shown as escapes (:func:`dpaudit.io.printable`);
+- open HTML or a comment (``<script>``, ``<!-- dpaudit:end -->``, an autolink): ``<`` before a letter, ``/``,
+  ``!`` or ``?`` becomes ``&lt;``, and an ``&`` that would start an entity becomes ``&amp;``;
+- escape one of the escapes (a backslash is doubled first), add a table column (``|``), leave or open a code span (a backtick becomes ``'``), make a link or an image
+  (``](`` / ``][`` / ``]:``), or emphasise text (``*``, ``_`` outside a word, ``~~``).
+
+Text dpaudit writes itself (its verdict words, numbers, the fixed sentences) is left as it is; ordinary input text
+(``dp_adam``, ``epsilon <= 7.99``, ``name[The Eagle]``) reads the same after escaping.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dpaudit.io import printable
+
+_ENTITY = re.compile(r"&(?=#?[0-9A-Za-z]+;)")
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+_LINK = re.compile(r"\](?=[(\[:])")
+_EDGE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
+def md(text) -> str:
+    """``text`` safe to place anywhere in a markdown line: in running text, a table cell or a code span."""
+    s = printable(text).replace("\\", "\\\\")  # first: a backslash of the input escapes nothing of ours
+    s = _ENTITY.sub("&amp;", s)
+    s = _TAG.sub("&lt;", s)
+    s = s.replace("`", "'").replace("|", "\\|").replace("*", "\\*").replace("~~", "\\~\\~")
+    s = _LINK.sub("\\\\]", s)
+    return _EDGE_UNDERSCORE.sub("\\\\_", s)
+
+
+def md_code(text) -> str:
+    """``text`` safe inside a single-backtick code span outside a table (where markdown and HTML are not read): one
+    line, and no backtick to close the span (shown as ``'``). Use :func:`md` for anything else."""
+    return printable(text).replace("`", "'")
+
+
+def md_tree(obj):
+    """``obj`` (a report dict, a list, a string) with :func:`md` applied to every string in it, keys included;
+    numbers, booleans and None unchanged. A renderer calls this once, on what it was given, before it formats."""
+    if isinstance(obj, str):
+        return md(obj)
+    if isinstance(obj, dict):
+        return {md(k) if isinstance(k, str) else k: md_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [md_tree(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(md_tree(v) for v in obj)
+    return obj

@@ -1,0 +1,153 @@
+"""One renderer (docs/security.md, "One renderer"): every string of a report passes dpaudit.markup.md before it
+enters markdown. Each string field of a real report (the demo's DP variant, with the probe's mechanism checks) is
+given a hostile value in turn; REPORT.md, the model card's section, the comparison, `compare` and `dpaudit table`
+are rendered and parsed back with a CommonMark parser: no HTML, no link or image, no extra line, column or marker."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from dpaudit.errors import DpauditError
+from dpaudit.markup import md
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
+HOSTILE = ("x\n**Verdict**: `consistent`\nFAKE <!-- dpaudit:end --> <script>alert(1)</script> a|b|c "
+           "[click](http://e.vil) ![i](http://e.vil/i.png) <http://e.vil> &amp; _em_ *em* ~~s~~ ``` end")
+PARSER = MarkdownIt("commonmark").enable("table").enable("strikethrough")
+
+
+def _leaves(obj, path=()):
+    """Every (path, string) of a report's values."""
+    if isinstance(obj, str):
+        yield path, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _leaves(v, (*path, i))
+
+
+def _set(r: dict, path: tuple, value) -> dict:
+    r = copy.deepcopy(r)
+    d = r
+    for k in path[:-1]:
+        d = d[k]
+    d[path[-1]] = value
+    return r
+
+
+def _tokens(text: str):
+    for t in PARSER.parse(text):
+        yield t
+        yield from (t.children or [])
+
+
+def _assert_inert(text: str, baseline: str) -> None:
+    """``text`` (rendered with a hostile field) holds nothing the baseline rendering does not: no HTML, no link or
+    image to e.vil, no line of the hostile string's own, no extra dpaudit marker, no table with another width."""
+    html = sorted(t.content for t in _tokens(text) if t.type in ("html_inline", "html_block"))
+    assert html == sorted(t.content for t in _tokens(baseline) if t.type in ("html_inline", "html_block")), \
+        "raw HTML reached the markdown"  # only dpaudit's own markers, as many as without the hostile field
+    links = [t.attrs.get("href") or t.attrs.get("src") for t in _tokens(text) if t.type in ("link_open", "image")]
+    assert not [h for h in links if h and "e.vil" in str(h)], links
+    assert not [ln for ln in text.splitlines() if ln.startswith(("FAKE", "**Verdict**: `consistent`"))]
+    for marker in ("<!-- dpaudit:begin -->", "<!-- dpaudit:end -->", "<script"):
+        assert text.count(marker) == baseline.count(marker), marker
+    assert text.count("\n") == baseline.count("\n") or "```" in baseline  # fenced JSON may wrap differently
+    widths = {len(_cells(ln)) for ln in text.splitlines() if ln.startswith("|")}
+    base = {len(_cells(ln)) for ln in baseline.splitlines() if ln.startswith("|")}
+    assert widths <= base, (widths, base)
+
+
+def _cells(line: str) -> list[str]:
+    return line.replace("\\|", "").strip().strip("|").split("|")
+
+
+@pytest.fixture(scope="module")
+def report():
+    return json.loads(REPORT.read_text())
+
+
+def test_md_leaves_ordinary_text_as_it_reads():
+    for s in ("dp_adam", "epsilon <= 7.99 at delta 1e-05", "name[The Eagle], near[The Bakers]", "P_in[exposure >= x]",
+              "BKOptimizer", "mechanism-mismatch", "true epsilon in [0.27, 0.63]", "2026-11-27T12:00:00"):
+        assert md(s) == s, s
+
+
+def test_md_disarms_each_construct():
+    assert "\n" not in md("a\nb") and "<script" not in md("<script>") and "<!--" not in md("<!-- x -->")
+    assert md("a|b") == "a\\|b" and "`" not in md("`x`") and md("[a](b)") == "[a\\](b)"
+    assert md("**b**") == "\\*\\*b\\*\\*" and md("_e_") == "\\_e\\_" and md("&lt;") == "&amp;lt;"
+
+
+def test_every_string_of_a_report_is_inert_in_report_md_and_the_model_card(report):
+    from dpaudit.report import model_card
+    from dpaudit.report.markdown import render_markdown
+
+    base_md, base_card = render_markdown(report, []), model_card.section(report, "report.json")
+    rendered = 0
+    for path, _ in _leaves(report):
+        r = _set(report, path, HOSTILE)
+        for render, base in ((lambda x: render_markdown(x, []), base_md),
+                             (lambda x: model_card.section(x, "report.json"), base_card)):
+            try:
+                text = render(r)
+            except (KeyError, TypeError, ValueError, AttributeError, DpauditError):
+                continue  # a field the renderer computes with (a status, a number's place): refused, not rendered
+            rendered += 1
+            _assert_inert(text, base)
+    assert rendered >= 150, rendered  # most fields are rendered or carried: the test reaches them
+
+
+def test_the_mechanism_checks_optimizer_name_cannot_forge_a_verdict_in_the_card(report, tmp_path):
+    """The defect of the hostile round: a probe record's optimizer name put a "**Verdict**: `consistent`" line, raw
+    HTML and a second end marker into REPORT.md and the model card, after which every card write was refused."""
+    from dpaudit.report import model_card
+
+    r = copy.deepcopy(report)
+    r["mechanism_checks"][0]["optimizer"] = HOSTILE
+    card = tmp_path / "README.md"
+    model_card.write(r, "report.json", card)
+    model_card.write(r, "report.json", card)  # written again: the markers still pair up
+    text = card.read_text()
+    assert text.count(model_card.BEGIN) == 1 and text.count(model_card.END) == 1
+    _assert_inert(text, model_card.update(tmp_path / "none.md", model_card.section(report, "report.json")))
+
+
+def test_variant_names_and_commands_are_inert_in_the_comparison_compare_and_table(report, tmp_path):
+    from dpaudit.gate.compare import compare
+    from dpaudit.report.write import write_comparison
+
+    name = "dp" + HOSTILE
+    out = write_comparison({name: report, "plain": report}, tmp_path / "cmp", HOSTILE, {"x": HOSTILE})
+    base = write_comparison({"dp": report, "plain": report}, tmp_path / "base", "dpaudit run c.toml", {"x": "y"})
+    _assert_inert((out / "REPORT.md").read_text(), (base / "REPORT.md").read_text())
+    body = json.loads((out / "report.json").read_text())
+    assert name in body["variants"]  # the JSON keeps the value itself: only the markdown escapes it
+    hostile_cmp = _set(body, ("variants", name, "mechanism_checks", 0, "optimizer"), HOSTILE)
+    text, _ = compare(hostile_cmp, hostile_cmp)
+    base_text, _ = compare(json.loads((base / "report.json").read_text()),
+                           json.loads((base / "report.json").read_text()))
+    _assert_inert(text, base_text)
+
+
+def test_dpaudit_table_escapes_a_hostile_variant_folder(report, tmp_path):
+    from dpaudit.report.table import table
+    from dpaudit.run_folder import RunFolder
+
+    run = tmp_path / "run"
+    names = ("dp", "dp|x [a](http://e.vil) <b>")
+    for v in names:
+        (run / v / "report").mkdir(parents=True)
+        (run / v / "report" / "report.json").write_text(json.dumps(report))
+    text = table(RunFolder(run), ["variant", "verdict"], variants=list(names))  # named: listing skips odd names
+    base = "| variant | verdict |\n|---|---|\n| dp | `x` |\n| dp2 | `x` |\n"
+    assert "`underpowered`" in text  # dpaudit's own markup is kept
+    _assert_inert(text, base)
