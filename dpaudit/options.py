@@ -97,7 +97,10 @@ ACCOUNTING_STATUSES = ("verified", "under-claim", "unverifiable")
 # reaches it) and did not; underpowered: not refuted, but only tested up to a ceiling below the claim;
 # no-power: no bound was possible at all.
 EMPIRICAL_STATUSES = ("violated", "not-refuted", "underpowered", "no-power")
-MECHANISM_CHECKS = ("noise", "sampling", "clipping", "steps", "divisor", "coverage")  # dpaudit/audit/mechanism_checks.py
+PROBE_CHECKS = ("noise", "sampling", "clipping", "steps", "divisor", "coverage")  # dpaudit/audit/mechanism_checks.py
+# every check a report can carry: the probe's, and "records" (the card names probe runs whose records are missing,
+# dpaudit/probe/readback.py)
+MECHANISM_CHECKS = ("records", *PROBE_CHECKS)
 # headline verdicts, from best to worst (dpaudit compare flags a move to a worse one); equal rank = neither is
 # worse. None of them means "proven private": consistent = accounting verified and an audit able to refute
 # the claim did not; underpowered = accounting verified, audit too weak to reach the claim (the empirical check's

@@ -40,11 +40,11 @@ import numpy as np
 from scipy import stats
 
 from dpaudit.audit import sequential
-from dpaudit.options import MECHANISM_CHECKS
+from dpaudit.options import PROBE_CHECKS
 
 ALPHA = 0.001  # false-alarm rate of each statistical check (noise, sampling, clip canaries, divisor)
 STATED_RTOL = 1e-6  # the noise multiplier the optimizer itself holds vs the card's (float round trips only)
-CHECKS = MECHANISM_CHECKS
+CHECKS = PROBE_CHECKS
 PERMUTATIONS = 9999
 SIMULATIONS = 9999  # two-sided Monte Carlo: the smallest p is 2 / 10^4, below the spread test's ALPHA / 4
 SEED = 20261125  # the fixed seed of the permutation and simulation draws (a check is a function of its inputs)

@@ -115,6 +115,12 @@ def judge(card, acct: dict, best: TestRow | None, ceiling: float | None = None, 
     return v
 
 
+def record_claim(card) -> dict | None:
+    """Group privacy's second claim (record level, ``extra.record_level``) of a user-level card, else None."""
+    rl = (card.extra or {}).get("record_level") if card.is_private else None
+    return rl if rl and card.claim.unit == "user" else None
+
+
 def mechanism_failures(mechanism: list | None, noise_checks: list | None) -> list[str]:
     """One line per failed probe check (dpaudit/audit/mechanism_checks.py) and per noise shortfall of a white-box
     record (dpaudit/audit/noise_check.py): each says the run departs from its card."""

@@ -16,7 +16,9 @@ import numpy as np
 from dpaudit.audit import families
 from dpaudit.audit.mechanism import Audited
 from dpaudit.audit.rows import TestRow
+from dpaudit.claim import verdict as verdict_rule
 from dpaudit.claim.reaccount import claim_profile, group_delta, lemma_delta
+from dpaudit.probe import readback
 
 
 @dataclass(frozen=True)
@@ -93,60 +95,12 @@ def per_audit_unit(man, scores: dict) -> dict:
     return {a: np.bincount(owner, weights=sc) / counts for a, sc in scores.items()}
 
 
-def noise_checks(whitebox: list | None, confidence: float) -> list[dict]:
-    """Per white-box canary set that allows it, how much noise its recorded updates carry at most
-    (dpaudit/audit/noise_check.py): a check of the card's sigma beside the verdict, not one of its tests."""
-    from dpaudit.audit import noise_check
-
-    return [{"attack": w["name"], "kind": w["kind"], "coordinates": (w.get("probe") or {}).get("coordinates", "model"),
-             **noise_check.from_sums(w["noise_check"],
-                                                                             w["noise_check"]["noise_multiplier"],
-                                                                             confidence)}
-            for w in whitebox or [] if w.get("noise_check")]
+noise_checks = readback.noise_checks  # from the records alone (dpaudit/probe/readback.py): the gate re-derives them
+mechanism_checks = readback.mechanism_checks
+card_view = readback.card_view
 
 
-def mechanism_checks(whitebox: list | None, card) -> list[dict]:
-    """The run-time checks of the probe's readings against the card (dpaudit/audit/mechanism_checks.py): one
-    entry per optimizer watched, read from its first orthonormal canary set (the others watched the same steps)."""
-    from dpaudit.audit import mechanism_checks as mc
-    from dpaudit.audit import noise_check
-
-    watched = [w for w in whitebox or [] if w.get("readings") is not None]
-    if not watched:
-        return []
-    w = next((w for w in watched if w["kind"] in noise_check.KINDS), watched[0])
-    r = w["readings"]
-    if w["kind"] not in noise_check.KINDS:  # dense canaries overlap: their projections are not independent noise
-        r = mc.Readings(**{**r.__dict__, "heldout_ss": None, "heldout_m": 0})
-    view = card_view(card, float(r.probe.get("sample_rate", 0.0)))
-    return [{"attack": w["name"], "mode": r.probe.get("mode"), "coordinates": r.probe.get("coordinates"),
-             "optimizer": r.probe.get("optimizer"), "world_size": r.probe.get("world_size", 1),
-             "bound_to_card": bool(w.get("bound_to_card")),
-             "false_alarm_each": mc.ALPHA, "checks": mc.run(r, view)}]
-
-
-def card_view(card, probe_rate: float):
-    """What ``card`` says of the mechanism a probe sampling at ``probe_rate`` watched: the events at that rate (the
-    last rated event's rate when none is, so the sampling check names the mismatch)."""
-    from dpaudit.audit.mechanism_checks import CardView
-
-    events = [e.to_dict() for e in card.events]
-    rated = [e for e in events if e.get("sample_rate") is not None]
-    match = [e for e in rated if np.isclose(float(e["sample_rate"]), probe_rate, rtol=1e-6, atol=0)]
-    gauss = {float(e["noise_multiplier"]) for e in match if e.get("type") == "subsampled_gaussian"}
-    only_gauss = match and all(e.get("type") == "subsampled_gaussian" for e in match) and len(gauss) == 1
-    return CardView(sample_rate=float((match or rated)[-1]["sample_rate"]) if rated else None,
-                    noise_multiplier=gauss.pop() if only_gauss else None,
-                    steps=sum(int(e.get("steps", 0)) for e in match) if match else None,
-                    clipping_norm=card.clipping_norm, dataset_size=card.dataset_size,
-                    expected_batch_size=card.expected_batch_size,
-                    sampler="shuffle" if any(e.get("sampler") == "shuffle" for e in (match or rated)) else "poisson")
-
-
-def record_claim(card) -> dict | None:
-    """Group privacy's second claim (record level, ``extra.record_level``) of a user-level card, else None."""
-    rl = (card.extra or {}).get("record_level") if card.is_private else None
-    return rl if rl and card.claim.unit == "user" else None
+record_claim = verdict_rule.record_claim  # group privacy's second claim (dpaudit/claim/verdict.py)
 
 
 def _exposure(man, exposure, card, plan: families.Plan) -> dict:

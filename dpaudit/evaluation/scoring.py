@@ -18,7 +18,7 @@ import numpy as np
 
 from dpaudit import options, progress
 from dpaudit.errors import DpauditError, first_line
-from dpaudit.io import contained
+from dpaudit.probe import readback
 from dpaudit.tokens import model_device, pad_id
 
 
@@ -315,91 +315,4 @@ def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_cana
     return ExposureScores(np.asarray(px_can), np.asarray(px_ref), False)
 
 
-def whitebox(path: Path | None, audited=None, card=None) -> list[dict] | None:
-    """The white-box gradient canary sets a trainer recorded beside the checkpoint (None when there are none):
-    ``gradient_canaries.json`` (audited as ``whitebox_gradient``) and any ``gradient_canaries_<kind>.json``
-    (``whitebox_gradient_<kind>``), each with its ``name``. ``scores`` is the statistic
-    :func:`dpaudit.audit.whitebox_lr.choose` fixes from the record and the card's ``audited`` mechanism (the per-step
-    likelihood ratio when it can, else the sum), named in ``statistic``; the sum stays in ``sum_scores``. With the
-    ``card``, a record another run wrote is refused (:func:`dpaudit.probe.record.check_binding`)."""
-    if path is None:
-        return None
-    first = Path(path) / "gradient_canaries.json"
-    files = ([first] if first.exists() else []) + sorted(Path(path).glob("gradient_canaries_*.json"))
-    out = [{**_read_whitebox(f, audited, card), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
-           for f in files]
-    return out or None
-
-
-def _read_whitebox(f: Path, audited=None, card=None) -> dict:
-    from dpaudit.audit import whitebox_lr
-    from dpaudit.io import read_json
-    from dpaudit.probe import record as probe_record
-
-    d = read_json(f, "gradient canary record", "")
-    if not isinstance(d, dict):
-        raise DpauditError(f"{f}: a gradient canary record is a JSON object; restore the file written with the model")
-    bound = probe_record.check_binding(f, d, card)
-    try:
-        signs, scores = np.asarray(d["signs"], dtype=int), np.asarray(d["scores"], dtype=float)
-    except (KeyError, ValueError, TypeError):
-        raise DpauditError(f"{f}: needs 'signs' (+1/-1) and 'scores' lists of equal length") from None
-    if signs.ndim != 1 or signs.size != scores.size or signs.size < 2:
-        raise DpauditError(f"{f}: 'signs' and 'scores' must be lists of the same length >= 2")
-    if not np.isin(signs, (-1, 1)).all() or len(set(signs.tolist())) < 2:
-        raise DpauditError(f"{f}: 'signs' must be +1 (inserted) or -1 (held out), with both present")
-    if not np.isfinite(scores).all():
-        raise DpauditError(f"{f}: the white-box canary scores must be finite numbers; the run that wrote them "
-                           "diverged or the file is damaged")
-    from dpaudit.options import GRADIENT_CANARY_KINDS
-
-    if d.get("kind") not in GRADIENT_CANARY_KINDS:
-        raise DpauditError(f"{f}: 'kind' must be one of {', '.join(GRADIENT_CANARY_KINDS)}, got {d.get('kind')!r}")
-    d = {**d, "signs": signs, "scores": scores}
-    llr = np.asarray((d.get("online") or {}).get("llr", scores), dtype=float)
-    if llr.shape != scores.shape or not np.isfinite(llr).all():
-        raise DpauditError(f"{f}: 'online.llr' must be one finite number per canary; the file is damaged")
-    if d.get("steps_file"):
-        d["steps_array"] = _read_steps(contained(f.parent, d["steps_file"], f"{f.name}: steps_file"), signs.size,
-                                       scores)
-    from dpaudit.audit.mechanism import NONE
-
-    chosen, stat, params = whitebox_lr.scores(d, audited or NONE)
-    from dpaudit.audit import noise_check
-
-    if noise_check.applies(d, stat):  # what dpaudit/audit/noise_check.py needs of the per-step projections
-        d["noise_check"] = {**noise_check.summarise(d["steps_array"]), "noise_multiplier": params["noise_multiplier"]}
-    elif params.get("online") and d.get("kind") in noise_check.KINDS:  # the sums the probe kept online
-        o = d["online"]
-        d["noise_check"] = {"values": int(o["values"]), "steps": int(o["steps"]), "m": int(signs.size),
-                            "sum_of_squares": float(o["sum_of_squares"]), "noise_multiplier": params["noise_multiplier"]}
-    d["readings"] = probe_record.read(f.parent, d, d.get("steps_array"), signs)  # the probe's, for the checks
-    d.pop("steps_array", None)
-    return {**d, "scores": chosen, "sum_scores": scores, "statistic": stat, "statistic_params": params,
-            "bound_to_card": bound}
-
-
-def _read_steps(f: Path, m: int, sums: np.ndarray) -> np.ndarray:
-    """The (steps, m) per-step projections; they must add up to the recorded sums. The .npy header's shape and
-    dtype are checked against m and the file's size before anything is allocated."""
-    try:
-        with open(f, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, _, dtype = read(fh)
-            offset = fh.tell()
-        need = int(np.prod(shape, dtype=object)) * dtype.itemsize
-        if len(shape) != 2 or shape[1] != m or dtype.kind != "f" or need != f.stat().st_size - offset:
-            raise DpauditError(f"{f}: per-step projections must be a float (steps, {m}) array filling the file, "
-                               f"the header declares {dtype} {shape} ({need:,} bytes) in {f.stat().st_size:,}; "
-                               "the file is damaged or from another run")
-        a = np.load(f, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise DpauditError(f"{f}: cannot read the per-step canary projections ({e}); restore the file or drop "
-                           "'steps_file' from the record") from None
-    if a.ndim != 2 or a.shape[1] != m or not np.isfinite(a).all():
-        raise DpauditError(f"{f}: per-step projections must be a finite (steps, {m}) array, got shape {a.shape}")
-    if not np.allclose(a.astype(np.float64).sum(axis=0), sums, rtol=1e-3, atol=1e-3 * max(1, a.shape[0]) ** 0.5):
-        raise DpauditError(f"{f}: the per-step projections do not add up to the record's scores; the two files "
-                           "come from different runs")
-    return a
+whitebox = readback.whitebox  # the white-box records, read back with no model (dpaudit/probe/readback.py)

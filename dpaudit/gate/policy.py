@@ -18,7 +18,7 @@ Policy TOML (every key optional; unknown keys are errors)::
     no_noise_shortfall = false        # fail when a white-box noise check bounds the noise actually added below the
                                       # card's sigma (dpaudit/audit/noise_check.py; outside the verdict's family-wise
                                       # correction, so on top of its false-failure rate)
-    mechanism_checks = ["noise", "sampling", "clipping", "steps", "divisor", "coverage"]  # probe checks that must not fail
+    mechanism_checks = ["records", "noise", "sampling", "clipping", "steps", "divisor", "coverage"]  # must not fail
                                       # (dpaudit/audit/mechanism_checks.py; each at its stated false-alarm rate)
     require_mechanism_checks = false  # true: each check named above must also have been run and passed (a report
                                       # without a probe, or with the check not tested, then fails)
@@ -53,7 +53,7 @@ class Policy:
     max_exposure: float | None = None
     allowed_verdicts: tuple = ("consistent", "underpowered")
     no_noise_shortfall: bool = False
-    mechanism_checks: tuple = ("noise", "sampling", "clipping", "steps", "divisor", "coverage")
+    mechanism_checks: tuple = options.MECHANISM_CHECKS  # "records": the card's probe records are in the folder
     require_mechanism_checks: bool = False
 
     def __post_init__(self):
@@ -203,8 +203,8 @@ def mechanism_fails(name: str, r: dict, p: Policy) -> list[str]:
             if c["check"] in p.mechanism_checks and c["status"] == "fail":
                 rate = "deterministic" if not c["false_alarm"] else f"false-alarm rate {c['false_alarm']:.1%}"
                 fails.append(f"{name}: mechanism check '{c['check']}' ({e['attack']}, {rate}): {c['finding']}")
-    if p.require_mechanism_checks:
-        for check in p.mechanism_checks:
+    if p.require_mechanism_checks:  # "records" appears only when it fails: the probe's checks are the ones run
+        for check in [c for c in p.mechanism_checks if c in options.PROBE_CHECKS]:
             got = seen.get(check, [])
             if not got:
                 fails.append(f"{name}: mechanism check '{check}' was not run (no probe record in the checkpoint) but "

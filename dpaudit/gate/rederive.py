@@ -5,8 +5,10 @@ A report's JSON can be edited consistently (claim and accounting rows together, 
 "as planned"); its digests cannot stop someone who rewrites every field. Given the checkpoint, the gate
 re-derives from it: the content hash (the bytes loaded: weights, tokenizer, card, manifest, an adapter's base), the
 claim and mechanism from the privacy card, the accounting check (every accountant, recomputed), the manifest's
-digest against the card's, and the evaluation plan fixed in the manifest against the one the report says it used.
-The attack scores themselves are not recomputed (that is a new evaluation: ``dpaudit evaluate`` then
+digest against the card's, the evaluation plan fixed in the manifest against the one the report says it used, the
+probe's mechanism and noise checks (recomputed from the folder's records, which need no model) and the verdict
+(judged again from those, the accounting and the report's test rows). The attack scores themselves are not
+recomputed (that is a new evaluation: ``dpaudit evaluate`` then
 ``dpaudit compare``); the report says which parts were re-derived. A post-hoc audit (``dpaudit audit identifiers``
 or ``split``: no canaries.json) has its hash, claim and accounting re-derived; its units came from the files whose
 digests it records, which the folder does not hold.
@@ -73,6 +75,8 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
         a, b = got.get(key), acct.get(key)
         if (a != b) if key == "status" else not _close(a, b):
             out.append(f"the report's accounting {key} {a!r} is not the card's re-derived {b!r}")
+    if not posthoc:
+        out += _evidence(report, ck, acct)
     plan = None if posthoc else ck.manifest.plan.evaluation  # a post-hoc audit's plan is its command's
     entry = report.get("audit_plan") or {}
     if plan is not None:
@@ -88,6 +92,57 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
             if departs and entry.get("status") != "off-plan":
                 out.append(f"the report says its evaluation was {entry.get('status')!r} but what it used departs from "
                            "the manifest's plan: it is exploratory (off-plan)")
+    return out
+
+
+def _statuses(entries) -> list:
+    """What decides in a list of mechanism or noise checks: each check's name and status (its finding's wording
+    and the readings' digits are not compared)."""
+    out: list = []
+    for e in entries or []:
+        if isinstance(e, dict) and "checks" in e:
+            out.append(sorted((str(c.get("check")), str(c.get("status"))) for c in e.get("checks") or []))
+        elif isinstance(e, dict):
+            out.append((str(e.get("attack")), str(e.get("status"))))
+    return out
+
+
+def _evidence(report: dict, ck, acct: dict) -> list[str]:
+    """The probe's evidence and the verdict, re-derived: the mechanism and noise checks recomputed from the
+    folder's white-box records (they need no model: dpaudit/probe/readback.py, the functions ``evaluate``
+    calls), then the verdict judged again (:func:`dpaudit.claim.verdict.judge`) from those checks, the
+    re-derived accounting and the report's own test rows (the attack scores are the one part taken from the
+    report: recomputing them is a new evaluation)."""
+    from dpaudit.audit import families
+    from dpaudit.audit.rows import TestRow
+    from dpaudit.claim import verdict as rule
+    from dpaudit.probe import readback
+
+    card = ck.card
+    try:
+        wb = readback.whitebox(ck.whitebox_dir or ck.path, card.audited_mechanism(), card)
+    except DpauditError as e:
+        return [f"the folder's white-box records cannot be read back ({e})"]
+    confidence = float((report.get("family_wise") or {}).get("confidence", 0.95))
+    mech, noise = readback.mechanism_checks(wb, card), readback.noise_checks(wb, confidence)
+    out = []
+    if _statuses(report.get("mechanism_checks")) != _statuses(mech):
+        out.append(f"the report's mechanism checks {_statuses(report.get('mechanism_checks'))} are not the ones "
+                   f"re-derived from the folder's probe records {_statuses(mech)}")
+    if _statuses(report.get("noise_checks")) != _statuses(noise):
+        out.append("the report's noise checks are not the ones re-derived from the folder's white-box records")
+    try:
+        rows = [TestRow.from_dict(d) for d in report.get("empirical") or []]
+    except (KeyError, TypeError, ValueError) as e:
+        return out + [f"the report's test rows cannot be read ({type(e).__name__}: {e})"]
+    primary = "claimed" if card.is_private else "zero"
+    record_best = families.best(rows, "record_claim") if rule.record_claim(card) else None
+    want = rule.judge(card, acct, families.best(rows, primary), families.ceiling(rows, primary), record_best,
+                      families.curve_rejection(rows), report.get("audit_plan"), mechanism=mech, noise_checks=noise)
+    got = (report.get("verdict") or {}).get("status")
+    if got != want["status"]:
+        out.append(f"the report's verdict {got!r} is not the one re-derived from the folder's records, the card's "
+                   f"accounting and the report's own test rows: {want['status']!r} ({want['reason'][:300]})")
     return out
 
 

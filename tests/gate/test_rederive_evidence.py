@@ -1,0 +1,121 @@
+"""`dpaudit check --checkpoint` re-derives the probe's evidence and the verdict (dpaudit/gate/rederive.py): the
+mechanism and noise checks from the folder's records (no model needed), the verdict from them, the re-derived
+accounting and the report's own test rows. Forged reports the gate passed before: a half-noise run's report edited
+to `consistent`, and a folder whose card names its probe run with the records removed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpaudit import accounting, api, checkpoint
+from dpaudit.accounting import SubsampledGaussian
+from dpaudit.canaries.manifest import CanaryPlan, generate
+from dpaudit.claim.card import Claim, PrivacyCard
+from dpaudit.cli import main
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+N, Q, C, SIGMA, T = 400, 0.1, 1.0, 1.0, 40
+SHAPES = {"w": (16, 8), "b": (8,)}
+
+
+def _folder(root: Path, tiny_model_factory, half_noise: bool) -> Path:
+    """A tiny model's checkpoint whose card names the run of a functional probe that watched T steps of a
+    hand-written DP step (the noise halved when ``half_noise``), with the probe's records beside it."""
+    rng = np.random.default_rng(1)
+    B = Q * N
+    probe = api.functional_probe(SHAPES, sample_rate=Q, clipping_norm=C, noise_multiplier=SIGMA,
+                                 expected_batch_size=B, m=100, seed=1, dataset_size=N, on_fail=None)
+    for _ in range(T):
+        b = int(rng.binomial(N, Q))
+        total = {k: np.zeros(s) for k, s in SHAPES.items()}
+        for _ in range(b):
+            g = {k: rng.normal(size=s) for k, s in SHAPES.items()}
+            norm = np.sqrt(sum(float((v ** 2).sum()) for v in g.values()))
+            for k in SHAPES:
+                total[k] += g[k] * min(1.0, C / norm)
+        clipped = probe.add_canaries(total, records=b)
+        std = SIGMA * C / (2 if half_noise else 1)
+        probe.observe({k: (np.asarray(clipped[k]) + rng.normal(0, std, SHAPES[k])) / B for k in SHAPES})
+    event = SubsampledGaussian(Q, SIGMA, T, "poisson")
+    eps = accounting.compute([event], 1e-5, "prv").epsilon
+    card = probe.bind(PrivacyCard(claim=Claim(epsilon=eps, delta=1e-5, accountant="prv"), events=[event],
+                                  clipping_norm=C, expected_batch_size=B, dataset_size=N, method="hand-written"))
+    model, tok = tiny_model_factory()
+    ck = checkpoint.write(root / "ck", model, tok, card, generate(CanaryPlan(m=20, length=4)), {})
+    probe.save(ck)
+    return ck
+
+
+def _evaluate(ck: Path, out: Path) -> dict:
+    assert main(["evaluate", str(ck), "--out", str(out), "--attacks", "loss", "--quiet"]) in (0, 1)
+    return json.loads((out / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory, tiny_model_factory):
+    root = tmp_path_factory.mktemp("honest")
+    ck = _folder(root, tiny_model_factory, half_noise=False)
+    return ck, _evaluate(ck, root / "report"), root / "report" / "report.json"
+
+
+@pytest.fixture(scope="module")
+def half(tmp_path_factory, tiny_model_factory):
+    root = tmp_path_factory.mktemp("half")
+    ck = _folder(root, tiny_model_factory, half_noise=True)
+    return ck, _evaluate(ck, root / "report"), root / "report" / "report.json"
+
+
+def test_an_honest_report_passes_the_rederivation(honest, capsys):
+    ck, r, path = honest
+    assert {c["check"]: c["status"] for c in r["mechanism_checks"][0]["checks"]}["noise"] == "pass"
+    assert r["verdict"]["status"] in ("consistent", "underpowered"), r["verdict"]
+    assert main(["check", str(path), "--checkpoint", str(ck)]) == 0, capsys.readouterr()
+
+
+def test_a_half_noise_report_edited_to_consistent_passes_alone_and_fails_against_its_folder(half, tmp_path, capsys):
+    ck, r, _ = half
+    assert r["verdict"]["status"] == "mechanism-mismatch", r["verdict"]
+    forged = json.loads(json.dumps(r))
+    forged["verdict"] = {**forged["verdict"], "status": "consistent", "reason": "all good"}
+    for e in forged["mechanism_checks"]:
+        for c in e["checks"]:
+            c["status"] = "pass" if c["status"] == "fail" else c["status"]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(forged))
+    assert main(["check", str(path)]) == 0  # the JSON alone is consistent with itself: what --checkpoint is for
+    capsys.readouterr()
+    assert main(["check", str(path), "--checkpoint", str(ck)]) == 1
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert "mechanism checks" in text and "'mechanism-mismatch'" in text, text
+
+
+def test_only_the_verdict_edited_is_caught_too(half, tmp_path, capsys):
+    ck, r, _ = half
+    forged = {**r, "verdict": {**r["verdict"], "status": "underpowered"}}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(forged))
+    assert main(["check", str(path), "--checkpoint", str(ck)]) == 1
+    text = "".join(capsys.readouterr())
+    assert "verdict 'underpowered' is not the one re-derived" in text, text
+
+
+def test_records_removed_from_a_folder_whose_card_names_its_probe_run_fail(honest, tmp_path, capsys):
+    ck, _, _ = honest
+    bare = tmp_path / "bare"
+    shutil.copytree(ck, bare)
+    for f in bare.glob("gradient_canaries*"):
+        f.unlink()
+    r = _evaluate(bare, tmp_path / "report")
+    checks = [c for e in r["mechanism_checks"] for c in e["checks"]]
+    assert [(c["check"], c["status"]) for c in checks] == [("records", "fail")]
+    assert r["verdict"]["status"] == "mechanism-mismatch"
+    assert "REPORT.md" and "records" in (tmp_path / "report" / "REPORT.md").read_text()
+    assert main(["check", str(tmp_path / "report" / "report.json")]) == 1  # the default policy fails it
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "report" / "report.json"), "--checkpoint", str(bare)]) == 1
