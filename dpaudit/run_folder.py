@@ -21,6 +21,7 @@ from pathlib import Path
 from dpaudit.errors import DpauditError
 
 CHECKPOINT, REPORT, TRAIN_STATE = "checkpoint", "report", "train_state"
+MARKER = ".dpaudit-run"  # dpaudit's own mark on a run folder, written before the first variant trains
 
 
 @dataclass(frozen=True)
@@ -43,20 +44,39 @@ class RunFolder:
         return (self.report_dir(variant) / "report.json").is_file()
 
     def holds_a_run(self) -> bool:
-        """Whether the folder holds something ``dpaudit run`` wrote: a comparison, or a variant's checkpoint, report
-        or snapshots (an earlier or interrupted run, which ``run`` may redo or resume)."""
+        """Whether the folder is one ``dpaudit run`` made (an earlier or interrupted run, which ``run`` may redo or
+        resume): it carries dpaudit's marker (:data:`MARKER`, a regular file, not a link), or, for a run made before
+        markers, a whole comparison (report.json of kind "comparison" with a report for each of its variants).
+        A folder that merely looks like a run (a sub-folder named checkpoint/) is not one."""
         from dpaudit.io import read_json
 
+        mark = self.path / MARKER
+        if mark.is_file() and not mark.is_symlink():
+            try:
+                d = read_json(mark, "run marker", "")
+            except DpauditError:
+                d = None
+            if isinstance(d, dict) and d.get("kind") == "dpaudit run":
+                return True
         top = self.path / "report.json"
-        if top.is_file():
+        if top.is_file() and not top.is_symlink():
             try:
                 d = read_json(top, "report", "")
             except DpauditError:
                 d = None
-            if isinstance(d, dict) and d.get("kind") == "comparison":
-                return True
-        return any(p.is_dir() and any((p / sub).is_dir() for sub in (CHECKPOINT, REPORT, TRAIN_STATE))
-                   for p in self.path.iterdir())
+            if isinstance(d, dict) and d.get("kind") == "comparison" and isinstance(d.get("variants"), dict):
+                return bool(d["variants"]) and all(isinstance(v, str) and "/" not in v and self.has_report(v)
+                                                   for v in d["variants"])
+        return False
+
+    def mark(self) -> None:
+        """Write dpaudit's marker (through the one writer) into a folder ``run`` is about to fill."""
+        import json
+
+        from dpaudit.io import write_text
+
+        if not (self.path / MARKER).is_file():
+            write_text(self.path / MARKER, json.dumps({"kind": "dpaudit run", "schema_version": 1}) + "\n")
 
     def variants(self) -> list[str]:
         """The variants with a report, in name order."""

@@ -260,9 +260,10 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
 @click.option("--policy", type=click.Path(path_type=Path),
               help="Policy TOML with a [rules] table. Omitted: the default policy, exactly configs/policy.toml.")
 @click.option("--checkpoint", "ckpt", type=click.Path(path_type=Path), default=None,
-              help="Re-derive the report's checkpoint hash, claim, mechanism, accounting check and evaluation plan "
-                   "from this checkpoint folder instead of trusting the JSON; any difference fails the gate. The "
-                   "attack scores are not recomputed (docs/security.md).")
+              help="Re-derive the report's checkpoint hash, claim, mechanism, accounting check, evaluation plan, the "
+                   "probe's mechanism checks and the verdict from this checkpoint folder instead of trusting the "
+                   "JSON; any difference fails the gate. The attack scores are taken from the report, not "
+                   "recomputed (docs/security.md).")
 def check(report_json, policy, ckpt):
     """CI gate: exit 0 when REPORT_JSON satisfies every policy rule, 1 when one fails, 2 on bad input."""
     from dpaudit.gate import policy as pol
@@ -279,7 +280,8 @@ def check(report_json, policy, ckpt):
     if fails:
         raise SystemExit(1)
     click.echo(f"ok: {printable(report_json)} satisfies the policy"
-               + (f"; its hash, claim, accounting and plan re-derived from {printable(ckpt)} agree" if ckpt else ""))
+               + (f"; its hash, claim, accounting, plan, mechanism checks and verdict re-derived from {printable(ckpt)} "
+                  "agree (the attack scores taken from the report)" if ckpt else ""))
     for line in pol.summaries(r):
         click.echo(f"  {printable(line)}")
     if ckpt is None:

@@ -22,7 +22,7 @@ from dpaudit.io import check_out, printable
 from dpaudit.report import write as report
 from dpaudit.run import config
 from dpaudit.run.outputs import evaluate_folder
-from dpaudit.run_folder import RunFolder
+from dpaudit.run_folder import MARKER, RunFolder
 from dpaudit.tasks import registry
 from dpaudit.trainers import distributed, methods
 from dpaudit.trainers.snapshot import Snapshots
@@ -144,10 +144,14 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
     _preflight(cfg, data, manifest)
     created = ([out] if not out.exists() else []) + make_parents(out)
     out.mkdir(exist_ok=True)
+    marked = not (out / MARKER).exists()
+    RunFolder(out).mark()  # dpaudit's own folder from now on: a later run may redo or resume it
     try:
         return _variants(cfg, out, data, manifest, finished, fps, command, redact, snapshot_every, resume, train_only)
     except BaseException:  # a refusal, a failure or ^C during training: no empty --out left behind (anything
-        remove_if_empty(created)  # written, a finished variant's checkpoint, is kept)
+        if marked and [p.name for p in out.iterdir()] == [MARKER]:  # written, a finished variant's checkpoint,
+            (out / MARKER).unlink()  # is kept, and with it the marker)
+        remove_if_empty(created)
         raise
 
 

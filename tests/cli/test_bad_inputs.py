@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dpaudit.cli import main
+from dpaudit.errors import DpauditError
 from tests.settings import TINY_MODEL, TINY_RUN
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -634,7 +635,44 @@ def test_run_out_holding_other_files_refused_before_training(tmp_path, capsys):
     (out / ".gitkeep").write_text("")
     assert not RunFolder(out).holds_a_run()  # and empty but for a hidden file: accepted (nothing to mix with)
     (out / "dp-eps1" / "checkpoint").mkdir(parents=True)
-    assert RunFolder(out).holds_a_run()
+    (out / "report.json").write_text(json.dumps({"kind": "comparison", "variants": {"dp-eps1": {}}}))
+    assert not RunFolder(out).holds_a_run()  # looks like a run (a checkpoint/ folder, a comparison): it is not one
+    _expect_refused(["run", tmp_path / "cfg.toml", "--out", out, "--quiet"], "holds files and no earlier run",
+                    tmp_path, capsys)
+    RunFolder(out).mark()
+    assert RunFolder(out).holds_a_run()  # dpaudit's marker: its own folder
+
+
+def test_a_killed_runs_folder_is_still_its_own(tmp_path):
+    """A run killed with SIGKILL leaves its marker and a variant folder holding only a hidden partial checkpoint:
+    the next run (or --train-only) accepts it as its own, and the partial of the dead writer is removed."""
+    from dpaudit.run.pipeline import _check_not_foreign
+    from dpaudit.run_folder import MARKER, RunFolder
+
+    out = tmp_path / "out"
+    (out / "dp" / ".checkpoint.partial-abc").mkdir(parents=True)
+    (out / "dp" / ".checkpoint.partial-abc" / ".dpaudit-owner").write_text("999999999")
+    with pytest.raises(DpauditError, match="holds files and no earlier run"):
+        _check_not_foreign(out)
+    RunFolder(out).mark()
+    assert (out / MARKER).is_file()
+    _check_not_foreign(out)
+    from dpaudit.folders import staged_folder
+
+    with staged_folder(out / "dp" / "checkpoint") as stage:
+        (stage / "x").write_text("x")
+    assert sorted(p.name for p in (out / "dp").iterdir()) == ["checkpoint"]
+
+
+def test_a_linked_marker_is_not_dpaudits(tmp_path):
+    from dpaudit.run_folder import MARKER, RunFolder
+
+    out = tmp_path / "out"
+    out.mkdir()
+    real = tmp_path / "m.json"
+    real.write_text(json.dumps({"kind": "dpaudit run", "schema_version": 1}))
+    (out / MARKER).symlink_to(real)
+    assert not RunFolder(out).holds_a_run()
 
 
 def test_the_table_has_at_least_sixty_cases():
@@ -967,6 +1005,7 @@ def boom(*a, **k):
     raise PanicException("called `Option::unwrap()` on a `None` value")
 models.AutoTokenizer.from_pretrained = boom
 from dpaudit.cli import main
+from dpaudit.errors import DpauditError
 sys.exit(main(["canaries", "new", "--m", "20", "--design", "bigram", "--tokenizer", {str(tmp_path)!r},
                "--out", {str(tmp_path / "c.json")!r}]))
 """
