@@ -283,6 +283,8 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, two, as_json):
 
 MAX_STRATEGY_CANARIES = 10 ** 5  # audit strategy: as --strategy search / median
 MAX_STRATEGY_WORK = 10 ** 6  # audit strategy: canaries x simulations (every simulation audits m canaries 4 ways)
+MAX_STRATEGY_DRAWS = 2 * 10 ** 8  # audit strategy: the normals all its simulations draw, 4 x sims x m x T for a
+# subsampled mechanism of T steps (2 x 10^7 take about 2 s on this project's 2-core CPU: about 20 s at the cap)
 
 
 def pld_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
@@ -304,7 +306,8 @@ def pld_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
 @click.option("--sims", default=20, show_default=True, type=click.IntRange(1, 1000),
               help="Simulated audits per strategy (each strategy's median over them decides; about 10 s per "
                    f"simulation of all four strategies at m = 10,000 on a 2-core CPU). --canaries × --sims is at "
-                   f"most {MAX_STRATEGY_WORK:,}.")
+                   f"most {MAX_STRATEGY_WORK:,}, and all simulations draw at most {MAX_STRATEGY_DRAWS:,} normals (4 × sims × m × T "
+                   "for subsampled:Q,SIGMA,T).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed of the simulations.")
 @click.option("--delta", default=1e-5, show_default=True, type=float, help="δ of the claim the audit tests.")
 @click.option("--confidence", default=0.95, show_default=True, type=float, help="Confidence of the audit.")
@@ -324,6 +327,14 @@ def strategy_cmd(spec, m, sims, seed, delta, confidence, as_json):
     try:
         mech = simulated.parse(spec)
         mech.check_size(m)  # refused before the bar is drawn: one line
+        steps = int(mech.params[2]) if mech.kind == "subsampled" else 1
+        draws = len(strategy_plan.CANDIDATES) * sims * m * steps
+        if draws > MAX_STRATEGY_DRAWS:  # the real cost: a subsampled mechanism draws m x T normals per audit
+            raise DpauditError(f"{len(strategy_plan.CANDIDATES)} strategies × --sims {sims:,} × --canaries {m:,} × "
+                               f"{steps:,} steps = {draws:,} simulated draws, more than {MAX_STRATEGY_DRAWS:,} (about "
+                               f"{draws / 1e7:,.0f} s here): pass --sims "
+                               f"{max(1, MAX_STRATEGY_DRAWS // (len(strategy_plan.CANDIDATES) * m * steps))} or fewer, "
+                               "or fewer canaries or steps")
         bar = progress.bar(total=len(strategy_plan.CANDIDATES) * sims, desc="simulated audits", unit="audit",
                            disable=as_json)
         with bar:

@@ -516,6 +516,9 @@ NUMERIC = [
     (["lmo", "search", "--epsilon", "nan", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"], "--epsilon"),
     (["lmo", "search", "--epsilon", "1", "--sample-rate", "0.01", "--steps", "1000000000", "--delta", "1e-5"],
      "steps"),
+    # inside both older caps (m x sims <= 10^6, m x T <= 2 x 10^7 per audit) but about 22 minutes of draws
+    (["audit", "strategy", "--mechanism", "subsampled:0.01,1,2000", "--canaries", "10000", "--sims", "100"],
+     "simulated draws"),
 ]
 
 
