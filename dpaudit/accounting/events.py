@@ -112,7 +112,7 @@ def event_from_dict(d: dict):
     if not isinstance(d, dict) or "type" not in d:
         raise DpauditError("privacy event without a 'type' field; each event needs e.g. "
                            "'type': 'subsampled_gaussian'")
-    cls = EVENT_TYPES.get(d["type"])
+    cls = EVENT_TYPES.get(d["type"]) if isinstance(d["type"], str) else None
     if cls is None:
         raise DpauditError(f"unknown privacy event type {d['type']!r}; known: {', '.join(EVENT_TYPES)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}

@@ -134,7 +134,7 @@ class ProbeCore:
 
         from dpaudit.folders import atomic_folder
         from dpaudit.io import jsonable
-        from dpaudit.probe.record import files
+        from dpaudit.probe.record import files, non_finite
 
         folder = Path(folder)
         if not folder.is_dir():
@@ -143,7 +143,14 @@ class ProbeCore:
             raise DpauditError("the probe saw no optimizer step; attach it before training and save after")
         if self.coverage is not None:
             self.coverage.final(len(self.records))
-        written = files(self.to_dict(), stem)
+        body = self.to_dict()
+        bad = non_finite(body)
+        if bad is not None:  # nothing non-finite is ever saved: evaluate would refuse the record later
+            raise DpauditError(f"the probe's record holds NaN or infinity at {bad}: the run's updates (or the values "
+                               "the probe was given) were not finite, so the run diverged or the loop passed a "
+                               "broken value; nothing was saved: fix the divergence (a lower learning rate, a "
+                               "finite loss) and train again")
+        written = files(body, stem)
         with atomic_folder(folder) as tmp:
             for name, body in written.items():
                 if isinstance(body, bytes):

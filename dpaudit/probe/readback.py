@@ -38,6 +38,7 @@ def _read_whitebox(f: Path, audited=None, card=None) -> dict:
     d = read_json(f, "gradient canary record", "")
     if not isinstance(d, dict):
         raise DpauditError(f"{f}: a gradient canary record is a JSON object; restore the file written with the model")
+    probe_record.check_types(f, d)  # the typed boundary: a wrong type or range is one line, exit 2
     bound = probe_record.check_binding(f, d, card)
     try:
         signs, scores = np.asarray(d["signs"], dtype=int), np.asarray(d["scores"], dtype=float)

@@ -41,6 +41,86 @@ def files(record: dict, stem: str) -> dict:
     return out
 
 
+# The typed boundary of a record (docs/security.md, "Typed records"): every field dpaudit reads, with its type;
+# fields it does not know are kept (a newer writer), a known field of the wrong type is refused in one line.
+_TOP = {"schema_version": "int", "kind": "str", "m": "int", "seed": "int?", "clipping_norm": "num?",
+        "sample_rate": "rate", "signs": "list", "times_sampled": "list", "scores": "list", "score": "str",
+        "steps": "int", "steps_file": "str", "probe": "dict?", "online": "dict?"}
+_PROBE = {"schema_version": "int", "run_id": "str?", "mode": "str", "coordinates": "str?", "optimizer": "str?",
+          "world_size": "int+", "steps": "int", "sample_rate": "rate0", "sampler": "str", "clipping_norm": "num?",
+          "noise_multiplier": "num?", "divisor": "num?", "clip_canaries": "int", "clip_multiple": "num",
+          "clip_entry": "str?", "sum_tolerance": "num", "clip_exact_tolerance": "num", "noise_tensors": "list",
+          "coverage": "dict", "online": "dict", "arrays_file": "str", "dataset_size": "int?"}
+_ONLINE = {"statistic": "str", "sample_rate": "rate0", "noise_multiplier": "num", "steps": "int", "values": "int",
+           "sum_of_squares": "num", "llr": "list"}
+_PROBE_ONLINE = {"alpha": "num", "sigma": "num?", "steps": "int", "statistical": "list"}
+_KINDS = {"int": "an integer >= 0", "int?": "an integer >= 0 or null", "int+": "an integer >= 1",
+          "num": "a finite number", "num?": "a finite number or null", "rate": "a number in (0, 1]",
+          "rate0": "a number in [0, 1]", "str": "a string", "str?": "a string or null", "list": "a list",
+          "dict": "an object", "dict?": "an object or null"}
+
+
+def _fits(v, kind: str) -> bool:
+    import math
+
+    if kind.endswith("?") and v is None:
+        return True
+    base = kind.rstrip("?+")
+    if base == "int":
+        return isinstance(v, int) and not isinstance(v, bool) and v >= (1 if kind == "int+" else 0)
+    if base in ("num", "rate", "rate0"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return False
+        return base == "num" or (0 < v <= 1 if base == "rate" else 0 <= v <= 1)
+    return isinstance(v, {"str": str, "list": list, "dict": dict}[base])
+
+
+def check_types(f, record: dict) -> None:
+    """Refuse (one line, exit 2) a record whose known fields have the wrong type or range: a string where a
+    number is, a list for a rate, null for a step count, a non-finite number."""
+    from dpaudit.errors import DpauditError
+    from dpaudit.io import printable
+
+    tables = [((), record, _TOP)]
+    if isinstance(record.get("probe"), dict):
+        tables.append((("probe",), record["probe"], _PROBE))
+        if isinstance(record["probe"].get("online"), dict):
+            tables.append((("probe", "online"), record["probe"]["online"], _PROBE_ONLINE))
+    if isinstance(record.get("online"), dict):
+        tables.append((("online",), record["online"], _ONLINE))
+    for path, d, table in tables:
+        for key, kind in table.items():
+            if key in d and not _fits(d[key], kind):
+                where = ".".join((*path, key))
+                raise DpauditError(f"{f}: '{where}' must be {_KINDS[kind]}, got {printable(repr(d[key]))[:60]}; the "
+                                   "record is damaged or edited: restore the record written with the model")
+
+
+def non_finite(record: dict, path: str = "") -> str | None:
+    """The first place in a record's JSON part (or its per-step projections) holding NaN or infinity, else None."""
+    import math
+
+    if isinstance(record, dict):
+        for k, v in record.items():
+            if k == "arrays":  # the probe's per-step arrays: NaN there means "no reading" (clip_exact)
+                continue
+            hit = non_finite(v, f"{path}.{k}" if path else str(k))
+            if hit:
+                return hit
+    elif isinstance(record, (list, tuple)):
+        for i, v in enumerate(record):
+            hit = non_finite(v, f"{path}[{i}]")
+            if hit:
+                return hit
+    elif isinstance(record, np.ndarray) and record.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(record))
+        if bad.size:
+            return f"{path}[{np.unravel_index(int(bad[0]), record.shape)}]"
+    elif isinstance(record, (float, np.floating)) and not math.isfinite(float(record)):
+        return path
+    return None
+
+
 def bind(card, run_ids):
     """``card`` (a PrivacyCard) naming ``run_ids`` in ``extra.probe_runs`` (added to those it names already): the
     one place a card is bound to probe runs (``probe.bind``, dpaudit's trainers)."""

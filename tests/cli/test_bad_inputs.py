@@ -311,6 +311,8 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
                                              1e400), [], "non-finite"),
     ("card noise multiplier 1e308", _set("privacy_card.json", ["mechanism", "events", 0, "noise_multiplier"], 1e308),
      [], None),  # finite and legal: not bad input (checked apart below)
+    ("card event type a list", _set("privacy_card.json", ["mechanism", "events", 0, "type"], ["x"]), [],
+     "unknown privacy event type"),  # was exit 3 (unhashable type)
     ("card negative clipping norm", _set("privacy_card.json", ["mechanism", "clipping_norm"], -1), [], "clipping_norm"),
     ("card dataset size zero", _set("privacy_card.json", ["mechanism", "dataset_size"], 0), [], "dataset_size"),
     ("card 10^9 steps", _set("privacy_card.json", ["mechanism", "events", 0, "steps"], 10 ** 9), [], "steps"),
