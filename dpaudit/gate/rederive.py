@@ -50,10 +50,15 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
     else:
         ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"))  # the base it recorded, if outside
     out = []
-    h = ck.hash()
+    from_objects = report["checkpoint"].get("path") is None  # made through the Python API (dpaudit.api.evaluate)
+    h = object_hash(ck) if from_objects else ck.hash()
     if report["checkpoint"].get("hash") != h:
         out.append(f"the report's checkpoint hash {report['checkpoint'].get('hash')} is not {ckpt}'s ({h}): the report "
-                   "was not made from this model")
+                   "was not made from this model"
+                   + ("; it was made from objects (dpaudit.api.evaluate), so the folder's model was loaded and hashed "
+                      "as the API hashed them: save the very model, tokenizer, card, manifest and probe records you "
+                      "evaluated into the folder (save_pretrained, card.save, manifest.save, probe.save)"
+                      if from_objects else ""))
     try:
         if not posthoc:
             checkpoint.check_manifest(ck, off_plan=False)
@@ -93,6 +98,18 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
                 out.append(f"the report says its evaluation was {entry.get('status')!r} but what it used departs from "
                            "the manifest's plan: it is exploratory (off-plan)")
     return out
+
+
+def object_hash(ck) -> str:
+    """The hash ``dpaudit.api.evaluate`` gives a model held as objects, of the model loaded from folder ``ck``
+    (its weights' bytes by parameter name, the card, the manifest) and the folder's white-box records: a report
+    made through the Python API is bound to the folder the model was saved into."""
+    from dpaudit.checkpoint import Checkpoint
+
+    model, tok = ck.load_model()
+    held = Checkpoint(path=None, card=ck.card, manifest=ck.manifest, run={}, objects=(model.eval(), tok),
+                      max_len=ck.max_len, whitebox_dir=ck.whitebox_dir or ck.path)
+    return held.hash()
 
 
 def _statuses(entries) -> list:

@@ -119,3 +119,30 @@ def test_records_removed_from_a_folder_whose_card_names_its_probe_run_fail(hones
     assert main(["check", str(tmp_path / "report" / "report.json")]) == 1  # the default policy fails it
     capsys.readouterr()
     assert main(["check", str(tmp_path / "report" / "report.json"), "--checkpoint", str(bare)]) == 1
+
+
+def test_a_report_made_through_the_python_api_binds_to_the_folder_the_model_was_saved_into(tmp_path,
+                                                                                            tiny_model_factory,
+                                                                                            capsys):
+    """dpaudit.api.evaluate hashes a model held as objects; `check --checkpoint` loads the folder's model and
+    hashes it the same way, so the API's report passes against the folder it was saved into, and fails against
+    another model's folder with a line that says how to bind it."""
+    event = SubsampledGaussian(Q, SIGMA, T, "poisson")
+    card = PrivacyCard(claim=Claim(epsilon=accounting.compute([event], 1e-5, "prv").epsilon, delta=1e-5,
+                                   accountant="prv"), events=[event], clipping_norm=C, expected_batch_size=Q * N,
+                       dataset_size=N, method="external")
+    manifest = generate(CanaryPlan(m=20, length=4))
+    model, tok = tiny_model_factory()
+    r = api.evaluate(model, tok, card, manifest)
+    api.write_report(r, tmp_path / "report")
+    for folder, m in ((tmp_path / "model", model), (tmp_path / "other", tiny_model_factory(seed=1)[0])):
+        folder.mkdir()
+        m.save_pretrained(folder)
+        tok.save_pretrained(folder)
+        card.save(folder / "privacy_card.json")
+        manifest.save(folder / "canaries.json")
+    report = str(tmp_path / "report" / "report.json")
+    assert main(["check", report, "--checkpoint", str(tmp_path / "model")]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    assert main(["check", report, "--checkpoint", str(tmp_path / "other")]) == 1
+    assert "made from objects" in capsys.readouterr().out
