@@ -60,19 +60,60 @@ def rejects(finv, m: int, r: int, v: int, confidence: float = 0.95, k: int = 2) 
     ``finv(y)`` takes an array y of shape (n,) and returns the inverse blow-up of n curves at it (shape (n,)):
     the recursion runs once for all n hypotheses. Returns a boolean array of shape (n,).
     """
-    _check(m, r, v, confidence)
     n = np.asarray(finv(np.zeros(1))).size
+    return _rejects(lambda idx: finv if idx is None else _subset(finv, idx, n), n, m, r, v, confidence, k)
+
+
+def _subset(finv, idx: np.ndarray, n: int) -> Callable:
+    """``finv`` restricted to the curves ``idx`` (by evaluating all n: for a finv that cannot be rebuilt)."""
+    def sub(y):
+        full = np.zeros(n)
+        full[idx] = y
+        return np.asarray(finv(full))[idx]
+
+    return sub
+
+
+def _rejects(finv_for, n: int, m: int, r: int, v: int, confidence: float, k: int = 2,
+             every: int = 16) -> np.ndarray:
+    """:func:`rejects` with the curves still undecided only: ``finv_for(idx)`` is the inverse blow-up of the
+    curves ``idx`` (None: all n). Both sequences only grow (h[i] >= h[i+1], and rr with it), so a curve whose
+    rr + h already exceeds r / m is rejected whatever follows, and one whose h did not move is at a fixed point
+    (rr does not move either, so neither does anything after): every ``every`` steps both are set aside and the
+    recursion goes on with the others, ending when none is left. Equal to running every curve to j = 0
+    (tests/audit/test_bounds_grid.py holds the bounds to the values of the full recursion)."""
+    _check(m, r, v, confidence)
     if r == 0:
         return np.zeros(n, dtype=bool)
     tau = 1.0 - confidence
     thr = tau * r / m
+    limit = r / m + 1e-12
+    out = np.zeros(n, dtype=bool)
+    idx = np.arange(n)
+    finv = finv_for(None)
     rr = np.full(n, thr * v / r)
     h = np.full(n, thr * (r - v) / r)
-    for i in range(v - 1, -1, -1):
-        h_new = np.maximum(h, (k - 1) * np.asarray(finv(rr)))
-        rr = rr + (i / (r - i)) * (h_new - h)
+    moved = np.zeros(n, dtype=bool)
+    for step, i in enumerate(range(v - 1, -1, -1), 1):
+        f = np.asarray(finv(rr))
+        h_new = np.maximum(h, f if k == 2 else (k - 1) * f)
+        d = h_new - h
+        moved |= d != 0
+        rr = rr + (i / (r - i)) * d
         h = h_new
-    return rr + h > r / m + 1e-12
+        if step % every == 0 and i > 0:
+            over = rr + h > limit
+            done = over | ~moved  # rejected for good, or at a fixed point for the last `every` steps
+            if done.any():
+                out[idx[over]] = True
+                keep = ~done
+                idx, rr, h = idx[keep], rr[keep], h[keep]
+                if idx.size == 0:
+                    return out
+                finv = finv_for(idx)
+            moved = np.zeros(idx.size, dtype=bool)
+    out[idx] = rr + h > limit
+    return out
 
 
 # ---- families --------------------------------------------------------------------------------------------
@@ -91,10 +132,16 @@ def gdp_finv(mus) -> Callable:
 def approx_dp_finv(epsilons, delta: float) -> Callable:
     """Inverse blow-up of f_{eps,delta}(x) = max(0, 1 - delta - e^eps x, e^-eps (1 - delta - x))."""
     e = np.exp(np.asarray(epsilons, dtype=float))
+    keep = 1.0 - delta
 
-    def finv(y):
-        y = np.clip(np.asarray(y, dtype=float), 0.0, 1.0)
-        return np.clip(np.maximum((y - delta) / e, 1.0 - delta - e * (1.0 - y)), 0.0, 1.0)
+    def finv(y):  # clip(max((y - delta) / e, 1 - delta - e (1 - y)), 0, 1), the same operations without np.clip
+        y = np.minimum(np.maximum(np.asarray(y, dtype=float), 0.0), 1.0)
+        a = (y - delta) / e
+        b = e * (1.0 - y)
+        np.subtract(keep, b, out=b)
+        np.maximum(a, b, out=a)
+        np.maximum(a, 0.0, out=a)
+        return np.minimum(a, 1.0, out=a)
 
     return finv
 
@@ -123,7 +170,9 @@ def _largest_rejected(grid: np.ndarray, finv_of, m: int, r: int, v: int, confide
     lo, hi, best = 0, len(grid), -1  # the answer's index lies in [best, hi); lo..hi-1 are untested
     while lo < hi:
         idx = np.unique(np.linspace(lo, hi - 1, min(points, hi - lo)).round().astype(int))
-        rej = rejects(finv_of(grid[idx]), m, r, v, confidence)
+        params = grid[idx]
+        rej = _rejects(lambda sub, params=params: finv_of(params if sub is None else params[sub]), idx.size, m, r,
+                       v, confidence)
         if rej.any():
             best = int(idx[rej].max())
         above = idx[~rej & (idx > best)]

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.stats import binom
+from scipy.special import bdtrc, gammaln
 
 
 def p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
@@ -33,13 +33,23 @@ def p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     if v <= 0:
         return 1.0
     q = 1.0 / (1.0 + math.exp(-eps))
-    beta = float(binom.sf(v - 1, r, q))
+    beta = float(bdtrc(v - 1, r, q))  # binom.sf(v - 1, r, q), the ufunc without scipy.stats' dispatch
     if delta <= 0.0:
         return min(1.0, beta)
-    pmf = binom.pmf(np.arange(v - 1, -1, -1), r, q)  # pmf(v-1), pmf(v-2), ..., pmf(0)
-    cumsum = np.cumsum(pmf)
-    alpha = float(np.max(cumsum / np.arange(1, v + 1)))
+    log_choose, j, ranks = _binomial_terms(r, v)
+    pmf = np.exp(log_choose + j * math.log(q) + (r - j) * math.log1p(-q))  # pmf(v-1), ..., pmf(0)
+    alpha = float(np.max(np.cumsum(pmf) / ranks))
     return min(1.0, beta + alpha * delta * 2 * m)
+
+
+@lru_cache(maxsize=64)
+def _binomial_terms(r: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(log C(r, j), j, 1..v) for j = v-1 .. 0: what every p-value of these counts shares, whatever eps."""
+    j = np.arange(v - 1, -1, -1, dtype=float)
+    return gammaln(r + 1.0) - gammaln(j + 1.0) - gammaln(r - j + 1.0), j, np.arange(1, v + 1, dtype=float)
+
+
+PRECISION = 1e-12  # the search stops when the bracket is this narrow (relative to its top): bounds within 1e-9
 
 
 @lru_cache(maxsize=8192)  # a pure function of its counts: simulated audits ask the same (m, r, v) again and again
@@ -47,7 +57,9 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
                         iters: int = 60) -> float:
     """Largest eps the observed (r guesses, v correct) rejects at the given confidence; 0 if none.
 
-    Raises ValueError on impossible counts (v > r, r > m, negative numbers).
+    The p-value grows with eps: the bound is found by doubling, then bisection until the bracket is narrower than
+    :data:`PRECISION` of its top (or ``iters`` halvings). Raises ValueError on impossible counts (v > r, r > m,
+    negative numbers).
     """
     _check_counts(m, r, v)
     if not 0.0 <= delta < 1.0:
@@ -63,6 +75,8 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
         if hi > 1e4:  # cannot happen for finite r; guard against an infinite loop
             return lo
     for _ in range(iters):
+        if hi - lo <= PRECISION * hi:
+            break
         mid = 0.5 * (lo + hi)
         if p_value(m, r, v, mid, delta) < alpha:
             lo = mid

@@ -304,7 +304,7 @@ def pld_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
 @click.option("--canaries", "m", required=True, type=click.IntRange(8, MAX_STRATEGY_CANARIES),
               help="Number of canaries m the audit will have (each inserted with probability 1/2).")
 @click.option("--sims", default=20, show_default=True, type=click.IntRange(1, 1000),
-              help="Simulated audits per strategy (each strategy's median over them decides; about 10 s per "
+              help="Simulated audits per strategy (each strategy's median over them decides; about 1 s per "
                    f"simulation of all four strategies at m = 10,000 on a 2-core CPU). --canaries × --sims is at "
                    f"most {MAX_STRATEGY_WORK:,}, and all simulations draw at most {MAX_STRATEGY_DRAWS:,} normals (4 × sims × m × T "
                    "for subsampled:Q,SIGMA,T).")
@@ -322,7 +322,7 @@ def strategy_cmd(spec, m, sims, seed, delta, confidence, as_json):
     _audit_params(delta, confidence)
     if m * sims > MAX_STRATEGY_WORK:
         raise DpauditError(f"--canaries × --sims is at most {MAX_STRATEGY_WORK:,} (each simulation audits the m "
-                           f"canaries four ways, about 10 s at m = 10,000); {m:,} × {sims:,} = {m * sims:,}: pass "
+                           f"canaries four ways, about 1 s at m = 10,000); {m:,} × {sims:,} = {m * sims:,}: pass "
                            f"--sims {max(1, MAX_STRATEGY_WORK // m)} or fewer")
     try:
         mech = simulated.parse(spec)
@@ -413,7 +413,7 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
 
 
 MAX_SCORES = 10 ** 6  # audit scores, fixed or held-out guesses
-MAX_SEARCHED = 10 ** 5  # audit scores --strategy search / median: hundreds of bounds, each slower as m grows
+MAX_SEARCHED = 10 ** 6  # audit scores --strategy search / median: at 10^6 about 1 s and 65 s here (reports/bench/audit_speed.md)
 MAX_CANARIES = 10 ** 8  # audit one-run: the Steinke bound's cost does not grow with m beyond this
 MAX_GUESSES = 10 ** 6  # audit one-run: the f-DP reading is O(r) per evaluation (about a minute at 10^6 here)
 MAX_PLAN_CANARIES = 10 ** 6  # audit plan: a simulated audit per size (about 20 s at 10^6 on this project's CPU)
