@@ -80,6 +80,14 @@ class PrivacyCard:
     def is_private(self) -> bool:
         return self.claim.epsilon is not None
 
+    @property
+    def intended(self) -> dict | None:
+        """The epsilon the run was meant to spend, where it is known (``extra.intended``: ``{"epsilon", "source"}``,
+        e.g. the target given to Opacus' ``make_private_with_epsilon``): the claim is what ran, this what was
+        planned; the gate fails a run that spent more (docs/verdicts.md)."""
+        x = (self.extra or {}).get("intended")
+        return x if isinstance(x, dict) else None
+
     def audited_mechanism(self):
         """The one subsampled Gaussian (sigma > 0) an audit of this card is about, typed
         (:class:`dpaudit.audit.mechanism.Audited`), or None and why there is none."""
@@ -173,6 +181,11 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
             raise DpauditError(f"{source}: {key} must be a string, got {d.get(key)!r}")
     if not isinstance(d.get("extra", {}), dict):
         raise DpauditError(f"{source}: extra must be an object")
+    intended = d.get("extra", {}).get("intended")
+    if intended is not None and not (isinstance(intended, dict) and finite(intended.get("epsilon"))
+                                     and intended["epsilon"] > 0 and isinstance(intended.get("source", ""), str)):
+        raise DpauditError(f"{source}: extra.intended must be {{\"epsilon\": a finite number > 0, \"source\": a "
+                           f"string}} (the epsilon the run was meant to spend), got {intended!r}")
     return PrivacyCard(
         claim=Claim(epsilon=eps, delta=float(delta), unit=unit, neighbouring=neigh, accountant=acc),
         events=events, clipping_norm=m.get("clipping_norm"), expected_batch_size=m.get("expected_batch_size"),

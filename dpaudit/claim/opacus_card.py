@@ -40,10 +40,12 @@ def sampler_of(data_loader) -> str:
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: float, epsilon: float | None = None,
                      unit: str = "record", method: str = "opacus", trainable: str = "full",
-                     dataset_size: int | None = None) -> PrivacyCard:
+                     dataset_size: int | None = None, intended_epsilon: float | None = None) -> PrivacyCard:
     """The card of what ``privacy_engine`` did. ``data_loader`` is the one ``make_private`` returned (it tells the
     sampler and the dataset size); ``optimizer`` the DPOptimizer it returned (clipping norm). ``epsilon`` None:
-    the engine's accountant's value at ``delta``."""
+    the engine's accountant's value at ``delta``. ``intended_epsilon``: the target the run was meant to spend (the
+    ``target_epsilon`` given to ``make_private_with_epsilon``): recorded as ``extra.intended``, so a run that spent
+    more than intended (a bug that lowered the noise) fails the gate although its card is honest."""
     acc = getattr(privacy_engine, "accountant", None)
     history = list(getattr(acc, "history", None) or [])
     if not history:
@@ -68,6 +70,8 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
         expected_batch_size=q * dataset_size if dataset_size else None, dataset_size=dataset_size,
         method=method, trainable=trainable,
         extra={"source": "opacus PrivacyEngine", "opacus_accountant": source,
+               **({"intended": {"epsilon": float(intended_epsilon),
+                                "source": "card_from_opacus(intended_epsilon=...)"}} if intended_epsilon else {}),
                **({"probe_runs": runs} if (runs := probe_runs(optimizer)) else {})})
     return card_from_dict(card.to_dict(), "the card from the PrivacyEngine")  # the checks a reader applies
 

@@ -129,9 +129,12 @@ def _per_accountant(values: dict, as_json: bool, title: str, symbol: str) -> Non
 @click.option("--batch-size", type=float, help="Expected batch size (checked against q x dataset size).")
 @click.option("--dataset-size", type=int, help="Records (or users) in the training data.")
 @click.option("--method", default="external", show_default=True, help="Training method (recorded).")
+@click.option("--intended-epsilon", type=float, default=None,
+              help="The ε the run was meant to spend (the target you trained for); recorded, and `dpaudit check` "
+                   "fails a run whose claim spent more than it.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="privacy_card.json to write.")
 def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, unit, accountant, clipping_norm,
-             batch_size, dataset_size, method, out):
+             batch_size, dataset_size, method, intended_epsilon, out):
     """Write privacy_card.json for a model trained with a stack that is not Opacus (one DP-SGD phase; for
     several phases use dpaudit.card_from_opacus or write the events list)."""
     from dpaudit.accounting.events import SubsampledGaussian
@@ -142,7 +145,9 @@ def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, u
     c = cardmod.PrivacyCard(
         claim=cardmod.Claim(epsilon=epsilon, delta=delta, unit=unit, neighbouring=neighbouring, accountant=accountant),
         events=[SubsampledGaussian(sample_rate, sigma, steps, sampler)], clipping_norm=clipping_norm,
-        expected_batch_size=batch_size, dataset_size=dataset_size, method=method)
+        expected_batch_size=batch_size, dataset_size=dataset_size, method=method,
+        extra={"intended": {"epsilon": intended_epsilon, "source": "dpaudit card --intended-epsilon"}}
+        if intended_epsilon is not None else {})
     c = cardmod.card_from_dict(c.to_dict(), "the card")  # every check a reader applies, before anything is written
     write_atomic(out, lambda tmp: tmp.write_text(c.json_text()))
     click.echo(f"{out}: claim ε = {epsilon:g} at δ = {delta:g}; check it with `dpaudit account --card {out}`")

@@ -11,6 +11,9 @@ Policy TOML (every key optional; unknown keys are errors)::
     accounting_reference = "certified"  # also require this upper value <= claim: "certified" (smallest sound;
                                       # the accounting check itself), "largest", or an accountant's name
     max_claimed_epsilon = 10.0        # the privacy budget
+    intended_tolerance = 0.01         # fail a run whose claim spent more than the epsilon it was trained for (the
+                                      # card's extra.intended, e.g. make_private_with_epsilon's target) by more than
+                                      # this fraction; a card that does not record it is not checked
     require_claim = true              # a non-private model (no claim) fails
     min_accuracy = 0.5                # task accuracy floor
     max_exposure = 12.0               # no canary's exposure above this many bits
@@ -48,6 +51,7 @@ class Policy:
     accounting_tolerance: float | None = options.ACCOUNTING_TOLERANCE
     accounting_reference: str = "certified"
     max_claimed_epsilon: float | None = 10.0  # the default policy is configs/policy.toml (test_configs.py)
+    intended_tolerance: float | None = 0.01  # the claim may exceed the intended epsilon by this fraction at most
     require_claim: bool = True
     min_accuracy: float | None = None
     max_exposure: float | None = None
@@ -62,7 +66,8 @@ class Policy:
             if f.name in ("no_empirical_above_claim", "require_claim", "no_noise_shortfall",
                           "require_mechanism_checks") and not isinstance(v, bool):
                 raise DpauditError(f"policy rules.{f.name} must be true or false, got {v!r}")
-            if f.name in ("accounting_tolerance", "max_claimed_epsilon", "min_accuracy", "max_exposure") and \
+            if f.name in ("accounting_tolerance", "max_claimed_epsilon", "min_accuracy", "max_exposure",
+                          "intended_tolerance") and \
                     v is not None and (not checks.finite(v) or v < 0):
                 raise DpauditError(f"policy rules.{f.name} must be a finite number >= 0, got {v!r}")
         for key, known in (("allowed_verdicts", options.VERDICTS), ("accounting", options.ACCOUNTING_STATUSES),
@@ -160,6 +165,7 @@ def check(r: dict, p: Policy) -> list[str]:
             fails.append(f"{name}: empirical check '{emp['status']}' is not allowed ({emp['reason']})")
     if p.max_claimed_epsilon is not None and private and claim > p.max_claimed_epsilon:
         fails.append(f"{name}: claimed epsilon {claim:.3f} is above the budget {p.max_claimed_epsilon}")
+    fails += _intended(name, r, claim, p)
     if p.min_accuracy is not None:
         acc = (r.get("metrics") or {}).get("accuracy")
         if acc is None:
@@ -270,6 +276,29 @@ def summary(r: dict) -> str:
 
 def summaries(r: dict) -> list[str]:
     return [summary(v) for v in r["variants"].values()] if r["kind"] == "comparison" else [summary(r)]
+
+
+def overspend(r: dict) -> dict | None:
+    """Intended vs achieved: the epsilon the run was meant to spend (the card's ``extra.intended``, in the report's
+    claim) beside the one its card claims for what ran, and their ratio; None when the intent is not recorded."""
+    c = r.get("claim") or {}
+    intended = c.get("intended_epsilon")
+    if intended is None or not checks.finite(intended) or not intended > 0:
+        return None
+    spent = number(c.get("epsilon"))
+    spent = float("inf") if spent is None else float(spent)
+    return {"intended": float(intended), "spent": spent, "ratio": spent / float(intended),
+            "source": c.get("intended_source") or "the card"}
+
+
+def _intended(name: str, r: dict, claim, p: Policy) -> list[str]:
+    o = overspend(r)
+    if p.intended_tolerance is None or o is None or not o["spent"] > o["intended"] * (1 + p.intended_tolerance):
+        return []
+    spent = "no finite epsilon" if o["spent"] == float("inf") else f"epsilon {o['spent']:.4g}"
+    return [f"{name}: the run spent {spent}, more than the epsilon {o['intended']:.4g} it was trained for "
+            f"({o['source']}): {o['ratio']:.2f}x the intended budget; the mechanism that ran is not the one planned "
+            "(a smaller noise multiplier, more steps or a higher sample rate than the target's)"]
 
 
 def check_any(r: dict, p: Policy) -> list[str]:

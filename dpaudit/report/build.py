@@ -60,7 +60,9 @@ def claim_section(card) -> dict:
     return {"claim": {"epsilon": card.claim.epsilon, "delta": card.claim.delta, "unit": card.claim.unit,
                       "neighbouring": card.claim.neighbouring, "accountant": card.claim.accountant,
                       "method": card.method, "trainable": card.trainable, "private": card.is_private,
-                      "rng": (card.extra or {}).get("rng")},
+                      "rng": (card.extra or {}).get("rng"),
+                      **({"intended_epsilon": float(card.intended["epsilon"]),
+                          "intended_source": str(card.intended.get("source", ""))} if card.intended else {})},
             "mechanism": card.to_dict()["mechanism"]}
 
 

@@ -43,6 +43,12 @@ def summary_lines(r: dict) -> list[str]:
                  f"neighbours; accountant {c['accountant']}; method {c['method']}, {c['trainable']}).")
     else:
         L.append(f"- Claim: none (a non-private model; method {c['method']}).")
+    if c.get("intended_epsilon") is not None:  # intended vs achieved (the card's extra.intended)
+        spent = c["epsilon"] if c["private"] else math.inf
+        ratio = spent / c["intended_epsilon"]
+        L.append(f"- Intended: ε = {c['intended_epsilon']:.4g} ({c.get('intended_source') or 'the card'}); this run "
+                 + (f"spent {ratio:.2f}× that: **more privacy than intended** (the default gate fails it)."
+                    if ratio > 1.01 else "stays within it."))
     acc = v.get("accounting") or {}
     if a.get("lower_epsilon") is not None or a.get("certified_epsilon") is not None:
         lo = "—" if a.get("lower_epsilon") is None else f"{a['lower_epsilon']:.4g}"
