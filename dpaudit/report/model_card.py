@@ -4,8 +4,10 @@
 
 The section (between ``<!-- dpaudit:begin -->`` and ``<!-- dpaudit:end -->``) states the claim, the verdict, the
 accounting interval that decides, the best empirical bound with its own ceiling, and the mechanism checks; the
-front matter gets the tags ``differential-privacy`` and ``dpaudit``. Writing it again replaces the section (the
-rest of the card is kept byte for byte), so it is idempotent. The section is for readers: ``dpaudit check
+front matter gets the tags ``differential-privacy`` and ``dpaudit`` (read and checked with a YAML parser, so
+``huggingface_hub``'s card loader reads the result: added in place to a block list, in its own indentation, with
+comments and other keys as written; a flow list or a single string is written again by the YAML library). Writing it
+again replaces the section (the body outside it is kept byte for byte), so it is idempotent. The section is for readers: ``dpaudit check
 --checkpoint`` reads nothing from it, and the checkpoint hash does not cover README.md (docs/security.md).
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dpaudit.errors import DpauditError
+from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import refuse_link, write_atomic
 from dpaudit.markup import md, md_tree
 from dpaudit.options import verdict_name
@@ -94,28 +96,49 @@ def _split_front_matter(text: str, where: Path) -> tuple[str, str]:
 
 
 def _with_tags(front: str) -> str:
-    """The front matter with TAGS in its ``tags`` list (a block list added, or items appended to an existing
-    block list); other keys untouched."""
-    lines = front.splitlines()
-    first = next((ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")), None)
-    if first is not None and not re.match(r"""^(?:[^\s#\-'"][^:]*|'[^']*'|"[^"]*"):(?:\s|$)""", first):
+    """The front matter with TAGS in its ``tags`` list, read and checked with a YAML parser: the tags are added
+    in the list's own style and indentation (``tags:\\n  - a`` stays indented; comments and other keys are kept
+    as written) when that text parses back to the same metadata plus the tags, else the metadata is written
+    again by the YAML library (a flow list ``tags: [a, b]``, a single string). A front matter that is not a YAML
+    mapping, or whose ``tags`` is not a list of strings, is refused."""
+    import yaml
+
+    try:
+        meta = yaml.safe_load(front) if front.strip() else {}
+    except yaml.YAMLError as e:
+        raise DpauditError(f"the card's front matter is not valid YAML ({first_line(e, 120)}); fix it first") from None
+    meta = {} if meta is None else meta
+    if not isinstance(meta, dict):
         raise DpauditError("the card's front matter is not a YAML mapping (key: value lines), which Hugging Face reads "
                            "its metadata from; fix the card's front matter first")
-    at = next((i for i, ln in enumerate(lines) if re.match(r"^tags:\s*$", ln)), None)
-    inline = next((i for i, ln in enumerate(lines) if re.match(r"^tags:\s*\S", ln)), None)
-    if inline is not None:
-        raise DpauditError("the card's front matter writes tags on one line (tags: [...]); write them as a block "
-                           "list (tags:\\n- a\\n- b) so dpaudit can add its own")
-    if at is None:
-        lines += ["tags:"] + [f"- {t}" for t in TAGS]
-    else:
-        j = at + 1
-        have = []
-        while j < len(lines) and re.match(r"^\s*- ", lines[j]):
-            have.append(lines[j].split("-", 1)[1].strip())
-            j += 1
-        lines[j:j] = [f"- {t}" for t in TAGS if t not in have]
-    return "---\n" + "\n".join(lines) + "\n---\n"
+    tags = meta.get("tags")
+    tags = [] if tags is None else [tags] if isinstance(tags, str) else tags
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise DpauditError("the card's front matter has 'tags' that are not a list of strings; fix them first")
+    want = {**meta, "tags": tags + [t for t in TAGS if t not in tags]}
+    if want["tags"] == tags and "tags" in meta and isinstance(meta["tags"], list):
+        return "---\n" + front + "---\n"  # nothing to add: the front matter as it was
+    text = _tags_in_place(front, [t for t in TAGS if t not in tags])
+    if text is None or yaml.safe_load(text) != want:
+        text = yaml.safe_dump(want, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    return "---\n" + text + ("" if text.endswith("\n") else "\n") + "---\n"
+
+
+def _tags_in_place(front: str, add: list[str]) -> str | None:
+    """``front`` with ``add`` appended to its block list of tags in the list's own indentation (or a new block
+    list at the end); None when the tags are not a block list this can extend (the caller re-writes the YAML)."""
+    lines = front.splitlines()
+    at = [i for i, ln in enumerate(lines) if re.match(r"^tags:\s*(#.*)?$", ln)]
+    if any(re.match(r"^tags:\s*[^\s#]", ln) for ln in lines):
+        return None  # a flow list or a scalar: written again by the YAML library
+    if not at:
+        return "\n".join(lines + ["tags:"] + [f"- {t}" for t in add]) + "\n"
+    j, indent = at[0] + 1, None
+    while j < len(lines) and (m := re.match(r"^(\s*)- ", lines[j])):
+        indent = m.group(1) if indent is None else indent
+        j += 1
+    lines[j:j] = [f"{indent or ''}- {t}" for t in add]
+    return "\n".join(lines) + "\n"
 
 
 def write(report: dict, report_path: str, card_path: Path) -> Path:

@@ -60,11 +60,12 @@ def test_the_checkpoint_hash_does_not_cover_the_model_card(tmp_path):
 @pytest.mark.parametrize("setup,needle", [
     (lambda d: (d / "README.md").mkdir(), "not a file"),
     (lambda d: (d / "README.md").write_text("<!-- dpaudit:begin -->\nhalf"), "markers"),
-    (lambda d: (d / "README.md").write_text("---\ntags: [a, b]\n---\nx\n"), "block list"),
+    (lambda d: (d / "README.md").write_text("---\ntags: 5\n---\nx\n"), "list of strings"),
+    (lambda d: (d / "README.md").write_text("---\ntags: [a\n---\nx\n"), "not valid YAML"),
     (lambda d: (d / "README.md").write_text("---\nno end\n"), "never closes"),
     (lambda d: (d / "README.md").write_text("---\n- a\n- b\n---\nx\n"), "not a YAML mapping"),
     (lambda d: (d / "README.md").write_text("---\n[a, b]\n---\nx\n"), "not a YAML mapping"),
-], ids=["a folder", "one marker", "inline tags", "unclosed front matter", "a list", "a flow list"])
+], ids=["a folder", "one marker", "tags a number", "broken YAML", "unclosed front matter", "a list", "a flow list"])
 def test_a_card_it_cannot_edit_safely_is_refused_in_one_line(setup, needle, tmp_path, capsys):
     setup(tmp_path)
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
@@ -77,3 +78,39 @@ def test_a_card_it_cannot_edit_safely_is_refused_in_one_line(setup, needle, tmp_
 def test_a_comparison_report_is_not_a_models(tmp_path, capsys):
     assert main(["model-card", str(ROOT / "reports" / "demo" / "report.json"), "--to", str(tmp_path / "R.md")]) == 2
     assert "one model's evaluation report" in capsys.readouterr().err
+
+
+FRONTS = {
+    "indented block list": ("license: mit\ntags:\n  - gpt2\n  - text-generation\nbase_model: gpt2\n", ["gpt2", "text-generation"]),
+    "flush block list": ("tags:\n- gpt2\n", ["gpt2"]),
+    "flow list": ("tags: [gpt2, 'a: b']\nlicense: mit\n", ["gpt2", "a: b"]),
+    "one string": ("tags: gpt2\n", ["gpt2"]),
+    "empty tags": ("tags:\nlicense: mit\n", []),
+    "no tags, a comment": ("# my card\nlicense: mit  # the licence\n", []),
+    "nested metadata": ("model-index:\n- name: m\n  results: []\ntags:\n    - x\n", ["x"]),
+    "no front matter": (None, []),
+}
+
+
+@pytest.mark.parametrize("name", FRONTS)
+def test_the_front_matter_parses_with_the_hubs_loader_in_every_list_style(name, tmp_path):
+    """The card dpaudit writes parses with huggingface_hub's ModelCard (its metadata loader), keeps every other key
+    and the user's tags first, and writing again changes nothing (issue wave 5 · 4/5, item 5)."""
+    import yaml
+    from huggingface_hub import ModelCard
+
+    front, tags = FRONTS[name]
+    card = tmp_path / "README.md"
+    card.write_text(("" if front is None else f"---\n{front}---\n") + "# My model\n")
+    assert main(["model-card", str(REPORT), "--to", str(card)]) == 0
+    text = card.read_text()
+    data = ModelCard(text).data.to_dict()
+    assert data["tags"] == tags + ["differential-privacy", "dpaudit"], data
+    before = yaml.safe_load(front) if front else {}
+    assert {k: v for k, v in data.items() if k != "tags"} == {k: v for k, v in (before or {}).items() if k != "tags"}
+    if name == "indented block list":
+        assert "  - gpt2\n  - text-generation\n  - differential-privacy\n" in text  # its own indentation
+    if name == "no tags, a comment":
+        assert "# my card" in text and "# the licence" in text  # comments kept where the text can be extended
+    assert main(["model-card", str(REPORT), "--to", str(card)]) == 0
+    assert card.read_text() == text
