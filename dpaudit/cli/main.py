@@ -296,11 +296,13 @@ from dpaudit.cli.lmo import lmo  # noqa: E402
 from dpaudit.cli.pmixed import pmixed  # noqa: E402
 from dpaudit.cli.posthoc import identifiers_cmd, split_cmd  # noqa: E402
 from dpaudit.cli.reports import compare, model_card_cmd, table_cmd  # noqa: E402
+from dpaudit.cli.help import add_epilogs  # noqa: E402
 
 for command in (account, card_cmd, canaries, audit, lmo, pmixed, compare, table_cmd, model_card_cmd):
     cli.add_command(command)
 for command in (identifiers_cmd, split_cmd):  # post-hoc audits of checkpoints without planted canaries
     audit.add_command(command)
+add_epilogs(cli)  # every command's --help ends with an example and its exit codes (dpaudit/cli/help.py)
 
 
 def main(argv=None) -> int:
