@@ -292,11 +292,11 @@ def check(report_json, policy, ckpt):
 from dpaudit.cli.account import account, card_cmd  # noqa: E402
 from dpaudit.cli.audit import audit  # noqa: E402
 from dpaudit.cli.canaries import canaries  # noqa: E402
+from dpaudit.cli.help import add_epilogs  # noqa: E402
 from dpaudit.cli.lmo import lmo  # noqa: E402
 from dpaudit.cli.pmixed import pmixed  # noqa: E402
 from dpaudit.cli.posthoc import identifiers_cmd, split_cmd  # noqa: E402
 from dpaudit.cli.reports import compare, model_card_cmd, table_cmd  # noqa: E402
-from dpaudit.cli.help import add_epilogs  # noqa: E402
 
 for command in (account, card_cmd, canaries, audit, lmo, pmixed, compare, table_cmd, model_card_cmd):
     cli.add_command(command)
