@@ -136,7 +136,7 @@ def _per_accountant(values: dict, as_json: bool, title: str, symbol: str) -> Non
 def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, unit, accountant, clipping_norm,
              batch_size, dataset_size, method, intended_epsilon, out):
     """Write privacy_card.json for a model trained with a stack that is not Opacus (one DP-SGD phase; for
-    several phases use dpaudit.card_from_opacus or write the events list)."""
+    several phases use dpaudit.api.card_from_opacus or write the events list)."""
     from dpaudit.accounting.events import SubsampledGaussian
     from dpaudit.claim import card as cardmod
 

@@ -17,7 +17,8 @@ def canaries():
 
 
 @canaries.command("new")
-@click.option("--m", "m", required=True, type=int, help="Number of canaries; each is inserted or held out by a fair "
+@click.option("--m", "--canaries", "m", required=True, type=int, help="Number of canaries (--canaries, as in "
+              "`dpaudit audit`, is the same option); each is inserted or held out by a fair "
               "coin (about m/2 inserted). The audit's ceiling grows with m: see `dpaudit audit one-run`.")
 @click.option("--repetitions", default=1, show_default=True, type=int,
               help="Copies of each inserted canary in the training data (more copies: easier to detect, but the "

@@ -72,7 +72,8 @@ def assets(convert, wordnet, wordnet_source):
 @cli.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(path_type=Path))
 @click.option("--out", default=None, type=click.Path(path_type=Path),
-              help="Output folder: one sub-folder per variant (checkpoint + report) and a comparison REPORT.md.")
+              help="Output folder (required, except with --dry-run): one sub-folder per variant (checkpoint + "
+                   "report) and a comparison REPORT.md.")
 @click.option("--variant", "variants", multiple=True, metavar="NAME",
               help="Run only this variant of CONFIG (repeatable); the data and canaries are those of the full "
                    "config, so rows from separate runs are comparable. Default: every variant.")

@@ -46,3 +46,10 @@ def test_each_example_uses_only_options_its_command_has(path):
     assert used <= known, sorted(used - known)
     required = {p.opts[0] for p in LEAVES[path].params if isinstance(p, click.Option) and p.required}
     assert required <= used, sorted(required - used)
+
+
+def test_one_option_name_per_concept_the_number_of_canaries(tmp_path):
+    """`--canaries` counts canaries in `audit` and in `canaries new` alike (`--m` kept for existing scripts)."""
+    assert main(["canaries", "new", "--canaries", "20", "--out", str(tmp_path / "a.json")]) == 0
+    assert main(["canaries", "new", "--m", "20", "--out", str(tmp_path / "b.json")]) == 0
+    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
