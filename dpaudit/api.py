@@ -29,7 +29,8 @@ from dpaudit.errors import DpauditError
 from dpaudit.evaluation.options import EvalOptions
 
 __all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "canary_labels", "card_from_opacus", "evaluate", "functional_probe",
-           "insert_canaries", "load_manifest", "new_canaries", "register_attack", "write_records", "write_report"]
+           "insert_canaries", "load_manifest", "new_canaries", "register_accountant", "register_attack", "write_records",
+           "write_report"]
 
 
 def canary_labels(input_ids, tokenizer, manifest: Manifest) -> list[int]:
@@ -140,6 +141,16 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
     ck = Checkpoint(path=None, card=card, manifest=manifest, run={}, objects=(model.eval(), tokenizer),
                     max_len=max_len, whitebox_dir=None if probe is None else Path(probe))
     return evaluate_checkpoint(ck, options)
+
+
+def register_accountant(name: str, accountant):
+    """Add an accountant of your own (:func:`dpaudit.accounting.register_accountant`: ``interval(events, delta,
+    relation, dataset_size) -> (lower | None, upper, detail)``, :class:`dpaudit.accounting.NotApplicable` for what it
+    does not analyse). Its upper value must be sound: the smallest upper value of all accountants certifies a claim.
+    Returns the function that removes it."""
+    from dpaudit import accounting
+
+    return accounting.register_accountant(name, accountant)
 
 
 def write_report(report: dict, out: str | Path, redact: bool = False) -> Path:

@@ -5,7 +5,7 @@
 >>> sorted(r.accountant for r in done)
 ['dpa_rdp', 'pld', 'prv', 'rdp']
 
-Accountants (registry ``ACCOUNTANTS``; adding one is one module and one line). Each answers
+Accountants (registry ``ACCOUNTANTS``; a user's own joins with :func:`register_accountant`). Each answers
 ``interval(events, delta, relation, dataset_size) -> (lower | None, upper, detail)`` for the mechanisms it
 analyses and raises :class:`NotApplicable` for the others:
 
@@ -53,10 +53,42 @@ assert tuple(_BACKENDS) == ACCOUNTANTS, "dpaudit.options.ACCOUNTANTS and the acc
 
 
 OPACUS_ACCOUNTANTS = ("rdp", "prv")  # Opacus' own code: not applicable in dpaudit[audit] (no Opacus)
+_REGISTERED: dict = {}  # name -> an accountant of the user's (register_accountant), after the shipped ones
+
+
+def register_accountant(name: str, accountant) -> Callable[[], None]:
+    """Add an accountant of your own beside the shipped ones: ``accountant`` (an object or module) has
+    ``interval(events, delta, relation, dataset_size) -> (lower | None, upper, detail)`` (``upper`` a sound upper
+    bound on epsilon at ``delta``, ``lower`` a value the true epsilon is at least, or None) and raises
+    :class:`NotApplicable` for mechanisms it does not analyse; ``epsilon(events, delta) -> float`` is optional
+    (:func:`compute`). It then answers in :func:`intervals` (so every claim check, ``dpaudit account --card`` and
+    ``evaluate`` report it, and the largest upper value is the one reported), a card may name it as its
+    ``claim.accountant``, and its answers are computed each time (never read from the disk cache, whose keys hash
+    the shipped modules' code). Returns the function that removes it. docs/architecture.md, "Extension points"."""
+    if not isinstance(name, str) or not name.isidentifier() or name in options.CLAIM_SOURCES or name in _REGISTERED:
+        raise DpauditError(f"accountant name {name!r} is taken or not an identifier; choose a new one")
+    if not callable(getattr(accountant, "interval", None)):
+        raise DpauditError(f"accountant {name!r} needs interval(events, delta, relation, dataset_size) -> "
+                           "(lower | None, upper, detail)")
+    _REGISTERED[name] = accountant
+    _interval.cache_clear()
+
+    def remove() -> None:
+        _REGISTERED.pop(name, None)
+        _interval.cache_clear()
+
+    return remove
+
+
+def accountant_names() -> tuple[str, ...]:
+    """Every accountant that answers: the shipped ones (:data:`ACCOUNTANTS`), then the registered ones."""
+    return ACCOUNTANTS + tuple(_REGISTERED)
 
 
 def _backend(name: str):
-    _check_accountant(name)
+    _check_accountant(name, accountant_names())
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     _require_opacus(name)
     return importlib.import_module(f"dpaudit.accounting.{_BACKENDS[name]}")
 
@@ -71,7 +103,9 @@ def _require_opacus(name: str) -> None:
 
 def epsilon_function(name: str) -> Callable[[list, float], float]:
     """``epsilon(events, delta)``: the accountant's upper value, add/remove neighbours."""
-    fn = _backend(name).epsilon
+    backend = _backend(name)
+    fn = getattr(backend, "epsilon", None) or (lambda events, delta: backend.interval(events, delta, "add_remove",
+                                                                                      None)[1])
     if name not in _events.GRID_ACCOUNTANTS:
         return fn
 
@@ -83,7 +117,8 @@ def epsilon_function(name: str) -> Callable[[list, float], float]:
 
 
 
-__all__ = ["ACCOUNTANTS", "AccountingResult", "GAUSSIAN_ACCOUNTANTS", "NotApplicable", "epsilon_function",
+__all__ = ["ACCOUNTANTS", "AccountingResult", "GAUSSIAN_ACCOUNTANTS", "NotApplicable", "accountant_names",
+           "epsilon_function", "register_accountant",
            "SubsampledGaussian", "SubsampledLaplaceMixture",
            "calibrate_sigma", "calibrate_sigma_after", "compute", "event_from_dict", "interval", "intervals",
            "validate_delta", "validate_mechanism"]
@@ -105,7 +140,8 @@ class AccountingResult:
         return asdict(self)
 
 
-def _check_accountant(name: str, allowed: tuple = ACCOUNTANTS) -> None:
+def _check_accountant(name: str, allowed: tuple | None = None) -> None:
+    allowed = accountant_names() if allowed is None else allowed
     if name not in allowed:
         raise DpauditError(f"unknown accountant {name!r}; choose one of {', '.join(allowed)}")
 
@@ -140,6 +176,9 @@ def _interval(events: tuple, delta: float, accountant: str, relation: str, datas
     ``read_disk`` False (inside :func:`disk_cache.bypassed`): computed here, whatever the disk holds."""
     from dpaudit.accounting import disk_cache
 
+    if accountant in _REGISTERED:  # the user's accountant: computed each time, never cached on disk
+        lo, hi, detail = _REGISTERED[accountant].interval(list(events), delta, relation, dataset_size)
+        return AccountingResult(accountant, float(hi), delta, None if lo is None else float(lo), relation, str(detail))
     _require_opacus(accountant)  # before the cache: dpaudit[audit] never reads a full one's answers for Opacus
     k = disk_cache.key(accountant, _BACKENDS[accountant], events, delta, relation, dataset_size)
     hit = disk_cache.get(k) if read_disk else None
@@ -165,7 +204,7 @@ def intervals(events: list, delta: float, relation: str = "add_remove", dataset_
     registry's."""
     from concurrent.futures import ThreadPoolExecutor
 
-    names = list(accountants or ACCOUNTANTS)
+    names = list(accountants or accountant_names())
 
     def one(name):
         try:

@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dpaudit.accounting import accountant_names
 from dpaudit.accounting.events import event_from_dict
 from dpaudit.checks import finite
 from dpaudit.errors import DpauditError
@@ -156,7 +157,7 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     if neigh not in NEIGHBOURING:
         raise DpauditError(f"{source}: claim.neighbouring must be one of {NEIGHBOURING}, got {neigh!r}")
     acc = c.get("accountant", "prv")
-    if acc not in CLAIM_SOURCES:
+    if acc not in CLAIM_SOURCES and acc not in accountant_names():  # a registered accountant may claim too
         raise DpauditError(f"{source}: claim.accountant {acc!r} unknown; known: {', '.join(CLAIM_SOURCES)}")
     m = _need(d, "mechanism", source, dict)
     raw = m.get("events", [])
