@@ -180,14 +180,23 @@ def manifest_digest(manifest: Manifest) -> str:
     return hashlib.sha256(json.dumps(jsonable(manifest.to_dict()), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def check_manifest(ck: Checkpoint, off_plan: bool) -> None:
+def check_manifest(ck: Checkpoint, off_plan: bool) -> str | None:
     """A checkpoint written by dpaudit's trainers records its manifest's digest in the card: a canaries.json edited
     after training (its evaluation plan, which the one-run analysis relies on being fixed in advance) is refused,
     unless the evaluation is declared exploratory (``--off-plan``)."""
-    want = ck.card.extra.get("manifest_digest") if isinstance(ck.card.extra, dict) else None
-    if want is None or off_plan:
-        return
-    got = manifest_digest(ck.manifest)
+    return check_manifest_digest(ck.card, ck.manifest, off_plan)
+
+
+def check_manifest_digest(card: PrivacyCard, manifest: Manifest, off_plan: bool) -> str | None:
+    """:func:`check_manifest` on a card and a manifest (a PMixED deployment's, which is not a Checkpoint). With
+    ``off_plan`` an edited manifest is allowed and returned as a departure of the plan (the report is then
+    exploratory, never "as planned"); None when the manifest is the card's."""
+    want = card.extra.get("manifest_digest") if isinstance(card.extra, dict) else None
+    if want is None:
+        return None
+    got = manifest_digest(manifest)
+    if got != want and off_plan:
+        return f"canaries.json edited after training (digest {got}, the card records {want})"
     if got != want:
         raise DpauditError(f"canaries.json is not the manifest this model was trained with (digest {got}, the card "
                            f"records {want}): the canaries or evaluation plan fixed before training were edited; "

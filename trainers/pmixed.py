@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dpaudit.accounting.events import PMixedPrediction
 from dpaudit.canaries.manifest import Manifest
+from dpaudit.checkpoint import manifest_digest
 from dpaudit.errors import DpauditError
 from dpaudit.folders import staged_folder
 from dpaudit.io import jsonable
@@ -88,6 +89,7 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path, snapshots=None) -> Pa
                                   # §5.3: "stronger than sample-level" -- a record protected at eps_G itself
                                   "record_level": {"epsilon": spec.epsilon, "delta": spec.delta,
                                                    "source": "PMixED §5.3 (a record is a subset of one partition)"}})
+        card.extra["manifest_digest"] = manifest_digest(manifest)  # canaries.json bound to the card, as a checkpoint's
         card.save(tmp / "privacy_card.json")
         manifest.save(tmp / "canaries.json")
         run = common.run_record(cfg, variant, eng, _Summary(results), data,

@@ -54,6 +54,13 @@ def check(plan: dict, source: str) -> None:
         raise DpauditError(f"{source}: {e}") from None
 
 
+def with_departure(entry: dict, departure: str | None) -> dict:
+    """The report's ``audit_plan`` entry with one more departure (off-plan from now on); unchanged for None."""
+    if not departure:
+        return entry
+    return {**entry, "status": "off-plan", "departures": [*entry.get("departures", []), departure]}
+
+
 def resolve(plan: dict | None, off_plan: bool = False, **given) -> tuple[dict, dict]:
     """(the settings to use, the report's ``audit_plan`` entry). ``given`` holds attacks, rule, confidence and
     n_references as the caller passed them (None = not passed: take the plan's, or the default)."""

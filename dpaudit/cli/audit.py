@@ -100,6 +100,10 @@ def scores_cmd(scores_file, strategy, guesses, splits, seed, threshold, delta, c
     if strategy in ("search", "median") and sc.size > MAX_SEARCHED:
         raise DpauditError(f"--strategy {strategy} takes at most {MAX_SEARCHED:,} canaries (hundreds of f-DP bounds, "
                            f"seconds each at this size); {scores_file} has {sc.size:,}: use fixed or held-out")
+    if strategy == "median" and sc.size * splits > MAX_MEDIAN_WORK:  # the real cost: one held-out audit per split
+        raise DpauditError(f"--strategy median: canaries × --splits is at most {MAX_MEDIAN_WORK:,} (each split is one "
+                           f"held-out audit; 11 splits of 10^6 take about a minute here); {sc.size:,} × {splits} = "
+                           f"{sc.size * splits:,}: pass --splits {max(1, MAX_MEDIAN_WORK // sc.size)} or fewer")
     if threshold is not None and strategy != "two-sample":
         raise DpauditError(f"--threshold is for --strategy two-sample, not {strategy}")
     if strategy == "two-sample":
@@ -413,6 +417,7 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
 
 
 MAX_SCORES = 10 ** 6  # audit scores, fixed or held-out guesses
+MAX_MEDIAN_WORK = 11 * 10 ** 6  # audit scores --strategy median: canaries x splits (the default 11 splits at 10^6)
 MAX_SEARCHED = 10 ** 6  # audit scores --strategy search / median: at 10^6 about 1 s and 65 s here (reports/bench/audit_speed.md)
 MAX_CANARIES = 10 ** 8  # audit one-run: the Steinke bound's cost does not grow with m beyond this
 MAX_GUESSES = 10 ** 6  # audit one-run: the f-DP reading is O(r) per evaluation (about a minute at 10^6 here)

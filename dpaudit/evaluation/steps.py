@@ -93,9 +93,13 @@ def merge(ckpt_dir: Path, part_folders, command: str | None = None) -> dict:
 
 def load(ck: checkpoint.Checkpoint, options: EvalOptions, shard: bool = False) -> Loaded:
     """Step 1 (see :class:`Loaded`); a shard only scores: its accounting and white-box records are the merge's."""
-    checkpoint.check_manifest(ck, options.off_plan)  # the plan fixed before training, or --off-plan
+    edited = checkpoint.check_manifest(ck, options.off_plan)  # the plan fixed before training, or --off-plan
     framing = scoring.framing_of(ck, options.framing)  # its name checked by EvalOptions
     opts = options.resolve(ck.manifest, framing, scoring.framing_source(ck, options.framing))
+    if edited:  # --off-plan on an edited canaries.json: exploratory, whatever the settings
+        from dpaudit.canaries import plan as eval_plan
+
+        opts = dataclasses.replace(opts, plan_entry=eval_plan.with_departure(opts.plan_entry, edited))
     mechanism = ck.card.audited_mechanism()
     whitebox = scoring.whitebox(ck.whitebox_dir or ck.path, mechanism, ck.card)  # a shard checks it too: before scoring
     if shard:

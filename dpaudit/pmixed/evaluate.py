@@ -218,8 +218,10 @@ def evaluate_deployment(path: Path, options: EvalOptions | None = None, command:
     path = Path(path)
     dep = Deployment.load(path, options.device or "auto")
     card, man = load_card(path / "privacy_card.json"), load_manifest(path / "canaries.json")
+    edited = checkpoint.check_manifest_digest(card, man, options.off_plan)  # never reported "as planned"
     _, plan_entry = eval_plan.resolve(man.plan.evaluation, options.off_plan, confidence=options.confidence,
                                       attacks=None, rule=None, n_references=None)
+    plan_entry = eval_plan.with_departure(plan_entry, edited)
     whitebox_queries = options.whitebox_queries
     confidence = plan_entry["used"]["confidence"]
     run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}

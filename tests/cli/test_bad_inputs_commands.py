@@ -166,7 +166,10 @@ def test_canaries_new_on_a_full_disk_leaves_neither_file(fail_on, tmp_path, caps
         real = planting.records_writer
         monkeypatch.setattr(planting, "records_writer", lambda man, column="text": (full, real(man, column)[1]))
     else:
-        monkeypatch.setattr(manifest.Manifest, "save", lambda self, path: full(path))
+        def no_space(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(manifest.Manifest, "json_text", no_space)  # the manifest's write fails
     assert main(["canaries", "new", "--m", "20", "--out", str(tmp_path / "c.json"),
                  "--records", str(tmp_path / "r.jsonl")]) == 2
     assert "nothing partial was kept" in capsys.readouterr().err

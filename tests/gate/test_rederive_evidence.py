@@ -146,3 +146,21 @@ def test_a_report_made_through_the_python_api_binds_to_the_folder_the_model_was_
     capsys.readouterr()
     assert main(["check", report, "--checkpoint", str(tmp_path / "other")]) == 1
     assert "made from objects" in capsys.readouterr().out
+
+
+def test_an_edited_manifest_is_refused_or_exploratory_never_as_planned(honest, tmp_path, capsys):
+    """canaries.json edited after training (here its plan's confidence): refused; with --off-plan evaluated, and
+    the report is off-plan with the edit as a departure even when the settings match the edited plan."""
+    ck, _, _ = honest
+    edited = tmp_path / "ck"
+    shutil.copytree(ck, edited)
+    man = json.loads((edited / "canaries.json").read_text())
+    from dpaudit.canaries import plan as eval_plan
+
+    man["audit_plan"]["evaluation"] = {**eval_plan.DEFAULTS, "attacks": ["loss"], "confidence": 0.5}
+    (edited / "canaries.json").write_text(json.dumps(man))
+    assert main(["evaluate", str(edited), "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    assert "not the manifest this model was trained with" in capsys.readouterr().err
+    assert main(["evaluate", str(edited), "--out", str(tmp_path / "r"), "--quiet", "--off-plan"]) in (0, 1)
+    entry = json.loads((tmp_path / "r" / "report.json").read_text())["audit_plan"]
+    assert entry["status"] == "off-plan" and any("edited after training" in d for d in entry["departures"]), entry

@@ -504,3 +504,25 @@ def test_an_adapter_outside_the_deployment_is_never_loaded(deployment, tmp_path,
     with pytest.raises(DpauditError, match="outside") as e:
         Deployment.load(copy)
     assert "\n" not in str(e.value)
+
+
+def test_an_edited_manifest_is_never_reported_as_planned(deployment, tmp_path, capsys):
+    """The deployment's card binds its canaries.json (manifest_digest), as a checkpoint's does: an evaluation plan
+    edited after training is refused, or evaluated as exploratory with --off-plan (issue wave 5 · 0/5)."""
+    import shutil
+
+    from dpaudit.cli import main
+
+    path, _ = deployment
+    card = json.loads((path / "privacy_card.json").read_text())
+    assert card["extra"]["manifest_digest"]
+    edited = tmp_path / "dep"
+    shutil.copytree(path, edited)
+    man = json.loads((edited / "canaries.json").read_text())
+    man["audit_plan"]["evaluation"]["confidence"] = 0.5  # a weaker test, chosen after the fact
+    (edited / "canaries.json").write_text(json.dumps(man))
+    assert main(["evaluate", str(edited), "--out", str(tmp_path / "r"), "--whitebox-queries", "2", "--quiet"]) == 2
+    assert "not the manifest this model was trained with" in capsys.readouterr().err
+    assert main(["evaluate", str(edited), "--out", str(tmp_path / "r"), "--whitebox-queries", "2", "--quiet",
+                 "--off-plan"]) == 0
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["audit_plan"]["status"] == "off-plan"
