@@ -194,7 +194,10 @@ def check(r: dict, p: Policy) -> list[str]:
                      f"({'; '.join(plan.get('departures', []))}): exploratory, not a gate result; re-evaluate "
                      "without --off-plan")
     if p.allowed_verdicts and r["verdict"]["status"] not in p.allowed_verdicts:
-        fails.append(f"{name}: verdict '{r['verdict']['status']}' is not allowed ({r['verdict']['reason']})")
+        said = [f for f in fails if "mechanism check" in f or "trained for" in f or "departs from the plan" in f]
+        why = ("its causes are the FAIL lines above" if r["verdict"]["status"] == "mechanism-mismatch" and said
+               else r["verdict"]["reason"])  # one FAIL line per failure: a cause already printed is not repeated
+        fails.append(f"{name}: verdict '{r['verdict']['status']}' is not allowed ({why})")
     return fails
 
 

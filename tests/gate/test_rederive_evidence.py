@@ -164,3 +164,14 @@ def test_an_edited_manifest_is_refused_or_exploratory_never_as_planned(honest, t
     assert main(["evaluate", str(edited), "--out", str(tmp_path / "r"), "--quiet", "--off-plan"]) in (0, 1)
     entry = json.loads((tmp_path / "r" / "report.json").read_text())["audit_plan"]
     assert entry["status"] == "off-plan" and any("edited after training" in d for d in entry["departures"]), entry
+
+
+def test_a_failed_gate_says_each_cause_once(half, capsys):
+    """One FAIL line per failure: the verdict's line points at the mechanism checks' lines instead of repeating
+    their findings (issue wave 5 · 4/5)."""
+    _, r, path = half
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    finding = next(c["finding"] for e in r["mechanism_checks"] for c in e["checks"] if c["status"] == "fail")
+    assert out.count(finding[:60]) == 1, out
+    assert any(ln.startswith("FAIL") and "FAIL lines above" in ln for ln in out.splitlines()), out
