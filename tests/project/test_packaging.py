@@ -50,7 +50,7 @@ def test_third_party_imports_are_declared():
     declared = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower().replace("-", "_") for d in deps}
     assets = {ln.split("==")[0].strip().lower().replace("-", "_") for ln in
               (ROOT / "requirements-assets.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")}
-    distribution = {"sklearn": "scikit_learn"}
+    distribution = {"sklearn": "scikit_learn", "yaml": "pyyaml"}
     used = set()
     for folder in ("dpaudit", "trainers", "attacks", "tasks"):
         for f in (ROOT / folder).rglob("*.py"):
