@@ -33,6 +33,7 @@ from typing import Callable
 
 from dpaudit import options
 from dpaudit.accounting import events as _events
+from dpaudit.accounting import registry as _registry
 from dpaudit.accounting.events import (
     MAX_STEPS,  # noqa: F401 - the step cap, re-exported for the trainers
     NotApplicable,
@@ -42,6 +43,7 @@ from dpaudit.accounting.events import (
     validate_delta,
     validate_mechanism,
 )
+from dpaudit.accounting.registry import accountant_names, register_accountant
 from dpaudit.errors import DpauditError
 
 # name -> module of this package with ``epsilon(events, delta) -> float``; imported on first use, so that
@@ -53,42 +55,10 @@ assert tuple(_BACKENDS) == ACCOUNTANTS, "dpaudit.options.ACCOUNTANTS and the acc
 
 
 OPACUS_ACCOUNTANTS = ("rdp", "prv")  # Opacus' own code: not applicable in dpaudit[audit] (no Opacus)
-_REGISTERED: dict = {}  # name -> an accountant of the user's (register_accountant), after the shipped ones
-
-
-def register_accountant(name: str, accountant) -> Callable[[], None]:
-    """Add an accountant of your own beside the shipped ones: ``accountant`` (an object or module) has
-    ``interval(events, delta, relation, dataset_size) -> (lower | None, upper, detail)`` (``upper`` a sound upper
-    bound on epsilon at ``delta``, ``lower`` a value the true epsilon is at least, or None) and raises
-    :class:`NotApplicable` for mechanisms it does not analyse; ``epsilon(events, delta) -> float`` is optional
-    (:func:`compute`). It then answers in :func:`intervals` (so every claim check, ``dpaudit account --card`` and
-    ``evaluate`` report it, and the largest upper value is the one reported), a card may name it as its
-    ``claim.accountant``, and its answers are computed each time (never read from the disk cache, whose keys hash
-    the shipped modules' code). Returns the function that removes it. docs/architecture.md, "Extension points"."""
-    if not isinstance(name, str) or not name.isidentifier() or name in options.CLAIM_SOURCES or name in _REGISTERED:
-        raise DpauditError(f"accountant name {name!r} is taken or not an identifier; choose a new one")
-    if not callable(getattr(accountant, "interval", None)):
-        raise DpauditError(f"accountant {name!r} needs interval(events, delta, relation, dataset_size) -> "
-                           "(lower | None, upper, detail)")
-    _REGISTERED[name] = accountant
-    _interval.cache_clear()
-
-    def remove() -> None:
-        _REGISTERED.pop(name, None)
-        _interval.cache_clear()
-
-    return remove
-
-
-def accountant_names() -> tuple[str, ...]:
-    """Every accountant that answers: the shipped ones (:data:`ACCOUNTANTS`), then the registered ones."""
-    return ACCOUNTANTS + tuple(_REGISTERED)
-
-
 def _backend(name: str):
     _check_accountant(name, accountant_names())
-    if name in _REGISTERED:
-        return _REGISTERED[name]
+    if name in _registry.REGISTERED:
+        return _registry.REGISTERED[name]
     _require_opacus(name)
     return importlib.import_module(f"dpaudit.accounting.{_BACKENDS[name]}")
 
@@ -113,8 +83,6 @@ def epsilon_function(name: str) -> Callable[[list, float], float]:
         _events.grid_guard(name, events)
         return fn(events, delta)
     return guarded
-
-
 
 
 __all__ = ["ACCOUNTANTS", "AccountingResult", "GAUSSIAN_ACCOUNTANTS", "NotApplicable", "accountant_names",
@@ -176,8 +144,8 @@ def _interval(events: tuple, delta: float, accountant: str, relation: str, datas
     ``read_disk`` False (inside :func:`disk_cache.bypassed`): computed here, whatever the disk holds."""
     from dpaudit.accounting import disk_cache
 
-    if accountant in _REGISTERED:  # the user's accountant: computed each time, never cached on disk
-        lo, hi, detail = _REGISTERED[accountant].interval(list(events), delta, relation, dataset_size)
+    if accountant in _registry.REGISTERED:  # the user's accountant: computed each time, never cached on disk
+        lo, hi, detail = _registry.REGISTERED[accountant].interval(list(events), delta, relation, dataset_size)
         return AccountingResult(accountant, float(hi), delta, None if lo is None else float(lo), relation, str(detail))
     _require_opacus(accountant)  # before the cache: dpaudit[audit] never reads a full one's answers for Opacus
     k = disk_cache.key(accountant, _BACKENDS[accountant], events, delta, relation, dataset_size)
@@ -193,6 +161,9 @@ def _interval(events: tuple, delta: float, accountant: str, relation: str, datas
         raise
     disk_cache.put(k, {"lower": lo, "upper": hi, "detail": detail})
     return AccountingResult(accountant, hi, delta, lo, relation, detail)
+
+
+_registry.ON_CHANGE.append(_interval.cache_clear)  # a registered name's answers are never stale
 
 
 def intervals(events: list, delta: float, relation: str = "add_remove", dataset_size: int | None = None,

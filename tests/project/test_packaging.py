@@ -98,7 +98,8 @@ def test_the_checkout_stays_light():
 
 
 def test_the_three_installs_need_only_their_own_dependencies():
-    """`pip install dpaudit` (the CI gate: check, compare, table) brings NumPy, click, tqdm and jsonschema; [audit]
+    """`pip install dpaudit` (the CI gate: check, compare, table, model-card) brings NumPy, click, tqdm, jsonschema
+    and PyYAML (the model card's front matter); [audit]
     adds SciPy and dp_accounting (account, audit); [train] holds both and the training stack
     (tests/cli/test_light_install.py runs each install's commands without the packages of the next)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -107,7 +108,7 @@ def test_the_three_installs_need_only_their_own_dependencies():
         return {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower() for d in deps}
 
     extras = project["optional-dependencies"]
-    assert names(project["dependencies"]) == {"numpy", "click", "tqdm", "jsonschema"}
+    assert names(project["dependencies"]) == {"numpy", "click", "tqdm", "jsonschema", "pyyaml"}
     assert names(extras["audit"]) == {"scipy", "dp-accounting"}
     train = names(extras["train"])
     assert names(extras["audit"]) <= train and {"torch", "transformers", "peft", "opacus", "datasets"} <= train
