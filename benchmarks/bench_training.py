@@ -34,9 +34,11 @@ import time
 from dpaudit.trainers import loss as lossmod
 from dpaudit.trainers import mechanism
 
-MODES = ("none", "hooks", "ghost", "bk", "bk-serial")  # bk: book-keeping clipping, trainers/bk_clipping.py;
-# bk-serial: the same with its noise drawn on one thread by one generator (Opacus' draw, trainers/noise.add_gaussian_
-# below its threshold): the baseline of the block-wise draw, measured in the same invocation
+MODES = ("none", "hooks", "ghost", "bk", "bk-serial", "bk-layerwise")  # bk: book-keeping clipping,
+# trainers/bk_clipping.py; bk-serial: the same with its noise drawn on one thread by one generator (Opacus' draw,
+# trainers/noise.add_gaussian_ below its threshold): the baseline of the block-wise draw; bk-layerwise: the same with
+# its norms and clipped sums computed layer by layer (trainers/bk_layers.GROUP_BYTES = 0): the baseline of the
+# batched layers; each measured in the same invocation
 
 
 def build(name: str):
@@ -64,7 +66,7 @@ def build(name: str):
 
 
 def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied: str = "untie",
-        device: str = "cpu") -> dict:
+        device: str = "cpu", profile: bool = False) -> dict:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -76,6 +78,10 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
         from dpaudit.trainers import noise
 
         noise.PARALLEL_MIN, mode = float("inf"), "bk"
+    if mode == "bk-layerwise":
+        from dpaudit.trainers import bk_layers
+
+        bk_layers.GROUP_BYTES, mode = 0, "bk"
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
@@ -102,12 +108,17 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
         cfg = engine.EngineConfig(target_epsilon=8.0, clipping_norm=0.1, grad_sample_mode=mode)
         model, opt, crit, _ = mechanism.record_level(model, opt, loader, sigma=1.0, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode, seed=cfg.seed)
 
+    rf = torch.profiler.record_function
+
     def step(b):
         x, m, y = (t[b * batch:(b + 1) * batch] for t in (ids, mask, targets))
         opt.zero_grad(set_to_none=True)
-        loss = lossmod.batch_loss(model, x, m, y, crit)
-        loss.backward()
-        opt.step()
+        with rf("step.forward"):
+            loss = lossmod.batch_loss(model, x, m, y, crit)
+        with rf("step.backward"):
+            loss.backward()
+        with rf("step.optimizer"):
+            opt.step()
         if cuda:
             torch.cuda.synchronize(device)
 
@@ -117,6 +128,19 @@ def one(name: str, mode: str, which: str, batch: int, seq: int, steps: int, tied
         t = time.perf_counter()
         step((k + 1) % 4)
         times.append(time.perf_counter() - t)
+    if profile:  # where the time goes: the phases above and book-keeping's own (bk.*), then the busiest kernels
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        with torch.profiler.profile(activities=acts) as prof:
+            for k in range(3):
+                step(k % 4)
+        avg = prof.key_averages()
+        dev = "self_device_time_total" if hasattr(avg[0], "self_device_time_total") else "self_cuda_time_total"
+        print(f"PROFILE {name} {label} {which} batch {batch}: 3 steps, {len(prof.events())} events")
+        for e in sorted(avg, key=lambda e: e.key):
+            if e.key.startswith(("step.", "bk.")):
+                print(f"  phase {e.key:18s} cpu {e.cpu_time_total / 3e3:9.2f} ms/step  device "
+                      f"{getattr(e, 'device_time_total', getattr(e, 'cuda_time_total', 0)) / 3e3:9.2f} ms/step")
+        print(avg.table(sort_by=dev if cuda else "self_cpu_time_total", row_limit=22, max_name_column_width=60))
     peak = (torch.cuda.max_memory_allocated(device) / 2 ** 30 if cuda
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20)
     return {"model": name, "mode": label, "trainable": which, "batch": batch, "seq": seq, "tied": tied,
@@ -130,11 +154,16 @@ def in_process(args, name, mode, which, batch) -> dict:
 
     import torch
 
+    from dpaudit.trainers import bk_layers, noise
+
+    defaults = bk_layers.GROUP_BYTES, noise.PARALLEL_MIN
     try:
-        return one(name, mode, which, batch, args.seq, args.steps, args.tied, args.device)
+        return one(name, mode, which, batch, args.seq, args.steps, args.tied, args.device,
+                   profile=f"{name}:{mode}:{which}" in args.profile.split(","))
     except Exception as e:  # a configuration that fails (out of memory, an unsupported layer) is a row, not a stop
         return {"model": name, "mode": mode, "trainable": which, "batch": batch, "error": f"{type(e).__name__}: {e}"[:160]}
-    finally:
+    finally:  # the baselines' switches back to their defaults for the next configuration
+        bk_layers.GROUP_BYTES, noise.PARALLEL_MIN = defaults
         gc.collect()
         torch.cuda.empty_cache()
 
@@ -143,12 +172,15 @@ def run_child(args, name, mode, which, batch) -> dict:
     if args.device != "cpu":
         return in_process(args, name, mode, which, batch)
     cmd = [sys.executable, __file__, "--one", name, mode, which, str(batch), "--seq", str(args.seq), "--steps", str(args.steps),
-           "--tied", args.tied]
+           "--tied", args.tied, "--profile", args.profile]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         err = (p.stderr.strip().splitlines() or ["?"])[-1]
         return {"model": name, "mode": mode, "trainable": which, "batch": batch, "error": err[:160]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    lines = p.stdout.strip().splitlines()
+    if args.profile:  # the child's profile, then its row
+        print("\n".join(lines[:-1]))
+    return json.loads(lines[-1])
 
 
 def main(argv=None) -> int:
@@ -167,6 +199,10 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu",
                     help="cpu (each configuration in its own process, peak RSS) or cuda[:i] (one process, peak "
                          "allocated device memory; the column is then GPU GB)")
+    ap.add_argument("--profile", default="",
+                    help="comma-separated MODEL:MODE:TRAINABLE (e.g. smollm2-arch:bk:full): after timing, 3 more steps "
+                         "of that configuration under torch.profiler; prints each phase's time and the busiest kernels "
+                         "(with --device cuda, or on the CPU)")
     ap.add_argument("--one", nargs=4, metavar=("MODEL", "MODE", "TRAINABLE", "BATCH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     modes = args.modes.split(",")
@@ -178,7 +214,8 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     if args.one:
         name, mode, which, batch = args.one
-        print(json.dumps(one(name, mode, which, int(batch), args.seq, args.steps, args.tied, args.device)))
+        print(json.dumps(one(name, mode, which, int(batch), args.seq, args.steps, args.tied, args.device,
+                             profile=f"{name}:{mode}:{which}" in args.profile.split(","))))
         return 0
     rows = []
     where = f"{os.cpu_count()} CPUs"

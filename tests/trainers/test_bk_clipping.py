@@ -316,3 +316,57 @@ def test_book_keeping_on_a_large_cpu_model_draws_block_wise_and_keeps_sigma(monk
     opt.pre_step()
     assert calls and float(lin.weight.grad.std()) == pytest.approx(2.0 * 0.5 / 4, rel=0.05)
     assert float(lin.bias.grad.std()) == pytest.approx(2.0 * 0.5 / 4, rel=0.3)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_layers_of_one_shape_batched_equal_layer_by_layer(arch):
+    """trainers/bk_layers.py lays layers of one shape end to end (one kernel per formula for the group): the norms,
+    the clipped sums and the per-parameter norms Opacus' probe reads equal the layer-by-layer computation, with
+    groups cut by a byte cap too; a 3-block model really is grouped (fewer groups than layers)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    from dpaudit.trainers import bk_layers
+
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=16, n_embd=16, n_layer=3, n_head=2,
+                                           tie_word_embeddings=False))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
+                                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False))
+    model.eval()  # no dropout: the three passes see the same function
+    ids = torch.randint(0, 50, (5, 7), generator=torch.Generator().manual_seed(1))
+    got = {}
+    for limit in (0, 1 << 28, 5 * 7 * 16 * 4 * 2):  # layer by layer, the GPU's cap, two layers of width 16 a group
+        bk = bk_clipping.BookKeeping(model, 0.01, group_bytes=limit)
+        logits = bk(ids, position_ids=torch.arange(7).expand(5, 7)).logits  # per-example positions
+        loss = nn.functional.cross_entropy(logits.transpose(1, 2), ids, reduction="none").mean(1)
+        records = list(bk._records.values())
+        bk.clipped_backward(loss)
+        got[limit] = (bk.per_sample_gradient_norms.clone(), [p.grad.clone() for p in bk._params],
+                      [p._norm_sample.clone() for p in bk._params])
+        bk.remove_hooks()
+        for p in model.parameters():
+            p.grad = None
+        n_layers = len(records)
+    assert n_layers >= 3 * (4 if arch == "gpt2" else 9)
+    for limit in (1 << 28, 5 * 7 * 16 * 4 * 2):
+        assert torch.allclose(got[limit][0], got[0][0], rtol=1e-5)
+        for a, b in zip(got[limit][1] + got[limit][2], got[0][1] + got[0][2]):
+            assert a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-9)
+    assert float(got[0][0].min()) > 0.01  # every example clipped
+
+    class R:  # the grouping itself: q and o projections of three blocks (16 -> 16) form one group, or pairs
+        def __init__(self, m):
+            self.module, self.kind, self.a, self.g = m, "linear", torch.zeros(5, 7, 16), torch.zeros(5, 7, 16)
+    lins = [nn.Linear(16, 16, bias=False) for _ in range(6)]
+    assert [g.L for g in bk_layers.groups([R(m) for m in lins], 1 << 28)] == [6]
+    assert [g.L for g in bk_layers.groups([R(m) for m in lins])] == [1] * 6  # the CPU's default: layer by layer
+    assert [g.L for g in bk_layers.groups([R(m) for m in lins], 5 * 7 * 16 * 4 * 2)] == [2, 2, 2]
+    assert [g.L for g in bk_layers.groups([R(m) for m in lins], 0)] == [1] * 6
+    big = R(nn.Linear(16, 16, bias=False))
+    big.a = torch.zeros(bk_layers.LAYER_BYTES // (7 * 16 * 4) + 1, 7, 16)  # over the cap: alone, never copied
+    big.g = torch.zeros_like(big.a)
+    a = big.a
+    found = bk_layers.groups([R(m) for m in lins[:2]] + [big] + [R(m) for m in lins[2:]], 1 << 40)
+    assert [g.L for g in found] == [6, 1] and found[1].a is a
