@@ -21,6 +21,7 @@ class EngineConfig:
     head_lr: float | None = field(default=None, metadata=checks.applies(  # a classifier's new head's own rate
         lambda t, clf: clf and t.trainable != "head", "classifier models fine-tuned beyond their head"))
     weight_decay: float = 0.0
+    optimizer: str = "adam"  # adam (Li et al.'s DP-Adam) | sgd (DP-SGD, no momentum): trainers/optim.py
     clipping_norm: float = 0.1  # Li et al.'s default C
     accountant: str = "prv"
     grad_sample_mode: str = field(default="hooks", metadata=checks.applies(
@@ -59,6 +60,8 @@ class EngineConfig:
             raise DpauditError(f"train.lr must be > 0, got {self.lr}")
         if self.head_lr is not None and not (isinstance(self.head_lr, (int, float)) and self.head_lr > 0):
             raise DpauditError(f"train.head_lr must be > 0 (or left out to use train.lr), got {self.head_lr!r}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise DpauditError(f"train.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
         if not self.clipping_norm > 0:
             raise DpauditError(f"train.clipping_norm must be > 0, got {self.clipping_norm}")
         if self.accountant not in accounting.GAUSSIAN_ACCOUNTANTS:

@@ -1,5 +1,8 @@
 """The base optimizer every method wraps: Adam over the trainable parameters (Li et al. fine-tune with
-DP-Adam; the DP part is the Opacus wrapper of :mod:`.mechanism`, not this)."""
+DP-Adam; the DP part is the Opacus wrapper of :mod:`.mechanism`, not this), or plain SGD (``train.optimizer =
+"sgd"``: DP-SGD, Abadi et al.; no momentum, so every step moves each coordinate by lr times its noisy gradient —
+the linear update the final-weights score reads best, reports/final_weights). The optimizer is post-processing of
+the noisy gradients: it changes no claim."""
 
 from __future__ import annotations
 
@@ -14,18 +17,25 @@ def is_head(name: str) -> bool:
     return name.startswith("classifier.") or ".classifier." in name
 
 
-def adam(model: nn.Module, lr: float, weight_decay: float = 0.0, head_lr: float | None = None):
-    """(trainable parameters, Adam over them); a classifier's head gets ``head_lr`` when it is set."""
+OPTIMIZERS = ("adam", "sgd")
+
+
+def adam(model: nn.Module, lr: float, weight_decay: float = 0.0, head_lr: float | None = None, kind: str = "adam"):
+    """(trainable parameters, Adam — or SGD for ``kind = "sgd"`` — over them); a classifier's head gets ``head_lr``
+    when it is set."""
+    if kind not in OPTIMIZERS:
+        raise DpauditError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
+    make = torch.optim.Adam if kind == "adam" else torch.optim.SGD
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not named:
         raise DpauditError("no trainable parameters; check the trainable-parameter choice")
     params = [p for _, p in named]
     if head_lr is None:
-        return params, torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        return params, make(params, lr=lr, weight_decay=weight_decay)
     head = [p for n, p in named if is_head(n)]
     if not head:
         raise DpauditError("train.head_lr is set but the model has no trainable classifier head; remove head_lr "
                            "or use a classifier model (minilm-l6, tiny-bert)")
     body = [p for n, p in named if not is_head(n)]
     groups = ([{"params": body}] if body else []) + [{"params": head, "lr": head_lr}]
-    return params, torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay)
+    return params, make(groups, lr=lr, weight_decay=weight_decay)

@@ -204,10 +204,11 @@ def _memory(total: int, trainable: int, eng, tc) -> tuple[float, str]:
     b = eng.max_physical_batch_size or eng.batch_size
     per_sample = 4 * trainable * b if eng.private and eng.grad_sample_mode == "hooks" else 0
     ghost = 4 * trainable if eng.private and eng.grad_sample_mode in options.GHOST_MODES else 0
-    gb = (4 * total + 4 * trainable + 8 * trainable + per_sample + ghost) / 2 ** 30
-    how = (f"weights + grads + Adam + per-sample grads of {b} examples (hooks)" if per_sample else
-           f"weights + grads + Adam + one clipped sum ({'book-keeping' if eng.grad_sample_mode == 'bk' else 'ghost'})"
-           if ghost else "weights + grads + Adam")
+    state, opt = (8 * trainable, "Adam") if eng.optimizer == "adam" else (0, "SGD (no state)")
+    gb = (4 * total + 4 * trainable + state + per_sample + ghost) / 2 ** 30
+    how = (f"weights + grads + {opt} + per-sample grads of {b} examples (hooks)" if per_sample else
+           f"weights + grads + {opt} + one clipped sum ({'book-keeping' if eng.grad_sample_mode == 'bk' else 'ghost'})"
+           if ghost else f"weights + grads + {opt}")
     if eng.grad_sample_mode == "ghost_fsdp":  # every tensor above sharded over the torchrun ranks
         import os
 
