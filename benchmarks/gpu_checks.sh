@@ -10,14 +10,7 @@
 set -u
 out=${1:-${OUT:-/tmp/gpu_checks}}
 mkdir -p "$out"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site || exit 2
-fi
-# the installed layout (setup.py maps trainers/, attacks/, tasks/ to dpaudit.*), without installing: a copy
-rm -rf /tmp/dpaudit_pkg && mkdir -p /tmp/dpaudit_pkg && cp -r dpaudit /tmp/dpaudit_pkg/ \
-  && for d in trainers attacks tasks; do cp -r "$d" "/tmp/dpaudit_pkg/dpaudit/$d"; done
-export PYTHONPATH=/tmp/dpaudit_pkg:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+source "$(dirname "$0")/gpu_setup.sh"  # wheels, the installed layout, offline
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers, peft, opacus; print('torch', torch.__version__, 'transformers',
 transformers.__version__, 'peft', peft.__version__, 'opacus', opacus.__version__)"; } 2>&1 | tee "$out/gpu.txt"

@@ -15,13 +15,7 @@ set -u
 out=${1:-${OUT:-/tmp/gpu_checks_wave5}}
 budget=${BUDGET_S:-470}
 mkdir -p "$out"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site || exit 2
-fi
-rm -rf /tmp/dpaudit_pkg && mkdir -p /tmp/dpaudit_pkg && cp -r dpaudit /tmp/dpaudit_pkg/ \
-  && for d in trainers attacks tasks; do cp -r "$d" "/tmp/dpaudit_pkg/dpaudit/$d"; done
-export PYTHONPATH=/tmp/dpaudit_pkg:$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+source "$(dirname "$0")/gpu_setup.sh"  # wheels, the installed layout, offline
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers, opacus; print('torch', torch.__version__, 'transformers',
 transformers.__version__, 'opacus', opacus.__version__)"; } 2>&1 | tee "$out/gpu.txt"
