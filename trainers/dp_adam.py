@@ -46,7 +46,8 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
     model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len, snapshots=snapshots)
     card = common.privacy_card(eng, epsilon=res.epsilon if res.private else None, delta=res.delta, method="dp_adam",
                                trainable=tc.trainable, events=res.events, dataset_size=len(records),
-                               expected_batch_size=min(eng.batch_size, len(records)))
+                               expected_batch_size=min(eng.batch_size, len(records)),
+                               extra=common.intended(eng) if res.private else None)
     run = common.run_record(cfg, variant, eng, res, data, common.trainable_fields(tc),
                             common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, tc, base)

@@ -54,6 +54,15 @@ def privacy_card(eng, *, epsilon: float | None, delta: float, method: str, train
                        extra={**(extra or {}), **(rng_extra(eng) if noised else {})})
 
 
+def intended(eng) -> dict:
+    """The card's record of the epsilon a run calibrated its noise to (``extra.intended``, read by the gate: a run
+    that spent more than it was trained for fails, docs/commands.md). Written by the methods whose claim is the
+    calibrated target itself (dp_adam); not by those whose claim is derived from it (group privacy, composed or
+    converted claims), where a claim above the target is by design."""
+    return {"intended": {"epsilon": float(eng.target_epsilon),
+                         "source": "train.target_epsilon (the noise multiplier calibrated to it)"}}
+
+
 def rng_extra(eng) -> dict:
     """The privacy card's record of where the mechanism's randomness came from (``extra.rng``)."""
     if eng.secure_rng:

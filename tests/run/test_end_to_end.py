@@ -58,10 +58,13 @@ def test_numbers_come_from_the_run(run_dir):
             again = accounting.compute(card.events, card.claim.delta, card.claim.accountant).epsilon
             assert card.claim.epsilon == pytest.approx(again)
             assert card.claim.epsilon <= 0.5 + 1e-9
+            assert card.intended == {"epsilon": 0.5, "source": "train.target_epsilon (the noise multiplier "
+                                     "calibrated to it)"}  # the gate's intended-vs-achieved check reads it
+            assert r["claim"]["intended_epsilon"] == 0.5
             assert {x["accountant"] for x in r["accounting"]["results"]} == {"rdp", "prv", "pld", "dpa_rdp"}
             assert r["verdict"]["status"] == "consistent"
         else:
-            assert r["verdict"]["status"] == "no-claim"
+            assert r["verdict"]["status"] == "no-claim" and card.intended is None
 
 
 def test_nonprivate_leaks_more_than_dp(run_dir):
