@@ -46,11 +46,23 @@ def machine() -> dict:
             "accelerator": gpu}
 
 
+def shown(path) -> str:
+    """A checkpoint's path as the report records it: relative to the working folder when it lies inside it (a
+    committed report names the project's folders, never the machine's), else as given."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return p.relative_to(Path.cwd()).as_posix()
+        except ValueError:
+            pass
+    return str(p)
+
+
 def head(path: Path | None, content_hash: str, variant: str | None, card) -> dict:
     """The report's first entries: schema, kind, date, what was audited, the claim and its mechanism."""
     return {"schema_version": SCHEMA_VERSION, "kind": "evaluation",
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "checkpoint": {"path": None if path is None else str(Path(path)), "hash": content_hash,
+            "checkpoint": {"path": None if path is None else shown(path), "hash": content_hash,
                            "variant": variant},
             **claim_section(card)}
 
