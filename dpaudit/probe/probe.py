@@ -266,7 +266,7 @@ class Probe(ProbeCore):
             ns = getattr(p, "_norm_sample", None)
             return 0 if ns is None else int(ns.shape[0])
         gs = getattr(p, "grad_sample", None)
-        if gs is None:
+        if gs is None or (isinstance(gs, list) and any(g is None for g in gs)):
             return 0
         return sum(int(g.shape[0]) for g in gs) if isinstance(gs, list) else int(gs.shape[0])
 
@@ -278,6 +278,9 @@ class Probe(ProbeCore):
             b.grad = torch.zeros_like(b)
             return
         gs = self.model_params[0].grad_sample
+        if gs is None or (isinstance(gs, list) and any(g is None for g in gs)):
+            return  # no per-sample gradients this step (e.g. a forward outside no_grad after the backward): Opacus'
+            # own step raises its clear "Per sample gradient is not initialized", the probe adds nothing of its own
         rows = [int(g.shape[0]) for g in gs] if isinstance(gs, list) else [int(gs.shape[0])]
         zeros = [torch.zeros(r, b.numel(), device=b.device, dtype=b.dtype) for r in rows]
         b.grad_sample = zeros if isinstance(gs, list) else zeros[0]
