@@ -413,6 +413,10 @@ def coverage(r: Readings) -> dict:
     parameters between its steps (dpaudit/probe/meters.py)."""
     c = r.probe.get("coverage") or {}
     if not c.get("model_given"):
+        if r.probe.get("mode") == "functional":  # no optimizer and no module to watch: a limit of the interface
+            return row("coverage", "not tested", "the functional probe sees only the arrays handed to it around the "
+                       "noise, not the model or its update: whether a parameter was trained outside DP is not "
+                       "checked (docs/probe.md)", None)
         return row("coverage", "not tested", "the probe was attached without the model (attach_probe(optimizer, "
                    "model=model, ...) checks that every parameter that moved was moved by the DP optimizer)", None)
     outside = c.get("changed_outside") or []
