@@ -6,8 +6,9 @@
 
 The same four steps as examples/audit_external_opacus.py; the probe comes in as one Trainer callback
 (:class:`dpaudit.probe.hf.ProbeCallback`). The Trainer is given Opacus' optimizer and its Poisson loader
-(``get_train_dataloader``), a per-sequence loss (what Opacus clips per sample), and ``max_grad_norm=0``: the DP
-optimizer clips per sample, the Trainer must not clip the noisy sum again.
+(``get_train_dataloader``) and a per-sequence loss (what Opacus clips per sample). The Trainer's default
+``max_grad_norm=1.0`` stays: it clips the ordinary gradient, which Opacus' optimizer then replaces with the noisy
+sum of per-sample clipped gradients (no effect on the update; under ghost clipping the callback refuses it).
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def main(argv=None) -> int:
     ap.add_argument("--probe-canaries", type=int, default=1000, help="White-box gradient canaries of the probe.")
     ap.add_argument("--references", type=int, default=500, help="Reference secrets of the evaluation plan.")
     ap.add_argument("--seed", type=int, default=0, help="Seed of the data, canaries, probe and initialisation.")
+    ap.add_argument("--max-grad-norm", type=float, default=1.0,
+                    help="TrainingArguments.max_grad_norm (the Trainer's default 1.0; no effect on the DP update with "
+                         "Opacus' hooks optimizer, which replaces the gradient the Trainer clips).")
     ap.add_argument("--insecure-rng", action="store_true", help="Noise from torch's default RNG (not for release).")
     args = ap.parse_args(argv)
     t0 = time.time()
@@ -106,7 +110,8 @@ def main(argv=None) -> int:
         print("error: Opacus' secure RNG needs torchcsprng, which is not installed; pass --insecure-rng for an "
               "experiment (do not release that model)", file=sys.stderr)
         return 2
-    targs = TrainingArguments(output_dir=str(args.out / "trainer"), num_train_epochs=args.epochs, max_grad_norm=0.0,
+    targs = TrainingArguments(output_dir=str(args.out / "trainer"), num_train_epochs=args.epochs,
+                              max_grad_norm=args.max_grad_norm,
                               learning_rate=3e-3, lr_scheduler_type="constant", report_to=[], save_strategy="no",
                               logging_strategy="no", remove_unused_columns=False, disable_tqdm=True,
                               use_cpu=not torch.cuda.is_available(), seed=args.seed)

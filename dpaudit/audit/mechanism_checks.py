@@ -96,6 +96,30 @@ def run(r: Readings, card: CardView) -> list[dict]:
             out.append(row(name, "fail", f"the probe's record cannot be read by this check ({type(e).__name__}: {e}): "
                            "a degenerate or damaged record is not evidence that the mechanism ran as the card says",
                            0.0))
+    return with_online_alarms(out, r.probe.get("online"))
+
+
+def with_online_alarms(rows: list[dict], online) -> list[dict]:
+    """An alarm the probe raised while training ran is evidence (issue wave 5 · 3/5): the check it names fails, with
+    the step it fired at, whatever the offline test over the whole run says (a schedule that lowers the noise late,
+    say, can pass a test of the whole run). Its false-alarm rate is the online test's share of the probe's alpha
+    (anytime-valid under continuous monitoring, dpaudit/probe/online.py); a deterministic alarm's is 0."""
+    alarms = online.get("alarms") if isinstance(online, dict) else None
+    if not isinstance(alarms, dict) or not alarms:
+        return rows
+    alpha = online.get("alpha")
+    statistical = online.get("statistical") if isinstance(online.get("statistical"), list) else []
+    share = float(alpha) / max(len(statistical), 1) if isinstance(alpha, (int, float)) else None
+    out = []
+    for r in rows:
+        a = alarms.get(r["check"])
+        if isinstance(a, dict) and r["status"] != "fail":
+            step = a.get("step")
+            offline = f"the offline test over the whole run: {r['status']}"
+            r = row(r["check"], "fail", f"online, at step {step}: {str(a.get('finding'))[:400]} (raised while training "
+                    f"ran; {offline})", share if r["check"] in statistical else 0.0,
+                    online_step=step if isinstance(step, int) else None)
+        out.append(r)
     return out
 
 

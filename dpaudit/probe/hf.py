@@ -6,8 +6,11 @@ pattern; docs/probe.md):
 
 At ``on_train_begin`` the callback attaches :class:`dpaudit.probe.Probe` to the optimizer the Trainer steps (an
 ``AcceleratedOptimizer`` is unwrapped); at ``on_train_end`` the main process saves the records into ``save_to``
-(default: the Trainer's ``output_dir``). Set ``max_grad_norm=0`` in ``TrainingArguments``: the DP optimizer clips
-per sample; the Trainer's own clipping of the summed gradient is not part of the mechanism.
+(default: the Trainer's ``output_dir``). The Trainer's default ``max_grad_norm = 1.0`` is accepted with Opacus' hooks
+optimizer: the Trainer rescales ``p.grad`` (the ordinary summed gradient) before the step, and the DP optimizer then
+replaces ``p.grad`` with the noisy sum of per-sample clipped gradients, so the weights are bit-identical to
+``max_grad_norm = 0`` (tests/probe/test_hf_trainer_clipping.py). Under ghost clipping ``p.grad`` is already the clipped
+sum the noise is added to, and the Trainer's rescaling would change the mechanism: refused there, in one line.
 """
 
 from __future__ import annotations
@@ -40,12 +43,15 @@ class ProbeCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
         from dpaudit.probe.probe import attach, unwrap
 
-        if getattr(args, "max_grad_norm", 0) and args.max_grad_norm > 0:
-            raise DpauditError(f"TrainingArguments.max_grad_norm = {args.max_grad_norm} clips the summed gradient after "
-                               "the DP optimizer's per-sample clipping; set max_grad_norm=0 with a DP optimizer")
         inner = None if optimizer is None else unwrap(optimizer)  # the Trainer holds accelerate's wrapper
         if inner is None:
             raise DpauditError("the Trainer has no optimizer at train begin; pass optimizers=(dp_optimizer, None)")
+        from opacus.optimizers import DPOptimizerFastGradientClipping
+
+        if getattr(args, "max_grad_norm", 0) and args.max_grad_norm > 0 and isinstance(inner, DPOptimizerFastGradientClipping):
+            raise DpauditError(f"TrainingArguments.max_grad_norm = {args.max_grad_norm} rescales p.grad, which under "
+                               "ghost clipping is the clipped sum the noise is added to (not the card's mechanism); "
+                               "set max_grad_norm=0 with a ghost-clipping DP optimizer")
         model = kwargs.get("model") if self.check_model else None
         self.probe = attach(inner, **self.settings, model=model)
 
