@@ -266,7 +266,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     torch.manual_seed(cfg.seed)
     choices = run_choices(records)
     tensors = data_seam.collate(records, pad_id, max_len)
-    params, opt = optim.adam(model, cfg.lr, cfg.weight_decay, cfg.head_lr, cfg.optimizer)
+    params, opt = optim.base(model, cfg.lr, cfg.weight_decay, cfg.head_lr, cfg.optimizer)
     check_fp32(params, cfg.private)
     plan = record_plan(n, cfg)
     batch, q = plan.batch, plan.sample_rate
@@ -351,7 +351,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     steps = max(1, int(math.ceil(cfg.epochs / q)))
     delta = (cfg.delta if cfg.delta is not None else 1.0 / (2 * U)) if cfg.private else None
     sigma = _sigma(cfg, delta, q, steps) if cfg.private else None
-    params, opt = optim.adam(model, cfg.lr, cfg.weight_decay, cfg.head_lr, cfg.optimizer)
+    params, opt = optim.base(model, cfg.lr, cfg.weight_decay, cfg.head_lr, cfg.optimizer)
     check_fp32(params, cfg.private)
     mseed = mechanism_seed(cfg)
     if cfg.private:  # per-record gradients only when they are needed (to clip users)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from dpaudit import accounting, checks, device
 from dpaudit.errors import DpauditError
-from dpaudit.options import GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS
+from dpaudit.options import GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS, OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,8 @@ class EngineConfig:
             raise DpauditError(f"train.lr must be > 0, got {self.lr}")
         if self.head_lr is not None and not (isinstance(self.head_lr, (int, float)) and self.head_lr > 0):
             raise DpauditError(f"train.head_lr must be > 0 (or left out to use train.lr), got {self.head_lr!r}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise DpauditError(f"train.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise DpauditError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if not self.clipping_norm > 0:
             raise DpauditError(f"train.clipping_norm must be > 0, got {self.clipping_norm}")
         if self.accountant not in accounting.GAUSSIAN_ACCOUNTANTS:

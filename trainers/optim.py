@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from dpaudit.errors import DpauditError
+from dpaudit.options import OPTIMIZERS
 
 
 def is_head(name: str) -> bool:
@@ -17,10 +18,7 @@ def is_head(name: str) -> bool:
     return name.startswith("classifier.") or ".classifier." in name
 
 
-OPTIMIZERS = ("adam", "sgd")
-
-
-def adam(model: nn.Module, lr: float, weight_decay: float = 0.0, head_lr: float | None = None, kind: str = "adam"):
+def base(model: nn.Module, lr: float, weight_decay: float = 0.0, head_lr: float | None = None, kind: str = "adam"):
     """(trainable parameters, Adam — or SGD for ``kind = "sgd"`` — over them); a classifier's head gets ``head_lr``
     when it is set."""
     if kind not in OPTIMIZERS:

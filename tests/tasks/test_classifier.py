@@ -258,7 +258,7 @@ def test_head_lr_moves_the_head_at_its_own_rate(which):
     model, tok = _tiny_bert()
     model, _ = trainable.apply(model, which, lora_r=4, lora_alpha=8)
     cfg = engine.EngineConfig(lr=1e-4, head_lr=1e-2)
-    params, opt = optim.adam(model, cfg.lr, cfg.weight_decay, cfg.head_lr)
+    params, opt = optim.base(model, cfg.lr, cfg.weight_decay, cfg.head_lr)
     assert len(params) == sum(len(g["params"]) for g in opt.param_groups)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     records = [sentiment.encode_labelled(t, i % 2, tok, 32) for i, t in enumerate(["a fine film", "the worst", "great fun"])]
@@ -278,7 +278,7 @@ def test_head_lr_needs_a_classifier_head(tiny_model_factory):
 
     model, _ = tiny_model_factory()
     with pytest.raises(DpauditError, match="train.head_lr is set but the model has no trainable classifier head"):
-        optim.adam(model, 1e-3, head_lr=1e-2)
+        optim.base(model, 1e-3, head_lr=1e-2)
     with pytest.raises(DpauditError, match="train.head_lr must be > 0"):
         engine.EngineConfig(head_lr=0.0)
 

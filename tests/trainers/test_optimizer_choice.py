@@ -12,12 +12,12 @@ from dpaudit.trainers import engine, mechanism, optim
 
 def test_the_choice_builds_the_named_optimizer_and_refuses_others():
     model = nn.Linear(3, 2)
-    assert isinstance(optim.adam(model, 1e-3)[1], torch.optim.Adam)
-    _, sgd = optim.adam(model, 0.5, kind="sgd")
+    assert isinstance(optim.base(model, 1e-3)[1], torch.optim.Adam)
+    _, sgd = optim.base(model, 0.5, kind="sgd")
     assert isinstance(sgd, torch.optim.SGD) and sgd.defaults["momentum"] == 0 and sgd.defaults["lr"] == 0.5
     with pytest.raises(DpauditError, match="train.optimizer must be one of adam, sgd"):
-        optim.adam(model, 1e-3, kind="rmsprop")
-    with pytest.raises(DpauditError, match="train.optimizer must be 'adam' or 'sgd', got 'momentum'"):
+        optim.base(model, 1e-3, kind="rmsprop")
+    with pytest.raises(DpauditError, match="train.optimizer must be one of adam, sgd, got 'momentum'"):
         engine.EngineConfig(optimizer="momentum")
     assert engine.EngineConfig().optimizer == "adam"
 
@@ -29,7 +29,7 @@ def test_a_dp_sgd_step_is_minus_lr_times_the_noisy_clipped_mean():
     model = nn.Linear(4, 1, bias=False)
     x, y = torch.randn(8, 4), torch.randn(8, 1)
     start = model.weight.detach().clone()
-    _, base = optim.adam(model, 0.7, kind="sgd")
+    _, base = optim.base(model, 0.7, kind="sgd")
     loader = DataLoader(TensorDataset(x, y), batch_size=8)
     module, opt, _, _ = mechanism.record_level(model, base, loader, sigma=0.5, clipping_norm=0.1,
                                                grad_sample_mode="hooks", seed=3)
