@@ -191,12 +191,7 @@ class ScoreAuditor:
         if isinstance(strategy, Search):
             configs = strategy.configurations(self.m)
             per = 1 - (1 - confidence) / len(configs)  # every configuration at this level: the max is valid
-            order = np.argsort(self.scores, kind="stable")
-            s_sorted = self.signs[order]
-            top, bottom = np.cumsum((s_sorted[::-1] > 0)), np.cumsum(s_sorted < 0)  # right among the k highest/lowest
-
-            def right(kp, kn):
-                return int((top[kp - 1] if kp else 0) + (bottom[kn - 1] if kn else 0))
+            right = _RightCounts(self.scores, self.signs)
             kp, kn = max(configs, key=lambda c: fdp.approx_dp_epsilon_lower_bound(self.m, c[0] + c[1],
                                                                                    right(*c), delta, per))
             best = self._fixed(kp, kn, delta, per, "", group_size=group_size)
@@ -263,12 +258,13 @@ class ScoreAuditor:
         """((Steinke bound, -(fractions)), fp, fn): the guess fractions of ``grid`` x ``grid`` with the largest bound
         on the canaries ``idx`` (None when there are too few of them)."""
         best = None
+        right = _RightCounts(self.scores[idx], self.signs[idx])  # one sort for every pair
         for fp in grid:
             for fn in grid:
                 kp, kn = int(fp * idx.size), int(fn * idx.size)
                 if kp + kn == 0 or kp + kn > idx.size:
                     continue
-                key = (one_run.epsilon_lower_bound(idx.size, kp + kn, self.right(kp, kn, idx), delta=delta,
+                key = (one_run.epsilon_lower_bound(idx.size, kp + kn, right(kp, kn), delta=delta,
                                                    confidence=confidence), -(fp + fn))
                 if best is None or key > best[0]:
                     best = (key, fp, fn)
@@ -288,6 +284,19 @@ class ScoreAuditor:
         _, fp, fn = best
         return self._fixed(int(fp * held.size), int(fn * held.size), delta, confidence, label, idx=held,
                            group_size=group_size)
+
+
+class _RightCounts:
+    """Right guesses of the k_pos highest and k_neg lowest scores, for any counts, from one stable sort: the same
+    guesses as :func:`dpaudit.audit.one_run.guess_from_scores` (ties broken by index)."""
+
+    def __init__(self, scores: np.ndarray, signs: np.ndarray):
+        s_sorted = signs[np.argsort(scores, kind="stable")]
+        self.top = np.cumsum(s_sorted[::-1] > 0)  # inserted among the k highest
+        self.bottom = np.cumsum(s_sorted < 0)  # held out among the k lowest
+
+    def __call__(self, k_pos: int, k_neg: int) -> int:
+        return int((self.top[k_pos - 1] if k_pos else 0) + (self.bottom[k_neg - 1] if k_neg else 0))
 
 
 def _relabel(r: AuditResult, strategy: str, confidence: float) -> AuditResult:

@@ -41,6 +41,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import ndtr, ndtri
 
+from dpaudit.audit import fdp_pieces
 from dpaudit.audit.many_run import gdp_epsilon
 from dpaudit.audit.one_run import _check_counts
 
@@ -197,7 +198,7 @@ def approx_dp_epsilon_lower_bound(m: int, r: int, v: int, delta: float, confiden
         raise ValueError(f"delta must be in [0, 1), got {delta}")
     if r == 0:
         return 0.0
-    return _largest_rejected(EPS_GRID, lambda eps: approx_dp_finv(eps, delta), m, r, v, confidence)
+    return fdp_pieces.epsilon_lower_bound(EPS_GRID, m, r, v, delta, confidence)  # the recursion in closed form
 
 
 def rejects_profile(m: int, r: int, v: int, epsilons, deltas, confidence: float = 0.95) -> bool:

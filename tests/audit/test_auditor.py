@@ -190,7 +190,7 @@ def test_the_power_table_is_its_results():
 
 
 def test_audit_scores_caps_the_slow_strategies(tmp_path, capsys):
-    """search and median take up to 10^6 canaries (about 1 s and 65 s there: reports/bench/audit_speed.md); the
+    """search and median take up to 10^6 canaries (about 17 s and 41 s there, the whole command: reports/bench/audit_speed.md); the
     median's real cost is canaries x splits, capped at the default 11 splits of 10^6."""
     import json
 
