@@ -64,27 +64,36 @@ def _simulated_right(scores_fn, m, k, sims, rng):
     return (s[:, m - k:] > 0).sum(axis=1) + (s[:, :k] < 0).sum(axis=1)
 
 
-@pytest.mark.parametrize("mu", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("mu", [0.5, 1.0])
 def test_gaussian_mechanisms_bounds_are_valid(mu):
-    """1000 simulated one-run audits of a mu-GDP mechanism (the canary's score is its optimal statistic): the
-    95% bounds on mu and on eps at delta exceed the truth in at most 5% of them (+ 2% sampling slack)."""
+    """1000 simulated one-run audits of a mu-GDP mechanism (the canary's score is its optimal statistic): the 95%
+    bound on mu exceeds the truth no more often than a binomial 5% allows, and so does the bound on eps where the
+    true eps lies below the guesses' ceiling (mu = 0.5; at mu = 1 it does not, and no eps test could fail there).
+    Valid, not sharp: one-run bounds on a Gaussian sit well below it (randomised response below is sharp)."""
+    from tests.audit.level import above, allowed
+
     rng = np.random.default_rng(int(mu * 100))
     m, k, delta = 500, 100, 1e-5
     right = _simulated_right(lambda s, g: g.normal(size=s.shape) + mu * (s > 0), m, k, 1000, rng)
     true_eps = many_run.gdp_epsilon(mu, delta)
+    assert mu < fdp.gdp_mu_lower_bound(m, 2 * k, 2 * k)  # the mu test can fail
     mu_lb = {v: fdp.gdp_mu_lower_bound(m, 2 * k, int(v)) for v in np.unique(right)}
-    eps_lb = {v: fdp.approx_dp_epsilon_lower_bound(m, 2 * k, int(v), delta) for v in np.unique(right)}
-    assert np.mean([mu_lb[v] > mu for v in right]) <= 0.07
-    assert np.mean([eps_lb[v] > true_eps for v in right]) <= 0.07
+    assert above([mu_lb[v] for v in right], mu) <= allowed(1000)
+    if true_eps < fdp.approx_dp_epsilon_lower_bound(m, 2 * k, 2 * k, delta):
+        eps_lb = {v: fdp.approx_dp_epsilon_lower_bound(m, 2 * k, int(v), delta) for v in np.unique(right)}
+        assert above([eps_lb[v] for v in right], true_eps) <= allowed(1000)
     assert np.median([mu_lb[v] for v in right]) > 0.3 * mu  # and they are not vacuous
 
 
-@pytest.mark.parametrize("eps", [0.5, 2.0])
-def test_randomised_response_bounds_are_valid(eps):
-    """Randomised response: the canary's bit is reported flipped with probability 1 / (1 + e^eps), a pure
-    eps-DP mechanism; the (eps, 0) reading exceeds eps in at most 5% (+ slack) of 1000 audits."""
+@pytest.mark.parametrize("eps", [1.0, 2.0])
+def test_randomised_response_bounds_are_valid_and_a_10_percent_inflation_fails(eps):
+    """Randomised response: the canary's bit is reported flipped with probability 1 / (1 + e^eps), a pure eps-DP
+    mechanism; over 1000 audits the (eps, 0) reading exceeds eps no more often than a binomial 5% allows, and the
+    same test fails the reading inflated by 10% (the mutation check)."""
+    from tests.audit.level import assert_valid_and_sharp
+
     rng = np.random.default_rng(7)
-    m, k = 500, 100
+    m, k = 2000, 500
     flip = 1 / (1 + np.exp(eps))
 
     def rr(s, g):
@@ -93,8 +102,9 @@ def test_randomised_response_bounds_are_valid(eps):
 
     right = _simulated_right(rr, m, k, 1000, rng)
     lb = {v: fdp.approx_dp_epsilon_lower_bound(m, 2 * k, int(v), 0.0) for v in np.unique(right)}
-    assert np.mean([lb[v] > eps for v in right]) <= 0.07
-    assert np.median([lb[v] for v in right]) > 0.3 * eps
+    assert eps < fdp.approx_dp_epsilon_lower_bound(m, 2 * k, 2 * k, 0.0)
+    assert_valid_and_sharp([lb[v] for v in right], eps)
+    assert np.median([lb[v] for v in right]) > 0.8 * eps
 
 
 def test_no_noise_reaches_the_ceiling():

@@ -27,17 +27,24 @@ def test_gdp_conversion_table():
 
 
 def test_cp_bound_valid_on_gaussian_mechanism():
-    """mu = 1 GDP mechanism (true eps at delta 1e-5 is 4.38): 500 audits of 200+200 runs; the 95% bound
-    must exceed the truth at most 5% of the time (it is far below it: CP bounds are loose)."""
+    """mu = 0.5 GDP mechanism (true eps at delta 1e-5 is 1.99, below the 3.98 that 200 + 200 runs can ever show):
+    500 audits at a threshold fixed in advance; the 95% bound exceeds the truth no more often than a binomial 5%
+    allows. Not sharp: Clopper-Pearson bounds on a Gaussian are loose, so this test fails a bound inflated about
+    5x, not 10% (tests/audit/test_one_run.py's randomised response is the sharp one)."""
+    from tests.audit.level import above, allowed, detectable_inflation
+
     rng = np.random.default_rng(0)
-    mu, true_eps, n = 1.0, many_run.gdp_epsilon(1.0, 1e-5), 200
-    thr = 2.0  # fixed in advance
-    exceed = 0
+    mu, n = 0.5, 200
+    true_eps = many_run.gdp_epsilon(mu, 1e-5)
+    assert true_eps < many_run.clopper_pearson_epsilon(n, 0, 0, n, 1e-5)  # the test can fail
+    thr = 1.0  # fixed in advance
+    bounds = []
     for _ in range(500):
         tp = int((rng.normal(mu, 1, n) > thr).sum())
         fp = int((rng.normal(0, 1, n) > thr).sum())
-        exceed += many_run.clopper_pearson_epsilon(tp, n - tp, fp, n - fp, 1e-5) > true_eps
-    assert exceed <= 25
+        bounds.append(many_run.clopper_pearson_epsilon(tp, n - tp, fp, n - fp, 1e-5))
+    assert above(bounds, true_eps) <= allowed(500)
+    assert detectable_inflation(bounds, true_eps, 500) < 6  # what this test can catch, stated above
 
 
 def test_many_run_cli(capsys):

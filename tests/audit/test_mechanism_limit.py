@@ -43,15 +43,19 @@ def test_the_guess_count_is_the_best_of_its_grid_and_beats_a_quarter():
 
 
 def test_bounds_at_the_chosen_guesses_stay_below_the_true_epsilon():
-    # simulated one-run audits of a subsampled Gaussian whose epsilon dp_accounting gives exactly; the guesses
-    # at the k the card fixes, the f-DP bound at 95%: never above the truth
+    """Simulated one-run audits of a subsampled Gaussian whose epsilon dp_accounting gives exactly (3.09, below the
+    ceiling 3.26 of the k + k guesses the card fixes), the f-DP bound at 95%: valid, with power. Not sharp: a white-box
+    one-run bound on a Gaussian sits far below its epsilon, so this test fails a bound inflated about 5x, not 10%
+    (tests/audit/test_fdp.py's randomised response is the sharp one)."""
     from dpaudit.accounting import dpa_pld
     from dpaudit.accounting.events import SubsampledGaussian
+    from tests.audit.level import above, allowed, detectable_inflation
 
-    q, sigma, T, m, delta = 0.25, 0.6, 4, 400, 1e-5
+    q, sigma, T, m, delta = 0.25, 1.2, 4, 400, 1e-5
     true_eps = dpa_pld.epsilon([SubsampledGaussian(sample_rate=q, noise_multiplier=sigma, steps=T)], delta)
     params = {"sample_rate": q, "noise_multiplier": sigma, "steps": T}
     k = mechanism_limit.best_k(m, params, delta, 0.95)
+    assert true_eps < fdp.approx_dp_epsilon_lower_bound(m, 2 * k, 2 * k, delta)  # the test can fail
     rng = np.random.default_rng(7)
     lbs = []
     for _ in range(200):
@@ -59,8 +63,8 @@ def test_bounds_at_the_chosen_guesses_stay_below_the_true_epsilon():
         x = ((rng.random((T, m)) < q) & (signs > 0)) + sigma * rng.standard_normal((T, m))
         r = one_run.audit(whitebox_lr.subsampled_gaussian_llr(x, q, sigma), signs, k, k, delta, 0.95)
         lbs.append(fdp.audit(r.v, m, k, k, delta, 0.95).epsilon_lb)
-    lbs = np.asarray(lbs)
-    assert (lbs > true_eps).mean() <= 0.05 and np.median(lbs) > 0.5  # valid, and not vacuous
+    assert above(lbs, true_eps) <= allowed(200) and np.median(lbs) > 0.2  # valid, and not vacuous
+    assert detectable_inflation(lbs, true_eps, 200) < 6  # what this test can catch, stated above
 
 
 def test_long_runs_beyond_the_budget_keep_a_quarter_and_print_no_mechanism_limit():
