@@ -50,6 +50,7 @@ def compact(record_file: Path) -> str | None:
             arrays = {k: z[k] for k in z.files}
         arrays["heldout_ss"] = np.sum(x[:, signs < 0] ** 2, axis=1)
         np.savez(arr, **arrays)
+        probe["arrays_sha256"] = hashlib.sha256(arr.read_bytes()).hexdigest()  # the file it now names
     record_file.write_text(json.dumps(out) + "\n")
     npy.unlink()
     return f"{record_file}: {stat}, {steps.shape[0]} x {steps.shape[1]} projections -> sha256 {out['steps_sha256'][:12]}"

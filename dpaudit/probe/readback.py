@@ -60,8 +60,10 @@ def _read_whitebox(f: Path, audited=None, card=None) -> dict:
     if llr.shape != scores.shape or not np.isfinite(llr).all():
         raise DpauditError(f"{f}: 'online.llr' must be one finite number per canary; the file is damaged")
     if d.get("steps_file"):
-        d["steps_array"] = _read_steps(contained(f.parent, d["steps_file"], f"{f.name}: steps_file"), signs.size,
-                                       scores)
+        steps_file = contained(f.parent, d["steps_file"], f"{f.name}: steps_file")
+        probe_record.check_digest(steps_file, d.get("steps_sha256"), f.name)
+        d["steps_array"] = _read_steps(steps_file, signs.size, scores)
+    probe_record.check_steps(f, d, None if d.get("steps_array") is None else int(d["steps_array"].shape[0]))
     from dpaudit.audit.mechanism import NONE
 
     chosen, stat, params = whitebox_lr.scores(d, audited or NONE)

@@ -10,6 +10,7 @@ Written by dpaudit's trainers (trainers/fit.py) and by :meth:`dpaudit.probe.Prob
 
 from __future__ import annotations
 
+import hashlib
 import io
 import zipfile
 
@@ -28,6 +29,7 @@ def files(record: dict, stem: str) -> dict:
     if steps is not None:
         record["steps_file"] = f"{stem}.steps.npy"
         out[record["steps_file"]] = npy_bytes(steps)
+        record["steps_sha256"] = digest(out[record["steps_file"]])  # compared whenever the file is read
     probe = dict(record.get("probe") or {})
     arrays = probe.pop("arrays", None)
     if arrays is not None:
@@ -35,6 +37,7 @@ def files(record: dict, stem: str) -> dict:
         buf = io.BytesIO()
         np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
         out[probe["arrays_file"]] = buf.getvalue()
+        probe["arrays_sha256"] = digest(out[probe["arrays_file"]])
     if probe:
         record["probe"] = probe
     out[f"{stem}.json"] = record
@@ -45,19 +48,19 @@ def files(record: dict, stem: str) -> dict:
 # fields it does not know are kept (a newer writer), a known field of the wrong type is refused in one line.
 _TOP = {"schema_version": "int", "kind": "str", "m": "int", "seed": "int?", "clipping_norm": "num?",
         "sample_rate": "rate", "signs": "list", "times_sampled": "list", "scores": "list", "score": "str",
-        "steps": "int", "steps_file": "str", "probe": "dict?", "online": "dict?"}
+        "steps": "int", "steps_file": "str", "steps_sha256": "sha", "probe": "dict?", "online": "dict?"}
 _PROBE = {"schema_version": "int", "run_id": "str?", "mode": "str", "coordinates": "str?", "optimizer": "str?",
           "world_size": "int+", "steps": "int", "sample_rate": "rate0", "sampler": "str", "clipping_norm": "num?",
           "noise_multiplier": "num?", "divisor": "num?", "clip_canaries": "int", "clip_multiple": "num",
           "clip_entry": "str?", "sum_tolerance": "num", "clip_exact_tolerance": "num", "noise_tensors": "list",
-          "coverage": "dict", "online": "dict", "arrays_file": "str", "dataset_size": "int?"}
+          "coverage": "dict", "online": "dict", "arrays_file": "str", "arrays_sha256": "sha", "dataset_size": "int?"}
 _ONLINE = {"statistic": "str", "sample_rate": "rate0", "noise_multiplier": "num", "steps": "int", "values": "int",
            "sum_of_squares": "num", "llr": "list"}
 _PROBE_ONLINE = {"alpha": "num", "sigma": "num?", "steps": "int", "statistical": "list"}
 _KINDS = {"int": "an integer >= 0", "int?": "an integer >= 0 or null", "int+": "an integer >= 1",
           "num": "a finite number", "num?": "a finite number or null", "rate": "a number in (0, 1]",
           "rate0": "a number in [0, 1]", "str": "a string", "str?": "a string or null", "list": "a list",
-          "dict": "an object", "dict?": "an object or null"}
+          "dict": "an object", "dict?": "an object or null", "sha": "64 lowercase hex digits (a sha256)"}
 
 
 def _fits(v, kind: str) -> bool:
@@ -72,6 +75,8 @@ def _fits(v, kind: str) -> bool:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             return False
         return base == "num" or (0 < v <= 1 if base == "rate" else 0 <= v <= 1)
+    if base == "sha":
+        return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
     return isinstance(v, {"str": str, "list": list, "dict": dict}[base])
 
 
@@ -160,6 +165,52 @@ def check_binding(f, record: dict, card) -> bool:
     return True
 
 
+def digest(data: bytes) -> str:
+    """The sha256 a record keeps of each array file it names (hex)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_digest(f, recorded: str | None, record_name: str) -> None:
+    """Refuse (one line) an array file whose bytes are not the ones its record names by sha256 (records written
+    before the digests name none: nothing to compare)."""
+    from pathlib import Path
+
+    from dpaudit.errors import DpauditError
+
+    if recorded is None:
+        return
+    h = hashlib.sha256()
+    with open(Path(f), "rb") as fh:  # in chunks: a planted file of any size costs no memory
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    got = h.hexdigest()
+    if got != recorded:
+        raise DpauditError(f"{f}: its sha256 ({got[:12]}...) is not the one {record_name} records ({recorded[:12]}...): "
+                           "the file was changed after the run or comes from another run; restore the file written "
+                           "with the record")
+
+
+def check_steps(f, record: dict, steps_rows: int | None = None) -> int:
+    """The record's step count, the same wherever the record states it (its ``steps``, ``online.steps`` and
+    ``online.values`` = steps x m, ``probe.steps``, the per-step projections' rows): an edited count would change
+    the statistic silently, so a disagreement is refused in one line. Returns the count."""
+    from dpaudit.errors import DpauditError
+
+    online = record.get("online") if isinstance(record.get("online"), dict) else {}
+    probe = record.get("probe") if isinstance(record.get("probe"), dict) else {}
+    seen = {"steps": record.get("steps"), "online.steps": online.get("steps"), "probe.steps": probe.get("steps"),
+            "the per-step projections' rows": steps_rows}
+    if online.get("values") is not None and record.get("m") is not None:
+        m = int(record["m"])
+        seen["online.values / m"] = int(online["values"]) // m if m and int(online["values"]) % m == 0 else -1
+    stated = {k: int(v) for k, v in seen.items() if v is not None}
+    if len(set(stated.values())) > 1:
+        raise DpauditError(f"{f}: the record's step counts disagree ({', '.join(f'{k} {v}' for k, v in stated.items())}): "
+                           "it was edited or its files come from different runs; restore the record written with "
+                           "the model")
+    return next(iter(stated.values()), 0)
+
+
 def npy_bytes(a) -> bytes:
     """``a`` as the bytes of a .npy file."""
     buf = io.BytesIO()
@@ -182,6 +233,7 @@ def read(folder, record: dict, steps_array, signs):
 
     # inside the record's folder and a regular file (no absolute path, no ../, no FIFO), checked before reading
     f = contained(Path(folder), str(probe.get("arrays_file", "")), "the probe record's arrays_file")
+    check_digest(f, probe.get("arrays_sha256"), "the probe record")
     _check_npz(f)
     try:
         with np.load(f, allow_pickle=False) as z:

@@ -37,7 +37,20 @@ def _copy(honest, tmp_path):
     return out
 
 
+def _resign(folder):
+    """What an attacker who edits the arrays also does: write the planted file's own sha256 into the record, so
+    the defences below the digest (tests/probe/test_record_digests.py) are the ones tested here."""
+    import hashlib
+
+    f, d = _record(folder)
+    arrays = folder / d["probe"]["arrays_file"]
+    if "arrays_sha256" in d["probe"] and arrays.is_file():
+        d["probe"]["arrays_sha256"] = hashlib.sha256(arrays.read_bytes()).hexdigest()
+        f.write_text(json.dumps(d))
+
+
 def _refused(folder, match):
+    _resign(folder)
     with pytest.raises(DpauditError, match=match) as e:
         scoring.whitebox(folder)
     assert "\n" not in str(e.value)
