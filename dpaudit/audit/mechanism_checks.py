@@ -89,7 +89,7 @@ def run(r: Readings, card: CardView) -> list[dict]:
     out = []
     for name, fn in (("noise", lambda: noise(r, card)), ("sampling", lambda: sampling(r, card)),
                      ("clipping", lambda: clipping(r, card)), ("steps", lambda: steps(r, card)),
-                     ("divisor", lambda: divisor(r)), ("coverage", lambda: coverage(r))):
+                     ("divisor", lambda: divisor(r, card)), ("coverage", lambda: coverage(r))):
         try:
             out.append(fn())
         except (ValueError, FloatingPointError, ZeroDivisionError, IndexError, TypeError, KeyError) as e:
@@ -229,6 +229,12 @@ def sampling(r: Readings, card: CardView) -> dict:
                    "white-box audit is not about this card; attach the probe with the card's sample rate", 0.0,
                    probe_rate=qp, card_rate=q)
     N, b = card.dataset_size, r.records
+    n_loop = r.probe.get("dataset_size")
+    if N and isinstance(n_loop, int) and n_loop != N:
+        return row("sampling", "fail", f"the loop samples from N = {n_loop} records (the dataset size the probe was "
+                   f"given), the card accounts for N = {N}: at the same batch size it samples at another rate than the "
+                   "card's q; make the card from the dataset the loop samples", 0.0, probe_dataset_size=n_loop,
+                   card_dataset_size=N)
     if not N or b.size == 0 or (b < 0).any():
         return row("sampling", "not tested", "the card states no dataset size, or the probe counted no records", None)
     if card.sampler == "shuffle":
@@ -391,8 +397,21 @@ def steps(r: Readings, card: CardView) -> dict:
     return row("steps", "pass", f"{T} noisy steps taken, as the card accounts", 0.0, probe=T, card=card.steps)
 
 
-def divisor(r: Readings) -> dict:
+def divisor(r: Readings, card: CardView | None = None) -> dict:
+    """Two readings of the divisor D the update was divided by. Deterministic: Opacus' own D (its
+    ``int(len(dataset) * q)`` times the world size, recorded as ``divisor_from = "optimizer"``) must be the card's
+    q N to within Opacus' rounding (one record): another D means the loop's dataset is not the card's N (it samples
+    at another rate than the card states, issue wave 5 · 3/5). Statistical: the per-step noise
+    scale must not follow the batch size (dividing by the actual batch size instead of a constant)."""
     D = r.probe.get("divisor")
+    q, N = (None, None) if card is None else (card.sample_rate, card.dataset_size)
+    # q N from the card's rate and size, not its stated expected batch: the divisor does not change the privacy
+    # of a step, it only shows the N Opacus saw (a card stating its batch as the loader's B is not accused)
+    if r.probe.get("divisor_from") == "optimizer" and q and N and isinstance(D, (int, float)) and abs(D - q * N) >= 1:
+        return row("divisor", "fail", f"the optimizer divided each update by D = {D:g} (Opacus' int(len(dataset) q)), "
+                   f"the card's q N is {q * N:g} (q = {q:.6g}, N = {N}): Opacus saw a dataset of about N = {D / q:.0f} "
+                   "records, so the loop sampled at another rate than the card accounts for at the same batch size; "
+                   "make the card from the dataset the loop samples", 0.0, divisor=D, card_batch=q * N)
     if r.heldout_ss is None or r.heldout_m == 0:
         return row("divisor", "not tested", "the probe recorded no per-step projections of held-out canaries", None,
                    divisor=D)

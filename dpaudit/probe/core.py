@@ -102,6 +102,8 @@ class ProbeCore:
             "clipping_norm": self.clipping_norm,
             "noise_multiplier": self.noise_multiplier,
             "divisor": self.divisor,
+            "divisor_from": getattr(self, "divisor_from", "given"),
+            "dataset_size": getattr(self, "dataset_size", None),  # N the loop samples from, when the caller said
             "clip_canaries": self.n_clip,
             "clip_multiple": CLIP_MULTIPLE if self.n_clip and not self.ghost else 1.0,
             "clip_entry": ("before clipping (per-sample rows)" if not self.ghost else "after clipping (ghost mode)")

@@ -72,6 +72,7 @@ class FunctionalProbe(ProbeCore):
         self.private, self.coordinates, self.ghost, self.world, self.n_clip = True, "model", False, 1, 0
         self.sample_rate, self.clipping_norm = float(sample_rate), float(clipping_norm)
         self.noise_multiplier, self.divisor = float(noise_multiplier), float(expected_batch_size)
+        self.divisor_from, self.dataset_size = "given", dataset_size
         self._meter_units = self.divisor  # the meter reads the update: noise / B
         self.optimizer_name = "functional interface"
         self.canaries = GradientCanaries.plan(m, kind, seed, self.slots, self.clipping_norm, self.sample_rate)

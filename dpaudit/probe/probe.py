@@ -93,13 +93,17 @@ class Probe(ProbeCore):
         if C is None or not C > 0:
             raise DpauditError(f"the probe needs the clipping norm C > 0 (a non-private optimizer: pass clipping_norm), "
                                f"got {C!r}")
+        self.divisor_from = "given"  # the divisor the caller passed
         if expected_batch_size is None:
             if not private:
                 raise DpauditError("a probe on a non-private optimizer needs expected_batch_size")
             expected_batch_size = float(optimizer.expected_batch_size) * self.world
+            self.divisor_from = "optimizer"  # Opacus' int(len(dataset) * q) x world: compared with the card's q N
             if getattr(optimizer, "loss_reduction", "mean") == "sum":
                 expected_batch_size = 1.0  # the noisy sum is not divided
+                self.divisor_from = "sum"
         self.divisor = float(expected_batch_size)
+        self.dataset_size = dataset_size
         self.model_params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad] \
             if params is None else list(params)
         if not self.model_params:

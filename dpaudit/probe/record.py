@@ -51,7 +51,7 @@ _TOP = {"schema_version": "int", "kind": "str", "m": "int", "seed": "int?", "cli
         "steps": "int", "steps_file": "str", "steps_sha256": "sha", "probe": "dict?", "online": "dict?"}
 _PROBE = {"schema_version": "int", "run_id": "str?", "mode": "str", "coordinates": "str?", "optimizer": "str?",
           "world_size": "int+", "steps": "int", "sample_rate": "rate0", "sampler": "str", "clipping_norm": "num?",
-          "noise_multiplier": "num?", "divisor": "num?", "clip_canaries": "int", "clip_multiple": "num",
+          "noise_multiplier": "num?", "divisor": "num?", "divisor_from": "str", "clip_canaries": "int", "clip_multiple": "num",
           "clip_entry": "str?", "sum_tolerance": "num", "clip_exact_tolerance": "num", "noise_tensors": "list",
           "coverage": "dict", "online": "dict", "arrays_file": "str", "arrays_sha256": "sha", "dataset_size": "int?"}
 _ONLINE = {"statistic": "str", "sample_rate": "rate0", "noise_multiplier": "num", "steps": "int", "values": "int",

@@ -92,3 +92,35 @@ def test_what_cannot_be_tested_says_so():
     assert mc.divisor(fixed)["status"] == "not tested"  # constant batches: b_t cannot be told from B
     model = _readings(5, coordinates="model")
     assert "conservative" in mc.noise(model, CARD)["finding"]
+
+
+def _with_probe(r, **probe):
+    import dataclasses
+
+    return dataclasses.replace(r, probe={**r.probe, **probe})
+
+
+@pytest.mark.parametrize("divisor,source,status", [
+    (93.0, "optimizer", "fail"),  # Opacus' int(930 q): the loop trained on 930 records, the card says 1,000
+    (N * Q, "optimizer", "pass"),
+    (N * Q - 0.5, "optimizer", "pass"),  # Opacus' int() rounding of a fractional q N: within one record
+    (93.0, "given", "pass"),  # a divisor the caller chose is the caller's: not compared
+    (1.0, "sum", "pass"),  # loss_reduction="sum": the noisy sum is not divided
+])
+def test_opacus_divisor_is_the_cards_expected_batch_size(divisor, source, status):
+    """The deterministic part of the divisor check (issue wave 5 · 3/5): a dataset of another size than the card's
+    shows in the divisor Opacus derives from it, whatever the batch sizes look like."""
+    got = mc.divisor(_with_probe(_readings(0), divisor=divisor, divisor_from=source), CARD)
+    assert (got["status"] == "fail") == (status == "fail"), got
+    if status == "fail":
+        assert got["false_alarm"] == 0.0 and "about N = 930 records" in got["finding"] and "N = 1000" in got["finding"]
+
+
+@pytest.mark.parametrize("n_loop,fails", [(N // 2, True), (N + 1, True), (N, False), (None, False)])
+def test_the_dataset_the_loop_samples_is_the_cards(n_loop, fails):
+    """The dataset size the probe was given (the loop's) against the card's: the half-size dataset sampled at twice
+    the card's rate with the same batch size (batch sizes alike) fails at once, deterministically."""
+    got = mc.sampling(_with_probe(_readings(0), dataset_size=n_loop), CARD)
+    assert (got["status"] == "fail") == fails, got
+    if fails:
+        assert got["false_alarm"] == 0.0 and f"N = {n_loop} records" in got["finding"]

@@ -253,3 +253,21 @@ def test_an_online_record_resumes_from_a_snapshot_exactly():
         again._record(x)
     a, b = whole.to_dict()["online"], again.to_dict()["online"]
     assert a == b and whole.online["heldout_ss"] == again.online["heldout_ss"]
+
+
+def test_a_card_for_another_dataset_size_fails_the_divisor_check(tmp_path):
+    """An Opacus loop on N records, its card written for N + 40 (the card's q N = 44 against Opacus' divisor
+    int(N q) = 40, batch sizes that look alike): the gate's re-derivable divisor check names the dataset; the
+    honest card passes it."""
+    import dataclasses
+
+    from dpaudit.claim.card import load_card
+    from dpaudit.probe import readback
+
+    folder, _ = _loop(tmp_path, steps=12, m=50, clip=4)
+    card = load_card(folder / "privacy_card.json")
+    status = {c["check"]: c for c in readback.mechanism_checks(readback.whitebox(folder), card)[0]["checks"]}
+    assert status["divisor"]["status"] != "fail", status["divisor"]
+    other = dataclasses.replace(card, dataset_size=N + 40)  # its q N is 44; Opacus divided by int(N q) = 40
+    status = {c["check"]: c for c in readback.mechanism_checks(readback.whitebox(folder), other)[0]["checks"]}
+    assert status["divisor"]["status"] == "fail" and f"N = {N}" in status["divisor"]["finding"], status["divisor"]
