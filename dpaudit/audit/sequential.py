@@ -7,6 +7,9 @@ often, and whenever, the running value is looked at, and at the end of the run t
 e-processes is one; each monitor here averages a few fixed alternatives so that a large and a small departure are
 both found quickly. Everything is on the log scale.
 
+Each product of the noise and mean-shift monitors is started at every step and mixed (:class:`ChangePoints`), so a
+departure that begins late is found as fast as one that begins at the start (up to a factor about s^2).
+
 * :class:`NoiseScale`   each step's noise on n coordinates, X = ||noise||^2 / (sigma C)^2 ~ chi2(n) under the card
                         (more noise only makes X larger). Alternatives: the noise at rho sigma, rho < 1; factor
                         rho^-n exp(-(X / 2)(rho^-2 - 1)), the chi2 scale family's likelihood ratio, which has mean
@@ -49,20 +52,44 @@ def _log_binom_pmf(b: int, N: int, q: float) -> float:
             + (N - b) * math.log1p(-q))
 
 
+class ChangePoints:
+    """Products of per-step factors started at every step s, mixed with weights w_s = 1 / (s (s + 1)) fixed in
+    advance (they sum to 1): E_t = sum_{s <= t} w_s prod_{u=s..t} e_u + sum_{s > t} w_s, where the starts still to
+    come count 1 each (their sum is 1 / (t + 1)). E_t is a test supermartingale whenever each e_u is a valid factor
+    (E[E_t | past] <= E_{t-1}: w_t + 1 / (t + 1) = 1 / t), so Ville's inequality holds for it as for one product.
+    A product started at step 1 is buried by evidence *for* the card that came before a change (early steps with
+    more noise than the card, then a schedule that lowers it: issue wave 5 · 3/5); the product started where the
+    change is is not. The price: a departure from step s on needs about log(s (s + 1)) more evidence (log 2 for one
+    that runs from the start). One array of log values per alternative; O(1) per step."""
+
+    def __init__(self, shape):
+        self.log_started = np.full(shape, -np.inf)  # log of sum_{s <= t} w_s prod_{u=s..t} e_u
+        self.t = 0
+
+    def update(self, log_factor: np.ndarray) -> None:
+        self.t += 1
+        w = -math.log(self.t * (self.t + 1.0))
+        self.log_started = np.logaddexp(self.log_started, w) + log_factor
+
+    def log_values(self) -> np.ndarray:
+        return np.logaddexp(self.log_started, -math.log(self.t + 1.0))
+
+
 class NoiseScale:
-    """One e-process per group (group 0: every tensor together; groups 1..P: one tensor each, when given)."""
+    """One e-process per group (group 0: every tensor together; groups 1..P: one tensor each, when given): the
+    alternatives rho mixed equally, each started at every step (:class:`ChangePoints`)."""
 
     def __init__(self, groups: int = 1):
-        self.log = np.zeros((groups, RHOS.size))
+        self.starts = ChangePoints((groups, RHOS.size))
 
     def update(self, chi2: np.ndarray, n: np.ndarray) -> None:
         """``chi2[g]`` = ||noise_g||^2 / (sigma C)^2 of this step on ``n[g]`` coordinates."""
         chi2, n = np.asarray(chi2, float)[:, None], np.asarray(n, float)[:, None]
-        self.log += -n * np.log(RHOS)[None, :] - 0.5 * chi2 * (RHOS[None, :] ** -2 - 1.0)
+        self.starts.update(-n * np.log(RHOS)[None, :] - 0.5 * chi2 * (RHOS[None, :] ** -2 - 1.0))
 
     def log_e(self) -> np.ndarray:
-        """log E of each group (the mixture over the alternatives)."""
-        return _log_mean_exp_rows(self.log)
+        """log E of each group (the mixture over the alternatives and the start steps)."""
+        return _log_mean_exp_rows(self.starts.log_values())
 
 
 class BatchSizes:
@@ -72,7 +99,7 @@ class BatchSizes:
         self.N, self.q = int(N), float(q)
         sd = max(np.sqrt(N * q * (1 - q)), 1e-9)
         self.lam = TILTS / sd
-        self.log_tilt = np.zeros(TILTS.size)
+        self.tilts = ChangePoints(TILTS.size)  # a rate that changes during training: started at every step
         self.log_repeat = 0.0
         self.previous: int | None = None
 
@@ -80,7 +107,7 @@ class BatchSizes:
         N, q = self.N, self.q
         if q >= 1:
             return
-        self.log_tilt += self.lam * b - N * np.log1p(q * np.expm1(self.lam))
+        self.tilts.update(self.lam * b - N * np.log1p(q * np.expm1(self.lam)))
         if self.previous is not None:
             if b == self.previous:  # log(0.9 / pmf(b) + 0.1), without overflow for a very unlikely b
                 x = math.log(REPEAT_WEIGHT) - _log_binom_pmf(int(b), N, q)
@@ -88,6 +115,11 @@ class BatchSizes:
             else:
                 self.log_repeat += math.log(1 - REPEAT_WEIGHT)
         self.previous = int(b)
+
+    @property
+    def log_tilt(self) -> np.ndarray:
+        """log E of each mean-shift tilt (mixed over its start steps)."""
+        return self.tilts.log_values()
 
     def log_e(self) -> float:
         return _log_mean_exp(np.r_[self.log_tilt, self.log_repeat])

@@ -233,3 +233,48 @@ def test_fixed_size_batches_stated_by_the_card_are_expected_not_accused():
     assert "sampler='shuffle'" in poisson.alarms["sampling"]["finding"]
     with pytest.raises(Exception, match="sampler must be"):
         Online(noise_multiplier=None, tensors=0, sample_rate=Q, dataset_size=N, on_fail=None, sampler="random")
+
+
+def test_a_noise_schedule_that_lowers_sigma_late_is_found_soon_after_the_change():
+    """Issue wave 5 · 3/5: 150 steps with more noise than the card (1.3 sigma), then 0.8 sigma. A product started at
+    step 1 is buried by the early evidence for the card (it would need about a thousand steps to recover); the
+    change-point mixture fires within a few steps of the change. Honest streams keep the level (test above)."""
+    rng = np.random.default_rng(5)
+    n, alpha = 256, 1e-3
+    e, first = sequential.NoiseScale(1), None
+    buried = 0.0  # the product started at step 1, at rho = 0.8: what the monitor was before
+    for t in range(1, 301):
+        scale = 1.3 if t <= 150 else 0.8
+        x = rng.chisquare(n) * scale ** 2
+        e.update(np.array([x]), np.array([n]))
+        buried += -n * np.log(0.8) - 0.5 * x * (0.8 ** -2 - 1)
+        if first is None and e.log_e()[0] >= np.log(1 / alpha):
+            first = t
+    assert first is not None and 150 < first <= 160, first
+    assert buried < np.log(1 / alpha)  # the single product never fired
+
+
+def test_a_batch_rate_that_rises_late_is_found_soon_after_the_change():
+    """150 honest steps at the card's q, then 1.6 q: found within 20 steps of the change."""
+    rng = np.random.default_rng(6)
+    e, first = sequential.BatchSizes(N, Q), None
+    for t in range(1, 301):
+        e.update(int(rng.binomial(N, Q * (1.0 if t <= 150 else 1.6))))
+        if first is None and e.log_e() >= np.log(1 / 1e-3):
+            first = t
+    assert first is not None and 150 < first <= 170, first
+
+
+def test_the_change_point_mixture_keeps_its_level_over_long_honest_runs():
+    """500 honest runs of 400 steps at alpha = 5%: alarms no more often than the binomial tail allows (Ville)."""
+    rng = np.random.default_rng(7)
+    alpha, reps, alarms = 0.05, 500, 0
+    for _ in range(reps):
+        e = sequential.NoiseScale(1)
+        x = rng.chisquare(32, size=400)
+        for v in x:
+            e.update(np.array([v]), np.array([32]))
+            if e.log_e()[0] >= np.log(1 / alpha):
+                alarms += 1
+                break
+    assert alarms <= binom.ppf(0.999, reps, alpha), alarms
