@@ -33,6 +33,7 @@ def whitebox(path: Path | None, audited=None, card=None) -> list[dict] | None:
 def _read_whitebox(f: Path, audited=None, card=None) -> dict:
     from dpaudit.audit import whitebox_lr
     from dpaudit.io import read_json
+    from dpaudit.probe import integrity
     from dpaudit.probe import record as probe_record
 
     d = read_json(f, "gradient canary record", "")
@@ -61,9 +62,9 @@ def _read_whitebox(f: Path, audited=None, card=None) -> dict:
         raise DpauditError(f"{f}: 'online.llr' must be one finite number per canary; the file is damaged")
     if d.get("steps_file"):
         steps_file = contained(f.parent, d["steps_file"], f"{f.name}: steps_file")
-        probe_record.check_digest(steps_file, d.get("steps_sha256"), f.name)
+        integrity.check_digest(steps_file, d.get("steps_sha256"), f.name)
         d["steps_array"] = _read_steps(steps_file, signs.size, scores)
-    probe_record.check_steps(f, d, None if d.get("steps_array") is None else int(d["steps_array"].shape[0]))
+    integrity.check_steps(f, d, None if d.get("steps_array") is None else int(d["steps_array"].shape[0]))
     from dpaudit.audit.mechanism import NONE
 
     chosen, stat, params = whitebox_lr.scores(d, audited or NONE)
