@@ -35,6 +35,7 @@ format; one file keeps every false-alarm rate a report states in one place.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats
@@ -314,14 +315,23 @@ def _windows(b: np.ndarray, N: int, q: float) -> list[dict]:
 
 
 def _dispersion_p(observed: float, N: int, q: float, T: int) -> float:
-    """Two-sided Monte Carlo p-value of the dispersion statistic under T independent Binomial(N, q) batches (in
-    chunks of bounded memory)."""
+    """Two-sided Monte Carlo p-value of the dispersion statistic under T independent Binomial(N, q) batches."""
+    d = _dispersion_null(int(N), float(q), int(T))
+    lo = (1 + np.searchsorted(d, observed, side="right")) / (SIMULATIONS + 1)  # draws <= observed
+    hi = (1 + d.size - np.searchsorted(d, observed, side="left")) / (SIMULATIONS + 1)  # draws >= observed
+    return float(min(1.0, 2 * min(lo, hi)))
+
+
+@lru_cache(maxsize=8)
+def _dispersion_null(N: int, q: float, T: int) -> np.ndarray:
+    """The simulated law of the dispersion statistic (sorted; in chunks of bounded memory): a function of
+    (N, q, T) and the fixed seed only, so a card checked again, or many runs of one card, draw it once."""
     rng = np.random.default_rng(SEED)
     d = np.concatenate([np.sum((rng.binomial(N, q, size=(n, T)).astype(np.float64) - N * q) ** 2, axis=1)
                         for n in _chunks(SIMULATIONS, T)]) / (N * q * (1 - q))
-    lo = (1 + np.sum(d <= observed)) / (SIMULATIONS + 1)
-    hi = (1 + np.sum(d >= observed)) / (SIMULATIONS + 1)
-    return float(min(1.0, 2 * min(lo, hi)))
+    out = np.sort(d)
+    out.setflags(write=False)
+    return out
 
 
 def _chunks(total: int, width: int) -> list[int]:
@@ -370,7 +380,11 @@ def clipping(r: Readings, card: CardView) -> dict:
                    "; ".join(notes) + f"; clip canaries came out at exactly {diff:.4g} C (the block carried no noise: "
                    "see the noise check)", 0.0, worst_ratio=worst, clip_magnitude=diff)
     z = (diff - 1.0) / se
-    p = float(2 * stats.norm.sf(abs(z)))
+    # Welch's t with the Welch-Satterthwaite degrees of freedom, not the normal: with ~100 sampled canary readings the
+    # normal tail under-states p (10^4 honest runs failed 0.18% at the stated 0.1%; with t: tests/audit)
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    p = float(2 * stats.t.sf(abs(z), df))
     entry = r.probe.get("clip_entry") or ""
     mult = float(r.probe.get("clip_multiple", 1.0))
     what = (f"clip canaries of norm {mult:g} C entered {entry} and came out at {diff:.3f} C (± {1.96 * se:.3f})")
