@@ -219,6 +219,7 @@ def evaluate_deployment(path: Path, options: EvalOptions | None = None, command:
     dep = Deployment.load(path, options.device or "auto")
     card, man = load_card(path / "privacy_card.json"), load_manifest(path / "canaries.json")
     edited = checkpoint.check_manifest_digest(card, man, options.off_plan)  # never reported "as planned"
+    man.check_both_coins()  # the one-run audit compares inserted with held-out canaries (as every checkpoint's)
     _, plan_entry = eval_plan.resolve(man.plan.evaluation, options.off_plan, confidence=options.confidence,
                                       attacks=None, rule=None, n_references=None)
     plan_entry = eval_plan.with_departure(plan_entry, edited)

@@ -526,3 +526,9 @@ def test_an_edited_manifest_is_never_reported_as_planned(deployment, tmp_path, c
     assert main(["evaluate", str(edited), "--out", str(tmp_path / "r"), "--whitebox-queries", "2", "--quiet",
                  "--off-plan"]) == 0
     assert json.loads((tmp_path / "r" / "report.json").read_text())["audit_plan"]["status"] == "off-plan"
+    for c in man["canaries"]:  # every canary "inserted": a one-sided audit, refused even as exploratory
+        c["inserted"], c["sign"], c["repetitions"] = True, 1, max(1, c["repetitions"])
+    (edited / "canaries.json").write_text(json.dumps(man))
+    assert main(["evaluate", str(edited), "--out", str(tmp_path / "r2"), "--whitebox-queries", "2", "--quiet",
+                 "--off-plan"]) == 2
+    assert "every canary is inserted" in capsys.readouterr().err and not (tmp_path / "r2").exists()
