@@ -82,7 +82,9 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
     with atomic_folder(out) as tmp:
         body = {"schema_version": SCHEMA_VERSION, "kind": "comparison", "command": command, "config": config,
                 "variants": {k: (_redact_json(v) if redact else v) for k, v in reports.items()}}
-        (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
+        # compact: it repeats every variant's report (each indented in its own folder); indented, the run folders'
+        # comparisons were a quarter of the checkout
+        (tmp / "report.json").write_text(json.dumps(jsonable(body), separators=(",", ":")) + "\n")
         reports, command = md_tree(reports), md(command)  # the markdown below: every input string escaped
         L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
              "| variant | verdict | claimed ε | accounting (the interval that decides) | empirical ε lower bound "
