@@ -19,21 +19,14 @@ import time
 from datetime import date
 from pathlib import Path
 
-from scipy.stats import beta
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dpaudit import progress  # noqa: E402
 from dpaudit.audit import mechanism_checks as mc  # noqa: E402
+from dpaudit.audit.auditor import clopper_pearson  # noqa: E402
 from dpaudit.audit.simulated_readings import CARD, readings  # noqa: E402
 
 STATISTICAL = ("noise", "sampling", "clipping", "divisor")
-
-
-def interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    a = 1 - level
-    return (0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1)),
-            1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k)))
 
 
 def measure(runs: int, first_seed: int = 10 ** 6) -> dict:
@@ -55,7 +48,7 @@ def table(res: dict) -> list[str]:
     rows = [(c, mc.ALPHA, res["fails"][c]) for c in STATISTICAL] + [("any (family)", len(STATISTICAL) * mc.ALPHA,
                                                                    res["family"])]
     for name, stated, k in rows:
-        lo, hi = interval(k, n)
+        lo, hi = clopper_pearson(k, n)
         lines.append(f"| {name} | {stated:.2%} | {k:,} of {n:,} | {k / n:.3%} [{lo:.3%}, {hi:.3%}] | "
                      f"{'yes' if stated >= lo else '**no: fails honest runs more often than it states**'} |")
     return lines

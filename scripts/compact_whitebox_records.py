@@ -13,7 +13,6 @@ should keep its array.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 def compact(record_file: Path) -> str | None:
     from dpaudit.audit import whitebox_lr
     from dpaudit.claim.card import load_card
+    from dpaudit.probe.integrity import digest
 
     d = json.loads(record_file.read_text())
     steps_name = d.get("steps_file")
@@ -36,7 +36,7 @@ def compact(record_file: Path) -> str | None:
     stat, params = whitebox_lr.choose({**d, "steps_array": steps}, card.audited_mechanism())
     x = steps.astype(np.float64)
     out = {k: v for k, v in d.items() if k != "steps_file"}
-    out["steps_sha256"] = hashlib.sha256(npy.read_bytes()).hexdigest()
+    out["steps_sha256"] = digest(npy.read_bytes())
     if stat == "likelihood_ratio":
         llr = whitebox_lr.subsampled_gaussian_llr(steps, params["sample_rate"], params["noise_multiplier"])
         out["online"] = {"statistic": "likelihood_ratio", "sample_rate": params["sample_rate"],
@@ -50,7 +50,7 @@ def compact(record_file: Path) -> str | None:
             arrays = {k: z[k] for k in z.files}
         arrays["heldout_ss"] = np.sum(x[:, signs < 0] ** 2, axis=1)
         np.savez(arr, **arrays)
-        probe["arrays_sha256"] = hashlib.sha256(arr.read_bytes()).hexdigest()  # the file it now names
+        probe["arrays_sha256"] = digest(arr.read_bytes())  # the file it now names
     record_file.write_text(json.dumps(out) + "\n")
     npy.unlink()
     return f"{record_file}: {stat}, {steps.shape[0]} x {steps.shape[1]} projections -> sha256 {out['steps_sha256'][:12]}"

@@ -306,8 +306,13 @@ def _relabel(r: AuditResult, strategy: str, confidence: float) -> AuditResult:
     return AuditResult(**d)
 
 
-def _rate(k: int, n: int, confidence: float) -> Rate:
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The two-sided Clopper-Pearson interval of a rate seen k times in n."""
     a = 1 - confidence
     lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
     hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
-    return Rate(k / n, lo, hi, k, n, confidence)
+    return lo, hi
+
+
+def _rate(k: int, n: int, confidence: float) -> Rate:
+    return Rate(k / n, *clopper_pearson(k, n, confidence), k, n, confidence)
