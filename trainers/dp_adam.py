@@ -31,7 +31,7 @@ def build_records(data, manifest: Manifest, tokenizer, objective: str, max_len: 
 
             ids = new_tokens.token_ids(tokenizer, manifest)
             canaries = [{**r, "targets": new_tokens.secret_only(r["targets"], r["input_ids"], ids)} for r in canaries]
-        recs += canaries
+        recs += [{**r, "canary": True} for r in canaries]  # sampled at their own rate where the plan sets one
     order = np.random.default_rng(seed).permutation(len(recs))
     return [recs[i] for i in order]
 
@@ -43,11 +43,13 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
     model, tok = common.base_model(cfg, eng, manifest)
     model, base = common.choose_trainable(model, tc, eng.grad_sample_mode)
     records = build_records(data, manifest, tok, cfg.task.objective, cfg.model.max_len, eng.seed, cfg.task.name)
-    model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len, snapshots=snapshots)
+    model, res = engine.train(model, records, eng, tok.pad_token_id, cfg.model.max_len, snapshots=snapshots,
+                              canary_rate=manifest.plan.sample_rate)
+    extra = {**common.intended(eng), **common.sampling_extra(res)} if res.private else None
     card = common.privacy_card(eng, epsilon=res.epsilon if res.private else None, delta=res.delta, method="dp_adam",
                                trainable=tc.trainable, events=res.events, dataset_size=len(records),
-                               expected_batch_size=min(eng.batch_size, len(records)),
-                               extra=common.intended(eng) if res.private else None)
+                               expected_batch_size=res.sample_rate * len(records) if res.sampling else
+                               min(eng.batch_size, len(records)), extra=extra)
     run = common.run_record(cfg, variant, eng, res, data, common.trainable_fields(tc),
                             common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, tc, base)

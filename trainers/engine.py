@@ -13,7 +13,7 @@ Every DP method is one composition of the same seams (docs/architecture.md):
 
 Poisson sampling at q = B / N (records) or B / U (users), noise once per logical batch, the noisy sum
 divided by the expected batch size B (Li et al., Alg. 1; Chua et al., Alg. 2). With ``target_epsilon =
-inf`` the same loop runs without clipping or noise (shuffled record batches; sampled users). (Just over 300 lines:
+inf`` the same loop runs without clipping or noise (shuffled record batches; sampled users). (Over 300 lines:
 the record- and user-level entry points share their planning, accounting and white-box set-up here.)
 """
 
@@ -55,6 +55,7 @@ class TrainResult:
     gradient_canaries_more: list = field(default_factory=list)  # further kinds' sets (gradient_canary_kind 'a+b')
     resumed_at: list = field(default_factory=list)  # logical steps this run was resumed from (trainers/snapshot.py)
     release: bool = False  # a train.secure_rng run: un-noised statistics of the private data stay out of run.json
+    sampling: dict | None = None  # canaries at their own rate: {records, canaries, accounted, canary_records, divisor}
 
     def summary(self) -> dict:
         d = asdict(self)
@@ -223,6 +224,26 @@ def _resumable(snapshots, parts, steps: int):
     return start, losses, after, resumed
 
 
+def _record_rates(records: list[dict], q: float, canary_rate: float | None, cfg: EngineConfig,
+                  event) -> torch.Tensor | None:
+    """Each record's sampling rate when the canaries (records marked ``"canary"``) have a rate of their own, else
+    None; refused in one line where the run cannot honour it."""
+    if canary_rate is None or not cfg.private:
+        return None  # a non-private run draws shuffled epochs: every record once per epoch
+    if not 0 < canary_rate <= 1:
+        raise DpauditError(f"canaries.sample_rate must lie in (0, 1], got {canary_rate!r}")
+    why = ("train.gradient_canaries is set (the probe's sampling checks assume one rate for every record)"
+           if cfg.gradient_canaries else
+           "the model is sharded or trained by torchrun (one rate per record is sampled on one process only)"
+           if cfg.grad_sample_mode == "ghost_fsdp" or distributed.world()[1] > 1 else
+           "the noise is not the engine's Gaussian" if event is not None else None)
+    if why is not None:
+        raise DpauditError(f"canaries.sample_rate cannot be honoured: {why}; remove canaries.sample_rate (the "
+                           "canaries are then sampled at the data's rate) or that setting")
+    canary = torch.tensor([bool(r.get("canary")) for r in records])
+    return torch.where(canary, torch.tensor(float(canary_rate)), torch.tensor(float(q)))
+
+
 @dataclass(frozen=True)
 class RecordPlan:
     """What a record-level run of ``cfg`` on n records will do: expected batch, rate, steps, delta (private)."""
@@ -249,14 +270,18 @@ def record_plan(n: int, cfg: EngineConfig) -> RecordPlan:
 
 
 def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int, max_len: int, *,
-          noise=None, sigma: float | None = None, event=None, snapshots=None) -> tuple[nn.Module, TrainResult]:
+          noise=None, sigma: float | None = None, event=None, snapshots=None,
+          canary_rate: float | None = None) -> tuple[nn.Module, TrainResult]:
     """Record-level training of ``model`` on ``records``; returns (the plain model, what happened).
     ``noise`` (:mod:`.noise`) replaces Opacus' Gaussian draw; a non-Gaussian one comes with ``event(sample_rate,
     steps)``, the privacy event of this training under the caller's accounting (the result's epsilon is then
     None); without ``event`` the run is accounted as Gaussian with multiplier sigma. ``sigma``
     fixes the Gaussian noise multiplier instead of calibrating it to ``cfg.target_epsilon`` (a method that
     composes this training with other mechanisms calibrates the whole; the result's epsilon is this training's).
-    ``snapshots`` (:class:`.snapshot.Snapshots`) saves the run's state every few steps and resumes from the latest."""
+    ``snapshots`` (:class:`.snapshot.Snapshots`) saves the run's state every few steps and resumes from the latest.
+    ``canary_rate``: a private run Poisson-samples the records marked ``"canary"`` at this rate and the others at
+    q = B / N; the noise is calibrated, and the run accounted, at the larger rate (every record's privacy is that
+    of a subsampled Gaussian at its own rate, at most the larger one's), and ``TrainResult.sampling`` records both."""
     if event is not None and noise is None:
         raise DpauditError("a privacy event replaces the Gaussian's only with the noise it describes (engine.train("
                            "noise=..., event=...))")
@@ -283,10 +308,12 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
                           steps, desc="train", start=start, losses=so_far, after_step=after)
         return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None, resumed=resumed)
     delta, steps = plan.delta, plan.steps
+    rates = _record_rates(records, q, canary_rate, cfg, event)
+    q_card = q if rates is None else max(q, float(canary_rate))  # what the card accounts
     if event is not None:
         sigma = 0.0  # Opacus' own Gaussian draw is replaced by ``noise``
     elif sigma is None:
-        sigma = _sigma(cfg, delta, q, steps)
+        sigma = _sigma(cfg, delta, q_card, steps)
     elif not sigma > 0:
         raise DpauditError(f"a fixed noise multiplier must be > 0, got {sigma}")
     mseed = mechanism_seed(cfg)
@@ -307,20 +334,26 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         module, dp_opt, crit, dp_loader = mechanism.record_level(
             model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode,
             seed=mseed, noise=noise)
+        if rates is not None:
+            dp_loader = data_seam.rated(dp_loader, rates)
     secure_noise(dp_opt, cfg)
     canaries = _canaries(cfg, dp_opt, params, q, batch, private=True,
                          sharded_module=module if sharded is not None else None,
                          identity=run_identity(cfg, tensors) if cfg.gradient_canaries else None)
     stats = ClipStats(cfg.clipping_norm)
-    ledger = (lambda t: [event(q, t).to_dict()]) if event is not None else _gaussian_ledger(q, sigma)
+    ledger = (lambda t: [event(q, t).to_dict()]) if event is not None else _gaussian_ledger(q_card, sigma)
     stream = data_seam.Poisson(dp_loader, dp_opt, cfg.max_physical_batch_size)
     start, so_far, after, resumed = _resumable(
         snapshots, RunParts(module, dp_opt, {"noise": dp_opt.generator}, {}, canaries, stats, ledger, stream), steps)
     losses = loop.run(module, dp_opt, stream, RecordStep(module, crit, choices, placeholder=placeholder), steps,
                       stats=stats, desc="DP train", start=start, losses=so_far, after_step=after)
     released = fsdp.release(sharded) if sharded is not None else mechanism.release(module)
-    return released, _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats,
-                                              [event(q, steps)] if event is not None else None, resumed)
+    result = _result(cfg, steps, n, q_card, sigma, delta, losses, t0, canaries, stats,
+                     [event(q, steps)] if event is not None else None, resumed)
+    if rates is not None:
+        result.sampling = {"records": q, "canaries": float(canary_rate), "accounted": q_card,
+                           "canary_records": sum(1 for r in records if r.get("canary")), "divisor": batch}
+    return released, result
 
 
 def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: EngineConfig, pad_id: int,

@@ -63,6 +63,16 @@ def intended(eng) -> dict:
                          "source": "train.target_epsilon (the noise multiplier calibrated to it)"}}
 
 
+def sampling_extra(res) -> dict:
+    """The card's record of canaries sampled at a rate of their own (``extra.sampling``): the data's rate, the
+    canaries', the rate the card accounts every record at (the larger), the canary records and the divisor; empty
+    when every record ran at one rate."""
+    if not res.sampling:
+        return {}
+    return {"sampling": {**res.sampling, "note": "Poisson sampling, records and canaries each at their own rate; "
+                         "the events account every record at the larger rate"}}
+
+
 def rng_extra(eng) -> dict:
     """The privacy card's record of where the mechanism's randomness came from (``extra.rng``)."""
     if eng.secure_rng:

@@ -30,6 +30,8 @@ class Method:
     snapshots: bool
     gaussian_target: bool = False  # calibrates one record-level Gaussian to train.target_epsilon: a target no noise
     # reaches is refused before any variant trains (dpaudit.run.pipeline's preflight)
+    canary_rate: bool = False  # samples the canaries at canaries.sample_rate (a config that sets it with a method
+    # lacking this is refused before any variant trains)
 
     def fit(self, cfg, variant, data, manifest, out, snapshots=None):
         if snapshots is not None and not self.snapshots:
@@ -38,7 +40,7 @@ class Method:
 
 
 REGISTRY = {m.name: m for m in (
-    Method("dp_adam", dp_adam, snapshots=True, gaussian_target=True),
+    Method("dp_adam", dp_adam, snapshots=True, gaussian_target=True, canary_rate=True),
     Method("dp_frost", dp_frost, snapshots=False),  # two phases (selection, training): retrained on resume
     Method("lmo_dp", lmo_dp, snapshots=True),
     Method("user_dp_sgd", user_dp, snapshots=True),
@@ -46,6 +48,15 @@ REGISTRY = {m.name: m for m in (
     Method("pmixed", pmixed, snapshots=False),  # N adapters: retrained on resume
 )}
 assert tuple(sorted(REGISTRY)) == tuple(sorted(options.METHODS)), "trainers.methods must list options.METHODS"
+
+
+def check_canary_rate(variant, rate: float | None) -> None:
+    """A config whose canaries have a sampling rate of their own (``canaries.sample_rate``) and a private variant
+    whose method samples every record at one rate: refused in one line before any variant trains (and by the
+    dry run)."""
+    if rate is not None and variant.trainer.engine.private and not get(variant.trainer.method).canary_rate:
+        raise DpauditError(f"variant {variant.name!r}: method {variant.trainer.method!r} samples every record at one "
+                           "rate; canaries.sample_rate is honoured by dp_adam only: remove it or train with dp_adam")
 
 
 def get(name: str) -> Method:

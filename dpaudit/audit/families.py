@@ -188,12 +188,14 @@ def curve_rejection(rows: list[TestRow]) -> TestRow | None:
     return next((e for e in rows if e.delta_kind == "claimed" and e.claim_curve_rejected), None)
 
 
-def limits(rows: list[TestRow], claimed: float, audited: Audited = NONE) -> list[dict]:
+def limits(rows: list[TestRow], claimed: float, audited: Audited = NONE,
+           canary_rate: float | None = None) -> list[dict]:
     """For every test of the claim (one record per audit unit): what the best possible one-run audit with the
     same canaries, guesses, confidence and analysis shows about a mechanism of exactly the claimed epsilon
     (:func:`dpaudit.audit.fdp.ideal_limit`, mu-GDP) and, when the card's mechanism is one subsampled Gaussian,
     about that mechanism itself (:func:`dpaudit.audit.mechanism_limit.limit`); the fraction of each this test
-    reached."""
+    reached. ``canary_rate``: the planted canaries ran at this rate of their own (the card's ``extra.sampling``),
+    so their tests' mechanism limit is the card's Gaussian at that rate (the white-box canaries' stays the card's)."""
     best: dict = {}  # one test per canary set (same canaries and guesses): the one that reached the most
     for e in rows:
         if e.delta_kind != "claimed" or e.group_size != 1 or not e.delta > 0 or not claimed < float("inf"):
@@ -215,7 +217,11 @@ def limits(rows: list[TestRow], claimed: float, audited: Audited = NONE) -> list
              if est is not None and ideal["gdp_epsilon_estimate"] else None}
         mech = None
         if ev is not None and e.k_pos == e.k_neg:
-            mech = mechanism_limit.limit(e.m, e.k_pos, ev, e.delta, e.confidence)
+            own = canary_rate is not None and not e.attack.startswith("whitebox")
+            mech = mechanism_limit.limit(e.m, e.k_pos, {**ev, "sample_rate": canary_rate} if own else ev, e.delta,
+                                         e.confidence)
+            if mech is not None and own:
+                mech["canaries_own_rate"] = True
         if mech is not None:
             x["mechanism_limit"] = {**mech, "fraction": e.epsilon_lb / mech["epsilon_lb"]
                                     if mech["epsilon_lb"] > 0 else None}

@@ -68,6 +68,10 @@ class CanaryPlan:
     init: str = "seeded"
     random_prefix: int = 0
     train_on: str = "record"
+    # the rate at which each inserted canary record is Poisson-sampled at every private step, apart from the data's
+    # q (Panda et al.: canaries at 0.01 over many steps); None: the data's rate. The card then accounts the larger
+    # of the two rates for every record (trainers/engine.py, docs/canary_designs.md "Canaries at their own rate")
+    sample_rate: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "symbols", tuple(self.symbols))
@@ -101,6 +105,18 @@ class CanaryPlan:
             raise DpauditError(f"canaries.guess_fraction must be in (0, 1], got {self.guess_fraction}")
         if self.evaluation is not None:
             eval_plan.check(self.evaluation, "canaries.json audit_plan.evaluation")
+        self._check_sample_rate()
+
+    def _check_sample_rate(self) -> None:
+        v = self.sample_rate
+        if v is None:
+            return
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v <= 1:
+            raise DpauditError(f"canaries.sample_rate must be a number in (0, 1] (or absent: the data's rate), got "
+                               f"{v!r}")
+        if self.records_per_user > 1 or self.labels:
+            raise DpauditError("canaries.sample_rate samples canary records on their own: it is for record-level "
+                               "text canaries (records_per_user = 1, labels = 0)")
 
     def _check_token_design(self) -> None:
         if self.labels:

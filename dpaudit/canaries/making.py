@@ -24,7 +24,8 @@ def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = D
         alphabet: str = "0123456789", length: int = 6, guess_fraction: float = 0.5, labels: int = 0, *,
         attacks=None, rule: str = "bonferroni", confidence: float = 0.95, n_references: int = 2000,
         plan: bool = True, design: str = "template", pool: int = 0, tokenizer=None, base_model=None,
-        init: str = "seeded", random_prefix: int = 0, train_on: str = "record") -> Manifest:
+        init: str = "seeded", random_prefix: int = 0, train_on: str = "record",
+        sample_rate: float | None = None) -> Manifest:
     """Canaries for a model trained anywhere: m canaries, each inserted (``repetitions`` copies) or held out by a
     fair coin, the audit's guess counts fixed now, before training. ``seed`` None draws a fresh one from the
     operating system (recorded in the manifest, which regenerates from it). ``attacks`` (default: all), ``rule``,
@@ -33,7 +34,8 @@ def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = D
     ``tokenizer``, ``bigram`` the ``tokenizer``; ``length`` then counts tokens (``pool`` words to draw from).
     A ``new-token`` manifest's tokens go into the model with ``dpaudit.api.add_canary_tokens`` before training;
     ``init``, ``random_prefix`` and ``train_on`` make the final-weights design (docs/canary_designs.md), whose
-    default plan adds the ``final_weights`` score."""
+    default plan adds the ``final_weights`` score. ``sample_rate`` (None: the data's) is the rate at which a trainer
+    that honours it (dpaudit's dp_adam) Poisson-samples each inserted canary record at every private step."""
     for name, v, low in (("m", m, 2), ("repetitions", repetitions, 1), ("length", length, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise DpauditError(f"canaries: {name} must be an integer >= {low}, got {v!r}")
@@ -42,7 +44,7 @@ def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = D
     prefix, suffix = parse_template(template)
     cp = CanaryPlan(m=m, repetitions=repetitions, prefix=prefix, suffix=suffix, alphabet=alphabet, length=length,
                     seed=seed, guess_fraction=guess_fraction, labels=labels, design=design, pool=pool, init=init,
-                    random_prefix=random_prefix, train_on=train_on)
+                    random_prefix=random_prefix, train_on=train_on, sample_rate=sample_rate)
     if plan:
         cp = replace(cp, evaluation=eval_plan.planned(attacks or eval_plan.default_attacks(cp), rule, confidence,
                                                       n_references))

@@ -132,6 +132,7 @@ class Manifest:
             "repetitions": p.repetitions,
             "records_per_user": p.records_per_user,
             "labels": p.labels,
+            **({"sample_rate": p.sample_rate} if p.sample_rate is not None else {}),
             "audit_plan": {"k_pos": k_pos, "k_neg": k_neg, "guess_fraction": p.guess_fraction,
                            "rule": "fixed before training: guess member for the k_pos highest scores, "
                                    "non-member for the k_neg lowest, abstain otherwise",
@@ -239,6 +240,7 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
                           length=d["space"]["length"], seed=d["seed"],
                           guess_fraction=d["audit_plan"]["guess_fraction"],
                           records_per_user=d.get("records_per_user", 1), labels=d.get("labels", 0),
+                          sample_rate=d.get("sample_rate"),
                           evaluation=d["audit_plan"].get("evaluation"), **_design_from_dict(d.get("design")))
         canaries = [Canary(**c) for c in d["canaries"]]
     except KeyError as e:

@@ -89,6 +89,16 @@ class PrivacyCard:
         x = (self.extra or {}).get("intended")
         return x if isinstance(x, dict) else None
 
+    def canary_sample_rate(self) -> float | None:
+        """The rate the planted canaries were Poisson-sampled at, where the run gave them one of their own
+        (``extra.sampling.canaries``, written by dpaudit's dp_adam); None when every record ran at the card's rate
+        or the record is not a rate in (0, 1]."""
+        x = (self.extra or {}).get("sampling")
+        rate = x.get("canaries") if isinstance(x, dict) else None
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate <= 1:
+            return None
+        return float(rate)
+
     def audited_mechanism(self):
         """The one subsampled Gaussian (sigma > 0) an audit of this card is about, typed
         (:class:`dpaudit.audit.mechanism.Audited`), or None and why there is none."""

@@ -228,8 +228,13 @@ def _flag(x) -> bool:
 @click.option("--two-sample", "two", is_flag=True,
               help="Also the two-sample threshold test past guessing (independent canaries): its median bound, "
                    "the false-positive rate it aims at and the threshold to fix (seconds per m).")
+@click.option("--canary-rate", "canary_rate", type=float, default=None,
+              help="The canaries' own Poisson rate (canaries.sample_rate), where they are sampled apart from the "
+                   "data: the limit is that of canaries at this rate; the card accounts every record at the larger "
+                   "of --sample-rate and this, so give --sigma calibrated at that rate (`dpaudit run --dry-run` "
+                   "prints it).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per m.")
-def plan_cmd(q, sigma, steps, delta, confidence, ms, two, as_json):
+def plan_cmd(q, sigma, steps, delta, confidence, ms, two, canary_rate, as_json):
     """Before training: what a white-box audit with m canaries can show about this mechanism (the median simulated
     one-run bound at the best guess count, docs/probe.md), for each m. Pick m here, then fix it in the config
     (train.gradient_canaries) or attach_probe(m=...): the audit is planned before its scores exist."""
@@ -238,6 +243,9 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, two, as_json):
     _audit_params(delta, confidence)
     if not (0 < q <= 1 and sigma > 0 and steps >= 1):
         raise DpauditError(f"need 0 < --sample-rate <= 1, --sigma > 0 and --steps >= 1; got {q}, {sigma}, {steps}")
+    if canary_rate is not None and not 0 < canary_rate <= 1:
+        raise DpauditError(f"--canary-rate must lie in (0, 1], got {canary_rate}")
+    card_q, q = q, (q if canary_rate is None else canary_rate)  # the canaries' mechanism: their own rate
     try:
         sizes = [int(x) for x in ms.split(",") if x.strip()]
     except ValueError:
@@ -268,6 +276,9 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, two, as_json):
         return
     click.echo(f"white-box Dirac canaries on a subsampled Gaussian (q = {q:g}, σ = {sigma:g}, T = {steps}), "
                f"δ = {delta:g}, {confidence:.1%}:")
+    if canary_rate is not None:
+        click.echo(f"  (the canaries at their own rate {q:g}, the data at {card_q:g}: the card accounts every record "
+                   f"at q = {max(q, card_q):g})")
     for r in rows:
         if r["epsilon_lb"] is None:
             click.echo(f"  m = {r['m']:>9,}: beyond the simulation budget (no limit; the audit keeps m/4 + m/4)")

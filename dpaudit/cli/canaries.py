@@ -61,6 +61,10 @@ def canaries():
 @click.option("--train-on", type=click.Choice(("record", "secret")), default="record", show_default=True,
               help="new-token: what the canary records' training loss reads; secret = its new tokens only (labels "
                    "-100 elsewhere: dpaudit.api.canary_labels), so its clipped gradient lands on its own rows.")
+@click.option("--sample-rate", "sample_rate", default=None, type=float,
+              help="Rate at which each inserted canary record is Poisson-sampled at every private step, apart from "
+                   "the data's (e.g. 0.01 over many steps: Panda et al.); honoured by dpaudit's dp_adam, whose card "
+                   "then accounts every record at the larger of the two rates. Default: the data's rate.")
 @click.option("--attacks", default=None,
               help="Evaluation plan: the attacks `dpaudit evaluate` will audit (fixed now, before training). Default: "
                    f"{','.join(options.OUTPUT_ATTACKS)}, and final_weights for new-token canaries with --init zero.")
@@ -71,7 +75,8 @@ def canaries():
 @click.option("--references", "n_references", default=2000, show_default=True, type=int,
               help="Evaluation plan: reference secrets for exposure ranks (when the space is not enumerated).")
 def canaries_new(m, repetitions, seed, template, design, pool, base_model, tokenizer_dir, alphabet, length, out,
-                 records, force, guess_fraction, init, random_prefix, train_on, attacks, rule, confidence, n_references):
+                 records, force, guess_fraction, init, random_prefix, train_on, sample_rate, attacks, rule, confidence,
+                 n_references):
     """Write a canary manifest (and the records to insert) before training, for any trainer."""
     from dpaudit.canaries import making as canary_making
     from dpaudit.canaries import planting
@@ -106,7 +111,7 @@ def canaries_new(m, repetitions, seed, template, design, pool, base_model, token
                             attacks=None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()],
                             rule=rule, confidence=confidence, n_references=n_references, design=design, pool=pool,
                             tokenizer=tok, base_model=model, init=init, random_prefix=random_prefix,
-                            train_on=train_on)
+                            train_on=train_on, sample_rate=sample_rate)
     attacks = ",".join(man.plan.evaluation["attacks"])
     if records is None:
         write_atomic(out, lambda tmp: tmp.write_text(man.json_text()))

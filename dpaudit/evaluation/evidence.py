@@ -67,7 +67,8 @@ def gather(card, man, scored, whitebox: list | None, mechanism: Audited, confide
         record_best=families.best(record_rows, "record_claim") if record_rows else None,
         curve=families.curve_rejection(empirical), attack_rows=families.attack_rows(scores, plan.signs, whitebox),
         exposure=expo,
-        limits=families.limits(empirical, card.claim.epsilon_value, mechanism) if card.is_private else [],
+        limits=families.limits(empirical, card.claim.epsilon_value, mechanism, card.canary_sample_rate())
+        if card.is_private else [],
         noise_checks=noise_checks(whitebox, confidence), mechanism_checks=mechanism_checks(whitebox, card),
         two_sample=families.two_sample_rows(plan, whitebox, families.per_test(scores, plan, whitebox)))
 

@@ -276,7 +276,9 @@ def _mechanism_limit_text(x: dict) -> str:
     pool = (f", resampled from {ml['pool']:,} simulated canary scores per class" if ml.get("pool") else "")
     how = (f"median of {ml['simulations']} simulated audits{pool}" if ml.get("method") != "tails" else
            f"the count read from the tails of {ml['pool']:,} simulated canary scores per class")
-    return (f"; of the mechanism on the card itself (subsampled Gaussian q = {mech['sample_rate']:.4g}, "
+    whose = ("of the card's mechanism with the canaries at their own rate" if ml.get("canaries_own_rate") else
+             "of the mechanism on the card itself")
+    return (f"; {whose} (subsampled Gaussian q = {mech['sample_rate']:.4g}, "
             f"σ = {mech['noise_multiplier']:.4g}, {mech['steps']} steps; per-step likelihood ratio, {how}) at most "
             f"{ml['epsilon_lb']:.2f} — {frac}")
 
@@ -349,11 +351,17 @@ def training_lines(tr: dict | None) -> list[str]:
     loss = (f"; final training loss {tr['final_loss']:.3f} (mean over the last {k} of {tr['steps']} steps)" if k else
             f"; final training loss {tr['final_loss']:.3f} (mean of the last 20 physical batches, an older "
             "definition: not comparable between private and non-private runs)") if tr.get("final_loss") is not None else ""
-    L = [f"- {tr['steps']} steps over {tr['dataset_size']} units at sampling rate q = {tr['sample_rate']:.4g}"
-         f"{noise}{loss}; {tr.get('seconds', 0.0):.0f} s."]
+    own = tr.get("sampling") if isinstance(tr.get("sampling"), dict) else None
+    if own and not all(isinstance(own.get(x), (int, float)) and not isinstance(own.get(x), bool) and own[x] > 0
+                       for x in ("records", "canaries", "accounted", "canary_records", "divisor")):
+        own = None  # not the record dpaudit writes: the plain rate line
+    rate = (f"sampling rate q = {own['records']:.4g}, its {own['canary_records']} canary records at their own rate "
+            f"{own['canaries']:.4g} (every record accounted at {own['accounted']:.4g})" if own else
+            f"sampling rate q = {tr['sample_rate']:.4g}")
+    L = [f"- {tr['steps']} steps over {tr['dataset_size']} units at {rate}{noise}{loss}; {tr.get('seconds', 0.0):.0f} s."]
     c = tr.get("clipping") or {}
     if tr.get("noise_multiplier") is not None and c.get("clipping_norm") and tr.get("dataset_size"):
-        B = tr["sample_rate"] * tr["dataset_size"]
+        B = own["divisor"] if own else tr["sample_rate"] * tr["dataset_size"]
         tau = tr["noise_multiplier"] * c["clipping_norm"] / B
         L.append(f"- Noise on the averaged gradient: std σC/B = {tau:.2g} per coordinate (expected batch B = {B:.0f}). "
                  "Under Adam, a coordinate whose mean gradient is below this moves at random by about lr per step, "

@@ -92,6 +92,7 @@ def plan(cfg_path: Path, only: tuple[str, ...] = ()) -> tuple[list[VariantPlan],
             from dpaudit.trainers import distributed
 
             distributed.check_fsdp_variant(v.name, v.trainer)
+        _canary_rate(cfg, v)  # a method that cannot honour canaries.sample_rate is refused as the run refuses it
         out.append(_variant(cfg, v, n, users, manifest, model_params))
     return out, notes
 
@@ -139,13 +140,25 @@ def _variant(cfg, v, n_records: int, users: int | None, manifest, model_params) 
         c = lmo_dp.calibrate(tc, eng, p)
         noise, claim = f"LMO Laplace mixture ({c.claim_accountant})", c.claim_epsilon
     else:
-        sigma = accounting.calibrate_sigma(eng.target_epsilon, p.delta, p.sample_rate, p.steps, accountant=eng.accountant)
-        noise = f"σ = {sigma:.4g} ({eng.accountant})"
+        rate = _canary_rate(cfg, v)
+        q = p.sample_rate if rate is None else max(p.sample_rate, rate)  # the card accounts the larger rate
+        sigma = accounting.calibrate_sigma(eng.target_epsilon, p.delta, q, p.steps, accountant=eng.accountant)
+        noise = f"σ = {sigma:.4g} ({eng.accountant})" + (
+            "" if rate is None else f"; canaries sampled at {rate:g}, every record accounted at q = {q:.4g}")
         claim = accounting.epsilon_function(eng.accountant)(
-            [accounting.SubsampledGaussian(p.sample_rate, sigma, p.steps)], p.delta)
+            [accounting.SubsampledGaussian(q, sigma, p.steps)], p.delta)
     unit = "record (claim converted to users of k)" if method == "group_privacy" else "record"
     return VariantPlan(v.name, method, unit, n_records, p.batch, p.sample_rate, p.steps, p.delta, noise, claim,
                        total, trainable, *_memory(total, trainable, eng, tc))
+
+
+def _canary_rate(cfg, v) -> float | None:
+    """The canaries' own sampling rate for a private variant (None: the data's), refused as the run refuses it."""
+    from dpaudit.trainers import methods
+
+    methods.check_canary_rate(v, cfg.canaries.sample_rate)
+    rate = cfg.canaries.sample_rate
+    return None if rate is None or not v.trainer.engine.private else float(rate)
 
 
 def _params(cfg):

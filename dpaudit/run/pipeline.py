@@ -91,9 +91,11 @@ def _preflight(cfg, data, manifest) -> None:
                 engine.record_plan(n, eng)  # a step count past the cap, found before the first variant trains
             except DpauditError as e:
                 raise DpauditError(f"variant {v.name!r}: {e}") from None
+        rate = cfg.canaries.sample_rate
+        methods.check_canary_rate(v, rate)
         if eng.private and methods.get(v.trainer.method).gaussian_target and n > 0:
             plan = engine.record_plan(n, eng)
-            accounting.check_reachable(eng.target_epsilon, plan.delta, plan.sample_rate, plan.steps,
+            accounting.check_reachable(eng.target_epsilon, plan.delta, max(plan.sample_rate, rate or 0.0), plan.steps,
                                        f"variant {v.name!r}: ")
 
 

@@ -215,12 +215,13 @@ def test_docs_design_examples_run_as_written(tmp_path, monkeypatch, capsys):
     Path("my-model").mkdir()
     lines = [ln.strip() for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) for ln in b.splitlines()]
     runs = [ln for ln in lines if ln.startswith("dpaudit ")]
-    assert len(runs) == 5 and sum("--base-model my-base" in ln for ln in runs) == 2
+    assert len(runs) == 7 and sum("--base-model my-base" in ln for ln in runs) == 2
     for ln in runs:
         assert main(shlex.split(ln)[1:]) == 0, capsys.readouterr().err
     for name, design in (("rare.json", "rare-token"), ("bigram.json", "bigram")):
         man = canaries.load_manifest(Path("my-model") / name)
         assert man.plan.design == design and len(man.plan.symbols) == 256 and canaries.regenerate(man)
+    assert canaries.load_manifest(Path("my-model") / "rated.json").plan.sample_rate == 0.01  # canaries at their rate
     block = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
     exec(block, {"model": model, "tokenizer": tokenizer})
     assert len(tokenizer) == 2048 + 500 * 3
