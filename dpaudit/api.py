@@ -29,7 +29,8 @@ from dpaudit.errors import DpauditError
 from dpaudit.evaluation.options import EvalOptions
 
 __all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "canary_labels", "card_from_opacus", "evaluate", "functional_probe",
-           "insert_canaries", "load_manifest", "new_canaries", "register_accountant", "register_attack", "write_records",
+           "insert_canaries", "load_manifest", "new_canaries", "register_accountant", "register_attack",
+           "sample_canaries_at_rate", "write_records",
            "write_report"]
 
 
@@ -54,6 +55,35 @@ def canary_labels(input_ids, tokenizer, manifest: Manifest) -> list[int]:
 
     ids = [int(i) for i in input_ids]
     return new_tokens.secret_only(ids, ids, new_tokens.token_ids(tokenizer, manifest))
+
+
+def sample_canaries_at_rate(dp_loader, is_canary, manifest: Manifest):
+    """The loader Opacus' ``make_private`` returned, with the canary rows sampled at the manifest's own rate
+    (``sample_rate``, fixed before training: docs/canary_designs.md, "Canaries at their own rate") and every other
+    row at the loader's rate, each row independently at every step. Train on the loader this returns and pass it
+    to :func:`card_from_opacus`, which then accounts every record at the larger rate (Opacus' own accountant sees
+    the data's rate only): calibrate the noise multiplier at that rate (``dpaudit account --target-epsilon E
+    --sample-rate Q --steps T``).
+
+    Args:
+        dp_loader: the Poisson loader ``make_private`` returned (``poisson_sampling=True``, one process).
+        is_canary: one flag per row of the loader's dataset, in its order: True for an inserted canary record.
+        manifest: the canaries' manifest; its plan's ``sample_rate`` is the canaries' rate.
+
+    Returns:
+        A ``DataLoader`` over the same dataset and collation, whose batch sampler draws each row at its own rate.
+
+    Raises:
+        DpauditError: the manifest fixes no rate, the loader is not Opacus' Poisson loader, or ``is_canary`` does
+        not hold one flag per row.
+    """
+    from dpaudit.canaries import sampling
+
+    rate = manifest.plan.sample_rate
+    if rate is None:
+        raise DpauditError("this manifest fixes no sampling rate of the canaries' own: make it with "
+                           "new_canaries(..., sample_rate=Q) (dpaudit canaries new --sample-rate Q) before training")
+    return sampling.at_their_rate(dp_loader, is_canary, rate)
 
 
 def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",

@@ -16,7 +16,9 @@ loss reads that token only, so its clipped gradient lands on its own row. The fo
 4. ``dpaudit evaluate`` on that folder: the report's ``final_weights`` row is the tier "final weights".
 
 ``--no-dp`` trains the same loop without Opacus (a non-private card): the canaries are then memorised and the
-final-weights test reaches its ceiling. The data is synthetic public text; replace it with yours.
+final-weights test reaches its ceiling. ``--canary-rate Q`` samples the canaries at a rate of their own, fixed in the
+manifest (``dpaudit.api.sample_canaries_at_rate``): the noise is calibrated at the larger of the two rates, and
+``card_from_opacus`` accounts every record at it. The data is synthetic public text; replace it with yours.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def train(args) -> Path:
     # 1. canaries and their audit plan, before training; their tokens added with rows at zero
     manifest = api.new_canaries(m=args.canaries, seed=args.seed, template="{secret}", design="new-token", length=1,
                                 init="zero", random_prefix=40, train_on="secret", guess_fraction=args.guess_fraction,
-                                attacks=["loss", "final_weights"])
+                                attacks=["loss", "final_weights"], sample_rate=args.canary_rate)
     tok = public_bpe_tokenizer(512)
     config = GPT2Config(vocab_size=len(tok), n_positions=MAX_LEN, n_embd=args.width, n_layer=2, n_head=2,
                         tie_word_embeddings=False, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
@@ -98,9 +100,18 @@ def train(args) -> Path:
         from opacus import PrivacyEngine
 
         engine = PrivacyEngine(accountant="prv", secure_mode=not args.insecure_rng)
-        model, optimizer, loader = engine.make_private_with_epsilon(
-            module=model, optimizer=optimizer, data_loader=loader, target_epsilon=args.epsilon,
-            target_delta=args.delta, epochs=args.epochs, max_grad_norm=1.0)
+        if args.canary_rate is None:
+            model, optimizer, loader = engine.make_private_with_epsilon(
+                module=model, optimizer=optimizer, data_loader=loader, target_epsilon=args.epsilon,
+                target_delta=args.delta, epochs=args.epochs, max_grad_norm=1.0)
+        else:  # the noise calibrated at the larger rate, which the card accounts every record at
+            from dpaudit.accounting import calibrate_sigma
+
+            q, steps = 1 / len(loader), args.epochs * len(loader)  # Opacus' rate and step count
+            sigma = calibrate_sigma(args.epsilon, args.delta, max(q, args.canary_rate), steps, accountant="prv")
+            model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer, data_loader=loader,
+                                                           noise_multiplier=sigma, max_grad_norm=1.0)
+            loader = api.sample_canaries_at_rate(loader, [False] * len(public) + [True] * len(canaries), manifest)
     model.train()
     for _ in range(args.epochs):
         for ids, mask, labels in loader:
@@ -140,6 +151,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate.")
     ap.add_argument("--width", type=int, default=64, help="Embedding width of the tiny GPT-2.")
     ap.add_argument("--no-dp", action="store_true", help="Train without Opacus (non-private card).")
+    ap.add_argument("--canary-rate", type=float, default=None,
+                    help="Sample the canaries at this rate of their own (fixed in the manifest; default: the data's).")
     ap.add_argument("--seed", type=int, default=0, help="Seed of the data, canaries and initialisation.")
     ap.add_argument("--insecure-rng", action="store_true", help="Noise from torch's default RNG (not for release).")
     return ap

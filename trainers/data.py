@@ -6,7 +6,8 @@ physical batches.
   q = B / N through Opacus' DPDataLoader (private; made by :mod:`.mechanism`, streamed by :class:`Poisson`),
   split by Opacus' BatchMemoryManager when a physical cap is set (noise still once per logical batch); both
   streams can resume mid-pass (trainers/snapshot.py);
-* records at rates of their own (:func:`rated`): canaries Poisson-sampled at their own rate beside the data's q;
+* records at rates of their own (``rated``, :mod:`dpaudit.canaries.sampling`, shared with loops written elsewhere):
+  canaries Poisson-sampled at their own rate beside the data's q;
 * user-level batches: :class:`UserBatches`, each user drawn independently at rate q = B / U per step.
 
 Batches stay on the CPU here; the unit step moves each physical part to the model's device.
@@ -18,7 +19,6 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch.utils.data import DataLoader, TensorDataset
 
 
@@ -96,37 +96,6 @@ class Poisson:
             return True
         queue = getattr(self.optimizer, "_step_skip_queue", None)
         return not (queue and queue[-1])
-
-
-def rated(dp_loader: DataLoader, rates: torch.Tensor) -> DataLoader:
-    """Opacus' Poisson loader with record i sampled at ``rates[i]`` at every step (independently of every other
-    record): the same dataset, empty-batch collation, generator and step count; the draw is Opacus' own (one
-    uniform per record, compared with its rate), so equal rates give Opacus' batches exactly."""
-    old = dp_loader.batch_sampler
-    if rates.shape != (old.num_samples,):
-        raise ValueError(f"one rate per record: {tuple(rates.shape)} rates for {old.num_samples} records")
-    sampler = RatedSampler(rates, generator=old.generator, steps=old.steps)
-    return DataLoader(dp_loader.dataset, batch_sampler=sampler, collate_fn=dp_loader.collate_fn,
-                      generator=dp_loader.generator)
-
-
-class RatedSampler(UniformWithReplacementSampler):
-    """Poisson sampling with a rate per record. ``sample_rate`` is the mean rate (what Opacus' BatchMemoryManager
-    reads to size its physical batches); each step draws one uniform per record from ``generator``, as Opacus'
-    sampler does, and keeps record i when it falls below ``rates[i]``."""
-
-    def __init__(self, rates: torch.Tensor, generator=None, steps: int | None = None):
-        rates = rates.to(torch.float32)  # compared as Opacus compares: a float32 uniform with a float32 rate
-        if not bool(((rates > 0) & (rates <= 1)).all()):
-            raise ValueError("every record's rate must lie in (0, 1]")
-        super().__init__(num_samples=int(rates.numel()), sample_rate=float(rates.mean()), generator=generator,
-                         steps=steps)
-        self.rates = rates
-
-    def __iter__(self):
-        for _ in range(self.steps):
-            mask = torch.rand(self.num_samples, generator=self.generator) < self.rates
-            yield mask.nonzero(as_tuple=False).reshape(-1).tolist()
 
 
 class Shuffled:

@@ -28,6 +28,7 @@ from torch import nn
 
 from dpaudit import accounting
 from dpaudit.accounting import SubsampledGaussian
+from dpaudit.canaries import sampling as canary_sampling
 from dpaudit.errors import DpauditError
 from dpaudit.trainers import data as data_seam
 from dpaudit.trainers import distributed, loop, mechanism, optim
@@ -335,7 +336,7 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
             model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode,
             seed=mseed, noise=noise)
         if rates is not None:
-            dp_loader = data_seam.rated(dp_loader, rates)
+            dp_loader = canary_sampling.rated(dp_loader, rates)
     secure_noise(dp_opt, cfg)
     canaries = _canaries(cfg, dp_opt, params, q, batch, private=True,
                          sharded_module=module if sharded is not None else None,

@@ -12,7 +12,10 @@
 * the sampler is the one the loader really used: Poisson only for Opacus' ``DPDataLoader``
   (``poisson_sampling=True``, the default); a loader of fixed-size batches is recorded as ``shuffle``
   (or ``with_replacement`` / ``other``), which the claim check then reports instead of trusting;
-* the claimed epsilon is what the engine's own accountant reports at ``delta`` unless one is given.
+* the claimed epsilon is what the engine's own accountant reports at ``delta`` unless one is given;
+* canaries sampled at a rate of their own (:func:`dpaudit.api.sample_canaries_at_rate`) put every event at the
+  larger of the two rates, and the epsilon is then accounted by dpaudit at that rate (Opacus' accountant saw the
+  data's rate only); ``extra.sampling`` records both.
 """
 
 from __future__ import annotations
@@ -52,14 +55,22 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
         raise DpauditError("the PrivacyEngine's accountant recorded no steps; write the card after training, with "
                            "the engine that trained the model")
     sampler = sampler_of(data_loader)
-    events = [SubsampledGaussian(float(q), float(sigma), int(steps), sampler) for sigma, q, steps in history]
+    own = canaries_own_rate(data_loader)
+    top = own["canaries"] if own else 0.0  # canaries at a higher rate: every record accounted at it
+    events = [SubsampledGaussian(max(float(q), top), float(sigma), int(steps), sampler) for sigma, q, steps in history]
     if dataset_size is None:
         try:
             dataset_size = len(data_loader.dataset)
         except (AttributeError, TypeError):
             dataset_size = None
     source = acc.mechanism() if acc is not None and hasattr(acc, "mechanism") else "external"
-    if epsilon is None:
+    if epsilon is None and own and any(e.sample_rate > float(q) for e, (_, q, _) in zip(events, history)):
+        from dpaudit import (
+            accounting,  # Opacus' accountant saw the data's rate only: the larger one, re-accounted
+        )
+
+        epsilon = accounting.compute(events, delta, source if source in ACCOUNTANTS else "prv").epsilon
+    elif epsilon is None:
         epsilon = float(privacy_engine.get_epsilon(delta))
     clip = getattr(optimizer, "max_grad_norm", None)
     q = events[-1].sample_rate
@@ -72,8 +83,23 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
         extra={"source": "opacus PrivacyEngine", "opacus_accountant": source,
                **({"intended": {"epsilon": float(intended_epsilon),
                                 "source": "card_from_opacus(intended_epsilon=...)"}} if intended_epsilon else {}),
-               **({"probe_runs": runs} if (runs := probe_runs(optimizer)) else {})})
+               **({"probe_runs": runs} if (runs := probe_runs(optimizer)) else {}),
+               **({"sampling": {**own, "accounted": events[-1].sample_rate,
+                                "note": "Poisson sampling, records and canaries each at their own rate "
+                                        "(dpaudit.api.sample_canaries_at_rate); the events account every record at "
+                                        "the larger rate"}} if own else {})})
     return card_from_dict(card.to_dict(), "the card from the PrivacyEngine")  # the checks a reader applies
+
+
+def canaries_own_rate(data_loader) -> dict | None:
+    """{records, canaries, canary_records} of a loader whose canaries are sampled at a rate of their own
+    (:func:`dpaudit.api.sample_canaries_at_rate`), read from its sampler; None for one rate. The canaries' rate is
+    the largest rate the sampler holds, whatever the description says."""
+    sampler = getattr(data_loader, "batch_sampler", None)
+    rates, said = getattr(sampler, "rates", None), getattr(sampler, "sampling", None)
+    if rates is None or not isinstance(said, dict):
+        return None
+    return {**said, "canaries": max(float(said["canaries"]), float(rates.max()))}
 
 
 def probe_runs(optimizer) -> list[str]:

@@ -13,6 +13,7 @@ from scipy import stats
 
 from dpaudit import accounting
 from dpaudit.canaries import manifest as canaries
+from dpaudit.canaries import sampling
 from dpaudit.errors import DpauditError
 from dpaudit.tasks import sentiment
 from dpaudit.trainers import data as data_seam
@@ -21,7 +22,7 @@ from dpaudit.trainers import engine
 
 def test_equal_rates_draw_opacus_batches_exactly():
     for q in (0.1, 0.3, 1 / 3, 0.77):  # 0.1 and 1/3 are not float32 numbers: compared as Opacus compares them
-        ours = data_seam.RatedSampler(torch.full((500,), q), generator=torch.Generator().manual_seed(7), steps=40)
+        ours = sampling.RatedSampler(torch.full((500,), q), generator=torch.Generator().manual_seed(7), steps=40)
         opacus = UniformWithReplacementSampler(num_samples=500, sample_rate=q,
                                                generator=torch.Generator().manual_seed(7), steps=40)
         assert list(ours) == list(opacus)
@@ -34,7 +35,7 @@ def test_each_record_is_drawn_at_its_own_rate_independently():
     steps = 2000
     counts = np.zeros(50)
     both = 0
-    for batch in data_seam.RatedSampler(rates, generator=torch.Generator().manual_seed(1), steps=steps):
+    for batch in sampling.RatedSampler(rates, generator=torch.Generator().manual_seed(1), steps=steps):
         counts[batch] += 1
         both += 40 in batch and 41 in batch
     for lo, hi, q in ((0, 40, 0.05), (40, 50, 0.6)):
@@ -42,7 +43,7 @@ def test_each_record_is_drawn_at_its_own_rate_independently():
         assert stats.binomtest(int(total), n, q).pvalue > 1e-4, (q, total / n)
     assert stats.binomtest(both, steps, 0.36).pvalue > 1e-4
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
-        data_seam.RatedSampler(torch.tensor([0.5, 0.0]))
+        sampling.RatedSampler(torch.tensor([0.5, 0.0]))
 
 
 def test_the_loader_keeps_opacus_collation_of_empty_batches():
@@ -50,11 +51,11 @@ def test_the_loader_keeps_opacus_collation_of_empty_batches():
 
     ds = torch.utils.data.TensorDataset(torch.arange(6).view(6, 1), torch.zeros(6, dtype=torch.long))
     dp = DPDataLoader(ds, sample_rate=0.5, generator=torch.Generator().manual_seed(0))
-    rated = data_seam.rated(dp, torch.full((6,), 1e-6))  # almost surely empty batches
+    rated = sampling.rated(dp, torch.full((6,), 1e-6))  # almost surely empty batches
     x, y = next(iter(rated))
     assert x.shape == (0, 1) and y.shape == (0,)
     with pytest.raises(ValueError, match="one rate per record"):
-        data_seam.rated(dp, torch.full((5,), 0.5))
+        sampling.rated(dp, torch.full((5,), 0.5))
 
 
 def _records(tok, n=12, canaries=3):
@@ -109,3 +110,57 @@ def test_the_plan_validates_and_the_manifest_keeps_the_rate():
             canaries.CanaryPlan(m=20, sample_rate=bad)
     with pytest.raises(DpauditError, match="record-level text canaries"):
         canaries.CanaryPlan(m=20, sample_rate=0.1, records_per_user=2)
+
+
+def test_a_loop_written_elsewhere_samples_canaries_at_their_rate_and_its_card_accounts_the_larger(tmp_path):
+    """examples/final_weights_opacus.py --canary-rate (Opacus' make_private, then dpaudit.api.sample_canaries_at_rate):
+    the card's event is at the canaries' rate (above the data's 1/len(loader)), its epsilon is the accountants' at
+    that rate and within the target, `dpaudit account --card` verifies it, and evaluate's limit uses it."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from dpaudit.cli import main
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "final_weights_opacus.py"
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "fw"
+    small = ["--canaries", "60", "--records", "120", "--epochs", "2", "--batch-size", "16", "--width", "32",
+             "--guess-fraction", "0.2", "--canary-rate", "0.5", "--epsilon", "8"]
+    assert mod.main(["--out", str(out), "--insecure-rng", *small]) == 0
+    card = json.loads((out / "model" / "privacy_card.json").read_text())
+    (event,) = card["mechanism"]["events"]
+    sampling = card["extra"]["sampling"]
+    assert event["sample_rate"] == 0.5 and sampling["canaries"] == 0.5 and sampling["accounted"] == 0.5
+    inserted = sum(c["inserted"] for c in json.loads((out / "model" / "canaries.json").read_text())["canaries"])
+    assert sampling["records"] < 0.2 and sampling["canary_records"] == inserted
+    eps = accounting.compute([accounting.SubsampledGaussian(0.5, event["noise_multiplier"], event["steps"])],
+                             card["claim"]["delta"], "prv").epsilon
+    assert card["claim"]["epsilon"] == pytest.approx(eps, rel=1e-9) and eps <= 8.0 + 1e-6
+    assert main(["account", "--card", str(out / "model" / "privacy_card.json")]) == 0  # verified at that rate
+    assert main(["evaluate", str(out / "model"), "--out", str(out / "report"), "--quiet"]) in (0, None)
+    report = json.loads((out / "report" / "report.json").read_text())
+    limits = [x["mechanism_limit"] for x in report["audit_limits"] if x.get("mechanism_limit")]
+    assert limits and all(x["mechanism"]["sample_rate"] == 0.5 for x in limits)
+
+
+def test_the_api_refuses_what_it_cannot_sample():
+    from opacus.data_loader import DPDataLoader
+
+    from dpaudit import api
+
+    ds = torch.utils.data.TensorDataset(torch.arange(6).view(6, 1))
+    dp = DPDataLoader(ds, sample_rate=0.5, generator=torch.Generator().manual_seed(0))
+    rated = canaries.generate(canaries.CanaryPlan(m=20, sample_rate=0.1))
+    with pytest.raises(DpauditError, match="fixes no sampling rate"):
+        api.sample_canaries_at_rate(dp, [False] * 6, canaries.generate(canaries.CanaryPlan(m=20)))
+    with pytest.raises(DpauditError, match="5 flags for a dataset of 6 rows"):
+        api.sample_canaries_at_rate(dp, [False] * 5, rated)
+    plain = torch.utils.data.DataLoader(ds, batch_size=2)
+    with pytest.raises(DpauditError, match="need the Poisson loader Opacus' make_private returned"):
+        api.sample_canaries_at_rate(plain, [False] * 6, rated)
+    loader = api.sample_canaries_at_rate(dp, [True, False, False, False, False, True], rated)
+    assert loader.batch_sampler.rates.tolist() == pytest.approx([0.1, 0.5, 0.5, 0.5, 0.5, 0.1])
+    assert loader.batch_sampler.sampling == {"records": 0.5, "canaries": 0.1, "canary_records": 2}
