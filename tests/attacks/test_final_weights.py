@@ -66,6 +66,26 @@ def test_the_planned_bound_stays_below_a_known_epsilon(epsilon):
         assert rows[0]["planned_median"] > 0.2 * epsilon and rows[0]["auc"] > 0.6
 
 
+@pytest.mark.parametrize("sigma", [3.0, 4.0])
+def test_canaries_at_their_own_rate_keep_the_planned_bound_below_their_epsilon(sigma):
+    """Canaries Poisson-sampled at their own rate (q = 0.3 over 30 steps, docs/canary_designs.md): the planned test's
+    bound stays below the subsampled Gaussian's epsilon at that rate (the PLD accountant's, an upper bound on the
+    true epsilon of the rows' sum) in all but a binomial allowance of 40 audits, and still shows something (median
+    above 0: the design keeps power when the canaries are sampled)."""
+    from dpaudit import accounting
+    from tests.audit.level import above, allowed
+
+    q, steps, delta = 0.3, 30, 1e-5
+    truth = accounting.compute([accounting.SubsampledGaussian(q, sigma, steps)], delta, "pld").epsilon
+    rng = np.random.default_rng([11, int(sigma)])
+    bounds = []
+    for _ in range(40):
+        change, states, signs = sim.simulate_rows(rng, 1000, 32, steps, sigma, q=q)
+        bounds.append(sim.planned_bound(fw.scores(change, states)["final_weights"], signs, 33, delta, 0.975))
+    assert above(bounds, truth) <= allowed(40, level=0.025)
+    assert np.median(bounds) > 0.1 * truth
+
+
 def test_the_true_epsilon_of_the_simulated_mechanism():
     """mu-GDP's epsilon(delta) (Dong, Roth and Su) against dpaudit's own conversion."""
     for mu in (0.5, 1.0, 2.0):
