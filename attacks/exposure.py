@@ -26,7 +26,8 @@ NAME = "exposure"
 def log_perplexities(model, tokenizer, prefix: str, secrets: list[str], suffix: str, batch_size: int = 256,
                      progress=None, framing: str = "bos_eos", shard: tuple[int, int] | None = None) -> np.ndarray:
     """Bits of -log2 P(secret + suffix + EOS | BOS + prefix) for each candidate secret (``framing``: see
-    :func:`dpaudit.attacks.scoring.encode`). ``shard = (i, n)``: only chunks c with c mod n = i (NaN elsewhere)."""
+    :func:`dpaudit.attacks.scoring.encode`). ``shard = (i, n)``: only chunks c with c mod n = i (NaN elsewhere).
+    Over 8 parameters: the template's three parts, the candidates and four keyword options, as exposure_trie.log_probs takes them."""
     model.eval()
     device = model_device(model)
     texts = [f"{prefix}{s}{suffix}" for s in secrets]

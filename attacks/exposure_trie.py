@@ -100,7 +100,8 @@ def log_probs(model, tokenizer, prefix: str, secrets: list[str], suffix: str, ba
     ``stats``, when given, receives the number of forward passes (``nodes``) and of shared prefixes.
     ``shard = (i, n)`` expands only the top-level batches b (of depth-1 nodes, ``batch_size`` at a time) with
     b mod n = i, with everything under them batched as in one process (the same numbers); the secrets of other
-    shards are NaN, one-token secrets belong to shard 0."""
+    shards are NaN, one-token secrets belong to shard 0.
+    Over 8 parameters: the template's three parts and the candidates, then keyword options of the batching, framing, progress and sharding."""
     model.eval()
     device = model_device(model)
     shared, group_of, paths = secret_paths(tokenizer, prefix, secrets, suffix, framing)
@@ -144,7 +145,8 @@ def _expand(model, trie: _Trie, d: int, a: int, b: int, parent_cache, parent_row
             total: np.ndarray, batch_size: int, device, progress, shard: tuple[int, int] | None = None) -> None:
     """Forward depth-d nodes a .. b-1 (one token each on their parents' cache rows ``parent_rows``), read their
     children's probabilities, and recurse into their internal children, ``batch_size`` nodes at a time (at the
-    top level only the batches ``shard`` owns)."""
+    top level only the batches ``shard`` owns).
+    Over 8 parameters: the recursion's state (the trie, the depth, the node range, the parents' cache rows and offset, the running totals) threaded through each call; internal."""
     for s in range(a, b, batch_size):
         if not owns(shard, s // batch_size):
             continue

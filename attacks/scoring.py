@@ -72,7 +72,8 @@ def token_features(model, tokenizer, texts: list[str], score_from_char: list[int
     """Features of each text's scored tokens (all tokens after BOS, EOS included, unless
     ``score_from_char[i] = c`` restricts them to tokens whose span ends after character c). ``shard = (i, n)``
     runs only the batches b with b mod n = i of the one-process batching (the same batches, so the same numbers)
-    and leaves None for the other texts."""
+    and leaves None for the other texts.
+    Over 8 parameters: the model, tokenizer and texts, then keyword options of the one shared forward pass (span, batching, moments, framing, sharding)."""
     model.eval()
     device = model_device(model)
     all_seqs, all_masks = encode(tokenizer, texts, score_from_char, max_len, framing, spans)  # one tokenizer call

@@ -102,7 +102,8 @@ def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0,
     while training does, ``"warn"`` (default), ``"raise"`` (:class:`dpaudit.probe.online.ProbeFailure`) or None;
     ``probe.status()`` reads the online checks at any step (anytime-valid); ``sampler``: ``"poisson"`` (Opacus'
     default) or ``"shuffle"`` (fixed-size batches, ``make_private(..., poisson_sampling=False)``), as the card
-    states, so that fixed-size batches are not flagged as non-Poisson when the card says they are fixed."""
+    states, so that fixed-size batches are not flagged as non-Poisson when the card says they are fixed.
+    Over 8 parameters: keyword options of a public call, each documented, mirroring the probe's settings."""
     from dpaudit.probe import attach
 
     return attach(optimizer, sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
@@ -120,7 +121,8 @@ def functional_probe(shapes, *, sample_rate: float, clipping_norm: float, noise_
     ``expected_batch_size`` are the q, C, sigma and divisor B the step uses, as the card states them. Then per
     noisy step ``clipped_sum = probe.add_canaries(clipped_sum, records=b)`` before the noise and
     ``probe.observe(update)`` after it (update = (clipped sum + noise) / B); ``probe.save(model_dir)`` after
-    training. See :class:`dpaudit.probe.functional.FunctionalProbe` and docs/probe.md "Any loop"."""
+    training. See :class:`dpaudit.probe.functional.FunctionalProbe` and docs/probe.md "Any loop".
+    Over 8 parameters: keyword options of a public call, each documented, mirroring the probe's settings."""
     from dpaudit.probe.functional import FunctionalProbe
 
     return FunctionalProbe(shapes, sample_rate=sample_rate, clipping_norm=clipping_norm,

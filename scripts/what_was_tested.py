@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dpaudit.claim.card import load_card
 from dpaudit.claim.reaccount import reaccount
-from dpaudit.claim.verdict import judge
+from dpaudit.claim.verdict import Grounds, judge
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def main() -> int:
         best = max(rows, key=lambda e: e["epsilon_lb"]) if rows else None
         ceiling = max((e["ceiling"] for e in rows), default=0.0)
         record = [e for e in r["empirical"] if e["delta_kind"] == "record_claim"]  # group privacy's second claim
-        v = judge(card, acct, best, ceiling, max(record, key=lambda e: e["epsilon_lb"]) if record else None)
+        v = judge(card, acct, Grounds(best, ceiling, max(record, key=lambda e: e["epsilon_lb"]) if record else None))
         lo = "?" if acct["lower_epsilon"] is None else f"{acct['lower_epsilon']:.3g}"
         hi = "?" if acct["certified_epsilon"] is None else f"{acct['certified_epsilon']:.3g}"
         print(f"| {name} | {card.claim.epsilon:.3g} | {acct['status']} | [{lo}, {hi}] | {v['empirical']['status']} | "

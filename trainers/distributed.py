@@ -142,7 +142,8 @@ def shard_loader(dataset, sample_rate: float, seed: int) -> DataLoader:
 
 def record_level(model, optimizer, dataset, *, sigma: float, clipping_norm: float, expected_batch_size: int,
                  sample_rate: float, grad_sample_mode: str, seed: int, noise=None):
-    """(per-sample-gradient module, distributed DP optimizer, None, this rank's Poisson loader)."""
+    """(per-sample-gradient module, distributed DP optimizer, None, this rank's Poisson loader).
+    Over 8 parameters: the model, optimizer and data, then the mechanism's settings by keyword, as mechanism.record_level takes them."""
     from opacus import GradSampleModule
     from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
     from opacus.optimizers import DistributedDPOptimizer

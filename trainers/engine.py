@@ -184,7 +184,8 @@ def _sigma(cfg: EngineConfig, delta: float, q: float, steps: int) -> float:
 
 
 def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=None, resumed=None) -> TrainResult:
-    """What happened; ``events`` (a custom noise) replace the Gaussian event, and epsilon is then the caller's."""
+    """What happened; ``events`` (a custom noise) replace the Gaussian event, and epsilon is then the caller's.
+    Over 8 parameters: what one training run did, gathered from train() and train_users(); internal."""
     gc = canaries.to_dict() if canaries is not None else None
     more = canaries.more() if canaries is not None else []
     resumed = list(resumed or [])
@@ -282,7 +283,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     ``snapshots`` (:class:`.snapshot.Snapshots`) saves the run's state every few steps and resumes from the latest.
     ``canary_rate``: a private run Poisson-samples the records marked ``"canary"`` at this rate and the others at
     q = B / N; the noise is calibrated, and the run accounted, at the larger rate (every record's privacy is that
-    of a subsampled Gaussian at its own rate, at most the larger one's), and ``TrainResult.sampling`` records both."""
+    of a subsampled Gaussian at its own rate, at most the larger one's), and ``TrainResult.sampling`` records both.
+    Over 8 parameters: the model, records, config and tokenisation, then keyword options of the noise and resumption."""
     if event is not None and noise is None:
         raise DpauditError("a privacy event replaces the Gaussian's only with the noise it describes (engine.train("
                            "noise=..., event=...))")
@@ -368,6 +370,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     ``target_epsilon = inf`` trains the same loop without clipping or noise (mean over sampled users).
     ``per_step = k``: a sampled user's records (or, with ``streams``, chunks of its concatenated tokens) are
     drawn anew at every step, k of them (Chua et al., Alg. 2; data.UserBatches); else every given record counts.
+    Over 8 parameters: the model, users, config and tokenisation, then keyword options of the noise, resumption and per-step draws.
     """
     users = sorted(records_by_user)
     if not users:

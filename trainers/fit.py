@@ -43,7 +43,8 @@ def privacy_card(eng, *, epsilon: float | None, delta: float, method: str, train
     (epsilon, delta) for ``unit`` under ``accountant`` (default: the engine's) with the mechanism ``events``;
     when its claim rests on the engine's clipped and noised updates (``engine_noise``) the card also records the
     clipping norm and where the noise came from (:func:`rng_extra`). A non-private run claims nothing, records
-    no clipping and is labelled ``non_private``."""
+    no clipping and is labelled ``non_private``.
+    Over 8 parameters: the card's fields by keyword (the one card builder every method calls)."""
     private = epsilon is not None
     claim = Claim(epsilon=epsilon if private else None, delta=delta if private else 0.0, unit=unit,
                   accountant=accountant or eng.accountant)
@@ -112,7 +113,8 @@ def run_record(cfg, variant, eng, res, data, trainer: dict, data_counts: dict) -
 
 def write(out: Path, model, tok, card, manifest, run: dict, res, tc, base) -> Path:
     """The checkpoint directory; a LoRA adapter keeps its base, white-box canaries their record. Under torchrun
-    only rank 0 writes (every rank holds the same weights)."""
+    only rank 0 writes (every rank holds the same weights).
+    Over 8 parameters: the checkpoint folder's parts, each written once; internal to the methods."""
     from dpaudit.trainers import distributed
 
     if not distributed.is_main():

@@ -22,7 +22,8 @@ def run(model, optimizer, batches: Iterable, unit_step: Callable[[object], tuple
     """Run logical steps ``start`` .. ``steps`` - 1; returns one loss per logical step (the mean over its units;
     NaN when the sampled batch was empty), after ``losses`` (those of the first ``start`` steps, when resuming).
     ``stats`` records the per-unit gradient norms before clipping; ``after_step(done, losses)`` hears of every
-    completed logical step (snapshots)."""
+    completed logical step (snapshots).
+    Over 8 parameters: the loop's five parts, then keyword options of statistics, progress and resumption."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     losses = list(losses or [])
     part_sum, part_n = 0.0, 0  # a DP logical batch's physical parts, until the optimizer takes the noisy step

@@ -128,7 +128,8 @@ def psel(noisy_pgms, parts: list[Partition], cfg: SelectionConfig) -> Selection:
 
 def _pick(names, sizes, v, sd, r_idx, frozen_target, budget_t, used, nu, last) -> list[str]:
     """One round's choice among the partitions ``r_idx`` still in R; ``frozen_target`` is how many selectable
-    parameters stay frozen in the end (all of them minus the budget)."""
+    parameters stay frozen in the end (all of them minus the budget).
+    Over 8 parameters: one round's state of the selection (Alg. 2's arrays and counters); internal."""
     order = sorted(r_idx, key=lambda i: v[i])  # ascending
     cum, thres = 0, np.inf
     for i in order:

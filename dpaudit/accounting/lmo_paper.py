@@ -174,7 +174,8 @@ def search(target_epsilon: float, delta: float, sample_rate: float, steps: int, 
            progress=None) -> SearchResult:
     """Alg. 3 made well-posed: for every grid point, scale Y so that the paper's claim meets the target
     (bisection on the scale; the claim decreases as the noise grows), and keep the point of least
-    ``objective`` (E|Z| or Var Z) — the paper keeps 'the last feasible' point and states no objective."""
+    ``objective`` (E|Z| or Var Z) — the paper keeps 'the last feasible' point and states no objective.
+    Over 8 parameters: the mechanism's four numbers and the paper's search options, all by name, as `dpaudit lmo search` passes them."""
     if objective not in OBJECTIVES:
         raise DpauditError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     g = {**DEFAULT_GRID, **(grid or {})}

@@ -257,7 +257,8 @@ def row(attack: str, delta_kind: str, r, confidence: float, n_tests: int, plan: 
 def exposure_report(canaries: list[dict], canary_bits, reference_bits, signs, space_size: int, enumerated: bool,
                     delta: float, confidence: float, group_size: int, suffix_scored: bool = True) -> dict:
     """Exposure of every canary (``canaries``: id, inserted, repetitions, secret, in manifest order) and the
-    lower bound from the inserted canaries' exposures at a threshold fixed before scoring (rank <= 2)."""
+    lower bound from the inserted canaries' exposures at a threshold fixed before scoring (rank <= 2).
+    Over 8 parameters: the exposure scores and the audit's numbers (space, δ, confidence, group size) of one family, each a plain value."""
     rank_exp = exposure_stats.rank_exposure(canary_bits, reference_bits)
     extra_exp = exposure_stats.extrapolated_exposure(canary_bits, reference_bits, space_size)
     n_refs = len(reference_bits)

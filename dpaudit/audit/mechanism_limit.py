@@ -138,7 +138,8 @@ def study(m: int, sample_rate: float, noise_multiplier: float, steps: int, delta
     """The simulated best audits of a subsampled Gaussian (q, sigma, T) with m canaries at every k of
     :func:`k_grid` (and ``extra_k``, which never changes the draws): per k the median number right and the f-DP
     (eps, delta) bound at that median; the best k of the grid. None when the budget allows fewer than MIN_SIMS
-    audits."""
+    audits.
+    Over 8 parameters: the mechanism's three numbers, m, δ and confidence, then the simulation's seed, budget and one extra k: the numbers `dpaudit audit plan` passes."""
     q, s, T = float(sample_rate), float(noise_multiplier), int(steps)
     if not (0.0 < q <= 1.0 and s > 0.0 and T >= 1 and m >= 2):
         raise ValueError(f"need 0 < q <= 1, sigma > 0, steps >= 1, m >= 2; got {q}, {s}, {T}, {m}")

@@ -134,7 +134,8 @@ def plan(sample_rate: float, noise_multiplier: float, steps: int, n_in: int, n_o
     per-step likelihood-ratio scores per class; for each FPR of the grid (with >= MIN_TAIL held-out pool scores
     above its threshold) the median bound of ``PLAN_DRAWS`` binomial audits of n_in + n_out canaries at the pools'
     tail rates; the best FPR, its threshold and its median bound (the card's limit under this analysis).
-    None when the budget leaves too small a pool."""
+    None when the budget leaves too small a pool.
+    Over 8 parameters: the mechanism's three numbers, the two class sizes, δ and confidence, then the simulation's seed and budget."""
     q, s, T = float(sample_rate), float(noise_multiplier), int(steps)
     if not (0.0 < q <= 1.0 and s > 0.0 and T >= 1 and n_in >= 1 and n_out >= 1):
         raise ValueError(f"need 0 < q <= 1, sigma > 0, steps >= 1 and canaries of both classes; got {q}, {s}, {T}")
@@ -162,6 +163,8 @@ def _card_pools(q, s, T, seed, pool) -> tuple:
 
 @lru_cache(maxsize=8)
 def _plan_rows(q, s, T, n_in, n_out, delta, confidence, seed, pool) -> list:
+    """:func:`plan`'s rows from pools of ``pool`` simulated scores per class. Over 8 parameters: plan's numbers
+    passed on unchanged; internal."""
     held_out, ins = _card_pools(q, s, T, seed, pool)
     rng = np.random.default_rng([seed, 2030])
     rows = []

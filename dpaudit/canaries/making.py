@@ -35,7 +35,8 @@ def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = D
     A ``new-token`` manifest's tokens go into the model with ``dpaudit.api.add_canary_tokens`` before training;
     ``init``, ``random_prefix`` and ``train_on`` make the final-weights design (docs/canary_designs.md), whose
     default plan adds the ``final_weights`` score. ``sample_rate`` (None: the data's) is the rate at which a trainer
-    that honours it (dpaudit's dp_adam) Poisson-samples each inserted canary record at every private step."""
+    that honours it (dpaudit's dp_adam) Poisson-samples each inserted canary record at every private step.
+    Over 8 parameters: keyword options of a public call (dpaudit.api.new_canaries), one per option of `dpaudit canaries new`."""
     for name, v, low in (("m", m, 2), ("repetitions", repetitions, 1), ("length", length, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise DpauditError(f"canaries: {name} must be an integer >= {low}, got {v!r}")

@@ -48,7 +48,8 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
     sampler and the dataset size); ``optimizer`` the DPOptimizer it returned (clipping norm). ``epsilon`` None:
     the engine's accountant's value at ``delta``. ``intended_epsilon``: the target the run was meant to spend (the
     ``target_epsilon`` given to ``make_private_with_epsilon``): recorded as ``extra.intended``, so a run that spent
-    more than intended (a bug that lowered the noise) fails the gate although its card is honest."""
+    more than intended (a bug that lowered the noise) fails the gate although its card is honest.
+    Over 8 parameters: the engine, loader and optimizer, then keyword options of a public call, each documented."""
     acc = getattr(privacy_engine, "accountant", None)
     history = list(getattr(acc, "history", None) or [])
     if not history:

@@ -96,15 +96,29 @@ def empirical(claimed: float, best: TestRow | None, ceiling: float, curve: TestR
                       "(how strong it is at the claim: the report's strength line)"}
 
 
-def judge(card, acct: dict, best: TestRow | None, ceiling: float | None = None, record_best: TestRow | None = None,
-          curve: TestRow | None = None, plan_entry: dict | None = None, mechanism: list | None = None,
-          noise_checks: list | None = None) -> dict:
-    """The headline verdict, its reason, and both checks. ``ceiling`` is the largest bound any of the audit's
-    tests could have given; ``record_best`` the best bound of the record-level family (group privacy's second
-    claim); ``curve`` a test row that rejects the card's trade-off curve. An evaluation off the plan fixed before
-    training (``plan_entry``, :mod:`dpaudit.canaries.plan`) keeps its headline but is marked exploratory."""
-    v = _headline(card, acct, best, ceiling, record_best, curve)
-    failed = mechanism_failures(mechanism, noise_checks)
+@dataclass(frozen=True)
+class Grounds:
+    """What a verdict rests on besides the card and its accounting, one typed value for every caller (the
+    evaluation's evidence, the gate's re-derivation, PMixED's evaluation): ``best`` the best test of the claim,
+    ``ceiling`` the largest bound any of the audit's tests could have given, ``record_best`` the best bound of the
+    record-level family (group privacy's second claim), ``curve`` a test row that rejects the card's trade-off
+    curve, ``mechanism`` and ``noise_checks`` the probe's mechanism checks and the white-box noise checks."""
+
+    best: TestRow | None
+    ceiling: float | None = None
+    record_best: TestRow | None = None
+    curve: TestRow | None = None
+    mechanism: list | None = None
+    noise_checks: list | None = None
+
+
+def judge(card, acct: dict, grounds: Grounds, plan_entry: dict | None = None) -> dict:
+    """The headline verdict, its reason, and both checks, from the card, its accounting check ``acct`` and the
+    audit's ``grounds``. An evaluation off the plan fixed before training (``plan_entry``,
+    :mod:`dpaudit.canaries.plan`) keeps its headline but is marked exploratory."""
+    g = grounds
+    v = _headline(card, acct, g.best, g.ceiling, g.record_best, g.curve)
+    failed = mechanism_failures(g.mechanism, g.noise_checks)
     if failed and card.is_private and v["status"] != "violated":
         v = {**v, "status": "mechanism-mismatch", "mechanism": failed,
              "reason": f"the code that ran is not the mechanism the card describes: {'; '.join(failed)} (the claim rests "

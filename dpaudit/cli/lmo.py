@@ -101,6 +101,9 @@ def account_noise(noise_json, delta, steps, sample_rate, clipping_norm, draw, as
 
 
 def _print(nz, claim, C, draw, q, T, delta, as_json, extra):
+    """The two accountings of one LMO-DP noise side by side (the paper's claim, dpaudit's vector accounting), as
+    text or JSON. Over 8 parameters: the mechanism and its claim as `dpaudit lmo account` resolved them, printed
+    together; internal to the command."""
     from dpaudit.accounting import lmo_vector
 
     vec, detail = lmo_vector.epsilon_for(nz, C, draw, q, T, delta)

@@ -102,8 +102,8 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
     out, ck, model, tok = _prepare(checkpoint, out, device_name, quiet)
     man = posthoc.split_manifest(ins, outs, seed, guess_fraction)
     loaded = ck.__class__(ck.path, ck.card, man, ck.run, base_model=ck.base_model)
-    got = scoring.score(loaded, model, tok, ["loss"], batch_size=batch_size, max_len=ck.context_len, reference=None,
-                        n_references=0, enumerate_limit=0, framing="tokenizer")
+    got = scoring.score(loaded, model, tok, scoring.ScoringSettings(("loss",), batch_size, ck.context_len,
+                                                                    framing="tokenizer"))
     info = posthoc.Posthoc(
         kind="stated random split",
         assumption=("each record was put in the training data or held out by an independent fair coin before "

@@ -18,6 +18,7 @@ from dpaudit.audit.mechanism import Audited
 from dpaudit.audit.rows import TestRow
 from dpaudit.claim import verdict as verdict_rule
 from dpaudit.claim.reaccount import claim_profile, group_delta, lemma_delta
+from dpaudit.claim.verdict import Grounds
 from dpaudit.probe import readback
 
 
@@ -41,6 +42,11 @@ class Evidence:
     noise_checks: list
     mechanism_checks: list
     two_sample: list = ()  # past thresholding (families.two_sample_rows): beside the family, not in the verdict
+
+    def grounds(self) -> Grounds:
+        """What the judge step reads of this evidence (:class:`dpaudit.claim.verdict.Grounds`)."""
+        return Grounds(self.best, self.ceiling, self.record_best, self.curve, mechanism=self.mechanism_checks,
+                       noise_checks=self.noise_checks)
 
 
 def audit(loaded, scored) -> Evidence:

@@ -40,6 +40,21 @@ def enumerate_whole_space(plan, model, enumerate_limit: int | None) -> bool:
 
 
 @dataclass(frozen=True)
+class ScoringSettings:
+    """How the score step scores: the attacks, the batch size, the context length the classifier truncates to,
+    the reference model of calibration (a path, a model object, or None: the checkpoint's base), the exposure
+    references (sampled count, or the whole space up to ``enumerate_limit`` secrets) and the canaries' framing."""
+
+    attacks: tuple[str, ...]
+    batch_size: int
+    max_len: int
+    reference: str | Path | object | None = None
+    n_references: int = 0
+    enumerate_limit: int = 0
+    framing: str = "bos_eos"
+
+
+@dataclass(frozen=True)
 class CanaryScores:
     scores: dict  # attack -> (m,) scores in manifest order
     exposure: ExposureScores | None = None
@@ -70,20 +85,17 @@ def _trained_by_dpaudit(ck) -> bool:
     return bool(ck.run.get("config") or ck.run.get("model", {}).get("name"))
 
 
-def score(ck, model, tok, attacks: list[str], *, batch_size: int, max_len: int, reference: str | Path | None,
-          n_references: int, enumerate_limit: int, framing: str = "bos_eos",
-          shard: tuple[int, int] | None = None) -> CanaryScores:
-    """Every canary's scores; ``shard = (i, n)`` computes only shard i's batches (NaN elsewhere, :mod:`dpaudit.evaluation.shards`)."""
+def score(ck, model, tok, settings: ScoringSettings, shard: tuple[int, int] | None = None) -> CanaryScores:
+    """Every canary's scores under ``settings``; ``shard = (i, n)`` computes only shard i's batches (NaN elsewhere,
+    :mod:`dpaudit.evaluation.shards`)."""
     from dpaudit.tasks.models import is_classifier
 
     texts = [c.text for c in ck.manifest.canaries]
     check_new_tokens(tok, ck.manifest)  # a new-token manifest scored with the base tokenizer scores other tokens
-    if not is_classifier(model):  # classifiers truncate to max_len, as in training
-        check_context(model, tok, texts, framing)
-    if is_classifier(model):
-        return _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, shard)
-    return _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit,
-                      framing, shard)
+    if is_classifier(model):  # classifiers truncate to max_len, as in training
+        return _classifier(ck, model, tok, texts, settings, shard)
+    check_context(model, tok, texts, settings.framing)
+    return _causal_lm(ck, model, tok, texts, settings, shard)
 
 
 def _reference_model(ck, reference: str | Path | None):
@@ -176,8 +188,10 @@ def _with_reference(ck, reference, wanted: list[str], score_fn, device=None) -> 
     return score_fn(ref_model.to(device) if device is not None else ref_model), wanted, ()
 
 
-def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, shard=None) -> CanaryScores:
+def _classifier(ck, model, tok, texts, settings: ScoringSettings, shard=None) -> CanaryScores:
     from dpaudit.attacks import classifier
+
+    attacks, batch_size, max_len, reference = settings.attacks, settings.batch_size, settings.max_len, settings.reference
 
     use = [a for a in attacks if a in classifier.NAMES]
     skipped = [a for a in attacks if a not in classifier.NAMES]
@@ -193,10 +207,11 @@ def _classifier(ck, model, tok, texts, attacks, batch_size, max_len, reference, 
     return CanaryScores(classifier.scores(lp, ref_lp, use), None, notes + more)
 
 
-def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_references, enumerate_limit,
-               framing, shard=None) -> CanaryScores:
+def _causal_lm(ck, model, tok, texts, settings: ScoringSettings, shard=None) -> CanaryScores:
     from dpaudit.attacks import BLACK_BOX
     from dpaudit.attacks.scoring import token_features
+
+    attacks, batch_size, reference, framing = settings.attacks, settings.batch_size, settings.reference, settings.framing
 
     scores: dict[str, np.ndarray] = {}
     notes: tuple = ()
@@ -226,8 +241,7 @@ def _causal_lm(ck, model, tok, texts, attacks, batch_size, reference, n_referenc
     if "exposure" in attacks and ck.manifest.plan.space_size is None:
         notes += ("exposure skipped: new-token canaries share no randomness space to rank a secret in",)
     elif "exposure" in attacks:
-        exposure = _exposure(ck.manifest, model, tok, batch_size, n_references, enumerate_limit, len(texts),
-                             framing, shard)
+        exposure = _exposure(ck.manifest, model, tok, settings, len(texts), shard)
         scores["exposure"] = -exposure.canary_bits
     return CanaryScores(scores, exposure, notes)
 
@@ -283,9 +297,11 @@ def final_weights(ck, model, tok, framing: str, batch_size: int, shard=None) -> 
     return got, ()
 
 
-def _exposure(man, model, tok, batch_size, n_references, enumerate_limit, n_canaries,
-              framing, shard=None) -> ExposureScores:
+def _exposure(man, model, tok, settings: ScoringSettings, n_canaries: int, shard=None) -> ExposureScores:
     from dpaudit.attacks import exposure as exposure_attack
+
+    batch_size, n_references, enumerate_limit = settings.batch_size, settings.n_references, settings.enumerate_limit
+    framing = settings.framing
 
     p = man.plan
     if enumerate_whole_space(p, model, enumerate_limit):

@@ -124,9 +124,9 @@ def score(loaded: Loaded, shard: tuple[int, int] | None = None) -> Scored:
     metrics = task_metrics(ck, model, tok, opts.batch_size, opts.base_metrics) \
         if shard is None or shard[0] == 0 else None
     t_metrics = time.time() - t0 - t_load
-    scored = scoring.score(ck, model, tok, list(opts.attacks), batch_size=opts.batch_size, max_len=ck.context_len,
-                           reference=opts.reference, n_references=opts.n_references,
-                           enumerate_limit=opts.enumerate_limit, framing=opts.framing, shard=shard)
+    settings = scoring.ScoringSettings(tuple(opts.attacks), opts.batch_size, ck.context_len, opts.reference,
+                                       opts.n_references, opts.enumerate_limit, opts.framing)
+    scored = scoring.score(ck, model, tok, settings, shard)
     t_attacks = time.time() - t0 - t_load - t_metrics
     return Scored(metrics, scored, {"load_s": t_load, "metrics_s": t_metrics, "attacks_s": t_attacks,
                                     "total_s": time.time() - t0})
@@ -148,14 +148,12 @@ audit = evidence.audit  # step 3: (Loaded, Scored) -> Evidence
 def judge(loaded: Loaded, ev: evidence.Evidence) -> Verdict:
     """Step 4: the verdict of the claim of the loaded checkpoint's card on its accounting and the evidence
     (:func:`dpaudit.claim.verdict.judge`, the rule; off the plan fixed before training, marked exploratory)."""
-    return Verdict.of(rule.judge(loaded.ck.card, loaded.accounting, ev.best, ev.ceiling, ev.record_best, ev.curve,
-                                 loaded.opts.plan_entry, mechanism=ev.mechanism_checks, noise_checks=ev.noise_checks))
+    return Verdict.of(rule.judge(loaded.ck.card, loaded.accounting, ev.grounds(), loaded.opts.plan_entry))
 
 
 def render(loaded: Loaded, scored: Scored, ev: evidence.Evidence, verdict: Verdict, command: str | None = None) -> dict:
     """Step 5: the report dict (the ``report.json`` contract, :func:`dpaudit.report.build.evaluation`)."""
-    return report_build.evaluation(loaded.ck, loaded.opts, loaded.accounting, scored.metrics, scored.canaries.notes,
-                                   ev, verdict.as_dict(), command, scored.timings)
+    return report_build.evaluation(loaded, scored, ev, verdict.as_dict(), command)
 
 
 def task_metrics(ck, model, tok, batch_size: int, base_metrics: bool) -> dict:

@@ -154,8 +154,9 @@ def _evidence(report: dict, ck, acct: dict) -> list[str]:
         return out + [f"the report's test rows cannot be read ({type(e).__name__}: {e})"]
     primary = "claimed" if card.is_private else "zero"
     record_best = families.best(rows, "record_claim") if rule.record_claim(card) else None
-    want = rule.judge(card, acct, families.best(rows, primary), families.ceiling(rows, primary), record_best,
-                      families.curve_rejection(rows), report.get("audit_plan"), mechanism=mech, noise_checks=noise)
+    grounds = rule.Grounds(families.best(rows, primary), families.ceiling(rows, primary), record_best,
+                           families.curve_rejection(rows), mechanism=mech, noise_checks=noise)
+    want = rule.judge(card, acct, grounds, report.get("audit_plan"))
     got = (report.get("verdict") or {}).get("status")
     if got != want["status"]:
         out.append(f"the report's verdict {got!r} is not the one re-derived from the folder's records, the card's "

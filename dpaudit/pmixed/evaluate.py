@@ -37,7 +37,7 @@ from dpaudit.canaries.manifest import load_manifest
 from dpaudit.claim import status as claim_check
 from dpaudit.claim.card import load_card
 from dpaudit.claim.reaccount import lemma_delta, reaccount
-from dpaudit.claim.verdict import judge
+from dpaudit.claim.verdict import Grounds, judge
 from dpaudit.errors import DpauditError
 from dpaudit.evaluation.options import EvalOptions
 from dpaudit.io import read_json
@@ -249,8 +249,8 @@ def evaluate_deployment(path: Path, options: EvalOptions | None = None, command:
     empirical = families.one_run_rows(scores, plan, None)
     record_rows = families.record_level_rows(scores, plan, 1, dlt)
     best = families.best(empirical, "claimed")
-    verdict = judge(card, acct, best, families.ceiling(empirical, "claimed"), families.best(record_rows, "record_claim"),
-                    plan_entry=plan_entry)
+    verdict = judge(card, acct, Grounds(best, families.ceiling(empirical, "claimed"),
+                                        families.best(record_rows, "record_claim")), plan_entry)
     content_hash = _hash(path)
     return {
         **report_build.head(path, content_hash, run.get("variant"), card),

@@ -231,7 +231,8 @@ def run(dep, texts: list[tuple[str, list[int]]], *, exact_top: int = 64, starts:
     """The whole search (module docstring) over the positions of ``texts`` ((source, framed ids)); ``delta``:
     also the lower value of the true epsilon when the worst query is asked T times; ``baseline``: queries
     (context, source) checked exactly first, reported apart and used as starts too (the evaluation's canary
-    queries, :func:`evaluation_queries`). Returns a JSON-ready dict."""
+    queries, :func:`evaluation_queries`). Returns a JSON-ready dict.
+    Over 8 parameters: the deployment and texts, then keyword options of the search, each with its default."""
     spec = dep.spec
     known = [Found(c, src, exact(dep, list(c))) for c, src in progress.bar(baseline, desc="PMixED search: baseline")]
     queries, scores = pool(dep, texts)

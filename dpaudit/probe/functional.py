@@ -43,7 +43,8 @@ class _Slot:
 
 
 class FunctionalProbe(ProbeCore):
-    """White-box canaries and run-time readings for a hand-written DP step (see the module docstring)."""
+    """White-box canaries and run-time readings for a hand-written DP step (see the module docstring).
+    Over 8 parameters: the probe's settings by keyword, as dpaudit.api.functional_probe passes them."""
 
     mode = "functional"
 

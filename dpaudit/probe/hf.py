@@ -26,7 +26,7 @@ class ProbeCallback(TrainerCallback):
     """``on_fail``: ``"warn"`` (default) warns when an online check fails; ``"raise"`` stops the Trainer at the end of
     that step (``control.should_training_stop``) and saves what the probe saw; None only records. The probe is given
     the Trainer's model (coverage) unless ``check_model=False``; ``dataset_size`` lets it test the batch sizes while
-    training runs."""
+    training runs. Over 8 parameters: the probe's settings by keyword, as the Trainer callback's users pass them."""
 
     def __init__(self, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
                  coordinates: str = "block", clip_canaries: int = 32, save_to: str | Path | None = None,

@@ -46,7 +46,8 @@ __all__ = ["CLIP_EXACT_TOLERANCE", "CLIP_MULTIPLE", "COORDINATES", "SUM_TOLERANC
 
 class Probe(ProbeCore):
     """White-box canaries and readings attached to one optimizer. ``private=False`` (dpaudit's non-private
-    baselines only) adds the canaries to the mean gradient of a plain torch optimizer."""
+    baselines only) adds the canaries to the mean gradient of a plain torch optimizer. Over 8 parameters: the
+    probe's settings by keyword (the engine's white-box canaries and :func:`attach` both build it)."""
 
     def __init__(self, optimizer, *, sample_rate: float, m: int = 1000, kind: str = "dirac", seed: int = 0,
                  coordinates: str = "block", params: list | None = None, clip_canaries: int = 32,
@@ -429,7 +430,8 @@ def attach(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind:
     ``model``: the model the optimizer trains (coverage: nothing outside the DP optimizer moves); ``on_fail``:
     what an online check that fails does (``"warn"``, ``"raise"``, None); ``dataset_size``: N, to test the batch
     sizes while training runs; ``sampler``: "poisson" (Opacus' default) or "shuffle" (fixed-size batches,
-    ``poisson_sampling=False``), as the card states."""
+    ``poisson_sampling=False``), as the card states.
+    Over 8 parameters: the probe's settings by keyword, as dpaudit.api.attach_probe passes them."""
     return Probe(optimizer, sample_rate=sample_rate, m=m, kind=kind, seed=seed, coordinates=coordinates,
                  clip_canaries=clip_canaries, record_steps=record_steps, model=model, on_fail=on_fail,
                  dataset_size=dataset_size, sampler=sampler)

@@ -109,11 +109,13 @@ def evidence_tiers(rows: list, notes=()) -> dict:
     return out
 
 
-def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: dict, command: str | None,
-               timings: dict) -> dict:
-    """The report of one checkpoint's evaluation: resolved options ``opts``
-    (:class:`dpaudit.evaluation.options.Resolved`), accounting ``acct``, evidence ``ev``
+def evaluation(loaded, scored, ev, verdict: dict, command: str | None) -> dict:
+    """The report of one checkpoint's evaluation, from the values of its steps: ``loaded`` (the checkpoint, its
+    resolved options and accounting: :class:`dpaudit.evaluation.steps.Loaded`), ``scored`` (task metrics, the
+    scoring notes and the timings: :class:`dpaudit.evaluation.steps.Scored`), the evidence ``ev``
     (:class:`dpaudit.evaluation.evidence.Evidence`) and the judge's ``verdict``."""
+    ck, opts, acct = loaded.ck, loaded.opts, loaded.accounting
+    metrics, notes, timings = scored.metrics, scored.canaries.notes, scored.timings
     man, plan = ck.manifest, ev.plan
     content_hash = ck.hash()
     top = head(ck.path, content_hash, ck.run.get("variant"), ck.card)
@@ -143,7 +145,8 @@ def evaluation(ck, opts, acct: dict, metrics: dict | None, notes, ev, verdict: d
                         **({"design": man.plan.design, "score_on": man.plan.score_on,
                             "pool_source": man.plan.pool_source} if man.plan.design != "template" else {}),
                         **({"init": man.plan.init, "random_prefix": man.plan.random_prefix,
-                            "train_on": man.plan.train_on} if man.plan.owns_rows else {})},
+                            "train_on": man.plan.train_on} if man.plan.owns_rows else {}),
+                        **({"sample_rate": man.plan.sample_rate} if man.plan.sample_rate is not None else {})},
         "evidence_tiers": evidence_tiers(serialise(ev.empirical), notes),
         "verdict": verdict,
         "reproducibility": reproducibility(ck.run, content_hash, command),

@@ -159,7 +159,8 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
 
 def _variants(cfg, out: Path, data, manifest, finished: dict, fps: dict, command: str, redact: bool,
               snapshot_every: int, resume: bool, train_only: bool) -> dict:
-    """Train (and audit) every variant into ``out``, then write the comparison."""
+    """Train (and audit) every variant into ``out``, then write the comparison.
+    Over 8 parameters: the run's inputs and the command's options passed on from run(); internal."""
     run = RunFolder(out)
     reports = {}
     for v in cfg.variants:

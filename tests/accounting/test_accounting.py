@@ -128,18 +128,18 @@ def _card(claim_eps, sampler="poisson", sigma=1.0):
 
 def test_claim_check_flags_too_small_claim():
     from dpaudit.claim.reaccount import reaccount
-    from dpaudit.claim.verdict import judge
+    from dpaudit.claim.verdict import Grounds, judge
 
     honest = _card(1.84)  # PLD 1.83, PRV ~1.84, RDP 2.10: certified by PLD/PRV
     acct = reaccount(honest)
     assert acct["reaccounted_epsilon"] == pytest.approx(2.10, abs=0.01)  # largest is reported
     assert acct["status"] == "verified" and acct["lower_epsilon"] < 1.84
     # no audit ran: the accounting is verified but nothing empirical was tested
-    v = judge(honest, acct, None)
+    v = judge(honest, acct, Grounds(None))
     assert v["status"] == "inconclusive" and v["accounting"]["status"] == "verified"
     assert v["empirical"]["status"] == "no-power"
     low = _card(1.5)
-    v = judge(low, reaccount(low), None)
+    v = judge(low, reaccount(low), Grounds(None))
     assert v["status"] == "accounting-mismatch" and "lower value of the true epsilon" in v["reason"]
 
 
@@ -148,7 +148,7 @@ def test_shuffled_batches_are_accounted_without_replacement_but_not_certified():
 
     from dpaudit.claim.card import Claim
     from dpaudit.claim.reaccount import reaccount
-    from dpaudit.claim.verdict import judge
+    from dpaudit.claim.verdict import Grounds, judge
 
     c = dataclasses.replace(_card(2.2, sampler="shuffle"), dataset_size=10_000,
                             claim=Claim(epsilon=2.2, delta=1e-5, neighbouring="replace_one"))
@@ -157,17 +157,17 @@ def test_shuffled_batches_are_accounted_without_replacement_but_not_certified():
     assert acct["results"][0]["epsilon"] > 2.2 and acct["results"][0]["relation"] == "replace_one"
     assert acct["findings"] and "shuffle" in acct["findings"][0]
     assert acct["status"] == "unverifiable"  # an upper value only: never an accusation
-    assert judge(c, acct, None)["status"] == "inconclusive"
+    assert judge(c, acct, Grounds(None))["status"] == "inconclusive"
 
 
 def test_empirical_bound_above_claim_is_a_violation():
     from dpaudit.audit.rows import TestRow
     from dpaudit.claim.reaccount import reaccount
-    from dpaudit.claim.verdict import judge
+    from dpaudit.claim.verdict import Grounds, judge
 
     c = _card(2.2)
     best = TestRow.from_dict({"epsilon_lb": 3.0, "ceiling": 5.8, "family_confidence": 0.95, "delta_kind": "claimed"})
-    assert judge(c, reaccount(c), best)["status"] == "violated"
+    assert judge(c, reaccount(c), Grounds(best))["status"] == "violated"
 
 
 def test_calibration_treats_a_sigma_the_accountant_cannot_grid_as_too_small():

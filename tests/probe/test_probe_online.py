@@ -166,7 +166,7 @@ def test_a_failed_check_decides_the_headline_and_compare_shows_the_checks(failed
     mech = [{"attack": "whitebox_gradient", "checks": [
         {"check": "noise", "status": "fail" if failed else "pass", "finding": "half the noise", "false_alarm": 1e-3},
         {"check": "steps", "status": "pass", "finding": "ok", "false_alarm": 0.0}]}]
-    v = verdict.judge(_Card(), acct, best, 9.0, mechanism=mech)
+    v = verdict.judge(_Card(), acct, verdict.Grounds(best, 9.0, mechanism=mech))
     assert v["status"] == ("mechanism-mismatch" if failed else "consistent")
     if failed:
         assert "half the noise" in v["reason"] and v["without_mechanism"] == "consistent"
