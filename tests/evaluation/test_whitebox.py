@@ -75,7 +75,10 @@ def test_noise_check_finds_a_shortfall_the_one_run_audit_cannot(tiny_model_facto
     r = evaluate(ck, EvalOptions(attacks=("loss",)))
     nc = r["noise_checks"][0]
     assert nc["status"] == "below the card" and nc["upper"] < nc["noise_multiplier"] and nc["ratio"] < 0.9
-    assert r["verdict"]["status"] != "violated"  # the one-run audit's own result: no proof above the claim
+    # the headline: the run is not the card's mechanism (the noise check failed); the one-run audit itself proves
+    # nothing above the claim, which the verdict keeps beside it
+    assert r["verdict"]["status"] == "mechanism-mismatch" and "mechanism check 'noise' failed" in r["verdict"]["reason"]
+    assert r["verdict"]["without_mechanism"] in ("underpowered", "consistent")
 
 
 def test_whitebox_no_noise_reaches_ceiling(tiny_model_factory, tmp_path):

@@ -178,10 +178,8 @@ def test_canary_users_all_in_or_all_out(user_run):
 def test_user_level_cards_and_reaccounting(user_run):
     ud = _rep(user_run, "user-dp")
     assert ud["claim"]["epsilon"] <= 2.0 and ud["verdict"]["accounting"]["status"] == "verified"
-    assert ud["verdict"]["empirical"]["status"] != "violated"
-    assert ud["verdict"]["status"] == ("consistent" if ud["verdict"]["empirical"]["status"] == "not-refuted" else
-                                       "underpowered" if ud["verdict"]["empirical"]["status"] == "underpowered" else
-                                       "inconclusive")
+    # 30 canary users cannot reach ε = 2 (the audit's ceiling is below the claim): underpowered, not consistent
+    assert ud["verdict"]["empirical"]["status"] == "underpowered" and ud["verdict"]["status"] == "underpowered"
     gp = _rep(user_run, "group")
     card = json.loads((user_run / "group" / "checkpoint" / "privacy_card.json").read_text())
     assert card["mechanism"]["group_size"] == 4 and card["extra"]["record_level"]["epsilon"] <= 2.0 / 4 + 1e-9
