@@ -73,7 +73,7 @@ set +e
 rc=$?
 set -e
 cat account.err
-test "$rc" -eq 2 && grep -q "pip install 'dpaudit\[audit\]'" account.err
+test "$rc" -eq 2 && grep -qF "pip install '$whl[audit]'" account.err  # the hint in the form of this install
 
 start=$(date +%s.%N)
 "$light/pip" install -q "dpaudit[audit] @ file://$whl" 2>&1 | quiet
@@ -81,7 +81,7 @@ took=$(python3 -c "import time; print(f'{time.time() - $start:.0f}')")
 echo "with [audit] (pip install 'dpaudit[audit]'): $(installed) MB besides pip and setuptools, $took s more to install"
 if "$light/python" -c "import torch" 2>/dev/null; then echo "error: dpaudit[audit] brought torch" >&2; exit 1; fi
 "$light/dpaudit" account --card "$root/$ck/privacy_card.json" | tee account.txt
-grep -q "not applicable" account.txt && grep -q "dpaudit\[train\]" account.txt
+grep -q "not applicable" account.txt && grep -qF "pip install '$whl[train]'" account.txt
 "$light/dpaudit" account --sigma 1 --sample-rate 0.01 --steps 1000 --delta 1e-5 --accountants pld,dpa_rdp > /dev/null
 "$light/dpaudit" audit plan --sigma 1 --sample-rate 0.01 --steps 1000 --canaries 1000 > /dev/null
 "$light/dpaudit" audit one-run --canaries 1000 --guesses 100 --correct 95 > /dev/null
@@ -92,7 +92,7 @@ set +e
 rc=$?
 set -e
 cat evaluate.err
-test "$rc" -eq 2 && grep -q "pip install 'dpaudit\[train\]'" evaluate.err && test ! -e "$work/light-report"
+test "$rc" -eq 2 && grep -qF "pip install '$whl[train]'" evaluate.err && test ! -e "$work/light-report"
 "$light/python" -c "import sys; assert 'torch' not in sys.modules"
 cd "$root"
 

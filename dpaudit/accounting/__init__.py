@@ -67,8 +67,10 @@ def _require_opacus(name: str) -> None:
     from dpaudit.accounting import opacus_modules
 
     if name in OPACUS_ACCOUNTANTS and not opacus_modules.available():
+        from dpaudit.install_hint import pip_command
+
         raise NotApplicable(f"{name} is Opacus' accountant and Opacus is not installed (dpaudit[audit]): "
-                            "pip install 'dpaudit[train]' for it; the other accountants answer without it")
+                            f"{pip_command('train')} for it; the other accountants answer without it")
 
 
 def epsilon_function(name: str) -> Callable[[list, float], float]:

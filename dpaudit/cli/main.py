@@ -286,8 +286,25 @@ def check(report_json, policy, ckpt):
     for line in pol.summaries(r):
         click.echo(f"  {printable(line)}")
     if ckpt is None:
+        need = "" if _has("scipy") else f" (which re-accounts the claim: add the audit install, {_pip('audit')})"
         click.echo("  checked: the report's own numbers against the policy, not that it came from a model (a "
-                   "consistently edited report passes); bind it with --checkpoint CHECKPOINT")
+                   f"consistently edited report passes); bind it with --checkpoint CHECKPOINT{need}")
+
+
+def _has(module: str) -> bool:
+    """Whether ``module`` can be imported here (an install without it: False, never an exception)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _pip(extra: str) -> str:
+    from dpaudit.install_hint import pip_command
+
+    return pip_command(extra)
 
 
 from dpaudit.cli.account import account, card_cmd  # noqa: E402
@@ -347,15 +364,13 @@ def main(argv=None) -> int:
     except ModuleNotFoundError as e:  # a lighter install (pyproject.toml's extras) running a command of a fuller one
         missing = (e.name or "").split(".")[0]
         if missing in AUDIT_STACK:
-            click.echo(f"error: this command needs {missing}, which the gate's install (`pip install dpaudit`: "
-                       f"{GATE_COMMANDS}) leaves out: pip install 'dpaudit[audit]' (adds {AUDIT_COMMANDS}) or "
-                       "'dpaudit[train]' (everything)", err=True)
+            click.echo(f"error: this command needs {missing}, which the gate's install ({GATE_COMMANDS}) leaves out: "
+                       f"{_pip('audit')} (adds {AUDIT_COMMANDS}), or [train] for everything", err=True)
             return 2
         if missing not in TRAIN_STACK:
             return _internal(e)
-        click.echo(f"error: this command needs {missing}, which the lighter installs (`pip install dpaudit`: "
-                   f"{GATE_COMMANDS}; 'dpaudit[audit]': + {AUDIT_COMMANDS}) leave out: pip install 'dpaudit[train]'",
-                   err=True)
+        click.echo(f"error: this command needs {missing}, which the lighter installs (the gate: {GATE_COMMANDS}; "
+                   f"[audit]: + {AUDIT_COMMANDS}) leave out: {_pip('train')}", err=True)
         return 2
     except Exception as e:  # noqa: BLE001 - a bug must not read as "a check failed" (1) nor print a wall of text
         return _internal(e)
