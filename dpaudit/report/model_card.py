@@ -6,7 +6,9 @@ The section (between ``<!-- dpaudit:begin -->`` and ``<!-- dpaudit:end -->``) st
 accounting interval that decides, the best empirical bound with its own ceiling, and the mechanism checks; the
 front matter gets the tags ``differential-privacy`` and ``dpaudit`` (read and checked with a YAML parser, so
 ``huggingface_hub``'s card loader reads the result: added in place to a block list, in its own indentation, with
-comments and other keys as written; a flow list or a single string is written again by the YAML library). Writing it
+comments and other keys as written; a flow list or a single string is written again by the YAML library) and the
+audit's numbers as a ``model-index`` result (the Hub's form: claimed, certified and empirical ε; other tools' results
+kept, dpaudit's own replaced). Writing it
 again replaces the section (the body outside it is kept byte for byte), so it is idempotent. The section is for readers: ``dpaudit check
 --checkpoint`` reads nothing from it, and the checkpoint hash does not cover README.md (docs/security.md).
 """
@@ -58,9 +60,9 @@ def section(r: dict, report_path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update(card_path: Path, text: str) -> str:
-    """The model card at ``card_path`` (or a new one) with ``text`` as its dpaudit section and the tags in its
-    front matter; the rest unchanged."""
+def update(card_path: Path, text: str, results: list | None = None) -> str:
+    """The model card at ``card_path`` (or a new one) with ``text`` as its dpaudit section, the tags and
+    ``results`` (the ``model-index`` results of :func:`results`) in its front matter; the rest unchanged."""
     old = ""
     refuse_link(card_path, "the model card")  # a link to a system file would copy its text into the card
     if card_path.exists():
@@ -82,7 +84,33 @@ def update(card_path: Path, text: str) -> str:
         body = body[:start] + text.rstrip("\n") + (rest if rest.startswith("\n") else "\n" + rest)
     else:
         body = body.rstrip("\n") + ("\n\n" if body.strip() else "") + text
-    return _with_tags(front) + body
+    return _with_tags(front, results) + body
+
+
+def results(r: dict) -> list[dict]:
+    """The audit's numbers in the Hub's ``model-index`` form (one result on the dataset type ``dpaudit-canaries``, so
+    a later write replaces it and keeps results of other tools; the Hub's ``source`` needs a URL, which a local
+    report has not): the claimed ε, the accountants' certified ε and the best
+    empirical lower bound, each where the report has it as a finite number."""
+    import math
+
+    c, a, b = r.get("claim") or {}, r.get("accounting") or {}, r.get("empirical_best") or {}
+    delta = c.get("delta")
+    metrics = []
+    for kind, value, name in (
+            ("dp_epsilon_claimed", c.get("epsilon") if c.get("private") else None, f"claimed ε at δ = {delta:g}"
+             if isinstance(delta, (int, float)) else "claimed ε"),
+            ("dp_epsilon_certified", a.get("certified_epsilon"), "accountants' upper bound on ε (dpaudit account)"),
+            ("dp_epsilon_empirical_lower_bound", b.get("epsilon_lb"),
+             f"empirical ε lower bound at {b['family_confidence']:.0%} ({b.get('attack')})"
+             if isinstance(b.get("family_confidence"), (int, float)) else "empirical ε lower bound")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            metrics.append({"type": kind, "value": round(float(value), 6), "name": name})
+    m = (r.get("canary_plan") or {}).get("m")
+    return [{"task": {"type": "privacy-audit", "name": "Differential-privacy audit"},
+             "dataset": {"type": "dpaudit-canaries", "name": f"{m} planted canaries" if isinstance(m, int) else
+                         "planted canaries"},
+             "metrics": metrics}] if metrics else []
 
 
 def _split_front_matter(text: str, where: Path) -> tuple[str, str]:
@@ -95,7 +123,7 @@ def _split_front_matter(text: str, where: Path) -> tuple[str, str]:
     return text[4:end + 1], text[end + 5:]
 
 
-def _with_tags(front: str) -> str:
+def _with_tags(front: str, results: list | None = None) -> str:
     """The front matter with TAGS in its ``tags`` list, read and checked with a YAML parser: the tags are added
     in the list's own style and indentation (``tags:\\n  - a`` stays indented; comments and other keys are kept
     as written) when that text parses back to the same metadata plus the tags, else the metadata is written
@@ -116,12 +144,35 @@ def _with_tags(front: str) -> str:
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise DpauditError("the card's front matter has 'tags' that are not a list of strings; fix them first")
     want = {**meta, "tags": tags + [t for t in TAGS if t not in tags]}
-    if want["tags"] == tags and "tags" in meta and isinstance(meta["tags"], list):
+    index = _model_index(meta.get("model-index"), results or [])
+    if index is not None:
+        want["model-index"] = index
+    if want == meta:
         return "---\n" + front + "---\n"  # nothing to add: the front matter as it was
-    text = _tags_in_place(front, [t for t in TAGS if t not in tags])
+    text = _tags_in_place(front, [t for t in TAGS if t not in tags]) if want["tags"] != tags or "tags" not in meta \
+        else front
+    if text is not None and index is not None and "model-index" not in meta:  # appended, the rest as written
+        text = text + yaml.safe_dump({"model-index": index}, sort_keys=False, allow_unicode=True,
+                                     default_flow_style=False)
     if text is None or yaml.safe_load(text) != want:
         text = yaml.safe_dump(want, sort_keys=False, allow_unicode=True, default_flow_style=False)
     return "---\n" + text + ("" if text.endswith("\n") else "\n") + "---\n"
+
+
+def _model_index(old, results: list) -> list | None:
+    """The front matter's ``model-index`` with dpaudit's results replaced by ``results`` (one model entry; other
+    tools' results kept); None when there is nothing to write. A ``model-index`` that is not the Hub's list of
+    {name, results} is refused."""
+    if old is None:
+        return [{"name": "model", "results": results}] if results else None  # the Hub names the entry by the repo
+    if not (isinstance(old, list) and old and all(isinstance(e, dict) and isinstance(e.get("results", []), list)
+                                                  for e in old)):
+        raise DpauditError("the card's front matter has a 'model-index' that is not a list of {name, results}; fix it "
+                           "first")
+    first = old[0]
+    kept = [x for x in first.get("results", []) if not (isinstance(x, dict) and
+                                                        (x.get("dataset") or {}).get("type") == "dpaudit-canaries")]
+    return [{**first, "results": kept + results}, *old[1:]]
 
 
 def _tags_in_place(front: str, add: list[str]) -> str | None:
@@ -143,6 +194,6 @@ def _tags_in_place(front: str, add: list[str]) -> str | None:
 
 def write(report: dict, report_path: str, card_path: Path) -> Path:
     card_path = Path(card_path)
-    text = update(card_path, section(report, report_path))
+    text = update(card_path, section(report, report_path), results(report))
     write_atomic(card_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return card_path

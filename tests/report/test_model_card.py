@@ -65,7 +65,10 @@ def test_the_checkpoint_hash_does_not_cover_the_model_card(tmp_path):
     (lambda d: (d / "README.md").write_text("---\nno end\n"), "never closes"),
     (lambda d: (d / "README.md").write_text("---\n- a\n- b\n---\nx\n"), "not a YAML mapping"),
     (lambda d: (d / "README.md").write_text("---\n[a, b]\n---\nx\n"), "not a YAML mapping"),
-], ids=["a folder", "one marker", "tags a number", "broken YAML", "unclosed front matter", "a list", "a flow list"])
+    (lambda d: (d / "README.md").write_text("---\nmodel-index: 5\n---\nx\n"), "not a list of {name, results}"),
+    (lambda d: (d / "README.md").write_text("---\nmodel-index:\n- results: 3\n---\nx\n"), "not a list of {name, results}"),
+], ids=["a folder", "one marker", "tags a number", "broken YAML", "unclosed front matter", "a list", "a flow list",
+        "model-index a number", "results a number"])
 def test_a_card_it_cannot_edit_safely_is_refused_in_one_line(setup, needle, tmp_path, capsys):
     setup(tmp_path)
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
@@ -88,6 +91,9 @@ FRONTS = {
     "empty tags": ("tags:\nlicense: mit\n", []),
     "no tags, a comment": ("# my card\nlicense: mit  # the licence\n", []),
     "nested metadata": ("model-index:\n- name: m\n  results: []\ntags:\n    - x\n", ["x"]),
+    "another tool's result": ("model-index:\n- name: m\n  results:\n  - task: {type: text-generation}\n    dataset: "
+                              "{type: wikitext, name: WikiText}\n    metrics:\n    - {type: perplexity, value: 20.5}\n",
+                              []),
     "no front matter": (None, []),
 }
 
@@ -107,10 +113,21 @@ def test_the_front_matter_parses_with_the_hubs_loader_in_every_list_style(name, 
     data = ModelCard(text).data.to_dict()
     assert data["tags"] == tags + ["differential-privacy", "dpaudit"], data
     before = yaml.safe_load(front) if front else {}
-    assert {k: v for k, v in data.items() if k != "tags"} == {k: v for k, v in (before or {}).items() if k != "tags"}
+    mine = ("tags", "model-index")
+    assert {k: v for k, v in data.items() if k not in mine} == {k: v for k, v in (before or {}).items() if k not in mine}
+    # the audit's numbers as the Hub's model-index result, read back by its own parser
+    r = json.loads(REPORT.read_text())
+    got = {e.metric_type: e.metric_value for e in ModelCard(text).data.eval_results
+           if e.dataset_type == "dpaudit-canaries"}
+    assert got == pytest.approx({"dp_epsilon_claimed": r["claim"]["epsilon"],
+                                 "dp_epsilon_certified": r["accounting"]["certified_epsilon"],
+                                 "dp_epsilon_empirical_lower_bound": r["empirical_best"]["epsilon_lb"]}, rel=1e-5)
+    assert data["model-index"][0]["name"] == ("m" if name in ("nested metadata", "another tool's result") else "model")
     if name == "indented block list":
         assert "  - gpt2\n  - text-generation\n  - differential-privacy\n" in text  # its own indentation
     if name == "no tags, a comment":
         assert "# my card" in text and "# the licence" in text  # comments kept where the text can be extended
+    if name == "another tool's result":  # kept beside dpaudit's
+        assert data["model-index"][0]["results"][0]["metrics"] == [{"type": "perplexity", "value": 20.5}]
     assert main(["model-card", str(REPORT), "--to", str(card)]) == 0
-    assert card.read_text() == text
+    assert card.read_text() == text  # dpaudit's result replaced by itself, not added twice
