@@ -118,7 +118,8 @@ def test_the_mechanism_checks_optimizer_name_cannot_forge_a_verdict_in_the_card(
     model_card.write(r, "report.json", card)  # written again: the markers still pair up
     text = card.read_text()
     assert text.count(model_card.BEGIN) == 1 and text.count(model_card.END) == 1
-    _assert_inert(text, model_card.update(tmp_path / "none.md", model_card.section(report, "report.json")))
+    _assert_inert(text, model_card.update(tmp_path / "none.md", model_card.section(report, "report.json"),
+                                          model_card.results(report)))
 
 
 def test_variant_names_and_commands_are_inert_in_the_comparison_compare_and_table(report, tmp_path):
