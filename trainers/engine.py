@@ -226,13 +226,12 @@ def _resumable(snapshots, parts, steps: int):
     return start, losses, after, resumed
 
 
-def _record_rates(records: list[dict], q: float, canary_rate: float | None, cfg: EngineConfig,
-                  event) -> torch.Tensor | None:
-    """Each record's sampling rate when the canaries (records marked ``"canary"``) have a rate of their own, else
-    None; refused in one line where the run cannot honour it."""
+def _canary_flags(records: list[dict], canary_rate: float | None, cfg: EngineConfig, event) -> list[bool] | None:
+    """Which records are canaries (marked ``"canary"``) when they have a rate of their own, else None; refused in one
+    line where the run cannot honour it."""
     if canary_rate is None or not cfg.private:
         return None  # a non-private run draws shuffled epochs: every record once per epoch
-    if not 0 < canary_rate <= 1:
+    if isinstance(canary_rate, bool) or not isinstance(canary_rate, (int, float)) or not 0 < canary_rate <= 1:
         raise DpauditError(f"canaries.sample_rate must lie in (0, 1], got {canary_rate!r}")
     why = ("train.gradient_canaries is set (the probe's sampling checks assume one rate for every record)"
            if cfg.gradient_canaries else
@@ -242,8 +241,7 @@ def _record_rates(records: list[dict], q: float, canary_rate: float | None, cfg:
     if why is not None:
         raise DpauditError(f"canaries.sample_rate cannot be honoured: {why}; remove canaries.sample_rate (the "
                            "canaries are then sampled at the data's rate) or that setting")
-    canary = torch.tensor([bool(r.get("canary")) for r in records])
-    return torch.where(canary, torch.tensor(float(canary_rate)), torch.tensor(float(q)))
+    return [bool(r.get("canary")) for r in records]
 
 
 @dataclass(frozen=True)
@@ -311,8 +309,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
                           steps, desc="train", start=start, losses=so_far, after_step=after)
         return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None, resumed=resumed)
     delta, steps = plan.delta, plan.steps
-    rates = _record_rates(records, q, canary_rate, cfg, event)
-    q_card = q if rates is None else max(q, float(canary_rate))  # what the card accounts
+    flags = _canary_flags(records, canary_rate, cfg, event)
+    q_card = q if flags is None else max(q, float(canary_rate))  # what the card accounts
     if event is not None:
         sigma = 0.0  # Opacus' own Gaussian draw is replaced by ``noise``
     elif sigma is None:
@@ -337,8 +335,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         module, dp_opt, crit, dp_loader = mechanism.record_level(
             model, opt, loader, sigma=sigma, clipping_norm=cfg.clipping_norm, grad_sample_mode=cfg.grad_sample_mode,
             seed=mseed, noise=noise)
-        if rates is not None:
-            dp_loader = canary_sampling.rated(dp_loader, rates)
+        if flags is not None:  # the same call a loop written elsewhere makes (dpaudit.api.sample_canaries_at_rate)
+            dp_loader = canary_sampling.at_their_rate(dp_loader, flags, canary_rate)
     secure_noise(dp_opt, cfg)
     canaries = _canaries(cfg, dp_opt, params, q, batch, private=True,
                          sharded_module=module if sharded is not None else None,
@@ -353,9 +351,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     released = fsdp.release(sharded) if sharded is not None else mechanism.release(module)
     result = _result(cfg, steps, n, q_card, sigma, delta, losses, t0, canaries, stats,
                      [event(q, steps)] if event is not None else None, resumed)
-    if rates is not None:
-        result.sampling = {"records": q, "canaries": float(canary_rate), "accounted": q_card,
-                           "canary_records": sum(1 for r in records if r.get("canary")), "divisor": batch}
+    if flags is not None:
+        result.sampling = {**dp_loader.batch_sampler.sampling, "accounted": q_card, "divisor": batch}
     return released, result
 
 
