@@ -3,7 +3,9 @@ of a folder standing for the user's repository, each with bash -e (the runner's 
 step's ``env``. The ``uses:`` steps are the runner's: ``actions/checkout`` copies REPO into the job's folder,
 ``actions/setup-python`` creates a fresh virtual environment there (first on PATH), the others (uploads) are skipped
 and said so. ``--sub OLD=NEW`` replaces text in the run lines, printed, for what this machine cannot reach (the
-PyTorch index). The first failing step ends the job with its exit status.
+PyTorch index). The first failing step ends the job with its exit status. As on the runner, each ``run:`` step gets
+its own empty ``$GITHUB_STEP_SUMMARY`` file and ``$GITHUB_WORKSPACE`` is the checkout; the steps' summaries are
+joined, in order, into DIR/summary.md (the job's summary page).
 
     python .ci/run_workflow.py examples/github-actions.yml JOB --repo FOLDER --work DIR [--env K=V] [--sub OLD=NEW]
 """
@@ -57,13 +59,24 @@ def main(argv=None) -> int:
                     print(f"[{args.job}]   (here: {old!r} -> {new!r})", flush=True)
                     script = script.replace(old, new)
             print(f"[{args.job}] {name}\n    " + script.strip().replace("\n", "\n    "), flush=True)
-            step_env = {**env, **{k: str(v) for k, v in (step.get("env") or {}).items()}}
+            step_summary = work / "summaries" / f"step-{i:02d}.md"
+            step_summary.parent.mkdir(exist_ok=True)
+            step_summary.touch()
+            step_env = {**env, **{k: str(v) for k, v in (step.get("env") or {}).items()},
+                        "GITHUB_STEP_SUMMARY": str(step_summary), "GITHUB_WORKSPACE": str(work / "repo")}
             rc = subprocess.run(["bash", "-e", "-c", script], cwd=work / "repo", env=step_env).returncode
+            _join_summaries(work)
             if rc != 0:
                 print(f"[{args.job}] step {name!r} failed with exit {rc}", file=sys.stderr)
                 return rc
     print(f"[{args.job}] ok", flush=True)
     return 0
+
+
+def _join_summaries(work: Path) -> None:
+    """The job's summary page: every step's summary file, in step order (as the runner shows them)."""
+    parts = sorted((work / "summaries").glob("step-*.md"))
+    (work / "summary.md").write_text("".join(p.read_text() for p in parts))
 
 
 if __name__ == "__main__":

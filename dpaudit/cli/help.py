@@ -45,6 +45,16 @@ ONE = {
 }
 
 
+def summary_option(what: str):
+    """``--summary FILE``, one option for every command that writes a CI job's summary page: append ``what`` to FILE
+    as markdown (GitHub Actions: ``--summary "$GITHUB_STEP_SUMMARY"``)."""
+    from pathlib import Path
+
+    return click.option("--summary", "summary_md", type=click.Path(path_type=Path), default=None, metavar="FILE",
+                        help=f"Also append {what} as markdown to FILE: in GitHub Actions, --summary "
+                             "\"$GITHUB_STEP_SUMMARY\" puts it on the job's page.")
+
+
 def epilog(path: str) -> str:
     codes = "Exit codes: 0 success" + (f"; 1 {ONE[path]}" if path in ONE else "") + \
         "; 2 bad input (one line naming the problem and the fix, nothing written); 3 internal error (a dpaudit " \

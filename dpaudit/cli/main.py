@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from dpaudit import options
+from dpaudit.cli.help import summary_option
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import check_out, printable
 
@@ -265,8 +266,10 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
                    "probe's mechanism checks and the verdict from this checkpoint folder instead of trusting the "
                    "JSON; any difference fails the gate. The attack scores are taken from the report, not "
                    "recomputed (docs/security.md).")
-def check(report_json, policy, ckpt):
+@summary_option("the result (passed or failed, each FAIL, the headline, what was checked)")
+def check(report_json, policy, ckpt, summary_md):
     """CI gate: exit 0 when REPORT_JSON satisfies every policy rule, 1 when one fails, 2 on bad input."""
+    from dpaudit.gate import job_summary
     from dpaudit.gate import policy as pol
 
     p = pol.load_policy(policy)
@@ -276,6 +279,16 @@ def check(report_json, policy, ckpt):
         from dpaudit.gate import rederive
 
         fails = [f"re-derived from {ckpt}: {m}" for m in rederive.mismatches(r, ckpt)] + fails
+    if ckpt is not None:
+        checked = (f"hash, claim, accounting, plan, mechanism checks and verdict re-derived from {ckpt}; the attack "
+                   "scores taken from the report")
+    else:
+        need = "" if _has("scipy") else f" (which re-accounts the claim: add the audit install, {_pip('audit')})"
+        checked = ("the report's own numbers against the policy, not that it came from a model (a consistently "
+                   f"edited report passes); bind it with --checkpoint CHECKPOINT{need}")
+    if summary_md is not None:
+        job_summary.append(summary_md, job_summary.gate_markdown(report_json, fails, pol.summaries(r),
+                                                                 "checked: " + checked))
     for f in fails:  # strings from the report are escaped: a report cannot print lines of its own
         click.echo(f"FAIL {printable(f)}")
     if fails:
@@ -286,9 +299,7 @@ def check(report_json, policy, ckpt):
     for line in pol.summaries(r):
         click.echo(f"  {printable(line)}")
     if ckpt is None:
-        need = "" if _has("scipy") else f" (which re-accounts the claim: add the audit install, {_pip('audit')})"
-        click.echo("  checked: the report's own numbers against the policy, not that it came from a model (a "
-                   f"consistently edited report passes); bind it with --checkpoint CHECKPOINT{need}")
+        click.echo(f"  checked: {printable(checked)}")
 
 
 def _has(module: str) -> bool:

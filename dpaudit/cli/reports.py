@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from dpaudit.cli.help import summary_option
 from dpaudit.errors import DpauditError
 from dpaudit.report.table import COLUMNS as TABLE_COLUMNS
 
@@ -14,13 +15,24 @@ from dpaudit.report.table import COLUMNS as TABLE_COLUMNS
 @click.command()
 @click.argument("old_json", type=click.Path(path_type=Path))
 @click.argument("new_json", type=click.Path(path_type=Path))
-@click.option("--fail-on-regression", is_flag=True, help="Exit 1 when anything regressed.")
-def compare(old_json, new_json, fail_on_regression):
-    """Markdown diff of two report.json files (evaluation or comparison), flagging what regressed."""
+@click.option("--fail-on-regression", is_flag=True,
+              help="Exit 1 when a row regressed by the test its row names: a deterministic value (claimed ε, the "
+                   "accounting interval, the audit ceiling, the verdict, a mechanism check) moved the wrong way; an "
+                   "attack AUC whose new 95% interval lies wholly above the old; accuracy lower by McNemar's exact "
+                   "test at 5% (the same test examples) or Newcombe's 95% interval. Sampled values with no test "
+                   "(TPR, exposure, the bound) are shown, never failed.")
+@summary_option("the diff")
+def compare(old_json, new_json, fail_on_regression, summary_md):
+    """Markdown diff of two report.json files (evaluation or comparison), flagging what regressed by a stated
+    test."""
     from dpaudit.gate.compare import compare as diff
     from dpaudit.gate.policy import load_report
 
     md, n = diff(load_report(old_json), load_report(new_json))
+    if summary_md is not None:
+        from dpaudit.gate import job_summary
+
+        job_summary.append(summary_md, md)
     click.echo(md, nl=False)
     if fail_on_regression and n:
         raise SystemExit(1)

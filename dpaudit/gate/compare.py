@@ -1,11 +1,16 @@
-"""``dpaudit compare OLD NEW``: a markdown diff of two reports, with what regressed flagged.
+"""``dpaudit compare OLD NEW``: a markdown diff of two reports, with what regressed flagged, each row by its stated test.
 
-Regressions: a larger empirical lower bound, a lower audit ceiling, a larger attack AUC (where both reports carry
-its 95% interval: only when the new interval lies wholly above the old) or mean exposure of
-inserted canaries, a larger claimed epsilon or accounting interval (its tightest sound upper and largest lower
-value), a lower accuracy (where both reports carry per-example
-outcomes on the same test examples: lower by McNemar's exact test at 5%, dpaudit/report/paired.py), or a worse verdict. The two
-checks behind the verdict are shown beside it.
+A row is flagged **regressed** only by the test its ``test`` column names (:data:`TESTS`):
+
+* ``exact`` — a deterministic value, the same every time the same run is evaluated (the claimed epsilon, the
+  accounting interval, the audit ceiling, the verdict and its two checks, a mechanism check): any move the wrong way;
+* ``95% intervals`` — an attack AUC, only when the new 95% interval lies wholly above the old one (two independent
+  intervals that do not overlap: a conservative test);
+* ``McNemar 5%`` / ``Newcombe 95%`` — accuracy, lower by McNemar's exact test where both reports carry per-example
+  outcomes on the same test examples (dpaudit/report/paired.py), else only when Newcombe's unpaired 95% interval for
+  the difference lies below 0;
+* ``none`` — a sampled quantity with no test here (TPR at 1% FPR, mean exposure, the empirical lower bound, itself a
+  95% bound whose rise past the claim is the verdict's ``violated``): shown, never flagged.
 """
 
 from __future__ import annotations
@@ -14,28 +19,46 @@ from dpaudit.errors import DpauditError
 from dpaudit.markup import md_tree
 from dpaudit.options import VERDICT_RANK, verdict_name
 from dpaudit.report import paired
+from dpaudit.report.table import newcombe
+
+# the test behind each kind of row (the module docstring): what `compare --fail-on-regression` fails on
+TESTS = ("exact", "95% intervals", "McNemar 5%", "Newcombe 95%", "none")
 
 
-def _metrics(r: dict) -> dict[str, tuple[float | None, int]]:
-    """name -> (value, direction): +1 when larger is worse, -1 when smaller is worse."""
-    out: dict[str, tuple[float | None, int]] = {}
+def _metrics(r: dict) -> dict[str, tuple[float | None, int, str]]:
+    """name -> (value, direction, test): direction +1 when larger is worse, -1 when smaller is worse; test one of
+    :data:`TESTS` (the accuracy's is settled in :func:`compare_one`, where both reports are at hand)."""
+    out: dict[str, tuple[float | None, int, str]] = {}
     e = r["claim"]["epsilon"]
-    out["claimed ε"] = (float("inf") if e is None else e, +1)
+    out["claimed ε"] = (float("inf") if e is None else e, +1, "exact")
     # the interval that decides the accounting check (as the comparison table): never a loose upper bound
     acc = r["accounting"]
-    out["accounting: true ε at most (tightest sound upper)"] = (acc.get("certified_epsilon"), +1)
-    out["accounting: true ε at least (largest lower)"] = (acc.get("lower_epsilon"), +1)
+    out["accounting: true ε at most (tightest sound upper)"] = (acc.get("certified_epsilon"), +1, "exact")
+    out["accounting: true ε at least (largest lower)"] = (acc.get("lower_epsilon"), +1, "exact")
     best = r.get("empirical_best")
-    out["empirical ε lower bound"] = (best["epsilon_lb"] if best else None, +1)
+    out["empirical ε lower bound"] = (best["epsilon_lb"] if best else None, +1, "none")
     emp = r["verdict"].get("empirical") or {}
-    out["audit ceiling (the most it could prove)"] = (emp.get("ceiling"), -1)
+    out["audit ceiling (the most it could prove)"] = (emp.get("ceiling"), -1, "exact")
     for name, a in r.get("attacks", {}).items():
-        out[f"AUC {name}"] = (a["auc"], +1)
-        out[f"TPR@1%FPR {name}"] = (a["tpr_at_1_fpr"], +1)
+        out[f"AUC {name}"] = (a["auc"], +1, "95% intervals")
+        out[f"TPR@1%FPR {name}"] = (a["tpr_at_1_fpr"], +1, "none")
     ex = r.get("exposure") or {}
-    out["mean exposure, inserted (bits)"] = (ex.get("mean_inserted"), +1)
-    out["accuracy"] = ((r.get("metrics") or {}).get("accuracy"), -1)
+    out["mean exposure, inserted (bits)"] = (ex.get("mean_inserted"), +1, "none")
+    out["accuracy"] = ((r.get("metrics") or {}).get("accuracy"), -1, "Newcombe 95%")
     return out
+
+
+def _accuracy_lower(old: dict, new: dict) -> tuple[str, bool | None]:
+    """(test, lower?) for the new accuracy against the old: McNemar where both carry outcomes on the same test
+    examples, else Newcombe's unpaired 95% interval (None: the reports lack the counts it needs)."""
+    mo, mn = old.get("metrics") or {}, new.get("metrics") or {}
+    if paired.can_pair(mn, mo):
+        return "McNemar 5%", paired.compare(mn["correct"], mo["correct"]).reading() == "lower"
+    pn, nn, po, no = mn.get("accuracy"), mn.get("n_test"), mo.get("accuracy"), mo.get("n_test")
+    if not (isinstance(pn, (int, float)) and isinstance(po, (int, float)) and isinstance(nn, int)
+            and isinstance(no, int) and nn > 0 and no > 0):
+        return "Newcombe 95%", None
+    return "Newcombe 95%", newcombe(float(pn), nn, float(po), no)[1] < 0
 
 
 def _auc_intervals(old: dict, new: dict, key: str):
@@ -63,31 +86,39 @@ def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
     a, b = _metrics(old), _metrics(new)
     mo, mn = old.get("metrics") or {}, new.get("metrics") or {}
     pair = paired.compare(mn["correct"], mo["correct"]) if paired.can_pair(mn, mo) else None
-    lines = [f"### {title}", "", "| quantity | old | new | change | |", "|---|---|---|---|---|"]
+    lines = [f"### {title}", "", "| quantity | old | new | change | test | |", "|---|---|---|---|---|---|"]
     regressions = 0
     for k in list(dict.fromkeys([*a, *b])):
-        va, da = a.get(k, (None, 0))
-        vb, db = b.get(k, (None, 0))
+        va, da, test = a.get(k, (None, 0, ""))
+        vb, db, test_b = b.get(k, (None, 0, ""))
+        test = test or test_b
         flag = ""
         if va is not None and vb is not None and va != float("inf") and vb != float("inf"):
             diff = vb - va
-            worse = diff * (da or db) > 1e-9
-            if k == "accuracy" and pair is not None:  # same test examples: a regression only if McNemar says so
-                worse = pair.reading() == "lower"
+            moved = diff * (da or db) > 1e-9
+            worse, note = moved and test == "exact", ""
+            if k == "accuracy":
+                test, lower = _accuracy_lower(old, new)
+                worse = bool(lower)
+                note = "not shown to be lower" if moved and not worse else ""
             ci = _auc_intervals(old, new, k)
-            note = ""
-            if ci is not None and worse and not ci[1][0] > ci[0][1]:  # intervals overlap: not shown to be higher
-                worse, note = False, "within the 95% intervals"
+            if ci is not None and moved:
+                worse = ci[1][0] > ci[0][1]
+                note = "" if worse else "within the 95% intervals"  # overlapping: not shown to be higher
+            elif test == "95% intervals" and moved:
+                test, note = "none", "no intervals to test"  # a report without the AUC's interval
+            if test == "none" and moved:
+                note = note or "not tested"
             flag = "**regressed**" if worse else note
             regressions += bool(worse)
             change = f"{diff:+.3f}"
         else:
             change = "" if va == vb else "changed"
-        lines.append(f"| {k} | {_fmt(va)} | {_fmt(vb)} | {change} | {flag} |")
+        lines.append(f"| {k} | {_fmt(va)} | {_fmt(vb)} | {change} | {test} | {flag} |")
     if pair is not None:
         lines.append(f"| accuracy, paired on the same {pair.n} test examples | | | {pair.difference:+.3f} "
                      f"[{pair.low:+.3f}, {pair.high:+.3f}], McNemar p = {pair.p_value:.3g} ({pair.b_only} old-only vs "
-                     f"{pair.a_only} new-only correct) | {pair.reading()} |")
+                     f"{pair.a_only} new-only correct) | McNemar 5% | {pair.reading()} |")
     vo, vn = verdict_name(old["verdict"]["status"]), verdict_name(new["verdict"]["status"])
     worse = VERDICT_RANK.get(vn, 1) > VERDICT_RANK.get(vo, 1)
     regressions += worse
@@ -95,8 +126,8 @@ def compare_one(old: dict, new: dict, title: str) -> tuple[list[str], int]:
         so, sn = ((x["verdict"].get(check) or {}).get("status") for x in (old, new))
         if so or sn:
             lines.append(f"| {check} check | {f'`{so}`' if so else '—'} | {f'`{sn}`' if sn else '—'} | "
-                         f"{'' if so == sn else 'changed'} | |")
-    lines.append(f"| verdict | `{vo}` | `{vn}` | | {'**regressed**' if worse else ''} |")
+                         f"{'' if so == sn else 'changed'} | exact | |")
+    lines.append(f"| verdict | `{vo}` | `{vn}` | | exact | {'**regressed**' if worse else ''} |")
     rows, mech_reg = mechanism_rows(old, new)
     return lines + rows + [""], regressions + mech_reg
 
@@ -106,16 +137,17 @@ def _checks(r: dict) -> dict[str, str]:
 
 
 def mechanism_rows(old: dict, new: dict) -> tuple[list[str], int]:
-    """The probe's mechanism checks side by side; a check that passed (or was not run) and now fails regresses."""
+    """The probe's mechanism checks side by side (``—``: not in that report); a check that passed (or was not run)
+    and now fails regresses."""
     a, b = _checks(old), _checks(new)
     if not a and not b:
         return [], 0
     lines, reg = [], 0
     for check in dict.fromkeys([*a, *b]):
-        so, sn = a.get(check, "not run"), b.get(check, "not run")
+        so, sn = a.get(check, "—"), b.get(check, "—")
         worse = sn == "fail" and so != "fail"
         reg += worse
-        lines.append(f"| mechanism check `{check}` | {so} | {sn} | {'' if so == sn else 'changed'} | "
+        lines.append(f"| mechanism check `{check}` | {so} | {sn} | {'' if so == sn else 'changed'} | exact | "
                      f"{'**regressed**' if worse else ''} |")
     return lines, reg
 
@@ -138,5 +170,7 @@ def compare(old: dict, new: dict) -> tuple[str, int]:
         total += reg
     if missing:
         out.append(f"Variants in only one report: {', '.join(missing)}")
-    out.insert(2, f"**{total} regression(s).**\n")
+    out.insert(2, f"**{total} regression(s)**, each by the test its row names (exact: a deterministic value moved the "
+                  "wrong way; 95% intervals, McNemar 5%, Newcombe 95%: shown beyond chance; none: shown, never "
+                  "flagged).\n")
     return "\n".join(out) + "\n", total

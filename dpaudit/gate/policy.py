@@ -5,8 +5,8 @@ Policy TOML (every key optional; unknown keys are errors)::
     [rules]
     no_empirical_above_claim = true   # no empirical lower bound may exceed the claimed epsilon
     accounting = ["verified"]         # allowed accounting checks: verified | under-claim | unverifiable
-    empirical = ["not-refuted", "underpowered"]  # allowed empirical checks; ["not-refuted"] demands an audit
-                                      # whose ceiling reaches the claim (violated | not-refuted | underpowered | no-power)
+    empirical = ["consistent", "underpowered"]  # allowed empirical checks; ["consistent"] demands an audit
+                                      # whose ceiling reaches the claim (violated | consistent | underpowered | no-power)
     accounting_tolerance = 0.02       # numerical slack of the accounting check (the evaluator's rule, re-applied)
     accounting_reference = "certified"  # also require this upper value <= claim: "certified" (smallest sound;
                                       # the accounting check itself), "largest", or an accountant's name
@@ -17,7 +17,9 @@ Policy TOML (every key optional; unknown keys are errors)::
     require_claim = true              # a non-private model (no claim) fails
     min_accuracy = 0.5                # task accuracy floor
     max_exposure = 12.0               # no canary's exposure above this many bits
-    allowed_verdicts = ["consistent", "underpowered"]  # (older policies' "not-refuted" is read as "underpowered")
+    allowed_verdicts = ["consistent", "underpowered"]  # every word: docs/verdicts.md (older policies' words are read
+                                      # as their current names: a headline "not-refuted" as "underpowered", an
+                                      # empirical "not-refuted" as "consistent")
     no_noise_shortfall = false        # fail when a white-box noise check bounds the noise actually added below the
                                       # card's sigma (dpaudit/audit/noise_check.py; outside the verdict's family-wise
                                       # correction, so on top of its false-failure rate)
@@ -47,7 +49,7 @@ from dpaudit.report import build as report_build
 class Policy:
     no_empirical_above_claim: bool = True
     accounting: tuple = ("verified",)
-    empirical: tuple = ("not-refuted", "underpowered")
+    empirical: tuple = ("consistent", "underpowered")
     accounting_tolerance: float | None = options.ACCOUNTING_TOLERANCE
     accounting_reference: str = "certified"
     max_claimed_epsilon: float | None = 10.0  # the default policy is configs/policy.toml (test_configs.py)
@@ -97,9 +99,9 @@ def load_policy(path: Path | None) -> Policy:
             if not isinstance(rules[key], list):
                 raise DpauditError(f"policy rules.{key} must be a list of statuses, got {rules[key]!r}")
             rules[key] = tuple(rules[key])
-    if "allowed_verdicts" in rules:  # an older policy's headline word, read as its current name
-        rules["allowed_verdicts"] = tuple(options.verdict_name(v) if isinstance(v, str) else v
-                                          for v in rules["allowed_verdicts"])
+    for key, level in (("allowed_verdicts", "verdict"), ("empirical", "empirical")):
+        if key in rules:  # an older policy's word, read as its current name
+            rules[key] = tuple(options.current_word(level, v) if isinstance(v, str) else v for v in rules[key])
     return Policy(**rules)
 
 
@@ -118,7 +120,7 @@ def load_report(path: Path) -> dict:
         raise DpauditError(f"comparison report {path} has no variants: nothing was evaluated, so nothing can pass")
     _validate(r, path)
     for v in (r["variants"].values() if r["kind"] == "comparison" else [r]):
-        v["verdict"]["status"] = options.verdict_name(v["verdict"]["status"])  # an older report's headline word
+        options.current_words(v)
         eps = v["claim"]["epsilon"]
         if eps is not None and (not checks.finite(eps) or eps <= 0):
             raise DpauditError(f"report {path}: claim.epsilon {eps!r} is not a claim (a finite number > 0, or null for "

@@ -24,10 +24,10 @@ LIMITATIONS = [
 
 def render(r: dict) -> str:
     r = md_tree(r)  # every input string escaped (dpaudit.markup)
-    v, p = r["verdict"], r["pmixed"]
+    p = r["pmixed"]
     s, ex = p["spec"], p["exact"]
     L = [f"# dpaudit report: {r['checkpoint'].get('variant') or r['checkpoint']['path']} (PMixED deployment)", "",
-         f"**Verdict: `{v['status']}`** — {v['reason']}.", "", *common.summary_lines(r), "",
+         f"**Verdict:** {common.headline(r)}", "", *common.summary_lines(r), "",
          "## The deployment", "",
          f"- N = {s['n_models']} LoRA adapters on disjoint partitions ({s['partition_rule']}), public model p0; "
          f"each query samples models at rate q = {s['sample_rate']:g} (Poisson, no duplicates), order α = {s['alpha']}, "

@@ -11,7 +11,7 @@ import json
 import math
 
 from dpaudit.markup import md_tree
-from dpaudit.options import TASK_METRICS, evidence_tier, verdict_name
+from dpaudit.options import TASK_METRICS, current_words, evidence_tier, verdict_name
 from dpaudit.report import mechanism as report_checks
 
 LIMITATIONS = [
@@ -66,8 +66,8 @@ def summary_lines(r: dict) -> list[str]:
     best = r.get("empirical_best")
     if best:
         L.append(f"- Empirical: **{emp.get('status', '—')}** — best bound {best['epsilon_lb']:.2f} at "
-                 f"{best['family_confidence']:.0%} ({best['attack']}), ceiling {best['ceiling']:.2f} (the most these "
-                 f"canaries could prove){_limit_phrase(r, best)}.")
+                 f"{best['family_confidence']:.0%} ({best['attack']}){_limit_phrase(r, best)}; each test's own "
+                 "ceiling is in the bounds table.")
     L += tier_lines(r)
     ph = r.get("posthoc")
     if ph:
@@ -130,11 +130,47 @@ def strength_lines(r: dict) -> list[str]:
             + (f"; {', '.join(others)}" if others else "") + ")."]
 
 
+def reach(r: dict) -> str:
+    """What the audit could reach, one number beside every headline (the largest bound any of its tests could give,
+    docs/verdicts.md "reach"); empty for a report without it."""
+    ceiling = (r["verdict"].get("empirical") or {}).get("ceiling")
+    if not isinstance(ceiling, (int, float)) or not math.isfinite(ceiling):
+        return ""
+    return f"the audit reaches ε {ceiling:.2f} at most"
+
+
+def headline(r: dict) -> str:
+    """The verdict, what the audit could reach, and why: the first line of REPORT.md and of the model card's
+    section (``r``'s strings already escaped by the caller)."""
+    v = r["verdict"]
+    at = reach(r)
+    return f"`{verdict_name(v['status'])}`" + (f" ({at})" if at else "") + f" — {v['reason']}."
+
+
+# the next step each headline calls for, besides an audit too weak to reach the claim (:func:`next_steps`)
+NEXT_BY_VERDICT = {
+    "mechanism-mismatch": "fix the training loop: the failed checks above name what departs from the card "
+                          "(docs/pitfalls.md lists the usual causes); retrain and re-evaluate. More canaries cannot "
+                          "help while the card does not describe the code that ran.",
+    "accounting-mismatch": "the card claims less ε than its own mechanism spends: write the claim from `dpaudit "
+                           "account --card privacy_card.json` (or train with more noise), then re-evaluate.",
+    "violated": "the model shows more leakage than its claim allows: do not ship it under this claim; attach the "
+                "probe (docs/probe.md) to find where the loop departs from its card.",
+}
+
+
 def next_steps(r: dict) -> list[str]:
-    """What to run next when the audit could not reach the claim: ``dpaudit audit plan`` on the card's own mechanism
-    (the command, filled in), and what the report's own limits already say about more canaries."""
+    """The next step the headline calls for (:data:`NEXT_BY_VERDICT`); where the audit could not reach the claim,
+    ``dpaudit audit plan`` on the card's own mechanism (the command, filled in) and what the report's own limits
+    already say about more canaries; where the accounting is unverifiable, how to make it checkable."""
     c, v = r["claim"], r["verdict"]
+    head = verdict_name(v["status"])
+    if head in NEXT_BY_VERDICT and c["private"]:
+        return [f"- Next: {NEXT_BY_VERDICT[head]}"]
     emp = (v.get("empirical") or {}).get("status")
+    if head == "inconclusive" and (v.get("accounting") or {}).get("status") != "verified":
+        return ["- Next: make the claim checkable: `dpaudit account --card privacy_card.json` says why no "
+                "accountant verifies it; a card whose mechanism the accountants read is in docs/contracts.md."]
     if not c["private"] or emp not in ("underpowered", "no-power"):
         return []
     mech = r.get("mechanism") or {}
@@ -372,12 +408,12 @@ def training_lines(tr: dict | None) -> list[str]:
 def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     """REPORT.md of report ``r``: every string of ``r`` is escaped first (:func:`dpaudit.markup.md_tree`), so no
     input text can add a line, a link, HTML or a column."""
-    r = md_tree(r)
-    v = r["verdict"]
+    r = md_tree(r)  # a copy: an older report's words are then read as today's (docs/verdicts.md)
+    current_words(r)
     ck = r["checkpoint"]
     title = ck.get("variant") or ck.get("path") or f"a model held as objects (hash {ck.get('hash')})"
     L = [f"# dpaudit report: {title}", "",
-         f"**Verdict: `{verdict_name(v['status'])}`** — {v['reason']}.", "", *summary_lines(r), "", "## Bounds", "",
+         f"**Verdict:** {headline(r)}", "", *summary_lines(r), "", "## Bounds", "",
          *bound_rows(r), "", "## Accounting", "", *accountant_rows(r), ""]
     for f in r["accounting"].get("findings", []):
         L.append(f"- Finding: {f}")

@@ -21,7 +21,8 @@ from pathlib import Path
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import refuse_link, write_atomic
 from dpaudit.markup import md, md_tree
-from dpaudit.options import verdict_name
+from dpaudit.options import current_words
+from dpaudit.report.markdown import headline
 
 BEGIN, END = "<!-- dpaudit:begin -->", "<!-- dpaudit:end -->"
 TAGS = ("differential-privacy", "dpaudit")
@@ -31,15 +32,17 @@ MAX_CARD_BYTES = 2 ** 20  # a model card larger than this is not one
 def section(r: dict, report_path: str) -> str:
     """The markdown section of evaluation report ``r`` (its strings escaped first: :func:`dpaudit.markup.md_tree`)."""
     r, report_path = md_tree(r), md(report_path)
+    if r.get("kind") == "evaluation":
+        current_words(r)  # on the escaped copy: an older report's words read as today's (docs/verdicts.md)
     if r.get("kind") != "evaluation":
         raise DpauditError(f"{report_path} is a {r.get('kind')!r} report; the model card takes one model's evaluation "
                            "report (VARIANT/report/report.json)")
-    c, v, a, b = r["claim"], r["verdict"], r.get("accounting") or {}, r.get("empirical_best") or {}
+    c, a, b = r["claim"], r.get("accounting") or {}, r.get("empirical_best") or {}
     claim = (f"ε = {c['epsilon']:.4g} at δ = {c['delta']:g} ({c['unit']} level, {c['neighbouring']} neighbours)"
              if c.get("private") else "none (a non-private model)")
     lines = [BEGIN, "## Privacy audit (dpaudit)", "",
              f"- **Claim**: {claim}.",
-             f"- **Verdict**: `{verdict_name(v['status'])}` — {v['reason']}."]
+             f"- **Verdict**: {headline(r)}"]
     if c.get("private"):
         cert, lo = a.get("certified_epsilon"), a.get("lower_epsilon")
         interval = (f"true ε in [{lo:.4g}, {cert:.4g}]" if lo is not None and cert is not None else

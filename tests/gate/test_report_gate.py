@@ -90,7 +90,7 @@ def test_check_passes_dp_and_fails_nonprivate(run_dir, tmp_path, capsys):
     ("accounting = ['verified']", lambda r: [a.update(epsilon=9.0) for a in r["accounting"]["results"]],
      "accounting check 'unverifiable'"),
     ("accounting_reference = 'largest'", lambda r: r["accounting"].update(reaccounted_epsilon=9.0), "re-accounted"),
-    ("empirical = ['not-refuted']", lambda r: [e.update(ceiling=0.1) for e in r["empirical"]],
+    ("empirical = ['consistent']", lambda r: [e.update(ceiling=0.1) for e in r["empirical"]],
      "empirical check 'underpowered'"),
     ("max_claimed_epsilon = 0.1", lambda r: None, "budget"),
     ("min_accuracy = 0.99", lambda r: None, "below the floor"),
@@ -161,14 +161,16 @@ def test_compare_shows_the_accounting_interval_that_decides_not_a_loose_upper_bo
 
 def test_one_word_one_meaning_older_reports_and_policies_keep_theirs(tmp_path, capsys):
     """The headline "accounting verified, audit could not reach the claim" is `underpowered` (the empirical check's
-    own word); `not-refuted` is an empirical status only. An older report's headline `not-refuted` and an older
-    policy's allowed `not-refuted` are read as `underpowered`: the gate and compare give what they gave."""
+    own word, and the empirical check's `consistent` the headline's). An older report's headline `not-refuted` and an
+    older policy's allowed `not-refuted` are read as `underpowered`, an older policy's empirical `not-refuted` as
+    `consistent`: the gate and compare give what they gave."""
     from dpaudit import options
     from dpaudit.audit.rows import TestRow
     from dpaudit.claim.verdict import empirical
 
     assert "not-refuted" not in options.VERDICTS and "underpowered" in options.VERDICTS
-    assert set(options.VERDICTS) & set(options.EMPIRICAL_STATUSES) <= {"violated", "underpowered"}
+    assert set(options.EMPIRICAL_STATUSES) - {"no-power"} <= set(options.VERDICTS)
+    assert "not-refuted" not in options.EMPIRICAL_STATUSES
     row = TestRow.from_dict({"epsilon_lb": 0.5, "family_confidence": 0.95, "ceiling": 3.0, "delta_kind": "claimed"})
     assert empirical(8.0, row, 3.0)["status"] == "underpowered"
     demo = Path(__file__).resolve().parents[2] / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
@@ -189,6 +191,8 @@ def test_one_word_one_meaning_older_reports_and_policies_keep_theirs(tmp_path, c
         assert "verdict 'underpowered' is not allowed" in capsys.readouterr().out
     md, n = compare(policy.load_report(old_path), policy.load_report(new_path))
     assert n == 0 and "not-refuted" not in md.split("### ")[0]
+    old_empirical = _policy(tmp_path, "empirical = ['not-refuted']\n", "old-empirical.toml")
+    assert policy.load_policy(Path(old_empirical)).empirical == ("consistent",)
 
 
 def test_the_gate_summary_and_run_output_state_the_strength_at_the_claim(capsys):

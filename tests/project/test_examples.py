@@ -152,3 +152,10 @@ def test_github_actions_workflow_runs_in_a_users_repository_shape():
             _, cmd, rest = cmd.resolve_command(ctx, rest)
             ctx = cmd.make_context(cmd.name, list(rest), parent=ctx) if not isinstance(cmd, click.Group) else ctx
         assert cmd.name in ("check", "compare", "evaluate"), line
+    # what the job shows and fails on: the gate and the diff on the job's summary page, the diff failing the job on
+    # a tested regression; the checkpoint fetched (not in the repository), its sha256 checked before it is unpacked
+    assert all('--summary "$GITHUB_STEP_SUMMARY"' in ln for ln in lines if " check " in ln or " compare " in ln)
+    assert any(" compare " in ln and "--fail-on-regression" in ln for ln in lines)
+    fetch = next(s["run"] for s in flow["jobs"]["evaluate"]["steps"] if "CHECKPOINT_URL" in s.get("run", ""))
+    assert fetch.index("sha256sum --check") < fetch.index("tar -x"), fetch
+    assert len(env["CHECKPOINT_SHA256"]) == 64 and env["CHECKPOINT"].startswith("model/")

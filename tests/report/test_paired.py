@@ -96,8 +96,10 @@ def test_compare_flags_accuracy_only_when_mcnemar_does():
     assert n == 0 and "paired on the same 500 test examples" in text and "cannot be resolved" in text
     text, n = compare.compare(_report(old), _report(much))
     assert n == 1 and "| lower |" in text
-    text, n = compare.compare(_report(old), _report(slightly, fp="other"))  # other examples: unpaired, as before
-    assert n == 1 and "paired" not in text
+    text, n = compare.compare(_report(old), _report(slightly, fp="other"))  # other examples: Newcombe, unpaired
+    assert n == 0 and "paired" not in text and "| Newcombe 95% | not shown to be lower |" in text
+    text, n = compare.compare(_report(old), _report(much, fp="other"))  # 0.80 -> 0.72 of 500: outside the interval
+    assert n == 1 and "| Newcombe 95% | **regressed** |" in text
 
 
 def test_sentiment_metrics_carry_the_outcomes_accuracy_averages(tiny_model_factory):

@@ -24,16 +24,19 @@ def test_the_table_shows_the_interval_that_decides_not_the_loosest_accountant():
     assert _reaccounted({**r, "claim": {**r["claim"], "private": False}}) == "—"
 
 
-def test_an_underpowered_verdict_names_whose_ceiling_it_quotes():
+def test_an_underpowered_verdict_quotes_one_reach_and_the_best_bound():
+    """One reach number in the reason (the audit's: the most any of its tests could prove), never a second
+    ceiling-like number beside it (the best test's own ceiling is in the bounds table)."""
     from dpaudit.audit.rows import TestRow
 
     best = {"epsilon_lb": 0.65, "family_confidence": 0.95, "attack": "whitebox_gradient", "ceiling": 2.75,
             "delta_kind": "claimed"}
     v = empirical(7.99, TestRow.from_dict(best), ceiling=3.17)
     assert v["status"] == "underpowered"
-    assert "whitebox_gradient's, whose own ceiling is 2.75" in v["reason"] and "up to epsilon 3.17" in v["reason"]
-    same = empirical(7.99, TestRow.from_dict({**best, "ceiling": 3.17}), ceiling=3.17)
-    assert "(bound 0.65 at 95%)" in same["reason"]
+    assert "could reach epsilon 3.17 at most" in v["reason"] and "2.75" not in v["reason"]
+    assert "found 0.65 at 95% (whitebox_gradient)" in v["reason"]
+    at = empirical(3.0, TestRow.from_dict({**best, "ceiling": 3.17}), ceiling=3.17)
+    assert at["status"] == "consistent" and "could reach epsilon 3.17, at or above the claim 3" in at["reason"]
 
 
 def test_a_report_made_through_the_api_has_a_title():
@@ -101,7 +104,7 @@ def test_first_screen_answers_is_it_kept_how_strong_and_what_next(capsys):
     assert "m =     1,000" in capsys.readouterr().out
     # an audit able to reach the claim has no next-step lines; a non-private model no strength line
     assert not any(ln.startswith("- Next") for ln in summary_lines(
-        {**r, "verdict": {**r["verdict"], "empirical": {**r["verdict"]["empirical"], "status": "not-refuted"}}}))
+        {**r, "verdict": {**r["verdict"], "empirical": {**r["verdict"]["empirical"], "status": "consistent"}}}))
     assert not any(ln.startswith("- Strength") for ln in summary_lines({**r, "claim": {**r["claim"], "private": False}}))
 
 

@@ -109,7 +109,7 @@ def test_noise_checks_table_is_what_the_script_prints_and_no_honest_run_is_short
     assert (REPORTS / "bench" / "noise_checks.md").read_text().endswith("\n\n" + out.stdout), \
         "regenerate reports/bench/noise_checks.md with scripts/noise_checks.py"
     rows = [r for r in out.stdout.splitlines()[2:] if r.startswith("| ")]
-    assert len(rows) >= 9 and all(r.endswith("| consistent |") for r in rows)
+    assert len(rows) >= 9 and all(r.endswith("| no shortfall |") for r in rows)
 
 
 def _copy_reports(src: Path, dst: Path, names: list[str]) -> None:
