@@ -5,12 +5,27 @@
         ...
 
 ``dpaudit --quiet`` calls :func:`set_quiet` once; a bar also stays off where tqdm's own ``TQDM_DISABLE=1`` is
-set, and on the non-main ranks of a torchrun job (the caller passes ``disable=True`` there).
+set, and on the non-main ranks of a torchrun job (the caller passes ``disable=True`` there). Inside
+``with progress.label("dp-eps8"):`` every bar says whose work it is ("dp-eps8: DP train").
 """
 
 from __future__ import annotations
 
+import contextlib
+
 _quiet = False
+_label = ""
+
+
+@contextlib.contextmanager
+def label(name: str):
+    """Every bar opened inside the block is prefixed with ``name`` (a run's variant)."""
+    global _label
+    before, _label = _label, str(name)
+    try:
+        yield
+    finally:
+        _label = before
 
 
 def set_quiet(quiet: bool) -> None:
@@ -24,6 +39,8 @@ def bar(iterable=None, **kwargs):
     from tqdm.auto import tqdm
 
     kwargs.setdefault("leave", False)
+    if _label:
+        kwargs["desc"] = f"{_label}: {kwargs['desc']}" if kwargs.get("desc") else _label
     if _quiet:
         kwargs["disable"] = True
     return tqdm(iterable, **kwargs)

@@ -40,6 +40,13 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
             fpr, tpr = np.array(a["roc"][0]), np.array(a["roc"][1])
             ax.plot(np.clip(fpr, 1e-3, 1), np.clip(tpr, 1e-3, 1), label=f"{name} (AUC {a['auc']:.2f})")
         ax.plot([1e-3, 1], [1e-3, 1], "k:", lw=0.8, label="chance")
+        eps, delta = _claim(report)
+        if eps is not None:  # (ε, δ)-DP allows no test above TPR = e^ε FPR + δ: the region the claim rules out
+            grid = np.logspace(-3, 0, 200)
+            edge = np.minimum(1.0, np.exp(eps) * grid + delta)
+            ax.fill_between(grid, edge, 1.0, color="C3", alpha=0.12, lw=0,
+                            label=f"ruled out by ε = {eps:.3g} (TPR > e^ε FPR + δ)")
+            ax.plot(grid, edge, color="C3", lw=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("false positive rate")
@@ -65,6 +72,8 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
                     ax.hist(sc[s > 0], bins=bins, alpha=0.6, label="inserted")
                     ax.hist(sc[s < 0], bins=bins, alpha=0.6, label="held out")
                 ax.set_title(f"{name} score")
+                ax.set_xlabel("score (higher = member)")
+                ax.set_ylabel("canaries")
                 ax.legend(fontsize=8)
             files.append(_save(fig, out, f"{prefix}scores.png"))
     ex = report.get("exposure")
@@ -98,9 +107,22 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
         a2.set_xlabel("step")
         a2.set_ylabel("gradient norm")
         a2.legend(fontsize=7)
+        from matplotlib.ticker import MaxNLocator
+
+        for a in (a1, a2):
+            a.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         fig.suptitle("How hard clipping bites, per step", fontsize=10)
         files.append(_save(fig, out, f"{prefix}clipping.png"))
     return files
+
+
+def _claim(report: dict) -> tuple[float | None, float]:
+    """(ε, δ) of the report's claim, (None, 0) for a model without one."""
+    c = report.get("claim") or {}
+    eps, delta = c.get("epsilon"), c.get("delta")
+    if not c.get("private") or not isinstance(eps, (int, float)) or not np.isfinite(eps):
+        return None, 0.0
+    return float(eps), float(delta) if isinstance(delta, (int, float)) else 0.0
 
 
 def clipping_summary(report: dict) -> dict:

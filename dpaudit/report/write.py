@@ -19,7 +19,7 @@ from dpaudit.markup import md, md_tree
 from dpaudit.options import TASK_METRICS, verdict_name
 from dpaudit.report import plots
 from dpaudit.report.build import SCHEMA_VERSION
-from dpaudit.report.markdown import LIMITATIONS, fmt_eps, render_markdown
+from dpaudit.report.markdown import LIMITATIONS, fmt_eps, headline, render_markdown
 from dpaudit.report.plots import clipping_summary
 
 
@@ -73,8 +73,39 @@ def _reaccounted(r: dict) -> str:
 def _clipped_cell(r: dict) -> str:
     c = clipping_summary(r)
     if not c.get("steps_observed"):
-        return "— | "
-    return f"{c['mean_fraction_clipped']:.0%} at C = {c['clipping_norm']:g} | "
+        return "—"
+    return f"{c['mean_fraction_clipped']:.0%} at C = {c['clipping_norm']:g}"
+
+
+# the comparison table's columns: (header, cell of one report); a column that is "—" for every variant is left out
+_COLUMNS = [
+    ("variant", None),
+    ("verdict", lambda r: f"`{verdict_name(r['verdict']['status'])}`"),
+    ("claimed ε", lambda r: fmt_eps(r["claim"]["epsilon"])),
+    ("accounting (the interval that decides)", lambda r: _reaccounted(r)),
+    ("empirical ε lower bound (best test, confidence, ceiling)", lambda r: (
+        f"{r['empirical_best']['epsilon_lb']:.2f} ({r['empirical_best']['attack']}, "
+        f"{r['empirical_best']['family_confidence']:.0%}, ceiling {r['empirical_best']['ceiling']:.2f})"
+        if r.get("empirical_best") else "—")),
+    ("LOSS AUC [95% CI]", lambda r: (lambda a: f"{a['auc']:.3f} [{a['auc_ci'][0]:.2f}, {a['auc_ci'][1]:.2f}]"
+                                     if a else "—")(r["attacks"].get("loss"))),
+    ("exposure AUC", lambda r: f"{r['attacks']['exposure']['auc']:.3f}" if "exposure" in r["attacks"] else "—"),
+    ("white-box canary AUC", lambda r: (f"{r['attacks']['whitebox_gradient']['auc']:.3f}"
+                                        if "whitebox_gradient" in r["attacks"] else "—")),
+    ("mean exposure inserted / held out (bits)", lambda r: (
+        f"{r['exposure']['mean_inserted']:.2f} / {r['exposure']['mean_held_out']:.2f}" if r.get("exposure") else "—")),
+    ("units clipped per step (mean)", lambda r: _clipped_cell(r)),
+    ("task metric", lambda r: _task_metric(r["metrics"])),
+]
+
+
+def _table(reports: dict[str, dict]) -> list[str]:
+    """The comparison's table: one row per variant, without the columns no variant has a value for."""
+    rows = {name: [f"[{name}]({name}/report/REPORT.md)", *(cell(r) for _, cell in _COLUMNS[1:])]
+            for name, r in reports.items()}
+    keep = [i for i in range(len(_COLUMNS)) if i == 0 or any(row[i] != "—" for row in rows.values())]
+    lines = ["| " + " | ".join(_COLUMNS[i][0] for i in keep) + " |", "|" + "---|" * len(keep)]
+    return lines + ["| " + " | ".join(row[i] for i in keep) + " |" for row in rows.values()]
 
 
 def write_comparison(reports: dict[str, dict], out: Path, command: str, config: dict, redact: bool = False) -> Path:
@@ -86,35 +117,20 @@ def write_comparison(reports: dict[str, dict], out: Path, command: str, config: 
         # comparisons were a quarter of the checkout
         (tmp / "report.json").write_text(json.dumps(jsonable(body), separators=(",", ":")) + "\n")
         reports, command = md_tree(reports), md(command)  # the markdown below: every input string escaped
-        L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "",
-             "| variant | verdict | claimed ε | accounting (the interval that decides) | empirical ε lower bound "
-             "(best test, confidence, ceiling) | LOSS AUC [95% CI] | exposure AUC | white-box canary AUC | mean exposure "
-             "inserted / held out (bits) | units clipped per step (mean) | task metric |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for name, r in reports.items():
-            b = r["empirical_best"]
-            ex = r["exposure"] or {}
-            la = r["attacks"].get("loss")
-            ea = r["attacks"].get("exposure")
-            L.append(
-                f"| [{name}]({name}/report/REPORT.md) | `{verdict_name(r['verdict']['status'])}` | {fmt_eps(r['claim']['epsilon'])} | "
-                f"{_reaccounted(r)} | "
-                f"{b['epsilon_lb']:.2f} ({b['attack']}, {b['family_confidence']:.0%}, ceiling {b['ceiling']:.2f}) | "
-                + (f"{la['auc']:.3f} [{la['auc_ci'][0]:.2f}, {la['auc_ci'][1]:.2f}] | " if la else "— | ")
-                + (f"{ea['auc']:.3f} | " if ea else "— | ")
-                + (f"{r['attacks']['whitebox_gradient']['auc']:.3f} | " if "whitebox_gradient" in r["attacks"] else "— | ")
-                + (f"{ex['mean_inserted']:.2f} / {ex['mean_held_out']:.2f} | " if ex else "— | ")
-                + _clipped_cell(r)
-                + (_task_metric(r["metrics"]) + " |"))
+        L = ["# dpaudit run: claimed vs empirical privacy", "", f"Command: `{command}`", "", *_table(reports)]
         L += ["", "Verdicts:", ""]
-        L += [f"- **{name}**: `{verdict_name(r['verdict']['status'])}` — {r['verdict']['reason']}." for name, r in reports.items()]
+        L += [f"- **{name}**: {headline(r)}" for name, r in reports.items()]
         first = next(iter(reports.values()))
         cp = first["canary_plan"]
         space = (f"secrets from a space of {cp['space_size']:,}" if cp.get("space_size") is not None
                  else "each secret made of its own new tokens")
         design = f"design `{cp['design']}`, " if cp.get("design") else ""
-        L += ["", f"Canaries: m = {cp['m']} ({cp['inserted']} inserted, each {cp['repetitions']}×), {design}{space}; "
-              f"one-run guesses fixed before training: k+ = {cp['k_pos']}, k- = {cp['k_neg']}.", "",
+        white = sorted({e["m"] for r in reports.values() for e in r.get("empirical") or []
+                        if e.get("attack") == "whitebox_gradient" and isinstance(e.get("m"), int)})
+        white_line = (f" White-box gradient canaries (the probe's, in the training loop): m = "
+                      f"{', '.join(f'{m:,}' for m in white)}." if white else "")
+        L += ["", f"Text canaries: m = {cp['m']} ({cp['inserted']} inserted, each {cp['repetitions']}×), {design}{space}; "
+              f"one-run guesses fixed before training: k+ = {cp['k_pos']}, k- = {cp['k_neg']}.{white_line}", "",
               "## Limitations", ""]
         L += [f"- {x}" for x in LIMITATIONS]
         (tmp / "REPORT.md").write_text("\n".join(L) + "\n")

@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from dpaudit import device
+from dpaudit import device, progress
 from dpaudit.canaries import manifest as canaries
 from dpaudit.errors import DpauditError
 from dpaudit.folders import make_parents, remove_if_empty
@@ -159,7 +159,8 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
 
 def _variants(cfg, out: Path, data, manifest, finished: dict, fps: dict, command: str, redact: bool,
               snapshot_every: int, resume: bool, train_only: bool) -> dict:
-    """Train (and audit) every variant into ``out``, then write the comparison.
+    """Train (and audit) every variant into ``out``, then write the comparison; every progress bar of a variant
+    names it (:func:`dpaudit.progress.label`).
     Over 8 parameters: the run's inputs and the command's options passed on from run(); internal."""
     run = RunFolder(out)
     reports = {}
@@ -168,17 +169,19 @@ def _variants(cfg, out: Path, data, manifest, finished: dict, fps: dict, command
             reports[v.name] = finished[v.name]
             continue
         method = methods.get(v.trainer.method)
-        if not distributed.is_main():  # torchrun: the other ranks train; rank 0 writes and evaluates
-            method.fit(cfg, v, data, manifest, run.checkpoint(v.name))
-            continue
-        snaps = Snapshots(run.train_state(v.name), snapshot_every, fps[v.name], resume) if method.snapshots else None
-        folder = method.fit(cfg, v, data, manifest, run.checkpoint(v.name), snapshots=snaps)
-        if snaps is not None:
-            snaps.clear()  # the checkpoint is written: the snapshots have served
-        if train_only:
-            reports[v.name] = folder
-            continue
-        reports[v.name] = evaluate_folder(folder, cfg.evaluate, command, run.report_dir(v.name), redact)
+        with progress.label(v.name):
+            if not distributed.is_main():  # torchrun: the other ranks train; rank 0 writes and evaluates
+                method.fit(cfg, v, data, manifest, run.checkpoint(v.name))
+                continue
+            snaps = (Snapshots(run.train_state(v.name), snapshot_every, fps[v.name], resume) if method.snapshots
+                     else None)
+            folder = method.fit(cfg, v, data, manifest, run.checkpoint(v.name), snapshots=snaps)
+            if snaps is not None:
+                snaps.clear()  # the checkpoint is written: the snapshots have served
+            if train_only:
+                reports[v.name] = folder
+                continue
+            reports[v.name] = evaluate_folder(folder, cfg.evaluate, command, run.report_dir(v.name), redact)
     if distributed.is_main() and not train_only:
         report.write_comparison(reports, out, command, cfg.to_dict(), redact=redact)
     return reports
