@@ -132,9 +132,13 @@ def _per_accountant(values: dict, as_json: bool, title: str, symbol: str) -> Non
 @click.option("--intended-epsilon", type=float, default=None,
               help="The ε the run was meant to spend (the target you trained for); recorded, and `dpaudit check` "
                    "fails a run whose claim spent more than it.")
+@click.option("--probe-record", "probe_records", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
+              help="A gradient_canaries*.json the probe wrote during this run (repeatable): the card names its run "
+                   "identity, so evaluate and check use the record as this model's evidence (a record the card does "
+                   "not name is shown, never counted as the run's own).")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="privacy_card.json to write.")
 def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, unit, accountant, clipping_norm,
-             batch_size, dataset_size, method, intended_epsilon, out):
+             batch_size, dataset_size, method, intended_epsilon, probe_records, out):
     """Write privacy_card.json for a model trained with a stack that is not Opacus (one DP-SGD phase; for
     several phases use dpaudit.api.card_from_opacus or write the events list)."""
     from dpaudit.accounting.events import SubsampledGaussian
@@ -148,6 +152,10 @@ def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, u
         expected_batch_size=batch_size, dataset_size=dataset_size, method=method,
         extra={"intended": {"epsilon": intended_epsilon, "source": "dpaudit card --intended-epsilon"}}
         if intended_epsilon is not None else {})
+    if probe_records:
+        from dpaudit.probe import record as probe_record
+
+        c = probe_record.bind(c, [probe_record.run_id_of(f) for f in probe_records])
     c = cardmod.card_from_dict(c.to_dict(), "the card")  # every check a reader applies, before anything is written
     write_atomic(out, lambda tmp: tmp.write_text(c.json_text()))
     click.echo(f"{out}: claim ε = {epsilon:g} at δ = {delta:g}; check it with `dpaudit account --card {out}`")

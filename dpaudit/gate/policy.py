@@ -26,7 +26,8 @@ Policy TOML (every key optional; unknown keys are errors)::
     mechanism_checks = ["records", "noise", "sampling", "clipping", "steps", "divisor", "coverage"]  # must not fail
                                       # (dpaudit/audit/mechanism_checks.py; each at its stated false-alarm rate)
     require_mechanism_checks = false  # true: each check named above must also have been run and passed (a report
-                                      # without a probe, or with the check not tested, then fails)
+                                      # without a probe, with the check not tested, or from a record the card
+                                      # does not bind, then fails)
 
 Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad input.
 """
@@ -215,6 +216,13 @@ def mechanism_fails(name: str, r: dict, p: Policy) -> list[str]:
                 rate = "deterministic" if not c["false_alarm"] else f"false-alarm rate {c['false_alarm']:.1%}"
                 fails.append(f"{name}: mechanism check '{c['check']}' ({e['attack']}, {rate}): {c['finding']}")
     if p.require_mechanism_checks:  # "records" appears only when it fails: the probe's checks are the ones run
+        loose = [e for e in r.get("mechanism_checks") or [] if e.get("mode") != "records missing"
+                 and not e.get("bound_to_card")]
+        if loose:  # a record of any run can be copied beside a card that names none: not this model's evidence
+            fails.append(f"{name}: the mechanism checks come from a probe record the privacy card does not bind (it "
+                         "names no probe run), so nothing shows they are this model's run; the policy requires them: "
+                         "write the card with `dpaudit card ... --probe-record FILE` (or card_from_opacus)")
+            return fails
         for check in [c for c in p.mechanism_checks if c in options.PROBE_CHECKS]:
             got = seen.get(check, [])
             if not got:

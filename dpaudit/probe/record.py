@@ -137,6 +137,21 @@ def bind(card, run_ids):
     return replace(card, extra={**card.extra, "probe_runs": runs}) if runs else card
 
 
+def run_id_of(f) -> str:
+    """The probe run identity a gradient canary record ``f`` carries (``probe.run_id``); one line naming the fix
+    when the file is not such a record or carries none."""
+    from dpaudit.errors import DpauditError
+    from dpaudit.io import read_json
+
+    d = read_json(f, "gradient canary record", "pass a gradient_canaries*.json the probe wrote")
+    probe = d.get("probe") if isinstance(d, dict) else None
+    rid = probe.get("run_id") if isinstance(probe, dict) else None
+    if not isinstance(rid, str) or not rid:
+        raise DpauditError(f"{f}: not a record the probe wrote with a run identity (no probe.run_id); pass a "
+                           "gradient_canaries*.json written by dpaudit's probe")
+    return rid
+
+
 def check_binding(f, record: dict, card) -> bool:
     """Refuse (one line) a white-box record that is not the card's run's: the card names its probes' run
     identities (``extra.probe_runs``, written by dpaudit's trainers, ``card_from_opacus`` and ``probe.bind``) and

@@ -16,9 +16,12 @@ def summary_line(r: dict) -> list[str]:
         head = (f"**{len(failed)} failed ({', '.join(failed)})**" if failed else
                 f"{len(passed)} of {len(e['checks'])} pass")
         rest = f"; not tested: {', '.join(untested)}" if untested else ""
+        unbound = ("" if e.get("bound_to_card") else " — of a record the card does not bind (it names no probe "
+                   "run), so nothing shows the record is this model's run: bind it with `dpaudit card ... "
+                   "--probe-record FILE` or card_from_opacus")
         out.append(f"- Mechanism checks (probe on {e['optimizer'] or 'the optimizer'}, {e['mode']} mode, canaries on the "
                    f"{e['coordinates']} coordinates): {head}{rest}. The code that ran "
-                   f"{'does not match' if failed else 'matches'} its card on what was checked.")
+                   f"{'does not match' if failed else 'matches'} its card on what was checked{unbound}.")
     return out
 
 
@@ -37,8 +40,9 @@ def table(r: dict) -> list[str]:
                 "often); a rate of 0 marks a deterministic check. "
                 + ("The record is bound to the card: the card names the run that wrote it." if e.get("bound_to_card")
                    else "The record is not bound to the card: the card names no probe run (a card written by hand, "
-                   "or before run identities; `probe.bind(card)` or `card_from_opacus` with the probed optimizer "
-                   "names it), so nothing shows that the record and the card come from one run."), "",
+                   "or before run identities; `dpaudit card --probe-record FILE`, `probe.bind(card)` or "
+                   "`card_from_opacus` with the probed optimizer names it), so nothing shows that the record and the "
+                   "card come from one run: a policy that requires mechanism checks does not count it."), "",
                 "| check | result | finding | false-alarm rate |", "|---|---|---|---|"]
         for c in e["checks"]:
             rate = "—" if c["false_alarm"] is None else f"{c['false_alarm']:.1%}" if c["false_alarm"] else "0"

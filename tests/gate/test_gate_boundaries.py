@@ -117,6 +117,18 @@ def test_mechanism_checks_required_or_not(base, statuses, require, fails):
         assert "was not run" in got[0]
 
 
+def test_checks_of_a_record_the_card_does_not_bind_do_not_satisfy_a_policy_that_requires_them(base):
+    """A record of any run can be copied beside a card that names no probe run: its passing checks are shown, but a
+    policy that requires mechanism checks does not count them (a failed one still fails the gate)."""
+    r = _with_checks(base, {"noise": "pass", "sampling": "pass"})
+    r["mechanism_checks"][0]["bound_to_card"] = False
+    got = _fails(r, mechanism_checks=("noise", "sampling"), require_mechanism_checks=True)
+    assert len(got) == 1 and "does not bind" in got[0] and "--probe-record" in got[0]
+    assert _fails(r, mechanism_checks=("noise", "sampling"), require_mechanism_checks=False) == []
+    r["mechanism_checks"][0]["checks"][0]["status"] = "fail"
+    assert _fails(r, mechanism_checks=("noise", "sampling"), require_mechanism_checks=False)
+
+
 def test_a_comparison_fails_when_one_variant_fails_and_passes_when_all_pass(base):
     ok, bad = copy.deepcopy(base), copy.deepcopy(base)
     bad["checkpoint"]["variant"] = "the-bad-one"

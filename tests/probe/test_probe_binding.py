@@ -105,6 +105,29 @@ def test_a_card_that_names_no_run_still_evaluates_and_says_so(tmp_path):
     assert w["bound_to_card"] is False
 
 
+def test_a_card_written_by_hand_binds_the_record_it_is_given(tmp_path, capsys):
+    """`dpaudit card --probe-record FILE`: the card a user writes by hand names the probe's run, so the record is
+    this model's evidence; a file that is not a probe record is refused in one line, nothing written."""
+    from dpaudit.cli import main
+
+    probe = _run(tmp_path / "a", bind=False)
+    c = load_card(tmp_path / "a" / "privacy_card.json")
+    e = c.events[0]
+    args = ["card", "--epsilon", str(c.claim.epsilon), "--delta", "1e-5", "--sigma", str(e.noise_multiplier),
+            "--sample-rate", str(e.sample_rate), "--steps", str(e.steps), "--clipping-norm", str(C),
+            "--dataset-size", str(N), "--out", str(tmp_path / "a" / "privacy_card.json")]
+    assert main([*args, "--probe-record", str(tmp_path / "a" / "gradient_canaries.json")]) == 0
+    assert load_card(tmp_path / "a" / "privacy_card.json").extra["probe_runs"] == [probe.run_id]
+    (w,) = _whitebox(tmp_path / "a")
+    assert w["bound_to_card"] is True
+    before = (tmp_path / "a" / "privacy_card.json").read_bytes()
+    capsys.readouterr()
+    assert main([*args, "--probe-record", str(tmp_path / "a" / "privacy_card.json")]) == 2
+    err = capsys.readouterr().err
+    assert "no probe.run_id" in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "a" / "privacy_card.json").read_bytes() == before
+
+
 def test_the_checkpoint_hash_covers_the_white_box_records(tmp_path):
     _run(tmp_path / "a", seed=0)
     _run(tmp_path / "b", seed=1)
