@@ -173,7 +173,8 @@ class BookKeeping(nn.Module):
             old = before.get(id(p))
             p.grad = g if old is None else old + g
             n = per_param[id(p)]  # per parameter, as Opacus' ghost hooks leave it (the probe reads it)
-            p._norm_sample = torch.cat([p._norm_sample, n]) if accumulate and hasattr(p, "_norm_sample") else n
+            old_n = op.norm_sample(p) if accumulate else None
+            op.set_norm_sample(p, n if old_n is None else torch.cat([old_n, n]))
         self._norms = norms.detach() if norms_before is None else torch.cat([norms_before, norms.detach()])
 
     @property

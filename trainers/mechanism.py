@@ -19,6 +19,7 @@ import torch
 from opacus.optimizers import DPOptimizer
 from torch import nn
 
+from dpaudit import opacus_private as op
 from dpaudit.errors import DpauditError
 from dpaudit.tokens import model_device
 from dpaudit.trainers import noise as noise_axis
@@ -52,7 +53,7 @@ def record_level(model: nn.Module, optimizer, loader, *, sigma: float, clipping_
         from dpaudit.trainers.bk_clipping import BKLoss, BookKeeping, optimizer_like
 
         module.remove_hooks()
-        module = BookKeeping(module._module, clipping_norm)
+        module = BookKeeping(op.wrapped_module(module), clipping_norm)
         crit = BKLoss(module)
         dp_opt = optimizer_like(dp_opt)
     exact_rate(dp_loader, dp_opt, loader.batch_size, len(loader.dataset))

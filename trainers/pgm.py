@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from dpaudit import opacus_private as op
 from dpaudit import options
 from dpaudit.errors import DpauditError
 from dpaudit.trainers.loss import forward, per_sample_loss, trim
@@ -202,7 +203,7 @@ def pgms(model, batches, parts: list[Partition], variant: str = "dp_mgna", alpha
                     acc.add({n: named[n].grad_sample for n in dense}, sparse.collect())
                     gsm.zero_grad(set_to_none=True)
             finally:
-                gsm._close()
+                op.close(gsm)
     finally:
         model.train(was_training)
         for n, q in named.items():

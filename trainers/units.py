@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from dpaudit import opacus_private as op
 from dpaudit.tokens import model_device
 from dpaudit.trainers.data import UserBatches, parts
 from dpaudit.trainers.loss import batch_loss, forward, per_sample_loss, trim
@@ -106,7 +107,7 @@ def user_bk_step(bk, params: list, users: UserBatches, sampled: list[str], chunk
     if not sampled:
         for p in params:
             p.grad = torch.zeros_like(p)
-            p._norm_sample = torch.zeros(0, device=p.device)
+            op.set_norm_sample(p, torch.zeros(0, device=p.device))
         return 0.0
     ids, mask, tgt, owner, weight = users.gather(sampled, False)  # one draw per user, as the hooks path
     counts = torch.bincount(owner, minlength=len(sampled)).tolist()  # rows come user by user

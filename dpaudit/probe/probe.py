@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dpaudit import opacus_private as op
 from dpaudit.errors import DpauditError
 from dpaudit.probe import sharded
 from dpaudit.probe.canaries import GradientCanaries
@@ -268,7 +269,7 @@ class Probe(ProbeCore):
             return sharded.rows(self._rows_model)
         p = self.model_params[0]
         if self.ghost:
-            ns = getattr(p, "_norm_sample", None)
+            ns = op.norm_sample(p)
             return 0 if ns is None else int(ns.shape[0])
         gs = getattr(p, "grad_sample", None)
         if gs is None or (isinstance(gs, list) and any(g is None for g in gs)):
@@ -323,7 +324,7 @@ class Probe(ProbeCore):
         rows[torch.arange(idx.size, device=b.device), at] = CLIP_MULTIPLE * self.clipping_norm
         opt = self.optimizer
         groups = opt.original_optimizer.param_groups
-        saved_sample, saved_processed = b.grad_sample, getattr(b.grad_sample, "_processed", None)
+        saved_sample, saved_processed = b.grad_sample, op.processed_flag(b.grad_sample)
         per_layer = getattr(opt, "max_grad_norms", None)
         before = b.summed_grad[at].detach().double().clone() if b.summed_grad is not None else 0.0
         opt.original_optimizer.param_groups = [{**groups[-1], "params": [b]}]  # the block alone
@@ -338,7 +339,7 @@ class Probe(ProbeCore):
                 opt.max_grad_norms = per_layer
             b.grad_sample = saved_sample
             if saved_processed is not None:
-                saved_sample._processed = saved_processed
+                op.restore_processed(saved_sample, saved_processed)
         with torch.no_grad():  # before the noise: each clip canary's contribution, exactly C if it was clipped
             out = (b.summed_grad[at].double() - before) / self.clipping_norm
             dev = float((out - 1.0).abs().max())

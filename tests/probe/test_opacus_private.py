@@ -31,3 +31,35 @@ def test_noise_and_processed_flags_behave_as_the_callers_assume():
     op.mark_processed(x)
     with pytest.raises(ValueError):
         op.check_processed(x)  # a gradient used twice is refused
+
+
+def test_the_private_attributes_are_read_and_written_where_opacus_keeps_them():
+    """The ghost hooks' per-sample norms, the used-gradient flag, the wrapped model and hook removal: read through
+    the adapter on a real GradSampleModule and ghost-clipping step, as the probe and the trainers read them."""
+    from opacus.grad_sample import GradSampleModule
+    from opacus.grad_sample.grad_sample_module_fast_gradient_clipping import (
+        GradSampleModuleFastGradientClipping,
+    )
+
+    model = torch.nn.Linear(3, 2)
+    gsm = GradSampleModule(model)
+    assert op.wrapped_module(gsm) is model
+    op.close(gsm)  # hooks removed: a forward/backward leaves no per-sample gradient
+    gsm(torch.randn(4, 3)).sum().backward()
+    assert getattr(model.weight, "grad_sample", None) is None
+    ghost = GradSampleModuleFastGradientClipping(torch.nn.Linear(3, 2), max_grad_norm=1.0, use_ghost_clipping=True)
+    p = next(ghost.parameters())
+    assert op.norm_sample(p) is None  # before any backward
+    ghost(torch.randn(5, 3)).sum().backward()
+    ns = op.norm_sample(p)
+    assert ns is not None and ns.shape == (5,)  # one norm per record: what the probe counts
+    op.set_norm_sample(p, torch.zeros(0))
+    assert op.norm_sample(p).numel() == 0
+    x = torch.ones(2)
+    assert op.processed_flag(x) is None
+    op.mark_processed(x)
+    flag = op.processed_flag(x)
+    y = torch.ones(2)
+    op.restore_processed(y, flag)
+    with pytest.raises(ValueError):
+        op.check_processed(y)
