@@ -27,8 +27,9 @@ from dpaudit.canaries.planting import insert_canaries, write_records
 from dpaudit.claim.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
 from dpaudit.evaluation.options import EvalOptions
+from dpaudit.probe.settings import ProbeSettings
 
-__all__ = ["EvalOptions", "add_canary_tokens", "attach_probe", "canary_labels", "card_from_opacus", "evaluate", "functional_probe",
+__all__ = ["EvalOptions", "ProbeSettings", "add_canary_tokens", "attach_probe", "canary_labels", "card_from_opacus", "evaluate", "functional_probe",
            "insert_canaries", "load_manifest", "new_canaries", "register_accountant", "register_attack",
            "sample_canaries_at_rate", "write_records",
            "write_report"]
@@ -86,49 +87,63 @@ def sample_canaries_at_rate(dp_loader, is_canary, manifest: Manifest):
     return sampling.at_their_rate(dp_loader, is_canary, rate)
 
 
-def attach_probe(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-                 coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True, model=None,
-                 on_fail: str | None = "warn", dataset_size: int | None = None, sampler: str = "poisson"):
+def attach_probe(optimizer, settings: ProbeSettings | None = None, *, model=None, **options):
     """Attach dpaudit's white-box probe to an Opacus DP optimizer (hooks or ghost clipping, distributed), after
-    ``make_private`` and before the first step: ``m`` gradient canaries sampled at the card's ``sample_rate``
-    (``loader.sample_rate`` of the loader make_private returned), on a dedicated parameter block (``coordinates=
-    "block"``) or the model's trainable coordinates (``"model"``), plus ``clip_canaries`` that test the clipping.
-    After training, ``probe.save(model_dir)``; ``dpaudit evaluate`` then audits the recorded updates and checks the
-    noise, sampling, clipping, steps and divisor that ran against the card (docs/probe.md). ``record_steps=False``
-    keeps O(m) state instead of every step's projections (for m of 10^5 and more): the per-step likelihood ratio
-    is accumulated online at the optimizer's sigma, which the card must then state. ``model``: the model the
-    optimizer trains, so the probe also checks that nothing outside the DP optimizer moves (coverage);
-    ``dataset_size``: N, so the batch sizes are tested while training runs; ``on_fail``: what a check that fails
-    while training does, ``"warn"`` (default), ``"raise"`` (:class:`dpaudit.probe.online.ProbeFailure`) or None;
-    ``probe.status()`` reads the online checks at any step (anytime-valid); ``sampler``: ``"poisson"`` (Opacus'
-    default) or ``"shuffle"`` (fixed-size batches, ``make_private(..., poisson_sampling=False)``), as the card
-    states, so that fixed-size batches are not flagged as non-Poisson when the card says they are fixed.
-    Over 8 parameters: keyword options of a public call, each documented, mirroring the probe's settings."""
+    ``make_private`` and before the first step. After training, ``probe.save(model_dir)``; ``dpaudit evaluate`` then
+    audits the recorded updates and checks the noise, sampling, clipping, steps and divisor that ran against the
+    card (docs/probe.md); ``probe.status()`` reads the online checks at any step (anytime-valid).
+
+    Args:
+        optimizer: The DP optimizer ``make_private`` returned.
+        settings: The probe's settings (:class:`ProbeSettings`): ``sample_rate`` (the card's q: ``loader.sample_rate``
+            of the loader make_private returned), ``m`` canaries, ``seed``, ``kind``, ``coordinates`` (``"block"``,
+            a dedicated parameter block, or ``"model"``), ``clip_canaries``, ``record_steps`` (False: O(m) state
+            for m of 10^5 and more), ``on_fail`` (``"warn"``, ``"raise"``, None), ``dataset_size`` (N, tested while
+            training runs) and ``sampler`` (``"poisson"`` or ``"shuffle"``, as the card states).
+        model: The model the optimizer trains, so the probe also checks that nothing outside the DP optimizer
+            moves (coverage).
+        **options: The same settings as keywords (``attach_probe(opt, sample_rate=q, m=1000)``), over ``settings``.
+
+    Returns:
+        The probe (:class:`dpaudit.probe.Probe`).
+
+    Raises:
+        DpauditError: A setting out of range or an optimizer the probe cannot watch, in one line.
+    """
     from dpaudit.probe import attach
 
-    return attach(optimizer, sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
-                  clip_canaries=clip_canaries, record_steps=record_steps, model=model, on_fail=on_fail,
-                  dataset_size=dataset_size, sampler=sampler)
+    return attach(optimizer, ProbeSettings.of(settings, options), model=model)
 
 
-def functional_probe(shapes, *, sample_rate: float, clipping_norm: float, noise_multiplier: float,
-                     expected_batch_size: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-                     names: list[str] | None = None, on_fail: str | None = "warn", dataset_size: int | None = None,
-                     sampler: str = "poisson"):
+def functional_probe(shapes, settings: ProbeSettings | None = None, *, clipping_norm: float, noise_multiplier: float,
+                     expected_batch_size: float, names: list[str] | None = None, **options):
     """dpaudit's white-box probe for DP code that is not an Opacus optimizer (a hand-written DP-SGD step, a
-    ``torch.func`` loop, a JAX/optax loop through NumPy arrays): ``shapes`` are the tensors the step updates (a list
-    or dict of shapes, tensors or arrays); ``sample_rate``, ``clipping_norm``, ``noise_multiplier`` and
-    ``expected_batch_size`` are the q, C, sigma and divisor B the step uses, as the card states them. Then per
-    noisy step ``clipped_sum = probe.add_canaries(clipped_sum, records=b)`` before the noise and
-    ``probe.observe(update)`` after it (update = (clipped sum + noise) / B); ``probe.save(model_dir)`` after
-    training. See :class:`dpaudit.probe.functional.FunctionalProbe` and docs/probe.md "Any loop".
-    Over 8 parameters: keyword options of a public call, each documented, mirroring the probe's settings."""
+    ``torch.func`` loop, a JAX/optax loop through NumPy arrays). Per noisy step
+    ``clipped_sum = probe.add_canaries(clipped_sum, records=b)`` before the noise and ``probe.observe(update)``
+    after it (update = (clipped sum + noise) / B); ``probe.save(model_dir)`` after training (docs/probe.md "Any
+    loop").
+
+    Args:
+        shapes: The tensors the step updates: a list or dict of shapes, tensors or arrays.
+        settings: The probe's settings (:class:`ProbeSettings`; ``sample_rate``, the card's q, is required);
+            ``coordinates``, ``clip_canaries`` and ``record_steps`` do not apply (the canaries are on the step's
+            own tensors).
+        clipping_norm: The C the step clips to.
+        noise_multiplier: The σ of the noise the step adds (noise std / C).
+        expected_batch_size: The divisor B the step uses.
+        names: A name per tensor, for findings (default: the dict's keys, or index and shape).
+        **options: The settings as keywords (``sample_rate=q, m=1000``), over ``settings``.
+
+    Returns:
+        The probe (:class:`dpaudit.probe.functional.FunctionalProbe`).
+
+    Raises:
+        DpauditError: A setting out of range, in one line.
+    """
     from dpaudit.probe.functional import FunctionalProbe
 
-    return FunctionalProbe(shapes, sample_rate=sample_rate, clipping_norm=clipping_norm,
-                           noise_multiplier=noise_multiplier, expected_batch_size=expected_batch_size, m=m,
-                           seed=seed, kind=kind, names=names, on_fail=on_fail, dataset_size=dataset_size,
-                           sampler=sampler)
+    return FunctionalProbe(shapes, settings, clipping_norm=clipping_norm, noise_multiplier=noise_multiplier,
+                           expected_batch_size=expected_batch_size, names=names, **options)
 
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:

@@ -28,7 +28,10 @@ from dpaudit.errors import DpauditError
 from dpaudit.probe.canaries import GradientCanaries
 from dpaudit.probe.core import ProbeCore
 from dpaudit.probe.meters import NoiseMeter, norms
-from dpaudit.probe.online import ON_FAIL, Online, check_sampler
+from dpaudit.probe.online import Online
+from dpaudit.probe.settings import ProbeSettings
+
+NOT_FUNCTIONAL = ("coordinates", "clip_canaries", "record_steps")  # settings of an optimizer's probe only
 
 
 class _Slot:
@@ -43,28 +46,31 @@ class _Slot:
 
 
 class FunctionalProbe(ProbeCore):
-    """White-box canaries and run-time readings for a hand-written DP step (see the module docstring).
-    Over 8 parameters: the probe's settings by keyword, as dpaudit.api.functional_probe passes them."""
+    """White-box canaries and run-time readings for a hand-written DP step (see the module docstring), with the
+    probe's ``settings`` (:class:`dpaudit.probe.settings.ProbeSettings`, or its fields as keywords) and the step's
+    own C, σ and divisor B."""
 
     mode = "functional"
 
-    def __init__(self, shapes, *, sample_rate: float, clipping_norm: float, noise_multiplier: float,
-                 expected_batch_size: float, m: int = 1000, kind: str = "dirac", seed: int = 0,
-                 names: list[str] | None = None, on_fail: str | None = "warn", dataset_size: int | None = None,
-                 noise_coordinates: int = 1024, device=None, sampler: str = "poisson"):
-        if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
-            raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {sample_rate!r}")
+    def __init__(self, shapes, settings: ProbeSettings | None = None, *, clipping_norm: float, noise_multiplier: float,
+                 expected_batch_size: float, names: list[str] | None = None, noise_coordinates: int = 1024,
+                 device=None, **options):
+        given = {k for k in options if k in NOT_FUNCTIONAL}
+        if given:
+            raise DpauditError(f"the functional probe's canaries are on the step's own tensors: "
+                               f"{', '.join(sorted(given))} do(es) not apply; leave it out")
+        s = self.settings = ProbeSettings.of(settings, options)  # every setting checked there, once
+        if s.clip_canaries != ProbeSettings.clip_canaries or not s.record_steps:
+            raise DpauditError("the functional probe records every step and plants no clip canaries: leave "
+                               "clip_canaries and record_steps at their defaults")
+        sample_rate, m, kind, seed = s.sample_rate, s.m, s.kind, s.seed
+        on_fail, dataset_size, sampler = s.on_fail, s.dataset_size, s.sampler
         for what, v in (("clipping_norm", clipping_norm), ("expected_batch_size", expected_batch_size)):
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
                 raise DpauditError(f"the functional probe needs {what} > 0 (the C and divisor your step uses), got {v!r}")
         if not (isinstance(noise_multiplier, (int, float)) and np.isfinite(noise_multiplier) and noise_multiplier >= 0):
             raise DpauditError(f"noise_multiplier must be the sigma your step adds (>= 0), got {noise_multiplier!r}")
-        if on_fail not in ON_FAIL:
-            raise DpauditError(f"on_fail must be 'warn', 'raise' or None, got {on_fail!r}")
-        check_sampler(sampler)
         self.sampler = sampler
-        if dataset_size is not None and not (isinstance(dataset_size, int) and dataset_size > 0):
-            raise DpauditError(f"dataset_size must be the number of records (or users) N > 0, got {dataset_size!r}")
         self.keys, shapes = _shapes(shapes)
         if names is not None and len(names) != len(shapes):
             raise DpauditError(f"names has {len(names)} entries for {len(shapes)} tensors")

@@ -15,27 +15,26 @@ sum the noise is added to, and the Trainer's rescaling would change the mechanis
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from transformers import TrainerCallback
 
 from dpaudit.errors import DpauditError
+from dpaudit.probe.settings import ProbeSettings
 
 
 class ProbeCallback(TrainerCallback):
-    """``on_fail``: ``"warn"`` (default) warns when an online check fails; ``"raise"`` stops the Trainer at the end of
-    that step (``control.should_training_stop``) and saves what the probe saw; None only records. The probe is given
-    the Trainer's model (coverage) unless ``check_model=False``; ``dataset_size`` lets it test the batch sizes while
-    training runs. Over 8 parameters: the probe's settings by keyword, as the Trainer callback's users pass them."""
+    """The probe's ``settings`` (:class:`dpaudit.probe.settings.ProbeSettings`, or its fields as keywords:
+    ``ProbeCallback(sample_rate=q, save_to=...)``). ``on_fail``: ``"warn"`` (default) warns when an online check
+    fails; ``"raise"`` stops the Trainer at the end of that step (``control.should_training_stop``) and saves what the
+    probe saw; None only records. The probe is given the Trainer's model (coverage) unless ``check_model=False``;
+    ``save_to``: where the records go (default: the Trainer's ``output_dir``)."""
 
-    def __init__(self, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-                 coordinates: str = "block", clip_canaries: int = 32, save_to: str | Path | None = None,
-                 on_fail: str | None = "warn", dataset_size: int | None = None, check_model: bool = True,
-                 sampler: str = "poisson"):
-        self.settings = dict(sample_rate=sample_rate, m=m, seed=seed, kind=kind, coordinates=coordinates,
-                             clip_canaries=clip_canaries, on_fail=None if on_fail == "raise" else on_fail,
-                             dataset_size=dataset_size, sampler=sampler)
-        self.stop_on_fail = on_fail == "raise"
+    def __init__(self, settings: ProbeSettings | None = None, *, save_to: str | Path | None = None,
+                 check_model: bool = True, **options):
+        self.settings = ProbeSettings.of(settings, options)
+        self.stop_on_fail = self.settings.on_fail == "raise"
         self.check_model = check_model
         self.save_to = save_to
         self.probe = None
@@ -53,7 +52,8 @@ class ProbeCallback(TrainerCallback):
                                "ghost clipping is the clipped sum the noise is added to (not the card's mechanism); "
                                "set max_grad_norm=0 with a ghost-clipping DP optimizer")
         model = kwargs.get("model") if self.check_model else None
-        self.probe = attach(inner, **self.settings, model=model)
+        quiet = dataclasses.replace(self.settings, on_fail=None) if self.stop_on_fail else self.settings
+        self.probe = attach(inner, quiet, model=model)  # "raise": the callback stops the Trainer itself
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.stop_on_fail and self.probe is not None and self.probe.online.alarms:

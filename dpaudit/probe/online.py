@@ -27,8 +27,8 @@ import numpy as np
 from dpaudit.audit import sequential
 from dpaudit.audit.mechanism_checks import fixed_batch
 from dpaudit.errors import DpauditError
+from dpaudit.probe.settings import ON_FAIL, SAMPLERS
 
-ON_FAIL = ("warn", "raise", None)
 ALPHA = 0.001
 ONLINE_CHECKS = ("noise", "sampling", "clipping", "coverage")
 
@@ -39,9 +39,6 @@ class ProbeFailure(DpauditError):
 
 class ProbeWarning(UserWarning):
     """A mechanism check failed while training ran (``on_fail="warn"``)."""
-
-
-SAMPLERS = ("poisson", "shuffle")  # the card's sampler: Poisson, or fixed-size batches without replacement
 
 
 def check_sampler(sampler: str) -> None:

@@ -39,37 +39,34 @@ from dpaudit.probe import sharded
 from dpaudit.probe.canaries import GradientCanaries
 from dpaudit.probe.core import CLIP_EXACT_TOLERANCE, CLIP_MULTIPLE, SUM_TOLERANCE, ProbeCore
 from dpaudit.probe.meters import Coverage, NoiseMeter, norms
-from dpaudit.probe.online import ON_FAIL, Online, check_sampler
+from dpaudit.probe.online import Online
+from dpaudit.probe.settings import COORDINATES, ProbeSettings
 
-COORDINATES = ("block", "model")
 __all__ = ["CLIP_EXACT_TOLERANCE", "CLIP_MULTIPLE", "COORDINATES", "SUM_TOLERANCE", "Probe", "attach", "unwrap"]
 
 
 class Probe(ProbeCore):
-    """White-box canaries and readings attached to one optimizer. ``private=False`` (dpaudit's non-private
-    baselines only) adds the canaries to the mean gradient of a plain torch optimizer. Over 8 parameters: the
-    probe's settings by keyword (the engine's white-box canaries and :func:`attach` both build it)."""
+    """White-box canaries and readings attached to one optimizer, with the probe's ``settings``
+    (:class:`dpaudit.probe.settings.ProbeSettings`, or its fields as keywords). The other keywords are what
+    dpaudit's trainers set beside them: the parameters to probe (``params``), the canaries' sampling stream
+    (``stream_seed``), the divisor (``expected_batch_size``), ``private=False`` (dpaudit's non-private baselines
+    only: the canaries go into the mean gradient of a plain torch optimizer, whose ``clipping_norm`` is given),
+    the ``model`` (coverage), the σ of the online checks (``noise_multiplier``), the noise meter's coordinates per
+    tensor and the run's identity (``run_id``).
+    Over 8 parameters: the trainers' settings beside the probe's, each documented above; internal."""
 
-    def __init__(self, optimizer, *, sample_rate: float, m: int = 1000, kind: str = "dirac", seed: int = 0,
-                 coordinates: str = "block", params: list | None = None, clip_canaries: int = 32,
+    def __init__(self, optimizer, settings: ProbeSettings | None = None, *, params: list | None = None,
                  stream_seed: int | None = None, expected_batch_size: float | None = None, private: bool = True,
-                 clipping_norm: float | None = None, record_steps: bool = True, model=None,
-                 on_fail: str | None = "warn", dataset_size: int | None = None,
-                 noise_multiplier: float | None = None, noise_coordinates: int = 1024, run_id: str | None = None,
-                 sampler: str = "poisson"):
-        if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
-            raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {sample_rate!r}")
-        if coordinates not in COORDINATES:
-            raise DpauditError(f"coordinates must be one of {', '.join(COORDINATES)}, got {coordinates!r}")
+                 clipping_norm: float | None = None, model=None, noise_multiplier: float | None = None,
+                 noise_coordinates: int = 1024, run_id: str | None = None, **options):
+        s = self.settings = ProbeSettings.of(settings, options)  # every setting checked there, once
+        sample_rate, m, kind, seed, coordinates = s.sample_rate, s.m, s.kind, s.seed, s.coordinates
+        clip_canaries, record_steps, on_fail, dataset_size, sampler = (s.clip_canaries, s.record_steps, s.on_fail,
+                                                                       s.dataset_size, s.sampler)
         optimizer = unwrap(optimizer) if private else optimizer
-        if not isinstance(clip_canaries, int) or clip_canaries < 0:
-            raise DpauditError(f"clip_canaries must be an integer >= 0, got {clip_canaries!r}")
         if private and not (hasattr(optimizer, "add_noise") and hasattr(optimizer, "original_optimizer")):
             raise DpauditError(f"attach the probe to an Opacus DPOptimizer (the optimizer make_private returns), "
                                f"got {type(optimizer).__name__}")
-        if on_fail not in ON_FAIL:
-            raise DpauditError(f"on_fail must be 'warn', 'raise' or None, got {on_fail!r}")
-        check_sampler(sampler)
         self.sampler = sampler
         if private:
             _refuse_unsupported(optimizer, coordinates)
@@ -89,8 +86,6 @@ class Probe(ProbeCore):
             raise DpauditError(f"the probe reads the clipping norm C from optimizer.max_grad_norm, which is "
                                f"{getattr(optimizer, 'max_grad_norm', None)!r} on this {type(optimizer).__name__}; attach "
                                "it to the DP optimizer make_private returned")
-        if dataset_size is not None and not (isinstance(dataset_size, int) and dataset_size > 0):
-            raise DpauditError(f"dataset_size must be the number of records (or users) N > 0, got {dataset_size!r}")
         C = float(optimizer.max_grad_norm) if private else clipping_norm
         if C is None or not C > 0:
             raise DpauditError(f"the probe needs the clipping norm C > 0 (a non-private optimizer: pass clipping_norm), "
@@ -423,16 +418,21 @@ def _tensor_names(model, params: list, block) -> list[str]:
             for i, p in enumerate(params)]
 
 
-def attach(optimizer, *, sample_rate: float, m: int = 1000, seed: int = 0, kind: str = "dirac",
-           coordinates: str = "block", clip_canaries: int = 32, record_steps: bool = True, model=None,
-           on_fail: str | None = "warn", dataset_size: int | None = None, sampler: str = "poisson") -> Probe:
-    """Attach a probe to an Opacus DP optimizer (after ``make_private``, before the first step); see :class:`Probe`.
-    ``record_steps=False`` keeps O(m) state (the likelihood ratio accumulated online) instead of O(T m).
-    ``model``: the model the optimizer trains (coverage: nothing outside the DP optimizer moves); ``on_fail``:
-    what an online check that fails does (``"warn"``, ``"raise"``, None); ``dataset_size``: N, to test the batch
-    sizes while training runs; ``sampler``: "poisson" (Opacus' default) or "shuffle" (fixed-size batches,
-    ``poisson_sampling=False``), as the card states.
-    Over 8 parameters: the probe's settings by keyword, as dpaudit.api.attach_probe passes them."""
-    return Probe(optimizer, sample_rate=sample_rate, m=m, kind=kind, seed=seed, coordinates=coordinates,
-                 clip_canaries=clip_canaries, record_steps=record_steps, model=model, on_fail=on_fail,
-                 dataset_size=dataset_size, sampler=sampler)
+def attach(optimizer, settings: ProbeSettings | None = None, *, model=None, **options) -> Probe:
+    """Attach a probe to an Opacus DP optimizer (after ``make_private``, before the first step).
+
+    Args:
+        optimizer: The DP optimizer ``make_private`` returned (or the Trainer's wrapper of it).
+        settings: The probe's settings (:class:`dpaudit.probe.settings.ProbeSettings`); or give its fields as
+            keywords in ``options``.
+        model: The model the optimizer trains, so the probe also checks that nothing outside the DP optimizer
+            moves (coverage).
+        **options: ProbeSettings fields (``sample_rate``, ``m``, ``seed``, ...), applied over ``settings``.
+
+    Returns:
+        The :class:`Probe`; ``probe.save(model_dir)`` after training.
+
+    Raises:
+        DpauditError: A setting out of range, or an optimizer the probe cannot watch (one line each).
+    """
+    return Probe(optimizer, ProbeSettings.of(settings, options), model=model)
