@@ -12,7 +12,9 @@ exactly what its card says, fails it). Every level is fixed here, before any dat
                 the card's Poisson sampling. Their total against N q T (exact binomial test) and their spread
                 (dispersion sum (b_t - N q)^2 / (N q (1 - q)) against its law simulated from Binomial(N, q), which
                 catches fixed-size batches accounted as Poisson), each at ALPHA / 2; and the probe's own canaries
-                must have been sampled at the card's q (else the white-box audit is not about this card).
+                must have been sampled at the card's q (else the white-box audit is not about this card). Each
+                failure names its cause: every batch a multiple of k records (each record k times in its batch,
+                :func:`_duplicated`), repeated sizes (fixed-size batches), a rate that changed, another rate.
 * ``clipping``  clipping enforced: the clipped sum of every logical batch has norm <= b_t C (deterministic, no
                 false alarm: it holds whatever the gradients), and clip canaries, which enter as per-sample
                 gradients of norm 4 C before the optimizer's clipping, must come out at C: their mean projection
@@ -253,12 +255,19 @@ def sampling(r: Readings, card: CardView) -> dict:
         windows = _windows(b, N, q)
         vals.update(repeat_log_e=log_repeat, windows=len(windows),
                     window_p=min((w["p"] for w in windows), default=1.0))
+        dup = _duplicated(b, N, q)
+        if dup is not None and dup[1] < a * DUPLICATE_SHARE:
+            k, p = dup
+            return row("sampling", "fail", f"every one of the {int((b > 0).sum())} non-empty logical batches held a "
+                       f"multiple of {k} records (exact p = {p:.2g} under Poisson sampling at q = {q:.6g}): each "
+                       f"record appears {k} times in its batch (duplicated records), so a record's privacy is a "
+                       f"group of {k}'s, not the card's", ALPHA, duplicated=k, duplicated_p=p, **vals)
         if log_repeat >= np.log(1 / a):
             same = int(np.sum(b[1:] == b[:-1]))
             return row("sampling", "fail", f"{same} of {T - 1} consecutive batches had the same number of records "
                        f"(anytime-valid e-value {np.exp(min(log_repeat, 700)):.3g} >= {1 / a:.3g}): fixed-size batches "
                        f"(shuffling) accounted as Poisson sampling at q = {q:.6g}", ALPHA, repeated=same, **vals)
-        bad = [w for w in windows if w["p"] < a / len(windows)]
+        bad = [w for w in windows if w["p"] < a * (1 - DUPLICATE_SHARE) / len(windows)]
         if bad and mean_p >= a:
             w = bad[0]
             return row("sampling", "fail", f"steps {w['first']}-{w['last']} held {w['records']} records, "
@@ -266,15 +275,23 @@ def sampling(r: Readings, card: CardView) -> dict:
                        f"Bonferroni over {len(windows)} windows): the sampling rate changed during training",
                        ALPHA, **vals)
     if mean_p < a:
+        more = (f", or from {total / (expected * T):.2g} times the card's N records (a dataset holding each record "
+                "several times: duplicated records)") if total > expected * T else ""
         return row("sampling", "fail", f"{total} records in {T} logical batches, {expected * T:.0f} expected at the "
                    f"card's q = {q:.6g} of N = {N} (mean {total / T:.2f} per batch against {expected:.2f}; exact "
-                   f"binomial p = {mean_p:.2g}): the loop sampled at another rate than the card's", ALPHA, **vals)
+                   f"binomial p = {mean_p:.2g}): the loop sampled at another rate than the card's{more}", ALPHA,
+                   **vals)
     if disp_p < a:
         return row("sampling", "fail", f"the batch sizes spread {disp / T:.3g} times as much as Poisson sampling at "
                    f"q = {q:.6g} would (p = {disp_p:.2g}): fixed-size or otherwise non-Poisson batches, accounted "
                    "as Poisson", ALPHA, **vals)
     return row("sampling", "pass", f"{total} records in {T} logical batches ({total / T:.2f} per batch; {expected:.2f} "
                f"at q = {q:.6g} of N = {N}), spread as Poisson sampling's", ALPHA, **vals)
+
+
+# the duplicated-records test's share of the windows' level (the family stays at ALPHA): under Poisson sizes every
+# batch is a multiple of the same k with probability about k^-T, so a tiny level loses nothing
+DUPLICATE_SHARE = 0.01
 
 
 def fixed_batch(sample_rate: float, dataset_size: int) -> int:
@@ -298,6 +315,29 @@ def _fixed_size(b: np.ndarray, N: int, q: float) -> dict:
 
 
 WINDOWS = 10  # time-resolved sampling: the steps in this many consecutive windows (fewer on short runs)
+
+
+def _duplicated(b: np.ndarray, N: int, q: float) -> tuple[int, float] | None:
+    """(k, p) when every non-empty batch size is a multiple of the same k >= 2 (each record k times in its batch):
+    k the sizes' greatest common divisor, p a valid p-value for "the sizes share a factor" under Binomial(N, q)
+    sizes, the union over every prime r that could divide them of the product over the non-empty batches of
+    P(r divides b | b > 0). None when the sizes share no factor."""
+    sizes = b[b > 0].astype(np.int64)
+    if sizes.size == 0:
+        return None
+    k = int(np.gcd.reduce(sizes))
+    if k < 2:
+        return None
+    top = int(min(sizes.min(), 1000))
+    sieve = np.ones(top + 1, dtype=bool)
+    sieve[:2] = False
+    for i in range(2, int(top ** 0.5) + 1):
+        if sieve[i]:
+            sieve[i * i::i] = False
+    nonempty = float(stats.binom.sf(0, N, q))
+    p = sum(float(stats.binom.pmf(np.arange(r, N + 1, r), N, q).sum() / nonempty) ** sizes.size
+            for r in np.flatnonzero(sieve))
+    return k, min(1.0, p)
 
 
 def _windows(b: np.ndarray, N: int, q: float) -> list[dict]:

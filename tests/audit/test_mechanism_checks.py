@@ -75,6 +75,24 @@ def test_every_simulated_bug_is_caught_in_at_least_95_of_runs(bug, check, kw):
     assert caught >= 38, (bug, caught)
 
 
+def test_a_sampling_failure_names_its_cause_duplicated_records_or_another_rate():
+    """Each record twice in its batch (the batch concatenated with itself) is named as duplicated records, not as
+    another rate, in every seed; a dataset holding each record twice (the loop samples 2N) names both causes the mean
+    cannot tell apart; an honest run is never called duplicated (the sizes share a factor with probability ~2^-T)."""
+    for seed in range(20):
+        r = _readings(seed)
+        twice = mc.Readings(**{**r.__dict__, "records": 2 * r.records})
+        c = mc.sampling(twice, CARD)
+        assert c["status"] == "fail" and "each record appears 2 times in its batch" in c["finding"], c["finding"]
+        assert c["values"]["duplicated"] == 2
+        assert "duplicated" not in mc.sampling(r, CARD)["finding"]
+    bigger = mc.sampling(_readings(0, q_true=2 * Q), CARD)  # 2N records sampled at q: as twice the rate
+    assert bigger["status"] == "fail" and "another rate" in bigger["finding"]
+    assert "2 times the card's N records" in bigger["finding"] and "duplicated records" in bigger["finding"]
+    fewer = mc.sampling(_readings(0, q_true=0.5 * Q), CARD)
+    assert fewer["status"] == "fail" and "duplicated" not in fewer["finding"]
+
+
 def test_deterministic_checks_name_what_differs_from_the_card():
     r = _readings(1, steps=T * 2)
     rows = {c["check"]: c for c in mc.run(r, CARD)}
