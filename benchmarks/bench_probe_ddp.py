@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     row["ratio"] = row["probe_ms"] / row["plain_ms"]
     if rank == 0:
         from dpaudit.evaluation import evidence, scoring
-        from dpaudit.gate import policy
+        from dpaudit.gate import mechanism_rules
 
         out = Path(args.out or tempfile.mkdtemp(prefix="dpaudit-probe-ddp-"))
         out.mkdir(parents=True, exist_ok=True)
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
         card.save(out / "privacy_card.json")
         checks = evidence.mechanism_checks(scoring.whitebox(out), card)
         row["checks"] = {c["check"]: c["status"] for e in checks for c in e["checks"]}
-        row["fail_lines"] = policy.mechanism_fails("run", {"mechanism_checks": checks}, policy.Policy())
+        row["fail_lines"] = mechanism_rules.failures("run", {"mechanism_checks": checks}, None, False)
         row["online_alarms"] = {k: v["step"] for k, v in pr.online.alarms.items()}
         row["epsilon"] = card.claim.epsilon
         print(f"| {args.model} | {args.trainable} | {args.mode} | {world} x {row['backend']} | {row['device']} | "

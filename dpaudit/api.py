@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dpaudit.attacks import register_attack
+from dpaudit.audit.check_registry import register as register_mechanism_check
 from dpaudit.canaries.making import new as new_canaries
 from dpaudit.canaries.manifest import Manifest, load_manifest
 from dpaudit.canaries.new_tokens import add as add_canary_tokens
@@ -31,6 +32,7 @@ from dpaudit.probe.settings import ProbeSettings
 
 __all__ = ["EvalOptions", "ProbeSettings", "add_canary_tokens", "attach_probe", "canary_labels", "card_from_opacus", "evaluate", "functional_probe",
            "insert_canaries", "load_manifest", "new_canaries", "register_accountant", "register_attack",
+           "register_mechanism_check",
            "sample_canaries_at_rate", "write_records",
            "write_report"]
 

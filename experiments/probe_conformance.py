@@ -7,7 +7,7 @@ name the check that catches it; and how many steps the online checks needed to f
 Each run trains one loop (``experiments/probe_loops.py``: a tiny model, 500 synthetic records, about 200 noisy
 steps), saves the probe's record, reads it back as ``dpaudit evaluate`` does (``dpaudit.evaluation.scoring.whitebox``), runs
 the mechanism checks against the card (``dpaudit.evaluation.evidence.mechanism_checks``) and applies the gate's default policy
-to them (``dpaudit.gate.policy.mechanism_fails``, what ``dpaudit check`` runs on report.json's mechanism checks). The
+to them (``dpaudit.gate.mechanism_rules.failures``, what ``dpaudit check`` runs on report.json's mechanism checks). The
 black-box attacks, which no loop pattern changes, are left out. Writes ``conformance.json`` (a row per run) and
 ``conformance.md`` (the table) into OUT.
 """
@@ -41,10 +41,10 @@ def loops():
 def judge(folder: Path, card) -> tuple[list[dict], list[str]]:
     """(the mechanism checks of the record in ``folder`` against ``card``, the gate's FAIL lines for them)."""
     from dpaudit.evaluation import evidence, scoring
-    from dpaudit.gate import policy
+    from dpaudit.gate import mechanism_rules
 
     checks = evidence.mechanism_checks(scoring.whitebox(folder), card)
-    return checks, policy.mechanism_fails("run", {"mechanism_checks": checks}, policy.Policy())
+    return checks, mechanism_rules.failures("run", {"mechanism_checks": checks}, None, False)
 
 
 def one(pl, loop: str, bug: str | None, seed: int, work: Path, settings=None) -> dict:

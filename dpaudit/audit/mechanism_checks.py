@@ -87,7 +87,7 @@ def row(check: str, status: str, finding: str, false_alarm: float | None, **valu
 
 
 def run(r: Readings, card: CardView) -> list[dict]:
-    """Every check, in :data:`CHECKS` order. A record the statistics cannot read (NaN, empty or inconsistent
+    """Every check, the shipped ones then the registered ones (:mod:`dpaudit.audit.check_registry`). A record the statistics cannot read (NaN, empty or inconsistent
     arrays) fails the check it broke, with the reason, instead of stopping the evaluation."""
     out = []
     for name, fn in (("noise", lambda: noise(r, card)), ("sampling", lambda: sampling(r, card)),
@@ -99,6 +99,9 @@ def run(r: Readings, card: CardView) -> list[dict]:
             out.append(row(name, "fail", f"the probe's record cannot be read by this check ({type(e).__name__}: {e}): "
                            "a degenerate or damaged record is not evidence that the mechanism ran as the card says",
                            0.0))
+    from dpaudit.audit import check_registry
+
+    out += check_registry.run_registered(r, card)  # checks of your own (dpaudit.api.register_mechanism_check)
     return with_online_alarms(out, r.probe.get("online"))
 
 

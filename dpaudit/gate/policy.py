@@ -23,8 +23,8 @@ Policy TOML (every key optional; unknown keys are errors)::
     no_noise_shortfall = false        # fail when a white-box noise check bounds the noise actually added below the
                                       # card's sigma (dpaudit/audit/noise_check.py; outside the verdict's family-wise
                                       # correction, so on top of its false-failure rate)
-    mechanism_checks = ["records", "noise", "sampling", "clipping", "steps", "divisor", "coverage"]  # must not fail
-                                      # (dpaudit/audit/mechanism_checks.py; each at its stated false-alarm rate)
+    mechanism_checks = ["noise", "sampling"]  # the checks that must not fail (each at its stated false-alarm rate);
+                                      # omitted: every check, those registered with register_mechanism_check too
     require_mechanism_checks = false  # true: each check named above must also have been run and passed (a report
                                       # without a probe, with the check not tested, or from a record the card
                                       # does not bind, then fails)
@@ -38,10 +38,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from dpaudit import checks, options
+from dpaudit.audit import check_registry
 from dpaudit.audit.rows import TestRow
 from dpaudit.claim import status as claim_check
 from dpaudit.claim import verdict
 from dpaudit.errors import DpauditError
+from dpaudit.gate import mechanism_rules
 from dpaudit.io import number, read_json, read_toml
 from dpaudit.report import build as report_build
 
@@ -60,7 +62,8 @@ class Policy:
     max_exposure: float | None = None
     allowed_verdicts: tuple = ("consistent", "underpowered")
     no_noise_shortfall: bool = False
-    mechanism_checks: tuple = options.MECHANISM_CHECKS  # "records": the card's probe records are in the folder
+    mechanism_checks: tuple | None = None  # None: every check (the registered ones too); "records": the card's probe
+    # records are in the folder
     require_mechanism_checks: bool = False
 
     def __post_init__(self):
@@ -74,9 +77,9 @@ class Policy:
                     v is not None and (not checks.finite(v) or v < 0):
                 raise DpauditError(f"policy rules.{f.name} must be a finite number >= 0, got {v!r}")
         for key, known in (("allowed_verdicts", options.VERDICTS), ("accounting", options.ACCOUNTING_STATUSES),
-                           ("mechanism_checks", options.MECHANISM_CHECKS),
+                           ("mechanism_checks", check_registry.names()),
                            ("empirical", options.EMPIRICAL_STATUSES)):
-            bad = [v for v in getattr(self, key) if v not in known]
+            bad = [v for v in getattr(self, key) or () if v not in known]
             if bad:
                 raise DpauditError(f"policy rules.{key}: unknown status {bad[0]!r}; known: {', '.join(known)}")
 
@@ -190,7 +193,7 @@ def check(r: dict, p: Policy) -> list[str]:
                 fails.append(f"{name}: the updates recorded on the {c['attack']} canaries carry noise at most "
                              f"{c['upper']:.4g} ({c['confidence']:.0%}), below the card's sigma "
                              f"{c['noise_multiplier']:.4g}")
-    fails += mechanism_fails(name, r, p)
+    fails += mechanism_rules.failures(name, r, p.mechanism_checks, p.require_mechanism_checks)
     plan = r.get("audit_plan") or {}
     if plan.get("status") == "off-plan":
         fails.append(f"{name}: the evaluation departs from the plan fixed before training "
@@ -201,36 +204,6 @@ def check(r: dict, p: Policy) -> list[str]:
         why = ("its causes are the FAIL lines above" if r["verdict"]["status"] == "mechanism-mismatch" and said
                else r["verdict"]["reason"])  # one FAIL line per failure: a cause already printed is not repeated
         fails.append(f"{name}: verdict '{r['verdict']['status']}' is not allowed ({why})")
-    return fails
-
-
-def mechanism_fails(name: str, r: dict, p: Policy) -> list[str]:
-    """The probe's mechanism checks the policy names: a failed one fails the gate; with require_mechanism_checks,
-    so does one that was not run or not tested."""
-    fails = []
-    seen: dict[str, list] = {}
-    for e in r.get("mechanism_checks") or []:
-        for c in e["checks"]:
-            seen.setdefault(c["check"], []).append(c)
-            if c["check"] in p.mechanism_checks and c["status"] == "fail":
-                rate = "deterministic" if not c["false_alarm"] else f"false-alarm rate {c['false_alarm']:.1%}"
-                fails.append(f"{name}: mechanism check '{c['check']}' ({e['attack']}, {rate}): {c['finding']}")
-    if p.require_mechanism_checks:  # "records" appears only when it fails: the probe's checks are the ones run
-        loose = [e for e in r.get("mechanism_checks") or [] if e.get("mode") != "records missing"
-                 and not e.get("bound_to_card")]
-        if loose:  # a record of any run can be copied beside a card that names none: not this model's evidence
-            fails.append(f"{name}: the mechanism checks come from a probe record the privacy card does not bind (it "
-                         "names no probe run), so nothing shows they are this model's run; the policy requires them: "
-                         "write the card with `dpaudit card ... --probe-record FILE` (or card_from_opacus)")
-            return fails
-        for check in [c for c in p.mechanism_checks if c in options.PROBE_CHECKS]:
-            got = seen.get(check, [])
-            if not got:
-                fails.append(f"{name}: mechanism check '{check}' was not run (no probe record in the checkpoint) but "
-                             "the policy requires it; attach dpaudit's probe to the training loop")
-            elif any(c["status"] == "not tested" for c in got):
-                why = next(c["finding"] for c in got if c["status"] == "not tested")
-                fails.append(f"{name}: mechanism check '{check}' was not tested ({why}) but the policy requires it")
     return fails
 
 
