@@ -21,6 +21,7 @@ from pathlib import Path
 
 from dpaudit.attacks import register_attack
 from dpaudit.audit.check_registry import register as register_mechanism_check
+from dpaudit.canaries.designs import register as register_canary_design
 from dpaudit.canaries.making import new as new_canaries
 from dpaudit.canaries.manifest import Manifest, load_manifest
 from dpaudit.canaries.new_tokens import add as add_canary_tokens
@@ -32,7 +33,7 @@ from dpaudit.probe.settings import ProbeSettings
 
 __all__ = ["EvalOptions", "ProbeSettings", "add_canary_tokens", "attach_probe", "canary_labels", "card_from_opacus", "evaluate", "functional_probe",
            "insert_canaries", "load_manifest", "new_canaries", "register_accountant", "register_attack",
-           "register_mechanism_check",
+           "register_canary_design", "register_mechanism_check",
            "sample_canaries_at_rate", "write_records",
            "write_report"]
 
@@ -149,7 +150,21 @@ def functional_probe(shapes, settings: ProbeSettings | None = None, *, clipping_
 
 
 def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> PrivacyCard:
-    """See :func:`dpaudit.claim.opacus_card.card_from_opacus` (imported lazily: it needs Opacus)."""
+    """The privacy card of a run trained with Opacus, from its own engine (imported lazily: it needs Opacus).
+
+    Args:
+        privacy_engine: The ``PrivacyEngine`` that trained the model (its accountant's history is the mechanism).
+        data_loader: The loader ``make_private`` returned (its sample rate and dataset size go on the card).
+        optimizer: The DP optimizer, to name the probe runs attached to it (``extra.probe_runs``).
+        **kwargs: ``delta`` (required), ``intended_epsilon`` and the rest of
+            :func:`dpaudit.claim.opacus_card.card_from_opacus`.
+
+    Returns:
+        The :class:`PrivacyCard`; ``card.save(model_dir / "privacy_card.json")``.
+
+    Raises:
+        DpauditError: A run the card cannot describe (one line naming why).
+    """
     from dpaudit.claim.opacus_card import card_from_opacus as build
 
     return build(privacy_engine, data_loader, optimizer, **kwargs)
@@ -157,15 +172,29 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, **kwargs) -> P
 
 def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifest | str | Path,
              options: EvalOptions | None = None, *, max_len: int = 64, probe=None, **settings) -> dict:
-    """Audit a model held as objects: ``card`` and ``manifest`` are objects or paths to their JSON files.
-    ``options`` (or the same settings as keywords, e.g. ``batch_size=32``) is a
-    :class:`dpaudit.evaluation.options.EvalOptions`: ``attacks``, ``rule``, ``confidence`` and ``n_references`` default
-    to the evaluation plan of the manifest (departing from it needs ``off_plan=True``); ``reference`` (a model
-    object or a folder) calibrates the reference attack, which is skipped with a note without one; ``framing``
-    (here ``tokenizer`` by default: ``tokenizer(text)``, as a Hugging Face loop saw its records; ``bos_eos``:
-    BOS + text + EOS); ``device`` None leaves the model where it is. ``max_len``: tokens per scored sequence.
-    ``probe``: the folder a probe saved its records into (or the saved probe): its white-box audit and mechanism
-    checks join the report. Returns the report dict (the report.json contract); writes nothing."""
+    """Audit a model held as objects; writes nothing.
+
+    Args:
+        model: The trained model (a Hugging Face causal LM or classifier).
+        tokenizer: Its tokenizer.
+        card: The :class:`PrivacyCard`, or the path of its privacy_card.json.
+        manifest: The canaries' :class:`Manifest`, or the path of its canaries.json.
+        options: :class:`dpaudit.evaluation.options.EvalOptions`: ``attacks``, ``rule``, ``confidence`` and
+            ``n_references`` default to the manifest's evaluation plan (departing from it needs ``off_plan=True``);
+            ``reference`` (a model object or a folder) calibrates the reference attack, skipped with a note without
+            one; ``framing`` (``tokenizer`` by default here: ``tokenizer(text)``, as a Hugging Face loop saw its
+            records; ``bos_eos``: BOS + text + EOS); ``device`` None leaves the model where it is.
+        max_len: Tokens per scored sequence.
+        probe: The folder a probe saved its records into (or the saved probe): its white-box audit and mechanism
+            checks join the report.
+        **settings: The fields of ``options`` as keywords (``batch_size=32``), instead of ``options``.
+
+    Returns:
+        The report dict (the report.json contract: :func:`write_report` writes it).
+
+    Raises:
+        DpauditError: Bad input, in one line naming the problem and the fix.
+    """
     from dpaudit.checkpoint import Checkpoint
     from dpaudit.evaluation.steps import evaluate_checkpoint
 
@@ -193,17 +222,36 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
 
 
 def register_accountant(name: str, accountant):
-    """Add an accountant of your own (:func:`dpaudit.accounting.register_accountant`: ``interval(events, delta,
-    relation, dataset_size) -> (lower | None, upper, detail)``, :class:`dpaudit.accounting.NotApplicable` for what it
-    does not analyse). Its upper value must be sound: the smallest upper value of all accountants certifies a claim.
-    Returns the function that removes it."""
+    """Add an accountant of your own beside the shipped four (docs/architecture.md, "Extension points").
+
+    Args:
+        name: Its name (a card may name it as ``claim.accountant``).
+        accountant: An object or module with ``interval(events, delta, relation, dataset_size) -> (lower | None,
+            upper, detail)`` that raises :class:`dpaudit.accounting.NotApplicable` for what it does not analyse.
+            Its upper value must be sound: the smallest upper value of all accountants certifies a claim.
+
+    Returns:
+        The function that removes it again.
+
+    Raises:
+        DpauditError: A name that is taken, or an object without ``interval``.
+    """
     from dpaudit import accounting
 
     return accounting.register_accountant(name, accountant)
 
 
 def write_report(report: dict, out: str | Path, redact: bool = False) -> Path:
-    """REPORT.md, report.json and plots of ``report`` in folder ``out``; returns the REPORT.md path."""
+    """Write REPORT.md, report.json and the plots of ``report`` into folder ``out``.
+
+    Args:
+        report: The dict :func:`evaluate` returned.
+        out: The folder (created; refused when it holds files that are not a report's).
+        redact: Leave secrets and paths out of the written files.
+
+    Returns:
+        The path of REPORT.md.
+    """
     from dpaudit.report import write as rep
 
     rep.write(report, Path(out), redact=redact)

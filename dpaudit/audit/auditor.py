@@ -135,9 +135,26 @@ class Rate:
 
 def bounds_from_counts(m: int, k_pos: int, k_neg: int, v: int, delta: float, confidence: float = 0.95,
                        strategy: str = "fixed guesses (counts given)", group_size: int = 1) -> AuditResult:
-    """Every bound of ``v`` right out of ``k_pos + k_neg`` guesses on ``m`` canaries. With ``group_size`` c > 1
-    (each canary inserted c times) the epsilon values are the record level's, the group's divided by c (``delta``
-    must then be the group's)."""
+    """Every bound of ``v`` right out of ``k_pos + k_neg`` guesses on ``m`` canaries.
+
+    Args:
+        m: Canaries, each inserted or held out by a fair coin.
+        k_pos: Guesses "inserted", fixed before the scores were read.
+        k_neg: Guesses "held out".
+        v: Right guesses.
+        delta: The δ of the (ε, δ) bound.
+        confidence: Of every bound (0.95: a bound above the true ε in at most 5% of audits).
+        strategy: How the guesses were fixed, recorded in the result.
+        group_size: c > 1 when each canary was inserted c times: the ε values are then the record level's, the
+            group's divided by c (``delta`` must then be the group's).
+
+    Returns:
+        The :class:`AuditResult`: f-DP and Steinke et al.'s ε lower bounds, each beside its ceiling (the most
+        these guesses could show), and the Gaussian-DP reading.
+
+    Raises:
+        ValueError: A group size below 1.
+    """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     r = int(k_pos + k_neg)
@@ -152,8 +169,17 @@ def bounds_from_counts(m: int, k_pos: int, k_neg: int, v: int, delta: float, con
 
 
 class ScoreAuditor:
-    """Membership scores (higher = more likely inserted) and the canaries' signs (+1 inserted, -1 held out, or
-    booleans). :meth:`from_groups` takes the inserted and held-out scores apart."""
+    """Audits of membership scores: the one-run bounds (:meth:`audit`), TPR at a low FPR and the AUC, each with its
+    interval.
+
+    Args:
+        scores: One score per canary, higher = more likely inserted.
+        signs: +1 inserted, -1 held out (or booleans), one per canary; :meth:`from_groups` takes the inserted and
+            held-out scores apart instead.
+
+    Raises:
+        ValueError: Lengths that differ, a NaN score, or fewer than two canaries.
+    """
 
     def __init__(self, scores, signs):
         self.scores = np.asarray(scores, dtype=float)
@@ -176,8 +202,22 @@ class ScoreAuditor:
         return int(self.scores.size)
 
     def audit(self, strategy=None, delta: float = 0.0, confidence: float = 0.95, group_size: int = 1) -> AuditResult:
-        """The bounds under ``strategy`` (default: Fixed at m/4 + m/4, dpaudit's manifests' default); ``group_size``
-        as in :func:`bounds_from_counts`."""
+        """The one-run audit of these scores.
+
+        Args:
+            strategy: How the guesses are chosen, fixed before the scores are read: :class:`Fixed` (default: m/4
+                + m/4, dpaudit's manifests' default), :class:`HeldOut`, :class:`Search` (every configuration at a
+                Bonferroni-corrected level) or :class:`MedianOfSplits`.
+            delta: The δ of the (ε, δ) bound.
+            confidence: Of the bound.
+            group_size: As in :func:`bounds_from_counts`.
+
+        Returns:
+            The :class:`AuditResult`.
+
+        Raises:
+            ValueError: A confidence outside (0, 1), a δ outside [0, 1), or an unknown strategy.
+        """
         if not 0.0 < confidence < 1.0:
             raise ValueError(f"confidence must be in (0, 1), got {confidence}")
         if not 0.0 <= delta < 1.0:

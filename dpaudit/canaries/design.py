@@ -9,7 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpaudit import options
+from dpaudit.canaries import designs
 from dpaudit.canaries import plan as eval_plan
+from dpaudit.canaries.designs import draw_symbols as _draw_secret
+from dpaudit.canaries.designs import new_token  # noqa: F401 - its home was here: callers import it from this module
 from dpaudit.errors import DpauditError
 
 MAX_CANARIES = 10 ** 5  # canary records; more would take hours to score on a pretrained model
@@ -21,11 +24,6 @@ PREFIX_ALPHABET = "abcdefghijklmnopqrstuvwxyz"  # a random prefix's symbols (dra
 MAX_RANDOM_PREFIX = 256
 DEFAULT_POOL = 256
 MAX_POOL = 4096
-
-
-def new_token(index: int, j: int) -> str:
-    """The j-th of canary ``index``'s own new tokens (added to the tokenizer before training)."""
-    return f"<|canary{index}.{j}|>"
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ class CanaryPlan:
     records_per_user: int = 1  # > 1: m canary USERS, each owning this many canary records (all in or all out)
     labels: int = 0  # >= 2: classifier canaries, each with a random label in range(labels)
     evaluation: dict | None = None  # the evaluation plan fixed before training (dpaudit/canaries/plan.py)
-    design: str = "template"  # options.CANARY_DESIGNS
+    design: str = "template"  # options.CANARY_DESIGNS, or one registered (dpaudit/canaries/designs.py)
     pool: int = 0  # rare-token / bigram: words in the pool (0: DEFAULT_POOL)
     # chosen before training by dpaudit.canaries.pools (never in a config): the pool's words, the adjacent pairs a
     # bigram secret may not contain (indices into symbols, seen in the public text), and how the pool was chosen
@@ -76,10 +74,8 @@ class CanaryPlan:
     def __post_init__(self):
         object.__setattr__(self, "symbols", tuple(self.symbols))
         object.__setattr__(self, "excluded_pairs", tuple(tuple(x) for x in self.excluded_pairs))
-        if self.design not in options.CANARY_DESIGNS:
-            raise DpauditError(f"canaries.design must be one of {', '.join(options.CANARY_DESIGNS)}, got "
-                               f"{self.design!r}")
-        if self.design != "template":
+        designs.get(self.design)  # a design no one registered: one line naming the known ones
+        if self.design in options.CANARY_DESIGNS and self.design != "template":
             self._check_token_design()
         self._check_final_weights_fields()
         for name, low, high in (("m", 2, MAX_CANARIES), ("repetitions", 1, MAX_REPETITIONS), ("length", 1, 64),
@@ -181,57 +177,22 @@ class CanaryPlan:
         """What the black-box attacks score: the whole record (``record``) or the secret's tokens (``secret``)."""
         if self.evaluation and self.evaluation.get("score_on"):
             return self.evaluation["score_on"]
-        return "record" if self.design == "template" else "secret"
+        return designs.get(self.design).SCORE_ON
 
     @property
     def space_size(self) -> int | None:
         """Secrets the randomness space holds (None for new-token: each canary's secret is its own tokens)."""
-        if self.design == "template":
-            return len(self.alphabet) ** self.length
-        if self.design == "new-token":
-            return None
-        n = len(self.symbols)
-        if self.design == "rare-token" or not self.excluded_pairs:
-            return n ** self.length
-        allowed = np.ones((n, n), dtype=object)  # walks of length - 1 steps avoiding the excluded pairs
-        for a, b in self.excluded_pairs:
-            allowed[a, b] = 0
-        ways = np.ones(n, dtype=object)
-        for _ in range(self.length - 1):
-            ways = allowed.dot(ways)
-        return int(sum(ways))
+        return designs.get(self.design).space_size(self)
 
     def draw_secret(self, rng: np.random.Generator, index: int) -> str:
-        """One secret: the template's symbols, or a token design's words (joined by spaces), drawn uniformly from
-        the space (bigram: whole secrets redrawn until no adjacent pair is excluded); new-token: canary
-        ``index``'s own tokens."""
-        if self.design == "new-token":
-            return "".join(new_token(index, j) for j in range(self.length))
-        if self.design == "template":
-            return _draw_secret(rng, self.alphabet, self.length)
-        excluded = set(self.excluded_pairs)
-        while True:
-            idx = rng.integers(0, len(self.symbols), size=self.length).tolist()
-            if not any((a, b) in excluded for a, b in zip(idx, idx[1:])):
-                return " ".join(self.symbols[i] for i in idx)
+        """One secret of canary ``index``, uniform over the space (dpaudit/canaries/designs.py)."""
+        return designs.get(self.design).draw_secret(self, rng, index)
 
     def in_space(self, secret: str, index: int) -> bool:
-        if self.design == "template":
-            return len(secret) == self.length and set(secret) <= set(self.alphabet)
-        if self.design == "new-token":
-            return secret == self.draw_secret(None, index)
-        words = secret.split(" ")
-        pos = {w: i for i, w in enumerate(self.symbols)}
-        if len(words) != self.length or any(w not in pos for w in words):
-            return False
-        excluded = set(self.excluded_pairs)
-        return not any((pos[a], pos[b]) in excluded for a, b in zip(words, words[1:]))
+        """Whether ``secret`` is one the space holds."""
+        return bool(designs.get(self.design).in_space(self, secret, index))
 
     @property
     def guesses(self) -> tuple[int, int]:
         r = max(2, int(round(self.guess_fraction * self.m)))
         return r // 2, r - r // 2
-
-
-def _draw_secret(rng: np.random.Generator, alphabet: str, length: int) -> str:
-    return "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=length))
