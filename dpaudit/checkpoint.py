@@ -24,6 +24,7 @@ from dpaudit.claim.card import PrivacyCard, load_card
 from dpaudit.errors import DpauditError
 from dpaudit.folders import staged_folder
 from dpaudit.io import check_contained, jsonable, read_json
+from dpaudit.options import SHIPPED_REPORT
 
 
 def content_hash(root: Path, files, skip=lambda f: False) -> str:
@@ -114,14 +115,14 @@ class Checkpoint:
         """sha256 over the checkpoint's weights, tokenizer, card and manifest (names and bytes), first 16 hex
         digits, and over the white-box records evaluated with it (gradient_canaries*: the record, its per-step
         projections and the probe's arrays), so that a report's hash names the evidence it audited. run.json is
-        left out (timings). A plain Hugging Face output folder is hashed at its top level (its checkpoint-*/
+        left out (timings), and so is the report shipped beside the weights (:data:`SHIPPED_REPORT`). A plain Hugging Face output folder is hashed at its top level (its checkpoint-*/
         sub-folders are other models); a model given as objects by its parameters (and its probe folder's records)."""
         records = self.probe_records_hash()
         if self.path is None:
             own = _object_hash(hashlib.sha256(), self)
         else:
             files = self.path.rglob("*") if self.model_dir != self.path else self.path.glob("*")
-            own = content_hash(self.path, files, skip=lambda f: f.name == "run.json"
+            own = content_hash(self.path, files, skip=lambda f: f.name in ("run.json", SHIPPED_REPORT)
                                or f.name.startswith("gradient_canaries"))
         base = self.outside_base()
         if base is not None:  # an adapter on a base outside the folder: the base's bytes are part of what was audited

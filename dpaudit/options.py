@@ -148,6 +148,9 @@ def current_words(r: dict) -> None:
 def verdict_name(status: str) -> str:
     """A headline verdict's current name (an older report's or policy's word mapped, :data:`LEGACY_WORDS`)."""
     return current_word("verdict", status)
+# the audit report shipped beside the weights (`dpaudit model-card --ship-report`): the output of evaluating the
+# checkpoint, so never part of the checkpoint hash it records (dpaudit/checkpoint.py)
+SHIPPED_REPORT = "dpaudit_report.json"
 TASK_METRICS = ("accuracy", "bleu", "nist", "meteor", "rougeL", "cider")
 
 # Relative slack between accountants' numerical estimates: a re-accounted epsilon above the claim by

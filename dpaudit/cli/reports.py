@@ -72,12 +72,17 @@ def table_cmd(run_dirs, columns, variants, differences):
               help="The model card to write the audit into (a Hugging Face README.md; created when absent). Only "
                    "the section between the dpaudit markers and the front matter's tags change; writing again "
                    "replaces the section.")
-def model_card_cmd(report_json, card):
+@click.option("--ship-report", is_flag=True,
+              help="Also copy REPORT_JSON beside the card as dpaudit_report.json (left out of the checkpoint's "
+                   "hash), so that the card's re-check command, `dpaudit check dpaudit_report.json --checkpoint .`, "
+                   "works from what ships with the model.")
+def model_card_cmd(report_json, card, ship_report):
     """Write REPORT_JSON's audit (claim, verdict, accounting interval, best bound with its ceiling, mechanism
     checks) as a section of a Hugging Face model card, so that the audit travels with the model."""
     from dpaudit.gate.policy import load_report
     from dpaudit.report import model_card
 
-    out = model_card.write(load_report(report_json), str(report_json), card)
+    report = load_report(report_json)  # checked whole before a byte is copied
+    out = model_card.write(report, str(report_json), card, ship=report_json.read_bytes() if ship_report else None)
     click.echo(f"wrote the dpaudit section of {out}")
 

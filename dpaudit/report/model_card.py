@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from dpaudit.errors import DpauditError, first_line
-from dpaudit.io import refuse_link, write_atomic
+from dpaudit.io import refuse_link, write_atomic_all
 from dpaudit.markup import md, md_tree
 from dpaudit.options import current_words
 from dpaudit.report.markdown import headline
@@ -29,7 +29,7 @@ TAGS = ("differential-privacy", "dpaudit")
 MAX_CARD_BYTES = 2 ** 20  # a model card larger than this is not one
 
 
-def section(r: dict, report_path: str) -> str:
+def section(r: dict, report_path: str, shipped: bool = False) -> str:
     """The markdown section of evaluation report ``r`` (its strings escaped first: :func:`dpaudit.markup.md_tree`)."""
     r, report_path = md_tree(r), md(report_path)
     if r.get("kind") == "evaluation":
@@ -58,8 +58,10 @@ def section(r: dict, report_path: str) -> str:
     ck = r.get("checkpoint") or {}
     lines += ["", f"Report of checkpoint hash `{ck.get('hash')}`, generated {r.get('generated_at', '?')} by dpaudit "
               f"({(r.get('reproducibility') or {}).get('versions', {}).get('dpaudit', '?')}). Re-check it with "
-              "`dpaudit check report.json --checkpoint MODEL_FOLDER`: the gate re-derives from the model, not from "
-              "this section.", END]
+              + ("`dpaudit check dpaudit_report.json --checkpoint .` in this model's folder (the report ships beside "
+                 "the weights, outside the hash)" if shipped else
+                 "`dpaudit check report.json --checkpoint MODEL_FOLDER`")
+              + ": the gate re-derives from the model, not from this section.", END]
     return "\n".join(lines) + "\n"
 
 
@@ -195,8 +197,17 @@ def _tags_in_place(front: str, add: list[str]) -> str | None:
     return "\n".join(lines) + "\n"
 
 
-def write(report: dict, report_path: str, card_path: Path) -> Path:
+def write(report: dict, report_path: str, card_path: Path, ship: bytes | None = None) -> Path:
+    """Write the dpaudit section into the model card at ``card_path``. ``ship``: the report file's own bytes, written
+    beside the card as :data:`dpaudit.checkpoint.SHIPPED_REPORT` (left out of the checkpoint's hash), so that the
+    card's re-check command works from what ships with the model; the two files are written together or not at
+    all."""
+    from dpaudit.options import SHIPPED_REPORT
+
     card_path = Path(card_path)
-    text = update(card_path, section(report, report_path), results(report))
-    write_atomic(card_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    text = update(card_path, section(report, report_path, shipped=ship is not None), results(report))
+    files = [(card_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))]
+    if ship is not None:
+        files.append((card_path.parent / SHIPPED_REPORT, lambda tmp: tmp.write_bytes(ship)))
+    write_atomic_all(files)
     return card_path

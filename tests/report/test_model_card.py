@@ -57,6 +57,34 @@ def test_the_checkpoint_hash_does_not_cover_the_model_card(tmp_path):
     assert ck.hash() == before
 
 
+@pytest.mark.slow
+def test_the_report_shipped_with_the_model_re_checks_from_the_models_own_folder(run_dir, tmp_path, capsys):
+    """`model-card --ship-report`: the report travels beside the weights as dpaudit_report.json, outside the
+    checkpoint's hash, and the card's re-check command works as written, from the model's folder alone."""
+    import os
+
+    from dpaudit.checkpoint import load
+
+    ck = tmp_path / "model"
+    shutil.copytree(run_dir / "dp" / "checkpoint", ck)
+    before = load(ck).hash()
+    report = run_dir / "dp" / "report" / "report.json"
+    assert main(["model-card", str(report), "--to", str(ck / "README.md"), "--ship-report"]) == 0
+    assert (ck / "dpaudit_report.json").read_bytes() == report.read_bytes()
+    assert load(ck).hash() == before
+    card = (ck / "README.md").read_text()
+    command = "dpaudit check dpaudit_report.json --checkpoint ."
+    assert f"`{command}`" in card
+    capsys.readouterr()
+    here = os.getcwd()
+    try:
+        os.chdir(ck)
+        assert main(command.split()[1:]) == 0, capsys.readouterr().out
+    finally:
+        os.chdir(here)
+    assert "agree" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("setup,needle", [
     (lambda d: (d / "README.md").mkdir(), "not a file"),
     (lambda d: (d / "README.md").write_text("<!-- dpaudit:begin -->\nhalf"), "markers"),
