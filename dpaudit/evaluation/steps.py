@@ -148,7 +148,13 @@ audit = evidence.audit  # step 3: (Loaded, Scored) -> Evidence
 def judge(loaded: Loaded, ev: evidence.Evidence) -> Verdict:
     """Step 4: the verdict of the claim of the loaded checkpoint's card on its accounting and the evidence
     (:func:`dpaudit.claim.verdict.judge`, the rule; off the plan fixed before training, marked exploratory)."""
-    return Verdict.of(rule.judge(loaded.ck.card, loaded.accounting, ev.grounds(), loaded.opts.plan_entry))
+    return verdict_of(loaded.ck.card, loaded.accounting, ev, loaded.opts.plan_entry)
+
+
+def verdict_of(card, accounting: dict, ev: evidence.Evidence, plan_entry: dict | None) -> Verdict:
+    """The one verdict rule every evaluation's judge step applies (a checkpoint's here, a PMixED deployment's in
+    :mod:`dpaudit.pmixed.steps`): the card's claim, its accounting check and the evidence's grounds."""
+    return Verdict.of(rule.judge(card, accounting, ev.grounds(), plan_entry))
 
 
 def render(loaded: Loaded, scored: Scored, ev: evidence.Evidence, verdict: Verdict, command: str | None = None) -> dict:

@@ -18,7 +18,7 @@ def __getattr__(name: str):  # torch and transformers load on first use
 
         return Deployment
     if name == "evaluate_deployment":
-        from dpaudit.pmixed.evaluate import evaluate_deployment
+        from dpaudit.pmixed.steps import evaluate_deployment
 
         return evaluate_deployment
     raise AttributeError(name)

@@ -1,6 +1,6 @@
-"""``dpaudit evaluate DEPLOYMENT`` for PMixED: utility through the protocol, the exact check of the per-query
-claim, and a black-box canary audit through the sampled tokens. Returns the report dict (the report.json
-contract of dpaudit.report.write, plus a ``pmixed`` section); writes nothing.
+"""The model's work of ``dpaudit evaluate DEPLOYMENT`` for PMixED (the steps are :mod:`dpaudit.pmixed.steps`):
+utility through the protocol, the exact check of the per-query claim, and the canaries' black-box queries
+through the sampled tokens. Nothing here writes or judges.
 
 * **Perplexity** (teacher-forced, the paper's evaluation): at every position of the held-out users' texts
   (BOS + text + EOS, cut at max_len, the tokens :func:`dpaudit.tasks.userlm.metrics` scores) the public
@@ -14,37 +14,24 @@ contract of dpaudit.report.write, plus a ``pmixed`` section); writes nothing.
   a lower value of the true epsilon (an accounting result ``pmixed_exact``).
 * **Black-box audit**: every canary's secret tokens queried through the protocol with their true prefix
   (one query per secret token, within one budget of T), score = how many of them the deployment emits (ties
-  broken by a seeded coin fixed before any query). Inserting a canary changes its partition's model only:
-  a replace-one-partition neighbour, two add/remove steps, so the one-run bound is taken at group size 2
-  against the claim (its delta by the group lemma); the paper's §5.3 reading (a record is protected at
-  eps_G itself) is a separate family at group size 1.
+  broken by a seeded coin fixed before any query); the audit step reads them (:func:`dpaudit.pmixed.steps.audit`).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from dpaudit import checkpoint, progress
-from dpaudit.audit import families
-from dpaudit.audit.rows import serialise
-from dpaudit.canaries import plan as eval_plan
-from dpaudit.canaries.manifest import load_manifest
 from dpaudit.claim import status as claim_check
-from dpaudit.claim.card import load_card
-from dpaudit.claim.reaccount import lemma_delta, reaccount
-from dpaudit.claim.verdict import Grounds, judge
+from dpaudit.claim.reaccount import reaccount
 from dpaudit.errors import DpauditError
-from dpaudit.evaluation.options import EvalOptions
-from dpaudit.io import read_json
 from dpaudit.pmixed import audit as exact
 from dpaudit.pmixed import mixing
 from dpaudit.pmixed.deployment import Deployment, partition_of
-from dpaudit.report import build as report_build
 from dpaudit.tokens import bos_id, frame_text
 
 ATTACK = "extraction"
@@ -208,75 +195,7 @@ def task_data(run: dict):
     return data
 
 
-def evaluate_deployment(path: Path, options: EvalOptions | None = None, command: str | None = None,
-                        seed: int = 0) -> dict:
-    """The report of one PMixED deployment. Of ``options`` (:class:`dpaudit.evaluation.options.EvalOptions`) it reads
-    ``confidence`` (default: the manifest's evaluation plan; a departure needs ``off_plan``),
-    ``whitebox_queries`` and ``device``; the attacks and references do not apply."""
-    t0 = time.time()
-    options = options or EvalOptions()
-    path = Path(path)
-    dep = Deployment.load(path, options.device or "auto")
-    card, man = load_card(path / "privacy_card.json"), load_manifest(path / "canaries.json")
-    edited = checkpoint.check_manifest_digest(card, man, options.off_plan)  # never reported "as planned"
-    man.check_both_coins()  # the one-run audit compares inserted with held-out canaries (as every checkpoint's)
-    _, plan_entry = eval_plan.resolve(man.plan.evaluation, options.off_plan, confidence=options.confidence,
-                                      attacks=None, rule=None, n_references=None)
-    plan_entry = eval_plan.with_departure(plan_entry, edited)
-    whitebox_queries = options.whitebox_queries
-    confidence = plan_entry["used"]["confidence"]
-    run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
-    metrics = {}
-    data = task_data(run)
-    if data is not None:
-        ppl = perplexity(dep, [r["text"] for r in data.test], seed)
-        metrics = {"task": run["task"]["name"], "perplexity": ppl["pmixed"], "n_test": len(data.test),
-                   "source": data.source, "split": "validation" if run["task"].get("validation") else "test",
-                   "pmixed_perplexity": ppl}
-    aud = canary_audit(dep, man, seed + 1, whitebox_queries)
-    logged, logged_owners = transcript_queries(dep, whitebox_queries)
-    ex = exact_check(dep, np.concatenate([aud["whitebox"], logged]), aud["owners"] + logged_owners, card.claim.delta)
-    ex["transcript_queries_checked"] = len(logged)
-    acct = accounting(card, ex)
-    signs = man.signs()
-    k_pos, k_neg = man.plan.guesses
-    eps, dlt = card.claim.epsilon_value, card.claim.delta
-    # two families can trigger a verdict (the partition claim at group size 2, the record-level reading): one
-    # correction over both
-    plan = families.Plan(signs, k_pos, k_neg, 2, (("claimed", lemma_delta(eps, dlt, 2)), ("zero", 0.0)),
-                         families.per_family(confidence, 2), "bonferroni", man.plan.seed)
-    scores = {ATTACK: aud["scores"]}
-    empirical = families.one_run_rows(scores, plan, None)
-    record_rows = families.record_level_rows(scores, plan, 1, dlt)
-    best = families.best(empirical, "claimed")
-    verdict = judge(card, acct, Grounds(best, families.ceiling(empirical, "claimed"),
-                                        families.best(record_rows, "record_claim")), plan_entry)
-    content_hash = _hash(path)
-    return {
-        **report_build.head(path, content_hash, run.get("variant"), card),
-        "accounting": acct,
-        "empirical": serialise(empirical + record_rows),
-        "empirical_best": None if best is None else best.to_dict(),
-        "family_wise": {"confidence": confidence, "families": 2, "per_family_confidence": plan.confidence},
-        "audit_plan": plan_entry,
-        "threshold_rule": "bonferroni",
-        "notes": [],
-        "attacks": families.attack_rows(scores, signs, None),
-        "exposure": {},
-        "metrics": metrics,
-        "canary_plan": {"m": man.plan.m, "inserted": int(np.sum(signs > 0)), "repetitions":
-                        max(c.repetitions for c in man.canaries), "records_per_user": man.plan.records_per_user,
-                        "audit_group_size": 2, "k_pos": k_pos, "k_neg": k_neg, "space_size": man.plan.space_size},
-        "verdict": verdict,
-        "pmixed": {"spec": dep.spec.to_dict(), "betas": list(dep.spec.betas), "rdp_budget": dep.spec.rdp_budget,
-                   "per_query_rdp": dep.spec.per_query, "exact": ex, "canary_queries": aud["queries"],
-                   "ledger": dep.ledger.state(), "seed": seed},
-        "reproducibility": report_build.reproducibility(run, content_hash, command),
-        "timings": {"total_s": time.time() - t0},
-    }
-
-
-def _hash(path: Path) -> str:
+def content_hash(path: Path) -> str:
     """The deployment's weights, card, manifest and spec (not its run record, ledger or transcript)."""
     return checkpoint.content_hash(Path(path), Path(path).rglob("*"),
                                    skip=lambda f: f.name in ("run.json", "ledger.json"))

@@ -386,7 +386,7 @@ def write(r: dict, out, deployment) -> None:
 
     from dpaudit.folders import staged_folder
     from dpaudit.io import jsonable
-    from dpaudit.pmixed.evaluate import _hash
+    from dpaudit.pmixed.evaluate import content_hash as _hash
 
     r["checkpoint"] = {"path": str(deployment), "hash": _hash(Path(deployment))}
     with staged_folder(Path(out)) as stage:

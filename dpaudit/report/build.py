@@ -4,7 +4,8 @@
 
 The ``report.json`` contract (:mod:`dpaudit.report.write` writes it; ``dpaudit check`` reads it) is one schema,
 :data:`SCHEMA_VERSION`, whichever evaluation built it: a checkpoint's (:func:`evaluation`) or a PMixED
-deployment's (:mod:`dpaudit.pmixed.evaluate`), both through :func:`head` and :func:`reproducibility`.
+deployment's (:func:`deployment`, :mod:`dpaudit.pmixed.steps`), both from their steps' values, through the same
+:func:`head`, evidence and canary-plan sections.
 Stability rules as dp_accounting's: fields are never removed, new fields are optional, meanings never
 change; an incompatible change bumps the version. No torch here.
 """
@@ -116,7 +117,7 @@ def evaluation(loaded, scored, ev, verdict: dict, command: str | None) -> dict:
     (:class:`dpaudit.evaluation.evidence.Evidence`) and the judge's ``verdict``."""
     ck, opts, acct = loaded.ck, loaded.opts, loaded.accounting
     metrics, notes, timings = scored.metrics, scored.canaries.notes, scored.timings
-    man, plan = ck.manifest, ev.plan
+    man = ck.manifest
     content_hash = ck.hash()
     top = head(ck.path, content_hash, ck.run.get("variant"), ck.card)
     base = ck.outside_base() if ck.path is not None else None
@@ -125,10 +126,7 @@ def evaluation(loaded, scored, ev, verdict: dict, command: str | None) -> dict:
     return {
         **top,
         "accounting": acct,
-        "empirical": serialise(ev.empirical + ev.record_rows),
-        "empirical_best": None if ev.best is None else ev.best.to_dict(),
-        "family_wise": {"confidence": opts.confidence, "families": ev.n_families,
-                        "per_family_confidence": plan.confidence},
+        **_evidence(ev, opts.confidence),
         "audit_limits": ev.limits,
         "noise_checks": ev.noise_checks,
         **({"whitebox_two_sample": list(ev.two_sample)} if ev.two_sample else {}),
@@ -138,10 +136,7 @@ def evaluation(loaded, scored, ev, verdict: dict, command: str | None) -> dict:
         "attacks": ev.attack_rows,
         "exposure": ev.exposure,
         "metrics": metrics,
-        "canary_plan": {"m": man.plan.m, "inserted": int(np.sum(plan.signs > 0)), "repetitions": ev.record_reps,
-                        "records_per_user": man.plan.records_per_user, "audit_group_size": plan.group_size,
-                        "k_pos": plan.k_pos, "k_neg": plan.k_neg, "space_size": man.plan.space_size,
-                        "framing": opts.framing, "framing_source": opts.framing_source,
+        "canary_plan": {**_canary_plan(man, ev), "framing": opts.framing, "framing_source": opts.framing_source,
                         **({"design": man.plan.design, "score_on": man.plan.score_on,
                             "pool_source": man.plan.pool_source} if man.plan.design != "template" else {}),
                         **({"init": man.plan.init, "random_prefix": man.plan.random_prefix,
@@ -153,3 +148,43 @@ def evaluation(loaded, scored, ev, verdict: dict, command: str | None) -> dict:
         "audit_plan": opts.plan_entry,
         "timings": timings,
     }
+
+
+def deployment(loaded, scored, audited, verdict: dict, section: dict, content_hash: str, command: str | None,
+               timings: dict) -> dict:
+    """The report of one PMixED deployment's evaluation, from the values of its steps
+    (:mod:`dpaudit.pmixed.steps`: ``loaded``, ``scored``, ``audited``), the judge's ``verdict``, the deployment's
+    own ``section`` (the report's ``pmixed`` entry) and ``content_hash`` (weights, card, manifest and spec)."""
+    ev, card, man = audited.evidence, loaded.card, loaded.manifest
+    return {
+        **head(loaded.path, content_hash, loaded.run.get("variant"), card),
+        "accounting": audited.accounting,
+        **_evidence(ev, loaded.confidence),
+        "audit_plan": loaded.plan_entry,
+        "threshold_rule": ev.plan.rule,
+        "notes": [],
+        "attacks": ev.attack_rows,
+        "exposure": ev.exposure,
+        "metrics": scored.metrics,
+        "canary_plan": _canary_plan(man, ev),
+        "verdict": verdict,
+        "pmixed": section,
+        "reproducibility": reproducibility(loaded.run, content_hash, command),
+        "timings": timings,
+    }
+
+
+def _evidence(ev, confidence: float) -> dict:
+    """The claim's test rows, the best of them, and the family-wise confidence they were corrected to."""
+    return {"empirical": serialise(ev.empirical + ev.record_rows),
+            "empirical_best": None if ev.best is None else ev.best.to_dict(),
+            "family_wise": {"confidence": confidence, "families": ev.n_families,
+                            "per_family_confidence": ev.plan.confidence}}
+
+
+def _canary_plan(man, ev) -> dict:
+    """What the audit planted and guessed: the manifest's counts and the plan's group size and guesses."""
+    plan = ev.plan
+    return {"m": man.plan.m, "inserted": int(np.sum(plan.signs > 0)), "repetitions": ev.record_reps,
+            "records_per_user": man.plan.records_per_user, "audit_group_size": plan.group_size,
+            "k_pos": plan.k_pos, "k_neg": plan.k_neg, "space_size": man.plan.space_size}

@@ -532,3 +532,35 @@ def test_an_edited_manifest_is_never_reported_as_planned(deployment, tmp_path, c
     assert main(["evaluate", str(edited), "--out", str(tmp_path / "r2"), "--whitebox-queries", "2", "--quiet",
                  "--off-plan"]) == 2
     assert "every canary is inserted" in capsys.readouterr().err and not (tmp_path / "r2").exists()
+
+
+def test_a_deployment_goes_through_the_five_steps_every_evaluation_takes(deployment):
+    """PMixED's evaluation is load, score, audit, judge, render (issue wave 5 · 0/5 item 3): frozen values, the
+    shared Evidence and Verdict types, the one verdict rule (a failed mechanism check in the evidence makes the
+    headline mechanism-mismatch here as for any checkpoint), and the one report builder."""
+    import dataclasses
+
+    from dpaudit.claim.verdict import Verdict
+    from dpaudit.evaluation.evidence import Evidence
+    from dpaudit.evaluation.options import EvalOptions
+    from dpaudit.pmixed import evaluate_deployment, steps
+
+    path, _ = deployment
+    options = EvalOptions(whitebox_queries=2)
+    loaded = steps.load(path, options)
+    scored = steps.score(loaded)
+    audited = steps.audit(loaded, scored)
+    verdict = steps.judge(loaded, audited)
+    for value in (loaded, scored, audited):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.seed = 1
+    assert isinstance(audited.evidence, Evidence) and isinstance(verdict, Verdict)
+    assert audited.evidence.plan.group_size == 2 and audited.evidence.n_families == 2
+    report = steps.render(loaded, scored, audited, verdict, None, 0.0)
+    again = evaluate_deployment(path, options)
+    for r in (report, again):
+        r.pop("generated_at"), r.pop("timings")
+    assert report == again and report["verdict"]["status"] == verdict.status
+    failed = [{"attack": "extraction", "checks": [{"check": "noise", "status": "fail", "finding": "half the noise"}]}]
+    broken = dataclasses.replace(audited, evidence=dataclasses.replace(audited.evidence, mechanism_checks=failed))
+    assert steps.judge(loaded, broken).status == "mechanism-mismatch"
