@@ -13,7 +13,7 @@ import numpy as np
 
 from dpaudit.canaries.manifest import Manifest
 from dpaudit.tasks import registry, sentiment
-from dpaudit.trainers import engine
+from dpaudit.trainers import engine, planning
 from dpaudit.trainers import fit as common
 
 
@@ -53,3 +53,11 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
     run = common.run_record(cfg, variant, eng, res, data, common.trainable_fields(tc),
                             common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, tc, base)
+
+
+def plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
+    """The dry run's plan of one variant (:mod:`.planning`): one Gaussian calibrated to the target, every record
+    accounted at the larger of q and the canaries' own rate when the manifest sets one."""
+    eng, rate = variant.trainer.engine, cfg.canaries.sample_rate
+    return planning.gaussian_records(eng, n_records, canary_rate=None if rate is None or not eng.private
+                                     else float(rate))

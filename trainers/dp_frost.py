@@ -32,7 +32,7 @@ from dpaudit.claim.card import PrivacyCard
 from dpaudit.errors import DpauditError
 from dpaudit.tokens import model_device
 from dpaudit.trainers import data as data_seam
-from dpaudit.trainers import dp_adam, engine, partitions, psel, trainable
+from dpaudit.trainers import dp_adam, engine, partitions, planning, psel, trainable
 from dpaudit.trainers import fit as common
 from dpaudit.trainers.loss import run_choices
 
@@ -169,3 +169,16 @@ def _card(eng, tc, res, budget: Budget, selections: list, n: int) -> PrivacyCard
     return common.privacy_card(eng, epsilon=eps, delta=res.delta, method="dp_frost", trainable="subset",
                                accountant=eng.accountant if res.private else "none", events=events, dataset_size=n,
                                expected_batch_size=res.sample_rate * n, extra=extra)
+
+
+def plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
+    """The dry run's plan of a DP-FROST variant: the record-level sampling plan and both phases' noise (private
+    selection and DP-SGD), calibrated together to the target as :func:`fit` calibrates them."""
+    tc, eng = variant.trainer, variant.trainer.engine
+    p = engine.record_plan(n_records, eng)
+    if not eng.private:
+        return planning.MechanismPlan("record", n_records, p.batch, p.sample_rate, p.steps, p.delta, "none", None)
+    b = compute_sigma(tc, eng, p)
+    noise = f"σ_SGD = {b.sigma_sgd:.4g}, σ_selection = {b.sigma_ps:.4g} ({eng.accountant})" if b.sigma_sgd else "none"
+    return planning.MechanismPlan("record", n_records, p.batch, p.sample_rate, p.steps, p.delta, noise,
+                                  eng.target_epsilon)

@@ -28,7 +28,7 @@ from dpaudit.accounting import SubsampledLaplaceMixture, lmo_paper, lmo_vector
 from dpaudit.accounting.lmo_noise import LmoNoise
 from dpaudit.canaries.manifest import Manifest
 from dpaudit.errors import DpauditError
-from dpaudit.trainers import dp_adam, engine
+from dpaudit.trainers import dp_adam, engine, planning
 from dpaudit.trainers import fit as common
 from dpaudit.trainers.noise import LaplaceMixture
 
@@ -110,3 +110,15 @@ def fit(cfg, variant, data, manifest: Manifest, out: Path,
                              "lmo_noise_used": cal.noise.to_dict()},
                             common.data_counts(data, records))
     return common.write(out, model, tok, card, manifest, run, res, tc, base)
+
+
+def plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
+    """The dry run's plan of an LMO-DP variant: the record-level sampling plan and the Laplace-mixture noise its
+    search calibrates (:func:`calibrate`), with the ε its card will claim."""
+    tc, eng = variant.trainer, variant.trainer.engine
+    p = engine.record_plan(n_records, eng)
+    if not eng.private:
+        return planning.MechanismPlan("record", n_records, p.batch, p.sample_rate, p.steps, p.delta, "none", None)
+    c = calibrate(tc, eng, p)
+    return planning.MechanismPlan("record", n_records, p.batch, p.sample_rate, p.steps, p.delta,
+                                  f"LMO Laplace mixture ({c.claim_accountant})", c.claim_epsilon)

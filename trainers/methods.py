@@ -4,13 +4,15 @@
     folder = method.fit(cfg, variant, data, manifest, out, snapshots=None)
 
 Each method module exposes ``fit(cfg, variant, data, manifest, out, snapshots=None) -> Path`` (the folder it
-wrote: a checkpoint, or for PMixED a deployment, which ``dpaudit evaluate`` tells apart by its files) and
-declares what it supports. Adding a method is one module and one line here (and its name in
-``dpaudit.options.METHODS``, which this registry must match).
+wrote: a checkpoint, or for PMixED a deployment, which ``dpaudit evaluate`` tells apart by its files) and a
+``plan(cfg, variant, n_records, users, manifest)`` giving the dry run its sampling, noise and claim
+(:class:`.planning.MechanismPlan`), and declares what it supports. Adding a method is one module and one line
+here (and its name in ``dpaudit.options.METHODS``, which this registry must match).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -32,19 +34,31 @@ class Method:
     # reaches is refused before any variant trains (dpaudit.run.pipeline's preflight)
     canary_rate: bool = False  # samples the canaries at canaries.sample_rate (a config that sets it with a method
     # lacking this is refused before any variant trains)
+    plan: Callable | None = None  # (cfg, variant, n_records, users, manifest) -> planning.MechanismPlan; None: the
+    # module's own ``plan``
 
     def fit(self, cfg, variant, data, manifest, out, snapshots=None):
         if snapshots is not None and not self.snapshots:
             raise DpauditError(f"method {self.name!r} does not write training snapshots")
         return self.module.fit(cfg, variant, data, manifest, out, snapshots=snapshots)
 
+    def mechanism_plan(self, cfg, variant, n_records: int, users: int | None, manifest):
+        """What this method will do to one variant, before training (the dry run's one question): its
+        :class:`.planning.MechanismPlan`. A method that states none is refused, never planned as another's."""
+        plan = self.plan or getattr(self.module, "plan", None)
+        if plan is None:
+            raise DpauditError(f"method {self.name!r} states no plan of its mechanism, so --dry-run cannot say its "
+                               "noise or claim; give its module a plan(cfg, variant, n_records, users, manifest) "
+                               "(trainers/planning.py)")
+        return plan(cfg, variant, n_records, users, manifest)
+
 
 REGISTRY = {m.name: m for m in (
     Method("dp_adam", dp_adam, snapshots=True, gaussian_target=True, canary_rate=True),
     Method("dp_frost", dp_frost, snapshots=False),  # two phases (selection, training): retrained on resume
     Method("lmo_dp", lmo_dp, snapshots=True),
-    Method("user_dp_sgd", user_dp, snapshots=True),
-    Method("group_privacy", user_dp, snapshots=True),
+    Method("user_dp_sgd", user_dp, snapshots=True, plan=user_dp.user_plan),
+    Method("group_privacy", user_dp, snapshots=True, plan=user_dp.group_plan),
     Method("pmixed", pmixed, snapshots=False),  # N adapters: retrained on resume
 )}
 assert tuple(sorted(REGISTRY)) == tuple(sorted(options.METHODS)), "trainers.methods must list options.METHODS"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 from dpaudit.accounting.events import PMixedPrediction
@@ -22,7 +23,7 @@ from dpaudit.io import jsonable
 from dpaudit.pmixed import deployment as dep
 from dpaudit.pmixed.ledger import Ledger
 from dpaudit.tasks.sentiment import encode_text
-from dpaudit.trainers import engine
+from dpaudit.trainers import engine, planning
 from dpaudit.trainers import fit as common
 
 
@@ -110,3 +111,13 @@ class _Summary:
     def summary(self) -> dict:
         return {"adapters": self.adapters, "steps": sum(a["steps"] for a in self.adapters),
                 "seconds": sum(a.get("seconds", 0.0) for a in self.adapters), "private": False}
+
+
+def plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
+    """The dry run's plan of a PMixED variant: no training noise (N adapters trained without privacy); the
+    privacy is spent at prediction time, T queries of N models subsampled at q."""
+    eng, spec = variant.trainer.engine, spec_of(cfg, variant)
+    return planning.MechanismPlan("user", users or 0, spec.n_models, spec.sample_rate, spec.queries, eng.delta,
+                                  f"prediction-time (N = {spec.n_models} models, q = {spec.sample_rate:g}, "
+                                  f"{spec.queries} queries)", eng.target_epsilon,
+                                  memory_engine=dataclasses.replace(eng, target_epsilon=math.inf))

@@ -16,6 +16,7 @@ Canary users (``canaries.records_per_user > 1``) join the training users whole, 
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from dpaudit.canaries.manifest import Manifest
 from dpaudit.tasks import userlm
 from dpaudit.tasks.sentiment import encode_text
 from dpaudit.tokens import frame_text
-from dpaudit.trainers import engine
+from dpaudit.trainers import engine, planning
 from dpaudit.trainers import fit as common
 
 
@@ -107,3 +108,27 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path,
                             {"n_users": len(records),
                              "n_records_available" if per_step else "n_records_after_cap": n_records})
     return common.write(out, model, tok, card, manifest, run, res, tc, base)
+
+
+def user_plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
+    """The dry run's plan of a user-wise DP-SGD variant: users sampled at B / (users + canary users), one
+    Gaussian calibrated to the target over ceil(epochs / q) steps."""
+    from dpaudit import accounting
+
+    eng = variant.trainer.engine
+    n_users = (users or 0) + (cfg.canaries.m if manifest is None else len(manifest.training_users()))
+    B = min(eng.batch_size, n_users)
+    q = B / n_users
+    steps = max(1, int(math.ceil(eng.epochs / q)))
+    delta = (eng.delta if eng.delta is not None else 1.0 / (2 * n_users)) if eng.private else None
+    sigma = accounting.calibrate_sigma(eng.target_epsilon, delta, q, steps, accountant=eng.accountant) \
+        if eng.private else None
+    return planning.MechanismPlan("user", n_users, B, q, steps, delta,
+                                  f"σ = {sigma:.4g} ({eng.accountant})" if sigma else "none",
+                                  eng.target_epsilon if eng.private else None)
+
+
+def group_plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
+    """The dry run's plan of a group-privacy variant: record-level DP-SGD on every user's capped records (the
+    caller counts them), its claim converted to users of k."""
+    return planning.gaussian_records(variant.trainer.engine, n_records, unit="record (claim converted to users of k)")

@@ -2,9 +2,10 @@
 
 The config is validated as a run would validate it; the data and the canaries are read (when the data source
 is not on this machine, ``task.n_train`` stands in for its size, said so); then, per variant, the mechanism is
-resolved exactly as the trainer will resolve it: the sampling rate q and divisor B, the number of noisy steps,
-δ, the noise (σ calibrated to the target by the method's calibrating accountant; DP-FROST's two phases; LMO-DP's
-search) and the ε the card will claim. The model is built on PyTorch's ``meta`` device from its config alone (no
+resolved exactly as the trainer will resolve it, by the method itself (its registry entry's ``plan``,
+trainers/planning.py): the sampling rate q and divisor B, the number of noisy steps, δ, the noise (σ calibrated
+to the target by the method's calibrating accountant; DP-FROST's two phases; LMO-DP's search) and the ε the card
+will claim. The model is built on PyTorch's ``meta`` device from its config alone (no
 weights are read or needed) to count its parameters, the trainable ones (LoRA included) and a memory estimate
 per device for the chosen clipping mode (float32: weights, gradients, Adam's two moments, and per-sample
 gradients of the physical batch in hooks mode; activations are not estimated).
@@ -13,7 +14,6 @@ gradients of the physical batch in hooks mode; activations are not estimated).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,67 +98,22 @@ def plan(cfg_path: Path, only: tuple[str, ...] = ()) -> tuple[list[VariantPlan],
 
 
 def _variant(cfg, v, n_records: int, users: int | None, manifest, model_params) -> VariantPlan:
-    from dpaudit import accounting
-    from dpaudit.trainers import engine
+    """One variant's plan: the method's own answer (``trainers.methods.Method.mechanism_plan``: no branch per
+    method here), the model's parameters and a memory estimate."""
+    from dpaudit.trainers import methods
 
-    tc, eng = v.trainer, v.trainer.engine
-    method = tc.method
+    tc = v.trainer
     total, trainable = model_params(tc)
-    if method == "user_dp_sgd":
-        n_users = (users or 0) + (cfg.canaries.m if manifest is None else len(manifest.training_users()))
-        B = min(eng.batch_size, n_users)
-        q = B / n_users
-        steps = max(1, int(math.ceil(eng.epochs / q)))
-        delta = (eng.delta if eng.delta is not None else 1.0 / (2 * n_users)) if eng.private else None
-        sigma = accounting.calibrate_sigma(eng.target_epsilon, delta, q, steps, accountant=eng.accountant) \
-            if eng.private else None
-        noise = f"σ = {sigma:.4g} ({eng.accountant})" if sigma else "none"
-        return VariantPlan(v.name, method, "user", n_users, B, q, steps, delta, noise,
-                           eng.target_epsilon if eng.private else None, total, trainable,
-                           *_memory(total, trainable, eng, tc))
-    if method == "pmixed":
-        from dpaudit.trainers import pmixed
-
-        spec = pmixed.spec_of(cfg, v)
-        return VariantPlan(v.name, method, "user", users or 0, spec.n_models, spec.sample_rate, spec.queries,
-                           eng.delta, f"prediction-time (N = {spec.n_models} models, q = {spec.sample_rate:g}, "
-                           f"{spec.queries} queries)", eng.target_epsilon, total, trainable,
-                           *_memory(total, trainable, dataclasses.replace(eng, target_epsilon=math.inf), tc))
-    p = engine.record_plan(n_records, eng)
-    if not eng.private:
-        noise, claim = "none", None
-    elif method == "dp_frost":
-        from dpaudit.trainers import dp_frost
-
-        b = dp_frost.compute_sigma(tc, eng, p)
-        noise = f"σ_SGD = {b.sigma_sgd:.4g}, σ_selection = {b.sigma_ps:.4g} ({eng.accountant})" \
-            if b.sigma_sgd else "none"
-        claim = eng.target_epsilon
-    elif method == "lmo_dp":
-        from dpaudit.trainers import lmo_dp
-
-        c = lmo_dp.calibrate(tc, eng, p)
-        noise, claim = f"LMO Laplace mixture ({c.claim_accountant})", c.claim_epsilon
-    else:
-        rate = _canary_rate(cfg, v)
-        q = p.sample_rate if rate is None else max(p.sample_rate, rate)  # the card accounts the larger rate
-        sigma = accounting.calibrate_sigma(eng.target_epsilon, p.delta, q, p.steps, accountant=eng.accountant)
-        noise = f"σ = {sigma:.4g} ({eng.accountant})" + (
-            "" if rate is None else f"; canaries sampled at {rate:g}, every record accounted at q = {q:.4g}")
-        claim = accounting.epsilon_function(eng.accountant)(
-            [accounting.SubsampledGaussian(q, sigma, p.steps)], p.delta)
-    unit = "record (claim converted to users of k)" if method == "group_privacy" else "record"
-    return VariantPlan(v.name, method, unit, n_records, p.batch, p.sample_rate, p.steps, p.delta, noise, claim,
-                       total, trainable, *_memory(total, trainable, eng, tc))
+    mp = methods.get(tc.method).mechanism_plan(cfg, v, n_records, users, manifest)
+    return VariantPlan(v.name, tc.method, mp.unit, mp.units, mp.batch, mp.sample_rate, mp.steps, mp.delta, mp.noise,
+                       mp.claim, total, trainable, *_memory(total, trainable, mp.memory_engine or tc.engine, tc))
 
 
-def _canary_rate(cfg, v) -> float | None:
-    """The canaries' own sampling rate for a private variant (None: the data's), refused as the run refuses it."""
+def _canary_rate(cfg, v) -> None:
+    """A method that cannot honour the canaries' own sampling rate is refused as the run refuses it."""
     from dpaudit.trainers import methods
 
     methods.check_canary_rate(v, cfg.canaries.sample_rate)
-    rate = cfg.canaries.sample_rate
-    return None if rate is None or not v.trainer.engine.private else float(rate)
 
 
 def _params(cfg):

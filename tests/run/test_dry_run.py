@@ -20,6 +20,17 @@ from tests.settings import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = sorted((ROOT / "configs" / "paper").glob("*.toml"))
+LMO = '''
+[train]
+method = "lmo_dp"
+delta = 1e-5
+batch_size = 24
+[train.lmo]
+noise = {a1 = 0.3, a2 = 0.2, a3 = 0.5, gamma_k = 2.0, gamma_theta = 0.5, exp_rate = 5.0, u_low = 0.5, u_high = 1.5}
+[[variants]]
+name = "lmo"
+target_epsilon = 3.0
+'''
 
 
 
@@ -99,17 +110,7 @@ def test_dry_run_resolves_lmo_and_frost_noise(tmp_path):
     """LMO-DP's calibrated Laplace mixture and DP-FROST's two sigmas, as their trainers calibrate them (a fixed
     LMO noise shape scaled to the target; the paper config's full search is the same call, minutes long)."""
     cfg = tmp_path / "lmo.toml"
-    cfg.write_text(TINY_RUN + """
-[train]
-method = "lmo_dp"
-delta = 1e-5
-batch_size = 24
-[train.lmo]
-noise = {a1 = 0.3, a2 = 0.2, a3 = 0.5, gamma_k = 2.0, gamma_theta = 0.5, exp_rate = 5.0, u_low = 0.5, u_high = 1.5}
-[[variants]]
-name = "lmo"
-target_epsilon = 3.0
-""")
+    cfg.write_text(TINY_RUN + LMO)
     (p,), _ = dry_run.plan(cfg)
     assert p.method == "lmo_dp" and "LMO Laplace mixture (lmo_paper)" in p.noise and p.claim <= 3.0 + 1e-6
     cfg.write_text(TINY_RUN + """
@@ -123,6 +124,30 @@ target_epsilon = 2.0
 """)
     (p,), _ = dry_run.plan(cfg)
     assert p.method == "dp_frost" and "σ_SGD" in p.noise and "σ_selection" in p.noise
+
+
+def test_the_dry_run_asks_the_method_and_never_plans_one_as_another(tmp_path, monkeypatch):
+    """The plan comes from the method's registry entry (trainers/methods.py, issue wave 5 · 0/5 item 2): a method
+    with a plan of its own is shown as it states it; one that states none is refused in one line, never planned as
+    DP-SGD (the wrong sigma and claim the dry run printed for a new method before)."""
+    from dpaudit.trainers import methods, planning
+
+    cfg = tmp_path / "lmo.toml"
+    cfg.write_text(TINY_RUN + LMO)
+    seen = []
+
+    def own_plan(cfg, variant, n_records, users, manifest):
+        seen.append((variant.name, n_records))
+        return planning.MechanismPlan("record", n_records, 7, 7 / n_records, 11, 1e-5, "its own noise", 2.5)
+
+    monkeypatch.setitem(methods.REGISTRY, "lmo_dp", methods.Method("lmo_dp", object(), snapshots=False, plan=own_plan))
+    (p,), _ = dry_run.plan(cfg)
+    assert seen == [("lmo", p.units)] and (p.batch, p.steps, p.noise, p.claim) == (7, 11, "its own noise", 2.5)
+    monkeypatch.setitem(methods.REGISTRY, "lmo_dp", methods.Method("lmo_dp", object(), snapshots=False))
+    with pytest.raises(DpauditError, match="states no plan of its mechanism") as e:
+        dry_run.plan(cfg)
+    assert "\n" not in str(e.value)
+    assert main(["run", str(cfg), "--dry-run"]) == 2
 
 
 _FSDP = 'grad_sample_mode = "ghost_fsdp"\n'
