@@ -8,7 +8,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 
-.PHONY: demo demo-refresh test test-fast lint bench ci-audit wheel-check clean-venv wordnet
+.PHONY: demo demo-refresh test test-fast test-jax lint bench ci-audit wheel-check clean-venv wordnet
 
 $(BIN)/.installed: requirements.txt requirements-assets.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,15 @@ test: $(BIN)/.installed lint wordnet
 
 test-fast: $(BIN)/.installed
 	$(BIN)/pytest -q -m "not slow"
+
+# The optional JAX extra: jax-privacy's own DP-SGD components with the functional probe (skipped by `make test`
+# where jax is absent). torch==2.13.0 is named in the same command (-c requirements.txt) so pip keeps the CPU wheel.
+$(BIN)/.installed-jax: $(BIN)/.installed requirements-jax.txt
+	$(BIN)/pip install -q -r requirements-jax.txt -c requirements.txt
+	touch $@
+
+test-jax: $(BIN)/.installed-jax
+	$(BIN)/pytest -q tests/probe/test_jax_loop.py -p no:cacheprovider
 
 # The project's own privacy gate: a tiny audit whose DP model must satisfy the default policy.
 ci-audit: $(BIN)/.installed

@@ -50,14 +50,21 @@ def _run(tmp_path, *, bug=None, arrays="torch", seed=0, steps=T, on_fail="warn")
             x = np.asarray(clipped[k]) + noise
             update[k] = torch.from_numpy(x / div) if arrays == "torch" else x / div
         probe.observe(update)
-    folder = tmp_path / f"run-{bug}-{arrays}-{seed}"
-    folder.mkdir()
-    event = SubsampledGaussian(Q, SIGMA, steps, "poisson")
-    eps = accounting.compute([event], 1e-5, "prv").epsilon
-    PrivacyCard(claim=Claim(epsilon=eps, delta=1e-5), events=[event], clipping_norm=C, expected_batch_size=B,
-                dataset_size=N, method="hand-written").save(folder / "privacy_card.json")
-    probe.save(folder)
+    folder = save_with_card(probe, tmp_path / f"run-{bug}-{arrays}-{seed}", q=Q, sigma=SIGMA, steps=steps,
+                            clipping_norm=C, batch=B, n=N, method="hand-written")
     return folder, probe
+
+
+def save_with_card(probe, folder, *, q, sigma, steps, clipping_norm, batch, n, method):
+    """The probe's record in ``folder`` beside the card of the run as stated: Poisson rate q, sigma, steps, C, the
+    divisor B and N (accounted with PRV at delta 1e-5)."""
+    folder.mkdir()
+    event = SubsampledGaussian(q, sigma, steps, "poisson")
+    eps = accounting.compute([event], 1e-5, "prv").epsilon
+    PrivacyCard(claim=Claim(epsilon=eps, delta=1e-5), events=[event], clipping_norm=clipping_norm,
+                expected_batch_size=batch, dataset_size=n, method=method).save(folder / "privacy_card.json")
+    probe.save(folder)
+    return folder
 
 
 @pytest.mark.parametrize("arrays", ["torch", "numpy"])
