@@ -168,12 +168,17 @@ def open_append(path: Path, what: str):
     a link planted under its name is a one-line DpauditError)."""
     import os
 
+    import errno
+
     path = Path(path)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as e:
-        raise DpauditError(f"cannot open {what} {printable(path)} ({e.strerror}); remove it if it is a symlink, "
-                           "then retry") from None
+        fix = {errno.ELOOP: "it is a symlink: remove it, then retry",
+               errno.ENOENT: "its folder does not exist: create it or pass another path",
+               errno.ENOTDIR: "its folder does not exist: create it or pass another path",
+               errno.EISDIR: "it is a folder: pass a file's path"}.get(e.errno, "fix it or pass another path")
+        raise DpauditError(f"cannot open {what} {printable(path)} ({e.strerror}); {fix}") from None
     return os.fdopen(fd, "a")
 
 

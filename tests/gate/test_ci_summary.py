@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from dpaudit.cli import main
 from dpaudit.gate.compare import TESTS, compare_one
 
@@ -77,3 +79,16 @@ def test_a_summary_file_that_is_a_link_is_refused_and_its_target_untouched(tmp_p
     assert main(["check", str(DEMO), "--summary", str(tmp_path / "summary.md")]) == 2
     assert target.read_text() == "keep\n"
     assert "symlink" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where,fix", [("no/such/folder/summary.md", "its folder does not exist"),
+                                       (".", "it is a folder"), ("link.md", "it is a symlink")],
+                         ids=["missing folder", "a folder", "a link"])
+@pytest.mark.parametrize("command", ["check", "compare"])
+def test_a_summary_path_that_cannot_be_appended_to_names_the_fix_in_one_line(tmp_path, capsys, where, fix, command):
+    os.symlink(tmp_path / "elsewhere.md", tmp_path / "link.md")
+    argv = [command, str(DEMO)] + ([str(DEMO)] if command == "compare" else [])
+    assert main(argv + ["--summary", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fix in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "elsewhere.md").exists()
