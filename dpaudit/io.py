@@ -1,6 +1,9 @@
 """Small file helpers with no heavy imports (``dpaudit check`` and ``compare`` load through these without
 torch): JSON and TOML readers whose failures are one-line :class:`DpauditError` messages naming the fix,
-and strict JSON values (infinities as the string "inf")."""
+and strict JSON values (infinities as the string "inf"), and the one writer (:func:`write_atomic`).
+
+Over 300 lines on purpose: every input file dpaudit reads and every file it writes pass through this one module
+(docs/security.md, "One writer"), so that a defence added here reaches every command at once."""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ def read_json(path: Path, what: str, fix: str) -> dict:
     """A JSON file, or a one-line DpauditError (missing file, unreadable, invalid JSON, larger than
     :data:`MAX_JSON_BYTES`: refused before it is read)."""
     path = Path(path)
+    if path.is_dir():
+        raise DpauditError(f"{what} at {path} is a folder, not a file; {fix}")
     if not path.is_file():
         raise DpauditError(f"{what} not found at {path}; {fix}")
     size = path.stat().st_size

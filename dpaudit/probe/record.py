@@ -102,14 +102,17 @@ def check_types(f, record: dict) -> None:
                                    "record is damaged or edited: restore the record written with the model")
 
 
+NO_READING_IS_NAN = ("clip_exact",)  # the probe's arrays where NaN is a step without that reading, not a bad value
+
+
 def non_finite(record: dict, path: str = "") -> str | None:
     """The first place in a record's JSON part (or its per-step projections) holding NaN or infinity, else None."""
     import math
 
     if isinstance(record, dict):
         for k, v in record.items():
-            if k == "arrays":  # the probe's per-step arrays: NaN there means "no reading" (clip_exact)
-                continue
+            if k == "arrays" and isinstance(v, dict):  # NaN means "no reading" in clip_exact only
+                v = {name: a for name, a in v.items() if name not in NO_READING_IS_NAN}
             hit = non_finite(v, f"{path}.{k}" if path else str(k))
             if hit:
                 return hit

@@ -44,6 +44,8 @@ def test_card_errors_name_the_field(mutate, needle):
 def test_card_file_errors(tmp_path):
     with pytest.raises(DpauditError, match="not found"):
         card.load_card(tmp_path / "nope.json")
+    with pytest.raises(DpauditError, match="is a folder, not a file"):  # every JSON reader: dpaudit.io.read_json
+        card.load_card(tmp_path)
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(DpauditError, match="not valid JSON"):
         card.load_card(tmp_path / "bad.json")
