@@ -171,9 +171,8 @@ def write_atomic_all(files: list, mode: int | None = None) -> None:
 def open_append(path: Path, what: str):
     """``path`` opened for appending (a log, a lock), created when missing, never through a link (``O_NOFOLLOW``:
     a link planted under its name is a one-line DpauditError)."""
-    import os
-
     import errno
+    import os
 
     path = Path(path)
     try:
