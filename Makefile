@@ -36,8 +36,10 @@ lint: $(BIN)/.installed
 wordnet: $(BIN)/.installed
 	-$(BIN)/dpaudit assets --wordnet > /dev/null || echo "WordNet not installed: METEOR is left out of reports"
 
+# Whole files to each worker, the longest first (tests/conftest.py orders them by tests/durations.json; xdist's own
+# reorder, by number of tests per file, would start the few-test, long end-to-end files last).
 test: $(BIN)/.installed lint wordnet
-	$(BIN)/pytest -q --durations=10 --numprocesses=auto --maxprocesses=4 --dist=loadfile
+	$(BIN)/pytest -q --durations=10 --numprocesses=auto --maxprocesses=4 --dist=loadfile --no-loadscope-reorder
 
 test-fast: $(BIN)/.installed
 	$(BIN)/pytest -q -m "not slow"
