@@ -179,8 +179,15 @@ def secure_noise(optimizer, cfg: EngineConfig):
     return optimizer
 
 
-def _sigma(cfg: EngineConfig, delta: float, q: float, steps: int) -> float:
+def calibrated_sigma(cfg: EngineConfig, delta: float, q: float, steps: int) -> float:
+    """The Gaussian noise multiplier that reaches ``cfg.target_epsilon`` at (q, steps, delta) by the run's
+    calibrating accountant (the dry run's plan asks the same, trainers/planning.py)."""
     return accounting.calibrate_sigma(cfg.target_epsilon, delta, q, steps, accountant=cfg.accountant)
+
+
+def card_rate(q: float, canary_rate: float | None) -> float:
+    """The rate the card accounts every record at: the larger of the data's q and the canaries' own rate."""
+    return q if canary_rate is None else max(q, float(canary_rate))
 
 
 def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=None, resumed=None) -> TrainResult:
@@ -310,11 +317,11 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
         return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None, resumed=resumed)
     delta, steps = plan.delta, plan.steps
     flags = _canary_flags(records, canary_rate, cfg, event)
-    q_card = q if flags is None else max(q, float(canary_rate))  # what the card accounts
+    q_card = card_rate(q, None if flags is None else canary_rate)  # what the card accounts
     if event is not None:
         sigma = 0.0  # Opacus' own Gaussian draw is replaced by ``noise``
     elif sigma is None:
-        sigma = _sigma(cfg, delta, q_card, steps)
+        sigma = calibrated_sigma(cfg, delta, q_card, steps)
     elif not sigma > 0:
         raise DpauditError(f"a fixed noise multiplier must be > 0, got {sigma}")
     mseed = mechanism_seed(cfg)
@@ -384,7 +391,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     q = B / U
     steps = max(1, int(math.ceil(cfg.epochs / q)))
     delta = (cfg.delta if cfg.delta is not None else 1.0 / (2 * U)) if cfg.private else None
-    sigma = _sigma(cfg, delta, q, steps) if cfg.private else None
+    sigma = calibrated_sigma(cfg, delta, q, steps) if cfg.private else None
     params, opt = optim.base(model, cfg.lr, cfg.weight_decay, cfg.head_lr, cfg.optimizer)
     check_fp32(params, cfg.private)
     mseed = mechanism_seed(cfg)

@@ -36,8 +36,8 @@ def gaussian_records(eng, n_records: int, unit: str = "record", canary_rate: flo
     p = engine.record_plan(n_records, eng)
     if not eng.private:
         return MechanismPlan(unit, n_records, p.batch, p.sample_rate, p.steps, p.delta, "none", None)
-    q = p.sample_rate if canary_rate is None else max(p.sample_rate, canary_rate)
-    sigma = accounting.calibrate_sigma(eng.target_epsilon, p.delta, q, p.steps, accountant=eng.accountant)
+    q = engine.card_rate(p.sample_rate, canary_rate)  # as engine.train accounts and calibrates
+    sigma = engine.calibrated_sigma(eng, p.delta, q, p.steps)
     noise = f"σ = {sigma:.4g} ({eng.accountant})" + (
         "" if canary_rate is None else f"; canaries sampled at {canary_rate:g}, every record accounted at q = {q:.4g}")
     claim = accounting.epsilon_function(eng.accountant)([accounting.SubsampledGaussian(q, sigma, p.steps)], p.delta)

@@ -113,16 +113,13 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path,
 def user_plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
     """The dry run's plan of a user-wise DP-SGD variant: users sampled at B / (users + canary users), one
     Gaussian calibrated to the target over ceil(epochs / q) steps."""
-    from dpaudit import accounting
-
     eng = variant.trainer.engine
     n_users = (users or 0) + (cfg.canaries.m if manifest is None else len(manifest.training_users()))
     B = min(eng.batch_size, n_users)
     q = B / n_users
     steps = max(1, int(math.ceil(eng.epochs / q)))
     delta = (eng.delta if eng.delta is not None else 1.0 / (2 * n_users)) if eng.private else None
-    sigma = accounting.calibrate_sigma(eng.target_epsilon, delta, q, steps, accountant=eng.accountant) \
-        if eng.private else None
+    sigma = engine.calibrated_sigma(eng, delta, q, steps) if eng.private else None  # as engine.train_users
     return planning.MechanismPlan("user", n_users, B, q, steps, delta,
                                   f"σ = {sigma:.4g} ({eng.accountant})" if sigma else "none",
                                   eng.target_epsilon if eng.private else None)

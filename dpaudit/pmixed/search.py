@@ -386,9 +386,9 @@ def write(r: dict, out, deployment) -> None:
 
     from dpaudit.folders import staged_folder
     from dpaudit.io import jsonable
-    from dpaudit.pmixed.evaluate import content_hash as _hash
+    from dpaudit.pmixed.evaluate import content_hash
 
-    r["checkpoint"] = {"path": str(deployment), "hash": _hash(Path(deployment))}
+    r["checkpoint"] = {"path": str(deployment), "hash": content_hash(Path(deployment))}
     with staged_folder(Path(out)) as stage:
         (stage / "search.json").write_text(json.dumps(jsonable(r), indent=1) + "\n")
         (stage / "SEARCH.md").write_text(render(r))
