@@ -17,82 +17,131 @@ Every word is defined once, in docs/verdicts.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
+from dataclasses import dataclass, replace
+from typing import Any
 
 from dpaudit.audit.rows import TestRow
+from dpaudit.errors import DpauditError
+from dpaudit.options import ACCOUNTING_STATUSES, EMPIRICAL_STATUSES, VERDICTS, current_word
+
+
+@dataclass(frozen=True)
+class AccountingCheck:
+    """The accounting check as the verdict reports it: ``status`` (one of ``options.ACCOUNTING_STATUSES``, None
+    where no accounting ran), its ``reason``, and the accountants' interval ``[lower, upper]`` on the card's ε."""
+
+    status: str | None
+    reason: str | None
+    lower: float | None = None
+    upper: float | None = None
+
+    def __post_init__(self):
+        if self.status is not None and self.status not in ACCOUNTING_STATUSES:
+            raise ValueError(f"accounting status {self.status!r} is not one of {', '.join(ACCOUNTING_STATUSES)}")
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "reason": self.reason, "lower": self.lower, "upper": self.upper}
+
+
+@dataclass(frozen=True)
+class EmpiricalCheck:
+    """The empirical check of a claim (:func:`empirical`): ``status`` (one of ``options.EMPIRICAL_STATUSES``), the
+    best lower bound ``epsilon_lb`` at its family-wise ``confidence`` (None where no test ran), the audit's
+    ``ceiling`` (the largest bound any of its tests could give) and the ``reason`` in words."""
+
+    status: str
+    epsilon_lb: float
+    ceiling: float
+    confidence: float | None
+    reason: str
+
+    def __post_init__(self):
+        if self.status not in EMPIRICAL_STATUSES:
+            raise ValueError(f"empirical status {self.status!r} is not one of {', '.join(EMPIRICAL_STATUSES)}")
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "epsilon_lb": self.epsilon_lb, "ceiling": self.ceiling,
+                "confidence": self.confidence, "reason": self.reason}
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The judge step's value: :func:`judge`'s verdict (the report's ``verdict`` object), frozen all the way down
-    (mappings read-only, lists as tuples); ``status`` and ``reason`` read from it, :meth:`as_dict` gives a
-    plain copy to render."""
+    """The judge step's value (:func:`judge`): the headline ``status`` (one of ``options.VERDICTS``) and its
+    ``reason``, both checks, and what changed the headline: ``mechanism`` (one line per failed probe or noise
+    check; the headline is then ``mechanism-mismatch`` and ``without_mechanism`` the one it would have had),
+    ``off_plan`` (evaluated off the plan fixed before training: exploratory). Serialised in one place,
+    :meth:`as_dict` (the report's ``verdict`` object); :meth:`from_dict` reads one back."""
 
-    fields: Mapping
+    status: str
+    reason: str
+    accounting: AccountingCheck
+    empirical: EmpiricalCheck
+    mechanism: tuple[str, ...] = ()
+    without_mechanism: str | None = None
+    off_plan: bool = False
 
-    @classmethod
-    def of(cls, verdict: dict) -> Verdict:
-        return cls(_freeze(verdict))
-
-    @property
-    def status(self) -> str:
-        return self.fields["status"]
-
-    @property
-    def reason(self) -> str:
-        return self.fields["reason"]
+    def __post_init__(self):
+        if self.status not in VERDICTS:
+            raise ValueError(f"verdict {self.status!r} is not one of {', '.join(VERDICTS)}")
 
     def as_dict(self) -> dict:
-        return _thaw(self.fields)
+        """The report's ``verdict`` object (a fresh plain dict: editing it leaves the verdict as it was)."""
+        out: dict[str, Any] = {"status": self.status, "reason": self.reason,
+                               "accounting": self.accounting.as_dict(), "empirical": self.empirical.as_dict()}
+        if self.mechanism:
+            out["mechanism"] = list(self.mechanism)
+            out["without_mechanism"] = self.without_mechanism
+        if self.off_plan:
+            out["off_plan"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Verdict:
+        """A report's ``verdict`` object as a typed value, an older report's words read as their current names
+        (``options.LEGACY_WORDS``).
+
+        Raises:
+            DpauditError: the object is not one :meth:`as_dict` writes (a key missing, a word outside the
+                vocabulary of docs/verdicts.md).
+        """
+        try:
+            emp = {**d["empirical"], "status": current_word("empirical", d["empirical"]["status"])}
+            return cls(status=current_word("verdict", d["status"]), reason=d["reason"],
+                       accounting=AccountingCheck(**d["accounting"]), empirical=EmpiricalCheck(**emp), mechanism=tuple(d.get("mechanism") or ()),
+                       without_mechanism=d.get("without_mechanism"), off_plan=bool(d.get("off_plan", False)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DpauditError(f"the report's verdict cannot be read ({type(e).__name__}: {e}); re-make the report "
+                               "with `dpaudit evaluate`") from e
 
 
-def _freeze(x):
-    if isinstance(x, Mapping):
-        return MappingProxyType({k: _freeze(v) for k, v in x.items()})
-    if isinstance(x, (list, tuple)):
-        return tuple(_freeze(v) for v in x)
-    return x
-
-
-def _thaw(x):
-    if isinstance(x, Mapping):
-        return {k: _thaw(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        return [_thaw(v) for v in x]
-    return x
-
-
-def empirical(claimed: float, best: TestRow | None, ceiling: float, curve: TestRow | None = None) -> dict:
+def empirical(claimed: float, best: TestRow | None, ceiling: float, curve: TestRow | None = None) -> EmpiricalCheck:
     """The empirical check of a claim (``claimed`` = inf for a model without one). ``curve`` is a test row whose
     guesses reject the card's whole trade-off curve (f-DP, :mod:`dpaudit.audit.fdp`): an eps bound above the
     claim implies that rejection, so either one is the same test and needs no further correction."""
     lb = best.epsilon_lb if best else 0.0
     conf = best.family_confidence if best else None
-    base = {"epsilon_lb": lb, "ceiling": ceiling, "confidence": conf}
+
+    def check(status: str, reason: str) -> EmpiricalCheck:
+        return EmpiricalCheck(status, lb, ceiling, conf, reason)
+
     if best is not None and lb > claimed:
-        return {"status": "violated", **base,
-                "reason": f"empirical lower bound {lb:.3g} ({best.attack}) exceeds the claimed epsilon "
-                          f"{claimed:.3g} at {conf:.0%} confidence"}
+        return check("violated", f"empirical lower bound {lb:.3g} ({best.attack}) exceeds the claimed epsilon "
+                                 f"{claimed:.3g} at {conf:.0%} confidence")
     if curve is not None:
-        return {"status": "violated", **base,
-                "reason": f"the guesses of {curve.attack} ({curve.v} of {curve.r} right) reject "
-                          f"the privacy card's mechanism: its whole trade-off curve (f-DP), of which the claimed "
-                          f"epsilon {claimed:.3g} is one point, at {curve.family_confidence:.0%} confidence"}
+        return check("violated", f"the guesses of {curve.attack} ({curve.v} of {curve.r} right) reject "
+                                 f"the privacy card's mechanism: its whole trade-off curve (f-DP), of which the "
+                                 f"claimed epsilon {claimed:.3g} is one point, at {curve.family_confidence:.0%} "
+                                 "confidence")
     if best is None or ceiling <= 0.0:
-        return {"status": "no-power", **base,
-                "reason": "the audit could give no bound at all: with these canaries even perfect guesses prove "
-                          "nothing (use more canaries, fewer repetitions or a smaller delta)"}
+        return check("no-power", "the audit could give no bound at all: with these canaries even perfect guesses "
+                                 "prove nothing (use more canaries, fewer repetitions or a smaller delta)")
     if ceiling < claimed:
-        return {"status": "underpowered", **base,
-                "reason": f"the audit could reach epsilon {ceiling:.3g} at most, below the claim {claimed:.3g}, and "
-                          f"found {lb:.3g} at {conf:.0%} ({best.attack}): it could not have detected a violation "
-                          f"between {ceiling:.3g} and the claim"}
-    return {"status": "consistent", **base,
-            "reason": f"the audit could reach epsilon {ceiling:.3g}, at or above the claim {claimed:.3g}, and found "
-                      f"{lb:.3g} at {conf:.0%} ({best.attack}): a test able to refute the claim did not "
-                      "(how strong it is at the claim: the report's strength line)"}
+        return check("underpowered", f"the audit could reach epsilon {ceiling:.3g} at most, below the claim "
+                                     f"{claimed:.3g}, and found {lb:.3g} at {conf:.0%} ({best.attack}): it could "
+                                     f"not have detected a violation between {ceiling:.3g} and the claim")
+    return check("consistent", f"the audit could reach epsilon {ceiling:.3g}, at or above the claim {claimed:.3g}, "
+                               f"and found {lb:.3g} at {conf:.0%} ({best.attack}): a test able to refute the claim "
+                               "did not (how strong it is at the claim: the report's strength line)")
 
 
 @dataclass(frozen=True)
@@ -111,20 +160,25 @@ class Grounds:
     noise_checks: list | None = None
 
 
-def judge(card, acct: dict, grounds: Grounds, plan_entry: dict | None = None) -> dict:
-    """The headline verdict, its reason, and both checks, from the card, its accounting check ``acct`` and the
-    audit's ``grounds``. An evaluation off the plan fixed before training (``plan_entry``,
-    :mod:`dpaudit.canaries.plan`) keeps its headline but is marked exploratory."""
+def judge(card, acct: dict, grounds: Grounds, plan_entry: dict | None = None) -> Verdict:
+    """The headline verdict, its reason, and both checks, from the card, its accounting check ``acct`` (the dict
+    :func:`dpaudit.claim.reaccount.reaccount` returns) and the audit's ``grounds``. An evaluation off the plan
+    fixed before training (``plan_entry``, :mod:`dpaudit.canaries.plan`) keeps its headline but is marked
+    exploratory.
+
+    Returns:
+        The frozen :class:`Verdict`; ``verdict.as_dict()`` is the report's ``verdict`` object.
+    """
     g = grounds
     v = _headline(card, acct, g.best, g.ceiling, g.record_best, g.curve)
     failed = mechanism_failures(g.mechanism, g.noise_checks)
-    if failed and card.is_private and v["status"] != "violated":
-        v = {**v, "status": "mechanism-mismatch", "mechanism": failed,
-             "reason": f"the code that ran is not the mechanism the card describes: {'; '.join(failed)} (the claim rests "
-                       f"on that card; without it: {v['status']}, {v['reason']})", "without_mechanism": v["status"]}
+    if failed and card.is_private and v.status != "violated":
+        v = replace(v, status="mechanism-mismatch", mechanism=tuple(failed), without_mechanism=v.status,
+                    reason=f"the code that ran is not the mechanism the card describes: {'; '.join(failed)} (the "
+                           f"claim rests on that card; without it: {v.status}, {v.reason})")
     if plan_entry and plan_entry.get("status") == "off-plan":
-        v = {**v, "off_plan": True, "reason": "EXPLORATORY, off the evaluation plan fixed before training ("
-                                              + "; ".join(plan_entry["departures"]) + "): " + v["reason"]}
+        v = replace(v, off_plan=True, reason="EXPLORATORY, off the evaluation plan fixed before training ("
+                                             + "; ".join(plan_entry["departures"]) + "): " + v.reason)
     return v
 
 
@@ -145,32 +199,33 @@ def mechanism_failures(mechanism: list | None, noise_checks: list | None) -> lis
 
 
 def _headline(card, acct: dict, best: TestRow | None, ceiling: float | None, record_best: TestRow | None,
-              curve: TestRow | None) -> dict:
+              curve: TestRow | None) -> Verdict:
     if ceiling is None:
         ceiling = best.ceiling if best else 0.0
     emp = empirical(card.claim.epsilon_value, best, ceiling, curve if card.is_private else None)
-    accounting = {k: acct.get(k) for k in ("status", "reason")} | {"lower": acct.get("lower_epsilon"),
-                                                                    "upper": acct.get("certified_epsilon")}
-    checks = {"accounting": accounting, "empirical": emp}
+    accounting = AccountingCheck(acct.get("status"), acct.get("reason"), acct.get("lower_epsilon"),
+                                 acct.get("certified_epsilon"))
+
+    def verdict(status: str, reason: str, emp: EmpiricalCheck = emp) -> Verdict:
+        return Verdict(status, reason, accounting, emp)
+
     if record_best is not None and record_best.epsilon_lb > card.extra["record_level"]["epsilon"]:
-        emp = {**emp, "status": "violated",
-               "reason": f"record-level lower bound {record_best.epsilon_lb:.2f} exceeds the record-level claim "
-                         f"{card.extra['record_level']['epsilon']:.3f} at {record_best.family_confidence:.0%} "
-                         "confidence"}
-        return {"status": "violated", "reason": emp["reason"], **checks, "empirical": emp}
+        emp = replace(emp, status="violated",
+                      reason=f"record-level lower bound {record_best.epsilon_lb:.2f} exceeds the record-level claim "
+                             f"{card.extra['record_level']['epsilon']:.3f} at {record_best.family_confidence:.0%} "
+                             "confidence")
+        return verdict("violated", emp.reason, emp)
     if not card.is_private:
-        conf = f" at {emp['confidence']:.0%} confidence" if emp["confidence"] else ""
-        return {"status": "no-claim", **checks,
-                "reason": f"non-private model (no epsilon claimed); the audit proves epsilon >= {emp['epsilon_lb']:.2f}"
-                          f"{conf} (ceiling {ceiling:.2f})"}
-    if emp["status"] == "violated":
-        return {"status": "violated", "reason": emp["reason"], **checks}
-    if accounting["status"] == "under-claim":
-        return {"status": "accounting-mismatch", "reason": accounting["reason"], **checks}
-    if accounting["status"] != "verified":
-        return {"status": "inconclusive", "reason": f"accounting unverifiable: {accounting['reason']}", **checks}
-    if emp["status"] == "no-power":
-        return {"status": "inconclusive", "reason": f"accounting verified, but {emp['reason']}", **checks}
-    head = emp["status"]  # consistent or underpowered: the empirical check's own word, one meaning at both levels
-    return {"status": head, "reason": f"accounting verified ({accounting['reason']}); empirical: {emp['reason']}",
-            **checks}
+        conf = f" at {emp.confidence:.0%} confidence" if emp.confidence else ""
+        return verdict("no-claim", f"non-private model (no epsilon claimed); the audit proves epsilon >= "
+                                   f"{emp.epsilon_lb:.2f}{conf} (ceiling {ceiling:.2f})")
+    if emp.status == "violated":
+        return verdict("violated", emp.reason)
+    if accounting.status == "under-claim":
+        return verdict("accounting-mismatch", accounting.reason or "")
+    if accounting.status != "verified":
+        return verdict("inconclusive", f"accounting unverifiable: {accounting.reason}")
+    if emp.status == "no-power":
+        return verdict("inconclusive", f"accounting verified, but {emp.reason}")
+    # consistent or underpowered: the empirical check's own word, one meaning at both levels
+    return verdict(emp.status, f"accounting verified ({accounting.reason}); empirical: {emp.reason}")

@@ -154,7 +154,7 @@ def judge(loaded: Loaded, ev: evidence.Evidence) -> Verdict:
 def verdict_of(card, accounting: dict, ev: evidence.Evidence, plan_entry: dict | None) -> Verdict:
     """The one verdict rule every evaluation's judge step applies (a checkpoint's here, a PMixED deployment's in
     :mod:`dpaudit.pmixed.steps`): the card's claim, its accounting check and the evidence's grounds."""
-    return Verdict.of(rule.judge(card, accounting, ev.grounds(), plan_entry))
+    return rule.judge(card, accounting, ev.grounds(), plan_entry)
 
 
 def render(loaded: Loaded, scored: Scored, ev: evidence.Evidence, verdict: Verdict, command: str | None = None) -> dict:

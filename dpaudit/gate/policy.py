@@ -167,8 +167,8 @@ def check(r: dict, p: Policy) -> list[str]:
     if private:
         fails += _accounting(name, r, claim, p)
         emp = empirical_check(r, claim)
-        if p.empirical and emp["status"] not in p.empirical:
-            fails.append(f"{name}: empirical check '{emp['status']}' is not allowed ({emp['reason']})")
+        if p.empirical and emp.status not in p.empirical:
+            fails.append(f"{name}: empirical check '{emp.status}' is not allowed ({emp.reason})")
     if p.max_claimed_epsilon is not None and private and claim > p.max_claimed_epsilon:
         fails.append(f"{name}: claimed epsilon {claim:.3f} is above the budget {p.max_claimed_epsilon}")
     fails += _intended(name, r, claim, p)
@@ -214,7 +214,7 @@ def accounting_check(r: dict, claim: float, tolerance: float) -> dict:
                               acct.get("findings", []), acct.get("not_applicable"), tolerance)
 
 
-def empirical_check(r: dict, claim: float) -> dict:
+def empirical_check(r: dict, claim: float) -> verdict.EmpiricalCheck:
     """The report's empirical check, re-derived from its rows (reports written before it was recorded too)."""
     rows = [TestRow.from_dict(e) for e in r["empirical"] if e["delta_kind"] == "claimed"]
     best = max(rows, key=lambda e: e.epsilon_lb) if rows else None
@@ -256,8 +256,8 @@ def summary(r: dict) -> str:
     s = claim_strength(r)
     strength = (f"; at the claim these canaries show {s['top']['epsilon_lb']:.2g} for a mechanism exactly at it"
                 if s else "")
-    return (f"{name}: claim epsilon {claim:g}; accounting {acc['status']}; empirical {emp['status']} "
-            f"(tested up to epsilon {emp['ceiling']:.3g}{strength})")
+    return (f"{name}: claim epsilon {claim:g}; accounting {acc['status']}; empirical {emp.status} "
+            f"(tested up to epsilon {emp.ceiling:.3g}{strength})")
 
 
 def summaries(r: dict) -> list[str]:

@@ -158,9 +158,9 @@ def _evidence(report: dict, ck, acct: dict) -> list[str]:
                            families.curve_rejection(rows), mechanism=mech, noise_checks=noise)
     want = rule.judge(card, acct, grounds, report.get("audit_plan"))
     got = (report.get("verdict") or {}).get("status")
-    if got != want["status"]:
+    if got != want.status:
         out.append(f"the report's verdict {got!r} is not the one re-derived from the folder's records, the card's "
-                   f"accounting and the report's own test rows: {want['status']!r} ({want['reason'][:300]})")
+                   f"accounting and the report's own test rows: {want.status!r} ({want.reason[:300]})")
     return out
 
 

@@ -136,11 +136,11 @@ def test_claim_check_flags_too_small_claim():
     assert acct["status"] == "verified" and acct["lower_epsilon"] < 1.84
     # no audit ran: the accounting is verified but nothing empirical was tested
     v = judge(honest, acct, Grounds(None))
-    assert v["status"] == "inconclusive" and v["accounting"]["status"] == "verified"
-    assert v["empirical"]["status"] == "no-power"
+    assert v.status == "inconclusive" and v.accounting.status == "verified"
+    assert v.empirical.status == "no-power"
     low = _card(1.5)
     v = judge(low, reaccount(low), Grounds(None))
-    assert v["status"] == "accounting-mismatch" and "lower value of the true epsilon" in v["reason"]
+    assert v.status == "accounting-mismatch" and "lower value of the true epsilon" in v.reason
 
 
 def test_shuffled_batches_are_accounted_without_replacement_but_not_certified():
@@ -157,7 +157,7 @@ def test_shuffled_batches_are_accounted_without_replacement_but_not_certified():
     assert acct["results"][0]["epsilon"] > 2.2 and acct["results"][0]["relation"] == "replace_one"
     assert acct["findings"] and "shuffle" in acct["findings"][0]
     assert acct["status"] == "unverifiable"  # an upper value only: never an accusation
-    assert judge(c, acct, Grounds(None))["status"] == "inconclusive"
+    assert judge(c, acct, Grounds(None)).status == "inconclusive"
 
 
 def test_empirical_bound_above_claim_is_a_violation():
@@ -167,7 +167,7 @@ def test_empirical_bound_above_claim_is_a_violation():
 
     c = _card(2.2)
     best = TestRow.from_dict({"epsilon_lb": 3.0, "ceiling": 5.8, "family_confidence": 0.95, "delta_kind": "claimed"})
-    assert judge(c, reaccount(c), Grounds(best))["status"] == "violated"
+    assert judge(c, reaccount(c), Grounds(best)).status == "violated"
 
 
 def test_calibration_treats_a_sigma_the_accountant_cannot_grid_as_too_small():

@@ -172,7 +172,7 @@ def test_one_word_one_meaning_older_reports_and_policies_keep_theirs(tmp_path, c
     assert set(options.EMPIRICAL_STATUSES) - {"no-power"} <= set(options.VERDICTS)
     assert "not-refuted" not in options.EMPIRICAL_STATUSES
     row = TestRow.from_dict({"epsilon_lb": 0.5, "family_confidence": 0.95, "ceiling": 3.0, "delta_kind": "claimed"})
-    assert empirical(8.0, row, 3.0)["status"] == "underpowered"
+    assert empirical(8.0, row, 3.0).status == "underpowered"
     demo = Path(__file__).resolve().parents[2] / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
     old = json.loads(demo.read_text())
     old["verdict"]["status"] = "not-refuted"  # as written before the rename

@@ -167,9 +167,9 @@ def test_a_failed_check_decides_the_headline_and_compare_shows_the_checks(failed
         {"check": "noise", "status": "fail" if failed else "pass", "finding": "half the noise", "false_alarm": 1e-3},
         {"check": "steps", "status": "pass", "finding": "ok", "false_alarm": 0.0}]}]
     v = verdict.judge(_Card(), acct, verdict.Grounds(best, 9.0, mechanism=mech))
-    assert v["status"] == ("mechanism-mismatch" if failed else "consistent")
+    assert v.status == ("mechanism-mismatch" if failed else "consistent")
     if failed:
-        assert "half the noise" in v["reason"] and v["without_mechanism"] == "consistent"
+        assert "half the noise" in v.reason and v.without_mechanism == "consistent"
     honest = {"mechanism_checks": [{"attack": "whitebox_gradient", "checks": [
         {"check": "noise", "status": "pass", "finding": "", "false_alarm": 1e-3}]}]}
     rows, reg = compare.mechanism_rows(honest, {"mechanism_checks": mech})

@@ -32,11 +32,11 @@ def test_an_underpowered_verdict_quotes_one_reach_and_the_best_bound():
     best = {"epsilon_lb": 0.65, "family_confidence": 0.95, "attack": "whitebox_gradient", "ceiling": 2.75,
             "delta_kind": "claimed"}
     v = empirical(7.99, TestRow.from_dict(best), ceiling=3.17)
-    assert v["status"] == "underpowered"
-    assert "could reach epsilon 3.17 at most" in v["reason"] and "2.75" not in v["reason"]
-    assert "found 0.65 at 95% (whitebox_gradient)" in v["reason"]
+    assert v.status == "underpowered"
+    assert "could reach epsilon 3.17 at most" in v.reason and "2.75" not in v.reason
+    assert "found 0.65 at 95% (whitebox_gradient)" in v.reason
     at = empirical(3.0, TestRow.from_dict({**best, "ceiling": 3.17}), ceiling=3.17)
-    assert at["status"] == "consistent" and "could reach epsilon 3.17, at or above the claim 3" in at["reason"]
+    assert at.status == "consistent" and "could reach epsilon 3.17, at or above the claim 3" in at.reason
 
 
 def test_a_report_made_through_the_api_has_a_title():
