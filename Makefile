@@ -8,7 +8,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 
-.PHONY: demo demo-refresh test test-fast test-jax lint bench ci-audit wheel-check clean-venv wordnet
+.PHONY: demo demo-refresh test test-fast test-jax test-dp-transformers lint bench ci-audit wheel-check clean-venv wordnet
 
 $(BIN)/.installed: requirements.txt requirements-assets.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,15 @@ $(BIN)/.installed-jax: $(BIN)/.installed requirements-jax.txt
 
 test-jax: $(BIN)/.installed-jax
 	$(BIN)/pytest -q tests/probe/test_jax_loop.py -p no:cacheprovider
+
+# The optional peer: dp-transformers 1.0.0's own trainer with the probe attached (skipped by `make test` where it is
+# absent). --no-deps: its metadata pins a torch and prv-accountant older than the project's (requirements-dp-transformers.txt).
+$(BIN)/.installed-dp-transformers: $(BIN)/.installed requirements-dp-transformers.txt
+	$(BIN)/pip install -q --no-deps -r requirements-dp-transformers.txt
+	touch $@
+
+test-dp-transformers: $(BIN)/.installed-dp-transformers
+	$(BIN)/pytest -q tests/probe/test_dp_transformers_trainer.py -p no:cacheprovider
 
 # The project's own privacy gate: a tiny audit whose DP model must satisfy the default policy.
 ci-audit: $(BIN)/.installed

@@ -90,7 +90,8 @@ def table(rows: list[dict], pl) -> str:
         out.append(f"| `{name}` | {loop.source} | {len(rs)} | {crashes} | {rate(sum(r['gate_exit'] == 0 for r in ok), len(rs))}"
                    f" | {', '.join(f'{c} ({k})' for c, k in nt.items() if k) or '—'} | "
                    f"{sum(bool(r['online_alarm_step']) for r in ok)} |")
-    out += ["", "## Planted bugs (in the Opacus tutorial loop; a bug of the ranks in the DDP loop)", "",
+    out += ["", "## Planted bugs (in the Opacus tutorial loop; `bug@loop` in that loop; a bug of the ranks in the DDP "
+            "loop; a peer library's in its own loop)", "",
             "| bug | what | check that must name it | runs | detected (FAIL line naming it) | online: flagged | "
             "online: median step of detection (of the run's steps) |", "|---|---|---|---|---|---|---|"]
     for bug, (what, check) in pl.BUGS.items():

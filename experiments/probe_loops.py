@@ -55,6 +55,7 @@ class Loop:
     fsdp: bool = False  # FSDP2 on 2 gloo ranks: dpaudit's ghost_fsdp path (Opacus' FSDP optimizer), run_fsdp
     param_groups: bool = False  # two parameter groups: weight decay on the weights, none on biases (HF scripts)
     shuffle: bool = False  # fixed-size batches (make_private(poisson_sampling=False)); card and probe say "shuffle"
+    peer: str | None = None  # another library's own trainer, as shipped (an optional extra: PEERS says which)
 
 
 LOOPS = {
@@ -105,7 +106,13 @@ LOOPS = {
                          param_groups=True, order="zero-last"),
     "fixed-size-batches": Loop("fixed-size shuffled batches (poisson_sampling=False), card and probe say so",
                                shuffle=True, order="zero-last"),
+    "dp-transformers": Loop("dp-transformers 1.0.0's own OpacusDPTrainer on a tiny GPT-2 LM, its PoissonAuthorSampler "
+                            "(ProbeCallback; experiments/dp_transformers_trainer.py)", peer="dp_transformers"),
 }
+LOOPS["jax-privacy"] = Loop("jax-privacy 2.0's own DP-SGD components with optax, the functional probe's two calls "
+                            "(experiments/jax_privacy_loop.py)", peer="jax_privacy", functional="numpy")
+# the module each peer loop imports, and the make target of the optional extra that installs it
+PEERS = {"dp_transformers": "make test-dp-transformers", "jax_privacy": "make test-jax"}
 
 def loop_of(bug: str) -> str:
     """The loop a bug is planted in: the Opacus tutorial's, the DDP loop for a bug of the ranks, the hand-written
@@ -116,6 +123,10 @@ def loop_of(bug: str) -> str:
         return "fsdp"
     if bug == "shuffle-larger-batch":
         return "fixed-size-batches"
+    if bug.startswith("dp-transformers"):
+        return "dp-transformers"
+    if bug.endswith("@jax-privacy"):
+        return "jax-privacy"
     for adapter in ADAPTED:
         if bug.endswith(f"@{adapter}"):
             return adapter
@@ -165,6 +176,14 @@ for _adapter in ADAPTED:
         BUGS[f"{_bug}@{_adapter}"] = (f"{BUGS[_bug][0]}, in the {_adapter} loop", BUGS[_bug][1])
 BUGS["wrong-rate@ddp"] = ("DDP: the loader samples at 30 / 400, the card and the probe state 40 / 400", "sampling")
 BUGS["half-noise@ddp"] = ("DDP: rank 0, whose noise is the sum's, adds half the card's sigma", "noise")
+# a library's own loop as shipped: dp-transformers 1.0.0 draws shuffled fixed-size batches (ShuffledAuthorSampler,
+# drop_last) and accounts them as Poisson sampling at q = B / N (its RDP and PRV accountants)
+# planted in jax-privacy's own components (experiments/jax_privacy_loop.py)
+BUGS["half-noise@jax-privacy"] = ("jax-privacy: gaussian_privatizer's stddev half the card's sigma C", "noise")
+BUGS["no-clip@jax-privacy"] = ("jax-privacy: clipped_grad with l2_clip_norm = inf (no clipping)", "clipping")
+BUGS["wrong-rate@jax-privacy"] = ("jax-privacy: CyclicPoissonSampling at twice the card's q", "sampling")
+BUGS["dp-transformers-as-shipped"] = ("dp-transformers 1.0.0 as shipped: ShuffledAuthorSampler's fixed-size batches, "
+                                      "accounted as Poisson sampling at q = B / N", "sampling")
 
 
 @dataclass
@@ -260,6 +279,10 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     if bug == "wrong-rate":  # 1 / ceil(N / B) departs from B / N by up to B / N: a large B makes it matter
         s = dataclasses.replace(s, batch=100, records=520)
     loop = LOOPS[name]
+    if loop.peer == "dp_transformers":
+        return _run_dp_transformers(bug, seed, folder, s)
+    if loop.peer == "jax_privacy":
+        return _peer("jax_privacy_loop").run(bug, seed, folder, m=s.m, on_fail=s.on_fail)[:3]
     if loop.functional:
         return run_functional(loop, bug, seed, folder, s)
     if loop.fsdp:
@@ -354,6 +377,23 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
                                 else _Rated(q_card, N), dp_optimizer, delta=s.delta, method="conformance")
     card = stated_card(card, loop, bug, q_card, N, s, probe)
     return probe, card, folder
+
+
+def _peer(name: str):
+    """The experiments/ module that runs a peer library's own loop (imported by path: experiments/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run_dp_transformers(bug: str | None, seed: int, folder: Path, s: Settings):
+    """dp-transformers' own trainer (experiments/dp_transformers_trainer.py): honest with its Poisson sampler, as
+    shipped (``dp-transformers-as-shipped``) with its default shuffled one; the card is its own accounting's."""
+    return _peer("dp_transformers_trainer").run("shuffled" if bug == "dp-transformers-as-shipped" else "poisson", folder, n=s.records, batch=s.batch,
+                   epochs=s.epochs, sigma=s.sigma, clip=s.clip, seed=seed, delta=s.delta, m=s.m, on_fail=s.on_fail)
 
 
 def run_functional(loop: Loop, bug: str | None, seed: int, folder: Path, s: Settings):

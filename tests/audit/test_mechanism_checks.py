@@ -93,6 +93,21 @@ def test_a_sampling_failure_names_its_cause_duplicated_records_or_another_rate()
     assert fewer["status"] == "fail" and "duplicated" not in fewer["finding"]
 
 
+def test_one_batch_size_throughout_is_named_fixed_size_batches_not_duplicated_records():
+    """Shuffled batches of exactly B (dp-transformers' ShuffledAuthorSampler; B = q N, so every size is a multiple
+    of B) accounted as Poisson: the finding names fixed-size batches, never "each record appears B times" (the
+    cause the gcd alone would give), and never another rate (the mean is right)."""
+    r = _readings(0)
+    B = round(Q * N)
+    fixed = mc.Readings(**{**r.__dict__, "records": np.full_like(r.records, B)})
+    c = mc.sampling(fixed, CARD)
+    assert c["status"] == "fail" and "fixed-size batches" in c["finding"], c["finding"]
+    assert "duplicated" not in c["finding"] and "another rate" not in c["finding"] and "duplicated" not in c["values"]
+    # duplicated records still are named when the sizes vary (each record twice in a Poisson batch)
+    assert "each record appears 2 times" in mc.sampling(mc.Readings(**{**r.__dict__, "records": 2 * r.records}),
+                                                         CARD)["finding"]
+
+
 def test_deterministic_checks_name_what_differs_from_the_card():
     r = _readings(1, steps=T * 2)
     rows = {c["check"]: c for c in mc.run(r, CARD)}
