@@ -347,7 +347,16 @@ def _relabel(r: AuditResult, strategy: str, confidence: float) -> AuditResult:
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The two-sided Clopper-Pearson interval of a rate seen k times in n."""
+    """The two-sided Clopper-Pearson interval of a rate.
+
+    Args:
+        k: Successes.
+        n: Trials.
+        confidence: The interval's two-sided confidence.
+
+    Returns:
+        (lower, upper), exact (beta quantiles; 0 and 1 at the ends).
+    """
     a = 1 - confidence
     lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
     hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))

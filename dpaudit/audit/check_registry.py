@@ -21,7 +21,14 @@ _CHECKS: dict[str, object] = {}
 
 
 def register(obj):
-    """Register ``obj`` as a mechanism check; returns the function that removes it again.
+    """Register a mechanism check of your own (docs/architecture.md, "Extension points").
+
+    Args:
+        obj: An object or module with ``NAME`` (a new lowercase word), ``FALSE_ALARM`` (how often an honest run
+            fails it, in [0, 1)) and ``check(readings, card) -> (status, finding)``.
+
+    Returns:
+        The function that removes it again.
 
     Raises:
         DpauditError: A name that is taken or not a lowercase word, a false-alarm rate outside [0, 1), or no

@@ -36,7 +36,27 @@ def new(m: int, repetitions: int = 1, seed: int | None = None, template: str = D
     ``init``, ``random_prefix`` and ``train_on`` make the final-weights design (docs/canary_designs.md), whose
     default plan adds the ``final_weights`` score. ``sample_rate`` (None: the data's) is the rate at which a trainer
     that honours it (dpaudit's dp_adam) Poisson-samples each inserted canary record at every private step.
-    Over 8 parameters: keyword options of a public call (dpaudit.api.new_canaries), one per option of `dpaudit canaries new`."""
+    Over 8 parameters: keyword options of a public call (dpaudit.api.new_canaries), one per option of `dpaudit canaries new`.
+
+    Args:
+        m: Canaries (at least 2); each inserted or held out by a fair coin.
+        repetitions: Copies of each inserted canary (more than 1 makes the audit a group audit).
+        seed: The seed the canaries and coins regenerate from (None: a fresh one from the operating system).
+        template, alphabet, length: The template design's text and secret space.
+        guess_fraction: The share of canaries the audit's guess counts are fixed at.
+        labels: For a classifier, 2 (each canary gets a random label); 0 for a language model.
+        attacks, rule, confidence, n_references: The evaluation plan fixed with the canaries.
+        plan: False fixes no evaluation plan.
+        design, pool, tokenizer, base_model: The canary design and what it draws from.
+        init, random_prefix, train_on: The final-weights design's settings.
+        sample_rate: The canaries' own Poisson rate (None: the data's).
+
+    Returns:
+        The :class:`Manifest` (``manifest.save(folder / "canaries.json")`` before training).
+
+    Raises:
+        DpauditError: An option out of its range or a design without what it draws from, in one line.
+    """
     for name, v, low in (("m", m, 2), ("repetitions", repetitions, 1), ("length", length, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise DpauditError(f"canaries: {name} must be an integer >= {low}, got {v!r}")

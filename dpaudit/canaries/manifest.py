@@ -309,6 +309,18 @@ def _check_canaries(plan: CanaryPlan, canaries: list[Canary], audit_plan: dict, 
 
 
 def load_manifest(path: Path) -> Manifest:
+    """Read a canaries.json.
+
+    Args:
+        path: The manifest's file (canaries.json).
+
+    Returns:
+        The :class:`Manifest`, checked as every reader checks it (its secrets in their design's space, the plan's
+        bounds).
+
+    Raises:
+        DpauditError: A missing, unreadable or malformed file, in one line naming the fix.
+    """
     return manifest_from_dict(read_json(path, "canary manifest", "every checkpoint needs canaries.json"),
                               str(path))
 

@@ -21,8 +21,22 @@ from dpaudit.errors import DpauditError
 
 
 def add(model, tokenizer, manifest) -> int:
-    """Add the manifest's new tokens to ``tokenizer`` and ``model`` (in place); returns how many were added. A
-    no-op for other designs. Refuses a tokenizer that already holds some of them (extended twice)."""
+    """Add the manifest's new tokens to ``tokenizer`` and ``model``, in place (before training; a no-op for
+    designs other than ``new-token``).
+
+    Args:
+        model: The Hugging Face model to train; its embeddings (and an untied output layer) grow by one row per
+            token, initialised as the manifest says (``init``: zero or its seeded draw).
+        tokenizer: The tokenizer the model was built with.
+        manifest: The :class:`Manifest` of ``new_canaries(design="new-token")``.
+
+    Returns:
+        How many tokens were added (0 when the pair already holds all of them: a checkpoint's own).
+
+    Raises:
+        DpauditError: A tokenizer that holds some of the tokens already, or one of another size than the model's
+            embedding.
+    """
     import torch
 
     tokens = manifest.new_tokens()

@@ -17,11 +17,23 @@ from dpaudit.io import write_atomic
 
 def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dict | None = None,
                     label_column: str | None = None, seed: int = 0):
-    """``dataset`` with the manifest's inserted canaries added (in column ``column``) and the whole shuffled.
+    """``dataset`` with the manifest's inserted canaries added and the whole shuffled.
 
-    Every other column of ``dataset`` needs a value for the canary rows: give it in ``fill`` ({column: value});
-    classifier canaries put their label in ``label_column``. Returns a new ``datasets.Dataset``; the input is
-    not changed.
+    Args:
+        dataset: A ``datasets.Dataset`` of training records (not changed).
+        manifest: The canaries' :class:`Manifest`; only the ones its coins inserted are added, each
+            ``repetitions`` times.
+        column: The text column the canaries go into.
+        fill: A value for every other column of ``dataset`` in the canary rows ({column: value}).
+        label_column: Where classifier canaries put their label.
+        seed: The shuffle's seed.
+
+    Returns:
+        A new ``datasets.Dataset``.
+
+    Raises:
+        DpauditError: Not a ``datasets.Dataset``; ``column`` missing; labelled canaries without
+            ``label_column``; another column without a value in ``fill``, or ``fill`` naming no column.
     """
     from datasets import Dataset, concatenate_datasets
 
@@ -56,8 +68,17 @@ def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dic
 
 
 def write_records(manifest: Manifest, path: Path, column: str = "text") -> int:
-    """The records to insert as JSONL (one ``{column: text}`` object per line; classifier canaries add
-    ``label``), written atomically; returns how many."""
+    """The records to insert, as JSONL, for a training stack that reads files.
+
+    Args:
+        manifest: The canaries' :class:`Manifest` (the inserted ones, each ``repetitions`` times).
+        path: The JSONL file to write (one ``{column: text}`` object per line; classifier canaries add ``label``),
+            written atomically through dpaudit's one writer.
+        column: The text field's name.
+
+    Returns:
+        How many records were written.
+    """
     save, n = records_writer(manifest, column)
     write_atomic(Path(path), save)
     return n

@@ -159,3 +159,27 @@ def test_no_function_takes_more_than_8_parameters_without_saying_why():
     root = Path(__file__).resolve().parents[2]
     silent = [f"{f}:{name} ({n})" for n, f, name, ok in _parameter_counts(root) if n > 8 and not ok]
     assert not silent, f"functions over 8 parameters that do not say why: {silent}"
+
+
+def test_every_public_function_has_google_style_sections():
+    """The public API's functions (dpaudit.api's __all__ and the auditor's) state their arguments, and what they
+    return, in Google style (Opacus' and dp_accounting's habit): a newcomer reads them in help() or an IDE."""
+    import inspect
+
+    import dpaudit.api as api
+    import dpaudit.audit.auditor as auditor
+
+    missing = []
+    for mod in (api, auditor):
+        names = getattr(mod, "__all__", None) or [n for n in vars(mod) if not n.startswith("_")]
+        for n in names:
+            f = getattr(mod, n)
+            if not inspect.isfunction(f) or not f.__module__.startswith("dpaudit"):
+                continue
+            doc = inspect.getdoc(f) or ""
+            if inspect.signature(f).parameters and "Args:" not in doc:
+                missing.append(f"{mod.__name__}.{n}: no Args section")
+            returns = inspect.signature(f).return_annotation
+            if returns not in (None, "None", inspect.Signature.empty) and "Returns:" not in doc:
+                missing.append(f"{mod.__name__}.{n}: no Returns section")
+    assert not missing, missing
