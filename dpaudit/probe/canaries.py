@@ -81,8 +81,24 @@ class GradientCanaries:
         self._rng = np.random.default_rng([seed, self.seed, 99991])
         self._inserted = np.flatnonzero(self.signs > 0)
         self._index = self._by_param()
+        # the canary of every (parameter, coordinate) entry, in the order score() reads them: one bincount per step
+        self._order = np.concatenate([c for c, _, _ in self._index.values()]) if self._index else np.zeros(0, int)
+        # the same entries flat, for inject: which parameter each belongs to, its coordinate and value there
+        self._flat_k = np.concatenate([np.full(c.size, k) for k, (c, _, _) in self._index.items()]) if self._index \
+            else np.zeros(0, int)
+        self._flat_w = torch.cat([w for _, w, _ in self._index.values()]) if self._index else torch.zeros(0, dtype=int)
+        self._flat_v = torch.cat([v for _, _, v in self._index.values()]) if self._index else torch.zeros(0)
+        self._on_device = {}  # (parameter, device) -> its flat indices and values there (moved once, not per step)
         self._mask = np.zeros(self.m, dtype=bool)
         self.steps = []
+
+    def _placed(self, k: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (k, device)
+        got = self._on_device.get(key)
+        if got is None:
+            _, w, v = self._index[k]
+            got = self._on_device[key] = (w.to(device), v.to(device))
+        return got
 
     def go_online(self, noise_multiplier: float) -> None:
         """O(m) memory instead of O(T m): accumulate each canary's per-step likelihood ratio at (q, sigma) as the
@@ -124,21 +140,38 @@ class GradientCanaries:
         self.times_sampled[sampled] += 1
         self._mask[:] = False
         self._mask[sampled] = True
-        for k, (cids, w, v) in self._index.items():
-            on = torch.from_numpy(self._mask[cids])
-            if on.any():
-                t = target(k).view(-1)
-                t.index_add_(0, w[on].to(t.device), (v[on] * self.clipping_norm * scale).to(t.device, t.dtype))
+        entries = np.flatnonzero(self._mask[self._order]) if sampled.size else np.zeros(0, dtype=np.int64)
+        if not entries.size:
+            return
+        # the sampled entries, grouped by parameter (the flat arrays hold each parameter's entries together, in
+        # order): one index_add_ per parameter a sampled canary touches, in the order of its entries
+        ks = self._flat_k[entries]
+        starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+        sel = torch.from_numpy(entries)
+        counts = np.diff(np.r_[starts, ks.size]).tolist()
+        where = torch.split(self._flat_w[sel], counts)  # one gather for every touched parameter, then views
+        add = torch.split(self._flat_v[sel] * self.clipping_norm * scale, counts)
+        for a, w, v in zip(starts.tolist(), where, add):
+            t = target(int(ks[a])).view(-1)
+            if t.device != w.device or t.dtype != v.dtype:
+                w, v = w.to(t.device), v.to(t.device, t.dtype)
+            t.index_add_(0, w, v)
 
     def score(self, grad, expected_batch_size: float) -> None:
         """Accumulate <update, u_i> * B / C from ``grad(k)``, the noisy update applied to parameter k."""
-        step = np.zeros(self.m)
+        parts = []
         with torch.no_grad():
-            for k, (cids, w, v) in self._index.items():
+            for k in self._index:
                 g = grad(k).reshape(-1)
-                g = (g[w.to(g.device)] * v.to(g.device)).double().cpu().numpy()
-                np.add.at(step, cids, g * expected_batch_size / self.clipping_norm)
-        self._record(step)
+                w, v = self._placed(k, g.device)
+                parts.append((torch.index_select(g, 0, w) * v).double())
+            if len({x.device for x in parts}) <= 1:  # one copy to the host per step, not one per tensor
+                read = torch.cat(parts).cpu().numpy() if parts else np.zeros(0)
+            else:
+                read = np.concatenate([x.cpu().numpy() for x in parts])
+        # each canary's entries summed in the order read (as np.add.at did, entry by entry): the same floats
+        step = np.bincount(self._order, weights=read * expected_batch_size / self.clipping_norm, minlength=self.m)
+        self._record(step.astype(np.float64))
 
     def snapshot(self, prefix: str, tensors: dict) -> dict:
         """What the rest of the run needs (trainers/snapshot.py): the sampling stream's state (JSON) and the
