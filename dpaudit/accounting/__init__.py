@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -225,7 +226,25 @@ def _rdp_bracket(events: list, delta: float) -> float:
 
 def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int,
                     accountant: str = "prv", tol: float = 1e-3, sampler: str = "poisson") -> float:
-    """Smallest sigma (to ``tol``) whose epsilon under ``accountant`` is <= target; conservative end."""
+    """Smallest sigma (to ``tol``) whose epsilon under ``accountant`` is <= target; conservative end. Computed once
+    per process for the same arguments (a search costs seconds of PRV passes; a run, its resume and its dry run
+    calibrate the same mechanism): the shipped Gaussian accountants only, whose answers depend on nothing else."""
+    reals = (target_epsilon, delta, sample_rate, tol)
+    if (all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in reals) and isinstance(steps, numbers.Integral)
+            and not isinstance(steps, bool) and isinstance(accountant, str) and isinstance(sampler, str)):
+        return _calibrate_sigma_once(float(target_epsilon), float(delta), float(sample_rate), int(steps), accountant,
+                                     float(tol), sampler)
+    return _calibrate_sigma(target_epsilon, delta, sample_rate, steps, accountant, tol, sampler)  # refuses it
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrate_sigma_once(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str,
+                          tol: float, sampler: str) -> float:
+    return _calibrate_sigma(target_epsilon, delta, sample_rate, steps, accountant, tol, sampler)
+
+
+def _calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int,
+                     accountant: str = "prv", tol: float = 1e-3, sampler: str = "poisson") -> float:
     _check_accountant(accountant, GAUSSIAN_ACCOUNTANTS)
     _require_opacus(accountant)  # never another accountant's answer under this one's name
     if not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0 or math.isinf(target_epsilon):

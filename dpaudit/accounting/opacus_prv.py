@@ -23,7 +23,9 @@ MAX_GRID = 5 * 10 ** 7  # points of the discretised privacy loss (400 MB of floa
 
 def _guard_grid(acc, eps_error: float, delta_error: float) -> None:
     """NotApplicable, before any grid is allocated, when Opacus' PRV would discretise on more than MAX_GRID points
-    (10^8 steps asked for 455 GiB)."""
+    (10^8 steps asked for 455 GiB). The domain found is the one ``acc`` then discretises on: the search for it (half
+    of a PRV pass's time) is not run a second time inside Opacus (``_get_dprv`` asks ``_get_domain`` with the same
+    PRVs, compositions and errors)."""
     import warnings
 
     prv = opacus_modules.module("accountants.analysis.prv")
@@ -34,6 +36,7 @@ def _guard_grid(acc, eps_error: float, delta_error: float) -> None:
     if domain.size > MAX_GRID:
         raise NotApplicable(f"prv would discretise on {domain.size:,} points at {sum(t for *_, t in acc.history):,} "
                             f"steps (more than {MAX_GRID:,}); the RDP accountants answer")
+    acc._get_domain = lambda *args, **kwargs: domain  # this accountant's history and errors only (a fresh one each)
 
 
 def _bounds(events, delta: float, eps_error: float) -> tuple[float, float, float]:

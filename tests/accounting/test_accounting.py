@@ -182,3 +182,32 @@ def test_calibration_treats_a_sigma_the_accountant_cannot_grid_as_too_small():
     # a target so loose that 0.6 x the RDP bracket falls below 0.1: the answer is still one PRV certifies
     s = accounting.calibrate_sigma(60.0, 1e-5, 0.5, 10, accountant="prv")
     assert s >= 0.1 and accounting.compute([accounting.SubsampledGaussian(0.5, s, 10)], 1e-5, "prv").epsilon <= 60.0
+
+
+def test_a_calibration_is_computed_once_per_process_and_bad_input_still_refused():
+    """calibrate_sigma for the same mechanism answers from the per-process memo (a run, its resume and its dry run
+    calibrate the same one); the answer is the uncached search's, and a malformed argument is refused as before."""
+    from dpaudit import accounting
+    from dpaudit.errors import DpauditError
+
+    accounting._calibrate_sigma_once.cache_clear()
+    s1 = accounting.calibrate_sigma(4.0, 1e-5, 0.17, 9, accountant="rdp")
+    s2 = accounting.calibrate_sigma(4, 1e-5, 0.17, 9, accountant="rdp")  # an int target: the same mechanism
+    assert s1 == s2 == accounting._calibrate_sigma(4.0, 1e-5, 0.17, 9, "rdp")
+    assert accounting._calibrate_sigma_once.cache_info().hits == 1
+    for bad in ("4", float("inf"), -1.0):
+        with pytest.raises(DpauditError, match="target epsilon"):
+            accounting.calibrate_sigma(bad, 1e-5, 0.17, 9, accountant="rdp")
+
+
+def test_prv_reads_the_domain_it_guarded_and_answers_as_opacus_does():
+    """The grid guard's domain is the one Opacus then discretises on (not searched twice): the answer is exactly
+    Opacus' own get_epsilon."""
+    from dpaudit.accounting import opacus_prv
+    from dpaudit.accounting.events import SubsampledGaussian
+
+    for sigma, q, steps in ((0.9, 0.167, 9), (1.4, 0.01, 1000), (0.6, 0.5, 3)):
+        acc = opacus_prv._prv_accountant()
+        acc.history = [(sigma, q, steps)]
+        assert opacus_prv.epsilon([SubsampledGaussian(q, sigma, steps)], 1e-5) == float(
+            acc.get_epsilon(delta=1e-5, eps_error=opacus_prv.COARSE_ERROR))
