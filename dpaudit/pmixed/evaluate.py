@@ -41,12 +41,42 @@ def _framed(tok, text: str, max_len: int) -> list[int]:
     return frame_text(tok, text)[:max_len]
 
 
+# (member, position) rows x vocabulary solved at once: 2 MB of float64 per tensor, which stays in the CPU's cache
+# through the bisection's 60 passes (measured on the test deployment's 426 texts: 13.6 s one text at a time, 8.9 s
+# at 2^18, 15 s at 2^20, 23.5 s at 2^24, where every pass streams the tensors from memory)
+ROW_ELEMENTS = 1 << 18
+
+
 def perplexity(dep: Deployment, texts: list[str], seed: int) -> dict:
-    """Token-weighted perplexity of p0, the non-private ensemble and PMixED over the same positions."""
+    """Token-weighted perplexity of p0, the non-private ensemble and PMixED over the same positions. The lambdas
+    of many texts' (member, position) rows are solved in one batch (up to :data:`ROW_ELEMENTS` entries), each row as
+    it would be alone; the sums run in the order of the texts and positions."""
     g = dep.generator(seed)
     nll = {"public": 0.0, "ensemble": 0.0, "pmixed": 0.0}
     n_tok, subset_sizes, lambdas = 0, [], []
     a, N = dep.spec.alpha, dep.spec.n_models
+    pending: list = []  # texts whose PMixED terms wait for their rows' lambdas, in order
+
+    def flush() -> None:
+        rows = [x[2] for x in pending if x[2] is not None]
+        comp_all = None
+        if rows:
+            lp, lp_0, radius, yy = (torch.cat([x[i] for x in rows]) for i in range(4))
+            lam = mixing.solve_lambda(lp, lp_0, radius, a)
+            comp_all = mixing.mollify(lp, lp_0, lam).gather(-1, yy[:, None]).squeeze(-1)
+            lambdas.extend(lam.tolist())
+        at = 0
+        for lp0_y, subsets, _ in pending:
+            for t, s in enumerate(subsets):
+                subset_sizes.append(len(s))
+                if not s:
+                    nll["pmixed"] -= float(lp0_y[t])
+                    continue
+                nll["pmixed"] -= float(torch.logsumexp(comp_all[at:at + len(s)], 0) - math.log(len(s)))
+                at += len(s)
+        pending.clear()
+
+    held = 0
     for text in progress.bar(texts, desc="PMixED perplexity"):
         ids = torch.tensor(_framed(dep.tokenizer, text, dep.spec.max_len), device=dep.device)
         if len(ids) < 2:
@@ -58,23 +88,21 @@ def perplexity(dep: Deployment, texts: list[str], seed: int) -> dict:
         ens = torch.logsumexp(lps, dim=0) - math.log(N)
         nll["ensemble"] -= float(ens.gather(-1, y[:, None]).sum())
         subsets = [dep.sample_subset(g) for _ in range(len(y))]
-        rows = [(t, k) for t, s in enumerate(subsets) for k in s]
+        rows = [(t, k) for t, s in enumerate(subsets) for k in s]  # by position, then member: contiguous per t
+        batch = None
         if rows:
             tt = torch.tensor([r[0] for r in rows], device=dep.device)
             kk = torch.tensor([r[1] for r in rows], device=dep.device)
             radius = torch.tensor([dep.spec.betas[len(subsets[t]) - 1] * a for t, _ in rows], dtype=torch.float64,
                                   device=dep.device)
-            lam = mixing.solve_lambda(lps[kk, tt], lp0[tt], radius, a)
-            comp = mixing.mollify(lps[kk, tt], lp0[tt], lam).gather(-1, y[tt][:, None]).squeeze(-1)
-            lambdas += lam.tolist()
-        for t, s in enumerate(subsets):
-            subset_sizes.append(len(s))
-            if not s:
-                nll["pmixed"] -= float(lp0[t, y[t]])
-                continue
-            mine = torch.tensor([j for j, r in enumerate(rows) if r[0] == t], device=dep.device)
-            nll["pmixed"] -= float(torch.logsumexp(comp[mine], 0) - math.log(len(s)))
+            batch = (lps[kk, tt], lp0[tt], radius, y[tt])
+            held += len(rows) * lp0.shape[-1]
+        pending.append((lp0.gather(-1, y[:, None]).squeeze(-1), subsets, batch))  # p0 of each true token
         n_tok += len(y)
+        if held >= ROW_ELEMENTS:
+            flush()
+            held = 0
+    flush()
     if n_tok == 0:
         raise DpauditError("no held-out tokens to evaluate perplexity on; check task.n_test")
     out = {k: math.exp(v / n_tok) for k, v in nll.items()}

@@ -565,3 +565,18 @@ def test_a_deployment_goes_through_the_five_steps_every_evaluation_takes(deploym
     failed = [{"attack": "extraction", "checks": [{"check": "noise", "status": "fail", "finding": "half the noise"}]}]
     broken = dataclasses.replace(audited, evidence=dataclasses.replace(audited.evidence, mechanism_checks=failed))
     assert steps.judge(loaded, broken).status == "mechanism-mismatch"
+
+
+def test_perplexity_solved_in_batches_is_the_per_text_answer(deployment, monkeypatch):
+    """The lambdas of many texts' rows solved at once give, bit for bit, what solving each text alone gives (each
+    row is solved independently; the sums run in the same order)."""
+    from dpaudit.pmixed import evaluate as work
+    from dpaudit.pmixed.deployment import Deployment
+    from dpaudit.tasks import registry
+
+    path, _ = deployment
+    dep = Deployment.load(path)
+    texts = [r["text"] for r in registry.load_data(json.loads((path / "run.json").read_text())["task"]).test][:60]
+    batched = work.perplexity(dep, texts, 3)
+    monkeypatch.setattr(work, "ROW_ELEMENTS", 1)  # a flush after every text: the per-text solve
+    assert work.perplexity(dep, texts, 3) == batched and batched["tokens"] > 0
