@@ -252,7 +252,7 @@ TINY_PMIXED = """
 name = "userlm"
 source = "chitchat"
 n_train = 40
-n_test = 4
+n_test = 2
 [model]
 name = "tiny-gpt2"
 vocab_size = 512
