@@ -11,8 +11,10 @@ The package declares ``torch <= 1.12.1`` and was written for transformers 4; it 
 unchanged (:func:`shim`, three lines of difference, each stated there). Nothing in its sampling, clipping, noise or
 accounting is changed.
 
-    python experiments/dp_transformers_trainer.py --sampler shuffled --out /tmp/dpt-run
-    dpaudit check /tmp/dpt-run --checkpoint ...   # (the test: tests/probe/test_dp_transformers_trainer.py)
+    python experiments/dp_transformers_trainer.py --sampler shuffled --out out/dpt-shipped
+
+writes the model, its privacy card (dp-transformers' own accounting) and the probe's records into that folder; the
+mechanism checks are what tests/probe/test_dp_transformers_trainer.py and the conformance suite read from it.
 """
 
 from __future__ import annotations
