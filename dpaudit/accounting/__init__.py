@@ -238,9 +238,8 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
 
 
 @functools.lru_cache(maxsize=256)
-def _calibrate_sigma_once(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str,
-                          tol: float, sampler: str) -> float:
-    return _calibrate_sigma(target_epsilon, delta, sample_rate, steps, accountant, tol, sampler)
+def _calibrate_sigma_once(*mechanism) -> float:  # (target, delta, q, steps, accountant, tol, sampler), normalised
+    return _calibrate_sigma(*mechanism)
 
 
 def _calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int,
