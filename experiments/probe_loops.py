@@ -176,12 +176,12 @@ for _adapter in ADAPTED:
         BUGS[f"{_bug}@{_adapter}"] = (f"{BUGS[_bug][0]}, in the {_adapter} loop", BUGS[_bug][1])
 BUGS["wrong-rate@ddp"] = ("DDP: the loader samples at 30 / 400, the card and the probe state 40 / 400", "sampling")
 BUGS["half-noise@ddp"] = ("DDP: rank 0, whose noise is the sum's, adds half the card's sigma", "noise")
-# a library's own loop as shipped: dp-transformers 1.0.0 draws shuffled fixed-size batches (ShuffledAuthorSampler,
-# drop_last) and accounts them as Poisson sampling at q = B / N (its RDP and PRV accountants)
 # planted in jax-privacy's own components (experiments/jax_privacy_loop.py)
 BUGS["half-noise@jax-privacy"] = ("jax-privacy: gaussian_privatizer's stddev half the card's sigma C", "noise")
 BUGS["no-clip@jax-privacy"] = ("jax-privacy: clipped_grad with l2_clip_norm = inf (no clipping)", "clipping")
 BUGS["wrong-rate@jax-privacy"] = ("jax-privacy: CyclicPoissonSampling at twice the card's q", "sampling")
+# a library's own loop as shipped: dp-transformers 1.0.0 draws shuffled fixed-size batches (ShuffledAuthorSampler,
+# drop_last) and accounts them as Poisson sampling at q = B / N (its RDP and PRV accountants)
 BUGS["dp-transformers-as-shipped"] = ("dp-transformers 1.0.0 as shipped: ShuffledAuthorSampler's fixed-size batches, "
                                       "accounted as Poisson sampling at q = B / N", "sampling")
 
@@ -279,10 +279,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
     if bug == "wrong-rate":  # 1 / ceil(N / B) departs from B / N by up to B / N: a large B makes it matter
         s = dataclasses.replace(s, batch=100, records=520)
     loop = LOOPS[name]
-    if loop.peer == "dp_transformers":
-        return _run_dp_transformers(bug, seed, folder, s)
-    if loop.peer == "jax_privacy":
-        return _peer("jax_privacy_loop").run(bug, seed, folder, m=s.m, on_fail=s.on_fail)[:3]
+    if loop.peer:  # another library's own loop: its runner in experiments/ (PEERS says how it is installed)
+        return _PEER_RUNS[loop.peer](bug, seed, folder, s)
     if loop.functional:
         return run_functional(loop, bug, seed, folder, s)
     if loop.fsdp:
@@ -394,6 +392,14 @@ def _run_dp_transformers(bug: str | None, seed: int, folder: Path, s: Settings):
     shipped (``dp-transformers-as-shipped``) with its default shuffled one; the card is its own accounting's."""
     return _peer("dp_transformers_trainer").run("shuffled" if bug == "dp-transformers-as-shipped" else "poisson", folder, n=s.records, batch=s.batch,
                    epochs=s.epochs, sigma=s.sigma, clip=s.clip, seed=seed, delta=s.delta, m=s.m, on_fail=s.on_fail)
+
+
+def _run_jax_privacy(bug: str | None, seed: int, folder: Path, s: Settings):
+    """jax-privacy's own components with the functional probe (experiments/jax_privacy_loop.py)."""
+    return _peer("jax_privacy_loop").run(bug, seed, folder, m=s.m, on_fail=s.on_fail)[:3]
+
+
+_PEER_RUNS = {"dp_transformers": _run_dp_transformers, "jax_privacy": _run_jax_privacy}  # keys: PEERS'
 
 
 def run_functional(loop: Loop, bug: str | None, seed: int, folder: Path, s: Settings):

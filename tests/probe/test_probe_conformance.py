@@ -35,6 +35,10 @@ def _cases(names, loop_of=lambda n: n):
 def test_the_suite_is_as_wide_as_promised():
     assert len(PL.LOOPS) >= 20 and len(PL.BUGS) >= 17  # today's five and at least twelve more
     assert {"noise", "sampling", "clipping", "steps", "divisor", "coverage"} == {c for _, c in PL.BUGS.values()}
+    # every peer library's loop has a runner and an install target, and each bug planted in it lands in that loop
+    assert set(PL._PEER_RUNS) == set(PL.PEERS) == {lp.peer for lp in PL.LOOPS.values() if lp.peer}
+    assert {PL.loop_of(b) for b in PL.BUGS if "jax-privacy" in b or "dp-transformers" in b} == {
+        "jax-privacy", "dp-transformers"}
 
 
 @pytest.mark.parametrize("loop", _cases(PL.LOOPS))
