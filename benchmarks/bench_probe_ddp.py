@@ -157,7 +157,7 @@ def main(argv=None) -> int:
         pr.save(out)
         card = api.card_from_opacus(engine, loader, opt, delta=1e-5)
         card.save(out / "privacy_card.json")
-        checks = evidence.mechanism_checks(scoring.whitebox(out), card)
+        checks = [e.as_dict() for e in evidence.mechanism_checks(scoring.whitebox(out), card)]
         row["checks"] = {c["check"]: c["status"] for e in checks for c in e["checks"]}
         row["fail_lines"] = mechanism_rules.failures("run", {"mechanism_checks": checks}, None, False)
         row["online_alarms"] = {k: v["step"] for k, v in pr.online.alarms.items()}

@@ -34,7 +34,7 @@ def measure(runs: int, first_seed: int = 10 ** 6) -> dict:
     fails = {c: 0 for c in STATISTICAL}
     family = 0
     for seed in progress.bar(range(first_seed, first_seed + runs), desc="honest runs"):
-        status = {c["check"]: c["status"] for c in mc.run(readings(seed), CARD)}
+        status = {c.check: c.status for c in mc.run(readings(seed), CARD)}
         for c in STATISTICAL:
             fails[c] += status[c] == "fail"
         family += any(status[c] == "fail" for c in STATISTICAL)

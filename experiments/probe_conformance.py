@@ -43,7 +43,7 @@ def judge(folder: Path, card) -> tuple[list[dict], list[str]]:
     from dpaudit.evaluation import evidence, scoring
     from dpaudit.gate import mechanism_rules
 
-    checks = evidence.mechanism_checks(scoring.whitebox(folder), card)
+    checks = [e.as_dict() for e in evidence.mechanism_checks(scoring.whitebox(folder), card)]  # as report.json holds them
     return checks, mechanism_rules.failures("run", {"mechanism_checks": checks}, None, False)
 
 

@@ -15,9 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+from dpaudit.audit import families
+from dpaudit.audit.rows import TestRow
 from dpaudit.claim.card import load_card
 from dpaudit.claim.reaccount import reaccount
-from dpaudit.claim.verdict import Grounds, judge
+from dpaudit.claim.verdict import Grounds, judge, record_claim
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,15 +54,14 @@ def main() -> int:
             print(f"| {name} | {r['claim']['epsilon']:.3g} | not re-accounted ({str(e).splitlines()[0]}) | | | | | "
                   f"`{r['verdict']['status']}` | |")
             continue
-        rows = [e for e in r["empirical"] if e["delta_kind"] == "claimed"]
-        best = max(rows, key=lambda e: e["epsilon_lb"]) if rows else None
-        ceiling = max((e["ceiling"] for e in rows), default=0.0)
-        record = [e for e in r["empirical"] if e["delta_kind"] == "record_claim"]  # group privacy's second claim
-        v = judge(card, acct, Grounds(best, ceiling, max(record, key=lambda e: e["epsilon_lb"]) if record else None))
-        lo = "?" if acct["lower_epsilon"] is None else f"{acct['lower_epsilon']:.3g}"
-        hi = "?" if acct["certified_epsilon"] is None else f"{acct['certified_epsilon']:.3g}"
-        print(f"| {name} | {card.claim.epsilon:.3g} | {acct['status']} | [{lo}, {hi}] | {v['empirical']['status']} | "
-              f"{ceiling:.2f} | {v['empirical']['epsilon_lb']:.2f} | `{r['verdict']['status']}` | `{v['status']}` |")
+        rows = [TestRow.from_dict(e) for e in r["empirical"]]
+        best, ceiling = families.best(rows, "claimed"), families.ceiling(rows, "claimed")
+        record = families.best(rows, "record_claim")  # group privacy's second claim
+        v = judge(card, acct, Grounds(best, ceiling, record if record and record_claim(card) else None))
+        lo = "?" if acct.lower_epsilon is None else f"{acct.lower_epsilon:.3g}"
+        hi = "?" if acct.certified_epsilon is None else f"{acct.certified_epsilon:.3g}"
+        print(f"| {name} | {card.claim.epsilon:.3g} | {acct.status} | [{lo}, {hi}] | {v.empirical.status} | "
+              f"{ceiling:.2f} | {v.empirical.epsilon_lb:.2f} | `{r['verdict']['status']}` | `{v.status}` |")
         sys.stdout.flush()
     return 0
 

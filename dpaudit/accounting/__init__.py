@@ -98,10 +98,11 @@ __all__ = ["ACCOUNTANTS", "AccountingResult", "GAUSSIAN_ACCOUNTANTS", "NotApplic
 @dataclass(frozen=True)
 class AccountingResult:
     """One accountant's answer: ``epsilon`` is its upper value (sound: the true epsilon is at most this),
-    ``lower`` its lower value where it has one (the true epsilon is at least this), both at ``delta``."""
+    ``lower`` its lower value where it has one (the true epsilon is at least this), both at ``delta``;
+    ``epsilon`` None: a lower value only (PMixED's exact check)."""
 
     accountant: str
-    epsilon: float
+    epsilon: float | None
     delta: float
     lower: float | None = None
     relation: str = "add_remove"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 
+from dpaudit.audit.rows import CheckRow
 from dpaudit.errors import DpauditError
 
 _CHECKS: dict[str, object] = {}
@@ -61,13 +62,12 @@ def names() -> tuple[str, ...]:
     return (*MECHANISM_CHECKS, *_CHECKS)
 
 
-def run_registered(readings, card) -> list[dict]:
-    """The registered checks' rows (the shipped checks' row shape); a check that raises, or answers with another
-    status, fails with the reason instead of stopping the evaluation."""
+def run_registered(readings, card) -> list[CheckRow]:
+    """The registered checks' rows (the shipped checks' :class:`dpaudit.audit.rows.CheckRow`); a check that raises,
+    or answers with another status, fails with the reason instead of stopping the evaluation."""
     from dpaudit.options import CHECK_STATUSES
 
-    def row(check: str, status: str, finding: str, false_alarm: float | None) -> dict:  # the shipped checks' shape
-        return {"check": check, "status": status, "finding": finding, "false_alarm": false_alarm, "values": {}}
+    row = CheckRow
 
     out = []
     for name, obj in _CHECKS.items():

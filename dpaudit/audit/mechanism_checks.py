@@ -36,13 +36,14 @@ format; one file keeps every false-alarm rate a report states in one place.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 from scipy import stats
 
 from dpaudit.audit import sequential
+from dpaudit.audit.rows import CheckRow
 from dpaudit.options import PROBE_CHECKS
 
 ALPHA = 0.001  # false-alarm rate of each statistical check (noise, sampling, clip canaries, divisor)
@@ -82,11 +83,12 @@ class Readings:
     heldout_steps: np.ndarray | None = None  # (T, m_out) held-out canaries' projections, for the independence test
 
 
-def row(check: str, status: str, finding: str, false_alarm: float | None, **values) -> dict:
-    return {"check": check, "status": status, "finding": finding, "false_alarm": false_alarm, "values": values}
+def row(check: str, status: str, finding: str, false_alarm: float | None, **values) -> CheckRow:
+    """One check's outcome as the frozen :class:`dpaudit.audit.rows.CheckRow`."""
+    return CheckRow(check, status, finding, false_alarm, values)
 
 
-def run(r: Readings, card: CardView) -> list[dict]:
+def run(r: Readings, card: CardView) -> list[CheckRow]:
     """Every check, the shipped ones then the registered ones (:mod:`dpaudit.audit.check_registry`). A record the statistics cannot read (NaN, empty or inconsistent
     arrays) fails the check it broke, with the reason, instead of stopping the evaluation."""
     out = []
@@ -105,7 +107,7 @@ def run(r: Readings, card: CardView) -> list[dict]:
     return with_online_alarms(out, r.probe.get("online"))
 
 
-def with_online_alarms(rows: list[dict], online) -> list[dict]:
+def with_online_alarms(rows: list[CheckRow], online) -> list[CheckRow]:
     """An alarm the probe raised while training ran is evidence (issue wave 5 · 3/5): the check it names fails, with
     the step it fired at, whatever the offline test over the whole run says (a schedule that lowers the noise late,
     say, can pass a test of the whole run). Its false-alarm rate is the online test's share of the probe's alpha
@@ -118,18 +120,18 @@ def with_online_alarms(rows: list[dict], online) -> list[dict]:
     share = float(alpha) / max(len(statistical), 1) if isinstance(alpha, (int, float)) else None
     out = []
     for r in rows:
-        a = alarms.get(r["check"])
-        if isinstance(a, dict) and r["status"] != "fail":
+        a = alarms.get(r.check)
+        if isinstance(a, dict) and r.status != "fail":
             step = a.get("step")
-            offline = f"the offline test over the whole run: {r['status']}"
-            r = row(r["check"], "fail", f"online, at step {step}: {str(a.get('finding'))[:400]} (raised while training "
-                    f"ran; {offline})", share if r["check"] in statistical else 0.0,
+            offline = f"the offline test over the whole run: {r.status}"
+            r = row(r.check, "fail", f"online, at step {step}: {str(a.get('finding'))[:400]} (raised while training "
+                    f"ran; {offline})", share if r.check in statistical else 0.0,
                     online_step=step if isinstance(step, int) else None)
         out.append(r)
     return out
 
 
-def noise(r: Readings, card: CardView) -> dict:
+def noise(r: Readings, card: CardView) -> CheckRow:
     if card.noise_multiplier is None or not card.noise_multiplier > 0:
         return row("noise", "not tested", "the card's mechanism is not one Gaussian with sigma > 0", None)
     stated = r.probe.get("noise_multiplier")
@@ -146,7 +148,7 @@ def noise(r: Readings, card: CardView) -> dict:
     return _noise_canaries(r, card, ALPHA)
 
 
-def _noise_canaries(r: Readings, card: CardView, alpha: float) -> dict:
+def _noise_canaries(r: Readings, card: CardView, alpha: float) -> CheckRow:
     """The held-out canaries' pooled chi2 bound on the noise (a record written before the per-tensor readings)."""
     if r.heldout_ss is None or card.noise_multiplier is None:
         raise ValueError("no held-out canary projections, or no sigma on the card")
@@ -167,7 +169,7 @@ def _noise_canaries(r: Readings, card: CardView, alpha: float) -> dict:
                f"the card's sigma {s:.4g}", alpha, upper=upper, rms=rms, card=s, projections=n)
 
 
-def _noise_full(r: Readings, card: CardView) -> dict:
+def _noise_full(r: Readings, card: CardView) -> CheckRow:
     """Four tests at ALPHA / 4 each (one family): the optimizer's noise at every step (Bonferroni over steps, so a
     schedule shows), in every tensor pooled over the steps (Bonferroni over tensors, so a tensor left without
     noise shows), its independence from step to step (a reused draw), and the held-out canaries' pooled bound."""
@@ -217,15 +219,15 @@ def _noise_full(r: Readings, card: CardView) -> dict:
                    "left out of part of the model", ALPHA, tensors_short=[names[i] for i in short], **vals)
     if r.heldout_ss is not None and r.heldout_ss.size and r.heldout_m:
         c = _noise_canaries(r, card, a)
-        if c["status"] == "fail":
-            return {**c, "false_alarm": ALPHA}
-        vals.update(canary_upper=c["values"]["upper"])
+        if c.status == "fail":
+            return replace(c, false_alarm=ALPHA)
+        vals.update(canary_upper=c.values["upper"])
     return row("noise", "pass", f"every one of {ss_t.size} steps and every one of {int(have.sum())} parameter tensors "
                f"carried noise of at least the card's sigma {s:.4g} (measured {vals['rms']:.4g}; lowest step "
                f"{vals['min_step_rms']:.4g}), drawn afresh each step", ALPHA, **vals)
 
 
-def sampling(r: Readings, card: CardView) -> dict:
+def sampling(r: Readings, card: CardView) -> CheckRow:
     q = card.sample_rate
     qp = float(r.probe.get("sample_rate", np.nan))
     if q is None:
@@ -304,7 +306,7 @@ def fixed_batch(sample_rate: float, dataset_size: int) -> int:
     return max(1, round(sample_rate * dataset_size))
 
 
-def _fixed_size(b: np.ndarray, N: int, q: float) -> dict:
+def _fixed_size(b: np.ndarray, N: int, q: float) -> CheckRow:
     """Fixed-size batches (the card's sampler "shuffle", accounted as sampling without replacement of B = round(q N)
     records): deterministic, no batch above B (smaller ones, an epoch's last, only help)."""
     B = fixed_batch(q, N)
@@ -384,7 +386,7 @@ def _chunks(total: int, width: int) -> list[int]:
     return [min(per, total - i) for i in range(0, total, per)]
 
 
-def clipping(r: Readings, card: CardView) -> dict:
+def clipping(r: Readings, card: CardView) -> CheckRow:
     tol = float(r.probe.get("sum_tolerance", 1e-4))
     worst = float(np.max(r.sum_ratio)) if r.sum_ratio.size else 0.0
     over = int(np.sum(r.sum_ratio > 1 + tol))
@@ -442,7 +444,7 @@ def clipping(r: Readings, card: CardView) -> dict:
     return row("clipping", "pass", "; ".join(notes) + f"; {what}{ghost}", ALPHA, **vals)
 
 
-def steps(r: Readings, card: CardView) -> dict:
+def steps(r: Readings, card: CardView) -> CheckRow:
     T = int(r.probe.get("steps", r.records.size))
     if card.steps is None:
         return row("steps", "not tested", "the card has no event at the probe's sample rate", None, probe=T)
@@ -456,7 +458,7 @@ def steps(r: Readings, card: CardView) -> dict:
     return row("steps", "pass", f"{T} noisy steps taken, as the card accounts", 0.0, probe=T, card=card.steps)
 
 
-def divisor(r: Readings, card: CardView | None = None) -> dict:
+def divisor(r: Readings, card: CardView | None = None) -> CheckRow:
     """Two readings of the divisor D the update was divided by. Deterministic: Opacus' own D (its
     ``int(len(dataset) * q)`` times the world size, recorded as ``divisor_from = "optimizer"``) must be the card's
     q N to within Opacus' rounding (one record): another D means the loop's dataset is not the card's N (it samples
@@ -510,7 +512,7 @@ def _corr(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.sum(x * y) / d) if d > 0 else 0.0
 
 
-def coverage(r: Readings) -> dict:
+def coverage(r: Readings) -> CheckRow:
     """Deterministic: with the model, nothing outside the DP optimizer moved, and nothing else moved its
     parameters between its steps (dpaudit/probe/meters.py)."""
     c = r.probe.get("coverage") or {}

@@ -1,13 +1,17 @@
-"""One test of the one-run audit as a typed, frozen value: :class:`TestRow`.
+"""The audit's rows as typed, frozen values: one test of the one-run audit (:class:`TestRow`), one mechanism
+check (:class:`CheckRow`) and the checks of one watched optimizer (:class:`MechanismEvidence`).
 
 The evaluation's audit step (dpaudit/audit/families.py) builds one :class:`TestRow` per test and delta; the judge
 (dpaudit/claim/verdict.py) reads its fields; the report (dpaudit/report/build.py) serialises it once, with
-:meth:`TestRow.to_dict`, into report.json's ``empirical`` rows (the schema's ``bound``). No torch, no SciPy here.
+:meth:`TestRow.to_dict`, into report.json's ``empirical`` rows (the schema's ``bound``); the mechanism checks (dpaudit/audit/mechanism_checks.py) likewise, into
+``mechanism_checks``. No torch, no SciPy here.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -94,3 +98,71 @@ class TestRow:
 def serialise(rows) -> list[dict]:
     """Rows as report.json holds them."""
     return [r.to_dict() for r in rows]
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One mechanism check's outcome (dpaudit/audit/mechanism_checks.py, or a registered check).
+
+    Attributes:
+        check: the check's name (``dpaudit.audit.check_registry.names()``).
+        status: ``pass | fail | not tested`` (``dpaudit.options.CHECK_STATUSES``).
+        finding: what was seen, in words.
+        false_alarm: the rate at which an honest run fails it (0: deterministic; None: not tested).
+        values: the numbers the finding rests on.
+    """
+
+    check: str
+    status: str
+    finding: str
+    false_alarm: float | None
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        from dpaudit.options import CHECK_STATUSES
+
+        if self.status not in CHECK_STATUSES:
+            raise ValueError(f"mechanism check status {self.status!r} is not one of {', '.join(CHECK_STATUSES)}")
+
+    def as_dict(self) -> dict:
+        """report.json's check row (a fresh plain dict)."""
+        return {"check": self.check, "status": self.status, "finding": self.finding,
+                "false_alarm": self.false_alarm, "values": dict(self.values)}
+
+
+@dataclass(frozen=True)
+class MechanismEvidence:
+    """The mechanism checks of one optimizer the probe watched (dpaudit/probe/readback.py).
+
+    Attributes:
+        attack: the white-box canary set its readings came from.
+        mode, coordinates, optimizer, world_size: how the probe watched (from its record).
+        bound_to_card: whether the record is the run the card names.
+        false_alarm_each: each statistical check's false-alarm rate.
+        checks: the checks' rows, shipped then registered.
+    """
+
+    attack: str
+    mode: str | None
+    coordinates: str | None
+    optimizer: str | None
+    world_size: int | None
+    bound_to_card: bool
+    false_alarm_each: float
+    checks: tuple[CheckRow, ...]
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MechanismEvidence:
+        """report.json's ``mechanism_checks`` entry as the typed value (KeyError, TypeError, ValueError: not one
+        :meth:`as_dict` writes)."""
+        return cls(d["attack"], d["mode"], d["coordinates"], d["optimizer"], d["world_size"], d["bound_to_card"],
+                   d["false_alarm_each"], tuple(CheckRow(**c) for c in d["checks"]))
+
+    def failed(self) -> tuple[CheckRow, ...]:
+        return tuple(c for c in self.checks if c.status == "fail")
+
+    def as_dict(self) -> dict:
+        """report.json's ``mechanism_checks`` entry (the one place it is serialised)."""
+        return {"attack": self.attack, "mode": self.mode, "coordinates": self.coordinates,
+                "optimizer": self.optimizer, "world_size": self.world_size, "bound_to_card": self.bound_to_card,
+                "false_alarm_each": self.false_alarm_each, "checks": [c.as_dict() for c in self.checks]}

@@ -71,6 +71,7 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
         )
 
         epsilon = accounting.compute(events, delta, source if source in ACCOUNTANTS else "prv").epsilon
+        assert epsilon is not None  # compute always answers with an upper value
     elif epsilon is None:
         epsilon = float(privacy_engine.get_epsilon(delta))
     clip = getattr(optimizer, "max_grad_norm", None)

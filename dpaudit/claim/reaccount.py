@@ -11,38 +11,106 @@ mixture-of-Gaussians PLD.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
 from dpaudit import accounting, options
-from dpaudit.accounting import group
+from dpaudit.accounting import AccountingResult, group
 from dpaudit.claim import status as claim_check
 from dpaudit.errors import DpauditError
 
 
-def reaccount(card) -> dict:
-    """{results, not_applicable, reaccounted_epsilon (largest upper), certified_epsilon (smallest sound upper),
-    lower_epsilon (largest lower), tolerance, findings, status, reason}: the accounting check of the card."""
+@dataclass(frozen=True)
+class ClaimAccounting:
+    """The accounting check of a card (:func:`reaccount`), one frozen value; :meth:`as_dict` is report.json's
+    ``accounting`` object, the one place it is serialised.
+
+    Attributes:
+        results: every accountant's interval on the card's mechanism (``dpaudit.accounting.AccountingResult``).
+        not_applicable: accountant name -> why it does not analyse this mechanism.
+        reaccounted_epsilon: the largest upper value (the number reported: never under-report).
+        certified_epsilon: the smallest sound upper value at the claim's delta (None: no accountant certifies).
+        lower_epsilon: the largest valid lower value (None: no accountant gives one).
+        status: ``verified | under-claim | unverifiable`` (``options.ACCOUNTING_STATUSES``); None without a claim.
+        reason: the status in words.
+        findings: what keeps the accountants' numbers from certifying the card (one line each).
+        tolerance: the relative numerical tolerance of the comparison with the claim.
+    """
+
+    results: tuple[AccountingResult, ...]
+    not_applicable: Mapping[str, str]
+    reaccounted_epsilon: float | None
+    certified_epsilon: float | None
+    lower_epsilon: float | None
+    status: str | None
+    reason: str
+    findings: tuple[str, ...] = ()
+    tolerance: float = field(default=options.ACCOUNTING_TOLERANCE)
+
+    def __post_init__(self):
+        if self.status is not None and self.status not in options.ACCOUNTING_STATUSES:
+            raise ValueError(f"accounting status {self.status!r} is not one of "
+                             f"{', '.join(options.ACCOUNTING_STATUSES)}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """report.json's ``accounting`` object (fresh plain containers: editing it leaves this value as it was)."""
+        return {"results": [r.to_dict() for r in self.results], "not_applicable": dict(self.not_applicable),
+                "reaccounted_epsilon": self.reaccounted_epsilon, "certified_epsilon": self.certified_epsilon,
+                "lower_epsilon": self.lower_epsilon, "tolerance": self.tolerance, "findings": list(self.findings),
+                "status": self.status, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ClaimAccounting:
+        """report.json's ``accounting`` object as the typed value.
+
+        Raises:
+            DpauditError: the object is not one :meth:`as_dict` writes (a key missing or of another type).
+        """
+        try:
+            return cls(tuple(AccountingResult(**r) for r in d["results"]), dict(d["not_applicable"]),
+                       d["reaccounted_epsilon"], d["certified_epsilon"], d["lower_epsilon"], d["status"], d["reason"],
+                       tuple(d["findings"]), float(d["tolerance"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DpauditError(f"the report's accounting cannot be read ({type(e).__name__}: {e}); re-make the "
+                               "report with `dpaudit evaluate`") from e
+
+    def joined(self, extra: AccountingResult, claim) -> ClaimAccounting:
+        """This check with one more accountant's answer (``extra``: PMixED's exact lower value, say), the status
+        and interval judged again against ``claim`` (the card's :class:`dpaudit.claim.card.Claim`)."""
+        results = (*self.results, extra)
+        check = claim_check.status(claim.epsilon_value, claim.delta, claim.neighbouring,
+                                   [r.to_dict() for r in results], list(self.findings), dict(self.not_applicable),
+                                   self.tolerance)
+        return replace(self, results=results, status=check["status"], reason=check["reason"],
+                       lower_epsilon=check["lower"], certified_epsilon=check["upper"])
+
+
+def reaccount(card) -> ClaimAccounting:
+    """The accounting check of ``card`` (a :class:`dpaudit.claim.card.PrivacyCard`).
+
+    Returns:
+        The frozen :class:`ClaimAccounting`: every accountant's interval, the largest upper value, the smallest
+        sound one, the largest lower one, the findings, the status and its reason.
+
+    Raises:
+        DpauditError: a group-privacy card without the record-level delta its group lemma needs.
+    """
     if not card.is_private:
-        return {"results": [], "not_applicable": {}, "reaccounted_epsilon": None, "certified_epsilon": None,
-                "lower_epsilon": None, "tolerance": options.ACCOUNTING_TOLERANCE, "findings": [],
-                "status": None, "reason": "no claim"}
+        return ClaimAccounting((), {}, None, None, None, None, "no claim")
     relation = card.claim.neighbouring
     if card.group_size > 1:
         res, skipped = _group_results(card)
     else:
         res, skipped = accounting.intervals(card.events, card.claim.delta, relation, card.dataset_size)
-    results = [r.to_dict() for r in res]
-    findings = card_findings(card, results)
-    check = claim_check.status(card.claim.epsilon_value, card.claim.delta, relation, results, findings, skipped)
-    return {
-        "results": results,
-        "not_applicable": skipped,
-        "reaccounted_epsilon": max((r.epsilon for r in res), default=None),  # the largest: never under-report
-        "certified_epsilon": check["upper"],
-        "lower_epsilon": check["lower"],
-        "tolerance": options.ACCOUNTING_TOLERANCE,
-        "findings": findings,
-        "status": check["status"],
-        "reason": check["reason"],
-    }
+    findings = card_findings(card, [r.to_dict() for r in res])
+    check = claim_check.status(card.claim.epsilon_value, card.claim.delta, relation, [r.to_dict() for r in res],
+                               findings, skipped)
+    return ClaimAccounting(
+        results=tuple(res), not_applicable=dict(skipped),
+        reaccounted_epsilon=max((r.epsilon for r in res if r.epsilon is not None), default=None),  # never under-report
+        certified_epsilon=check["upper"], lower_epsilon=check["lower"], status=check["status"],
+        reason=check["reason"], findings=tuple(findings))
 
 
 SAMPLE_RATE_SLACK = 0.05  # relative disagreement between q and expected_batch_size / dataset_size that is a finding
@@ -88,6 +156,7 @@ def _group_results(card) -> tuple[list, dict]:
     for name in accounting.GAUSSIAN_ACCOUNTANTS:
         try:
             e_r = accounting.compute(card.events, rl["delta"], name).epsilon
+            assert e_r is not None  # compute always answers with an upper value
         except accounting.NotApplicable as e:  # Opacus' accountants in dpaudit[audit] (no Opacus)
             skipped[f"{name}+group_lemma"] = str(e)
             continue

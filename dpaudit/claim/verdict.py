@@ -18,11 +18,14 @@ Every word is defined once, in docs/verdicts.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dpaudit.audit.rows import TestRow
+from dpaudit.audit.rows import MechanismEvidence, TestRow
 from dpaudit.errors import DpauditError
 from dpaudit.options import ACCOUNTING_STATUSES, EMPIRICAL_STATUSES, VERDICTS, current_word
+
+if TYPE_CHECKING:
+    from dpaudit.claim.reaccount import ClaimAccounting
 
 
 @dataclass(frozen=True)
@@ -156,12 +159,12 @@ class Grounds:
     ceiling: float | None = None
     record_best: TestRow | None = None
     curve: TestRow | None = None
-    mechanism: list | None = None
+    mechanism: list[MechanismEvidence] | None = None
     noise_checks: list | None = None
 
 
-def judge(card, acct: dict, grounds: Grounds, plan_entry: dict | None = None) -> Verdict:
-    """The headline verdict, its reason, and both checks, from the card, its accounting check ``acct`` (the dict
+def judge(card, acct: ClaimAccounting, grounds: Grounds, plan_entry: dict | None = None) -> Verdict:
+    """The headline verdict, its reason, and both checks, from the card, its accounting check ``acct`` (the value
     :func:`dpaudit.claim.reaccount.reaccount` returns) and the audit's ``grounds``. An evaluation off the plan
     fixed before training (``plan_entry``, :mod:`dpaudit.canaries.plan`) keeps its headline but is marked
     exploratory.
@@ -188,23 +191,21 @@ def record_claim(card) -> dict | None:
     return rl if rl and card.claim.unit == "user" else None
 
 
-def mechanism_failures(mechanism: list | None, noise_checks: list | None) -> list[str]:
+def mechanism_failures(mechanism: list[MechanismEvidence] | None, noise_checks: list | None) -> list[str]:
     """One line per failed probe check (dpaudit/audit/mechanism_checks.py) and per noise shortfall of a white-box
     record (dpaudit/audit/noise_check.py): each says the run departs from its card."""
-    out = [f"mechanism check '{c['check']}' failed: {c['finding']}" for e in mechanism or [] for c in e["checks"]
-           if c["status"] == "fail"]
+    out = [f"mechanism check '{c.check}' failed: {c.finding}" for e in mechanism or [] for c in e.failed()]
     out += [f"the {c['attack']} updates carry noise at most {c['upper']:.4g}, below the card's sigma "
             f"{c['noise_multiplier']:.4g}" for c in noise_checks or [] if c.get("status") == "below the card"]
     return out
 
 
-def _headline(card, acct: dict, best: TestRow | None, ceiling: float | None, record_best: TestRow | None,
+def _headline(card, acct: ClaimAccounting, best: TestRow | None, ceiling: float | None, record_best: TestRow | None,
               curve: TestRow | None) -> Verdict:
     if ceiling is None:
         ceiling = best.ceiling if best else 0.0
     emp = empirical(card.claim.epsilon_value, best, ceiling, curve if card.is_private else None)
-    accounting = AccountingCheck(acct.get("status"), acct.get("reason"), acct.get("lower_epsilon"),
-                                 acct.get("certified_epsilon"))
+    accounting = AccountingCheck(acct.status, acct.reason, acct.lower_epsilon, acct.certified_epsilon)
 
     def verdict(status: str, reason: str, emp: EmpiricalCheck = emp) -> Verdict:
         return Verdict(status, reason, accounting, emp)

@@ -83,20 +83,20 @@ def _account_card(path: Path, as_json: bool) -> None:
         raise DpauditError(f"{path} claims no epsilon (non-private); nothing to account")
     acct = reaccount(c)
     if as_json:
-        click.echo(json.dumps({"verdict": acct["status"], **acct}))
+        click.echo(json.dumps({"verdict": acct.status, **acct.as_dict()}))
     else:
         click.echo(f"claim: ε = {c.claim.epsilon:g} at δ = {c.claim.delta:g} ({c.claim.unit} level, "
                    f"{c.claim.neighbouring} neighbours)")
-        for r in acct["results"]:
-            lo = "     ?    " if r.get("lower") is None else f"{r['lower']:10.4f}"
-            click.echo(f"  {r['accountant']:20s} ε in [{lo}, {r['epsilon']:.4f}]  (δ = {r['delta']:.3g}) "
-                       f"{r.get('detail', '')}")
-        for name, why in acct["not_applicable"].items():
+        for r in acct.results:
+            lo = "     ?    " if r.lower is None else f"{r.lower:10.4f}"
+            hi = "   ?" if r.epsilon is None else f"{r.epsilon:.4f}"
+            click.echo(f"  {r.accountant:20s} ε in [{lo}, {hi}]  (δ = {r.delta:.3g}) {r.detail}")
+        for name, why in acct.not_applicable.items():
             click.echo(f"  {name:20s} not applicable: {why}")
-        for f in acct["findings"]:
+        for f in acct.findings:
             click.echo(f"  finding: {f}")
-        click.echo(f"{acct['status']}: {acct['reason']}")
-    if acct["status"] != "verified":
+        click.echo(f"{acct.status}: {acct.reason}")
+    if acct.status != "verified":
         raise SystemExit(1)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from dpaudit.audit import families
 from dpaudit.audit.mechanism import Audited
-from dpaudit.audit.rows import TestRow
+from dpaudit.audit.rows import MechanismEvidence, TestRow
 from dpaudit.claim import verdict as verdict_rule
 from dpaudit.claim.reaccount import claim_profile, group_delta, lemma_delta
 from dpaudit.claim.verdict import Grounds
@@ -40,7 +40,7 @@ class Evidence:
     exposure: dict
     limits: list
     noise_checks: list
-    mechanism_checks: list
+    mechanism_checks: list[MechanismEvidence]
     two_sample: list = ()  # past thresholding (families.two_sample_rows): beside the family, not in the verdict
 
     def grounds(self) -> Grounds:

@@ -24,7 +24,7 @@ from pathlib import Path
 from dpaudit import checkpoint
 from dpaudit.audit.mechanism import Audited
 from dpaudit.claim import verdict as rule
-from dpaudit.claim.reaccount import reaccount
+from dpaudit.claim.reaccount import ClaimAccounting, reaccount
 from dpaudit.claim.verdict import Verdict
 from dpaudit.errors import DpauditError
 from dpaudit.evaluation import evidence, scoring
@@ -43,7 +43,7 @@ class Loaded:
     opts: Resolved
     mechanism: Audited
     whitebox: list | None
-    accounting: dict
+    accounting: ClaimAccounting
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def judge(loaded: Loaded, ev: evidence.Evidence) -> Verdict:
     return verdict_of(loaded.ck.card, loaded.accounting, ev, loaded.opts.plan_entry)
 
 
-def verdict_of(card, accounting: dict, ev: evidence.Evidence, plan_entry: dict | None) -> Verdict:
+def verdict_of(card, accounting: ClaimAccounting, ev: evidence.Evidence, plan_entry: dict | None) -> Verdict:
     """The one verdict rule every evaluation's judge step applies (a checkpoint's here, a PMixED deployment's in
     :mod:`dpaudit.pmixed.steps`): the card's claim, its accounting check and the evidence's grounds."""
     return rule.judge(card, accounting, ev.grounds(), plan_entry)

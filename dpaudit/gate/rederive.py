@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dpaudit.errors import DpauditError
+
+if TYPE_CHECKING:
+    from dpaudit.claim.reaccount import ClaimAccounting
 
 
 def _close(a, b) -> bool:
@@ -77,7 +81,7 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
         acct = reaccount(ck.card)
     got = report.get("accounting") or {}
     for key in ("status", "reaccounted_epsilon", "certified_epsilon", "lower_epsilon"):
-        a, b = got.get(key), acct.get(key)
+        a, b = got.get(key), getattr(acct, key)
         if (a != b) if key == "status" else not _close(a, b):
             out.append(f"the report's accounting {key} {a!r} is not the card's re-derived {b!r}")
     if not posthoc:
@@ -124,7 +128,7 @@ def _statuses(entries) -> list:
     return out
 
 
-def _evidence(report: dict, ck, acct: dict) -> list[str]:
+def _evidence(report: dict, ck, acct: ClaimAccounting) -> list[str]:
     """The probe's evidence and the verdict, re-derived: the mechanism and noise checks recomputed from the
     folder's white-box records (they need no model: dpaudit/probe/readback.py, the functions ``evaluate``
     calls), then the verdict judged again (:func:`dpaudit.claim.verdict.judge`) from those checks, the
@@ -143,9 +147,10 @@ def _evidence(report: dict, ck, acct: dict) -> list[str]:
     confidence = float((report.get("family_wise") or {}).get("confidence", 0.95))
     mech, noise = readback.mechanism_checks(wb, card), readback.noise_checks(wb, confidence)
     out = []
-    if _statuses(report.get("mechanism_checks")) != _statuses(mech):
+    derived = _statuses([e.as_dict() for e in mech])
+    if _statuses(report.get("mechanism_checks")) != derived:
         out.append(f"the report's mechanism checks {_statuses(report.get('mechanism_checks'))} are not the ones "
-                   f"re-derived from the folder's probe records {_statuses(mech)}")
+                   f"re-derived from the folder's probe records {derived}")
     if _statuses(report.get("noise_checks")) != _statuses(noise):
         out.append("the report's noise checks are not the ones re-derived from the folder's white-box records")
     try:

@@ -20,14 +20,15 @@ through the sampled tokens. Nothing here writes or judges.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from dpaudit import checkpoint, progress
-from dpaudit.claim import status as claim_check
-from dpaudit.claim.reaccount import reaccount
+from dpaudit.accounting import AccountingResult
+from dpaudit.claim.reaccount import ClaimAccounting, reaccount
 from dpaudit.errors import DpauditError
 from dpaudit.pmixed import audit as exact
 from dpaudit.pmixed import mixing
@@ -188,25 +189,22 @@ def exact_check(dep: Deployment, wb: np.ndarray, owners: list, delta: float) -> 
             "owner_max_per_query": max(owner_d, default=None), "epsilon_lower": eps_lo}
 
 
-def accounting(card, ex: dict) -> dict:
+def accounting(card, ex: dict) -> ClaimAccounting:
+    """The card's accounting check with the exact check's lower value joined (:meth:`ClaimAccounting.joined`)."""
     acct = reaccount(card)
     if ex.get("epsilon_lower") is not None:
-        acct["results"] = acct["results"] + [{
-            "accountant": "pmixed_exact", "epsilon": None, "lower": ex["epsilon_lower"], "delta": card.claim.delta,
-            "relation": "add_remove",
-            "detail": f"exact: the worst of {ex['queries_checked']} logged queries asked T = "
-                      f"{card.events[0].queries} times, PLD optimistic; no upper value exists"}]
-    check = claim_check.status(card.claim.epsilon_value, card.claim.delta, "add_remove", acct["results"],
-                               acct.get("findings", []), acct.get("not_applicable"))
-    reason = check["reason"]
-    if check["status"] == "unverifiable" and check["upper"] is None:
-        lo = check["lower"]
-        reason = ("no accountant gives PMixED an upper value (its claim rests on the paper's per-query bound, which "
-                  "needs the divergence bound at every Rényi order and enforces it at one)"
-                  + (f"; the exact check places the true epsilon at >= {lo:.3g}, not above the claim" if lo is not None
-                     else ""))
-    return {**acct, "status": check["status"], "reason": reason, "lower_epsilon": check["lower"],
-            "certified_epsilon": check["upper"]}
+        acct = acct.joined(AccountingResult(
+            "pmixed_exact", None, card.claim.delta, lower=ex["epsilon_lower"], relation="add_remove",
+            detail=f"exact: the worst of {ex['queries_checked']} logged queries asked T = "
+                   f"{card.events[0].queries} times, PLD optimistic; no upper value exists"), card.claim)
+    if acct.status == "unverifiable" and acct.certified_epsilon is None:
+        lo = acct.lower_epsilon
+        acct = replace(acct, reason="no accountant gives PMixED an upper value (its claim rests on the paper's "
+                                    "per-query bound, which needs the divergence bound at every Rényi order and "
+                                    "enforces it at one)" + (f"; the exact check places the true epsilon at >= "
+                                                             f"{lo:.3g}, not above the claim" if lo is not None
+                                                             else ""))
+    return acct
 
 
 def task_data(run: dict):

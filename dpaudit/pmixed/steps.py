@@ -30,7 +30,7 @@ from dpaudit.audit import families
 from dpaudit.canaries import plan as eval_plan
 from dpaudit.canaries.manifest import Manifest, load_manifest
 from dpaudit.claim.card import PrivacyCard, load_card
-from dpaudit.claim.reaccount import lemma_delta
+from dpaudit.claim.reaccount import ClaimAccounting, lemma_delta
 from dpaudit.claim.verdict import Verdict
 from dpaudit.evaluation.evidence import Evidence
 from dpaudit.evaluation.options import EvalOptions
@@ -79,7 +79,7 @@ class Audited:
     evidence as the same :class:`dpaudit.evaluation.evidence.Evidence` value every evaluation's judge reads."""
 
     exact: dict
-    accounting: dict
+    accounting: ClaimAccounting
     evidence: Evidence
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpaudit.audit.rows import MechanismEvidence
 from dpaudit.errors import DpauditError
 from dpaudit.io import contained
 
@@ -120,7 +121,7 @@ def noise_checks(whitebox: list | None, confidence: float) -> list[dict]:
             for w in whitebox or [] if w.get("noise_check")]
 
 
-def mechanism_checks(whitebox: list | None, card) -> list[dict]:
+def mechanism_checks(whitebox: list | None, card) -> list[MechanismEvidence]:
     """The run-time checks of the probe's readings against the card (dpaudit/audit/mechanism_checks.py): one
     entry per optimizer watched, read from its first orthonormal canary set (the others watched the same steps)."""
     from dpaudit.audit import mechanism_checks as mc
@@ -129,12 +130,11 @@ def mechanism_checks(whitebox: list | None, card) -> list[dict]:
     watched = [w for w in whitebox or [] if w.get("readings") is not None]
     runs = (card.extra or {}).get("probe_runs") if card is not None and isinstance(card.extra, dict) else None
     if not whitebox and runs and card.is_private:  # the card points to evidence the folder does not hold
-        return [{"attack": "whitebox_gradient", "mode": "records missing", "coordinates": None, "optimizer": None,
-                 "world_size": 1, "bound_to_card": True, "false_alarm_each": 0.0,
-                 "checks": [mc.row("records", "fail", f"the privacy card names probe run(s) "
-                                   f"{', '.join(str(r)[:40] for r in runs)} but the folder holds no record of them "
-                                   "(gradient_canaries*.json): the evidence of how the mechanism ran is missing; "
-                                   "restore the records written with the model", 0.0)]}]
+        return [MechanismEvidence(
+            "whitebox_gradient", "records missing", None, None, 1, True, 0.0,
+            (mc.row("records", "fail", f"the privacy card names probe run(s) {', '.join(str(r)[:40] for r in runs)} "
+                    "but the folder holds no record of them (gradient_canaries*.json): the evidence of how the "
+                    "mechanism ran is missing; restore the records written with the model", 0.0),))]
     if not watched:
         return []
     w = next((w for w in watched if w["kind"] in noise_check.KINDS), watched[0])
@@ -142,10 +142,9 @@ def mechanism_checks(whitebox: list | None, card) -> list[dict]:
     if w["kind"] not in noise_check.KINDS:  # dense canaries overlap: their projections are not independent noise
         r = mc.Readings(**{**r.__dict__, "heldout_ss": None, "heldout_m": 0})
     view = card_view(card, float(r.probe.get("sample_rate", 0.0)))
-    return [{"attack": w["name"], "mode": r.probe.get("mode"), "coordinates": r.probe.get("coordinates"),
-             "optimizer": r.probe.get("optimizer"), "world_size": r.probe.get("world_size", 1),
-             "bound_to_card": bool(w.get("bound_to_card")),
-             "false_alarm_each": mc.ALPHA, "checks": mc.run(r, view)}]
+    return [MechanismEvidence(w["name"], r.probe.get("mode"), r.probe.get("coordinates"), r.probe.get("optimizer"),
+                              r.probe.get("world_size", 1), bool(w.get("bound_to_card")), mc.ALPHA,
+                              tuple(mc.run(r, view)))]
 
 
 def card_view(card, probe_rate: float):

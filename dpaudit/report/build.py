@@ -125,12 +125,12 @@ def evaluation(loaded, scored, ev, verdict: dict, command: str | None) -> dict:
         top["checkpoint"]["base_model"] = str(base)
     return {
         **top,
-        "accounting": acct,
+        "accounting": acct.as_dict(),
         **_evidence(ev, opts.confidence),
         "audit_limits": ev.limits,
         "noise_checks": ev.noise_checks,
         **({"whitebox_two_sample": list(ev.two_sample)} if ev.two_sample else {}),
-        "mechanism_checks": ev.mechanism_checks,
+        "mechanism_checks": [e.as_dict() for e in ev.mechanism_checks],
         "threshold_rule": opts.rule,
         "notes": list(notes),
         "attacks": ev.attack_rows,
@@ -158,7 +158,7 @@ def deployment(loaded, scored, audited, verdict: dict, section: dict, content_ha
     ev, card, man = audited.evidence, loaded.card, loaded.manifest
     return {
         **head(loaded.path, content_hash, loaded.run.get("variant"), card),
-        "accounting": audited.accounting,
+        "accounting": audited.accounting.as_dict(),
         **_evidence(ev, loaded.confidence),
         "audit_plan": loaded.plan_entry,
         "threshold_rule": ev.plan.rule,

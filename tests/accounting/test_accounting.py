@@ -132,8 +132,8 @@ def test_claim_check_flags_too_small_claim():
 
     honest = _card(1.84)  # PLD 1.83, PRV ~1.84, RDP 2.10: certified by PLD/PRV
     acct = reaccount(honest)
-    assert acct["reaccounted_epsilon"] == pytest.approx(2.10, abs=0.01)  # largest is reported
-    assert acct["status"] == "verified" and acct["lower_epsilon"] < 1.84
+    assert acct.reaccounted_epsilon == pytest.approx(2.10, abs=0.01)  # largest is reported
+    assert acct.status == "verified" and acct.lower_epsilon < 1.84
     # no audit ran: the accounting is verified but nothing empirical was tested
     v = judge(honest, acct, Grounds(None))
     assert v.status == "inconclusive" and v.accounting.status == "verified"
@@ -153,10 +153,10 @@ def test_shuffled_batches_are_accounted_without_replacement_but_not_certified():
     c = dataclasses.replace(_card(2.2, sampler="shuffle"), dataset_size=10_000,
                             claim=Claim(epsilon=2.2, delta=1e-5, neighbouring="replace_one"))
     acct = reaccount(c)
-    assert [r["accountant"] for r in acct["results"]] == ["dpa_rdp"]  # sampling without replacement, replace-one
-    assert acct["results"][0]["epsilon"] > 2.2 and acct["results"][0]["relation"] == "replace_one"
-    assert acct["findings"] and "shuffle" in acct["findings"][0]
-    assert acct["status"] == "unverifiable"  # an upper value only: never an accusation
+    assert [r.accountant for r in acct.results] == ["dpa_rdp"]  # sampling without replacement, replace-one
+    assert acct.results[0].epsilon > 2.2 and acct.results[0].relation == "replace_one"
+    assert acct.findings and "shuffle" in acct.findings[0]
+    assert acct.status == "unverifiable"  # an upper value only: never an accusation
     assert judge(c, acct, Grounds(None)).status == "inconclusive"
 
 

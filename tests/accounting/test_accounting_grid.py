@@ -101,7 +101,7 @@ def test_a_fresh_process_accounts_a_card_without_torch_and_can_still_import_opac
         f"acct = reaccount(load_card({str(card)!r}))\n"
         "no_torch = 'torch' not in sys.modules and 'opacus' not in sys.modules\n"
         "import opacus\n"
-        "print(json.dumps({'status': acct['status'], 'accountants': [r['accountant'] for r in acct['results']],\n"
+        "print(json.dumps({'status': acct.status, 'accountants': [r.accountant for r in acct.results],\n"
         "                  'no_torch': no_torch, 'engine': hasattr(opacus, 'PrivacyEngine'),\n"
         "                  'optimizers_real': opacus.optimizers.DPOptimizer.__module__.startswith('opacus.')}))\n")
     got = json.loads(_fresh_process(code))

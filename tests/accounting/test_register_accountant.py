@@ -64,7 +64,7 @@ def test_a_card_may_claim_by_it_and_the_claim_check_reads_it(registered):
                        clipping_norm=1.0, method="external")
     card = card_from_dict(card.to_dict())
     acct = reaccount(card)
-    assert "full_batch_gdp" in {r["accountant"] for r in acct["results"]} and acct["status"] == "verified"
+    assert "full_batch_gdp" in {r.accountant for r in acct.results} and acct.status == "verified"
 
 
 def test_removed_it_is_gone_and_names_are_not_taken_twice():

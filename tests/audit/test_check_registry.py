@@ -78,10 +78,10 @@ def test_a_check_that_raises_or_answers_nonsense_fails_with_the_reason_and_never
                api.register_mechanism_check(types.SimpleNamespace(NAME="odd", FALSE_ALARM=0.01,
                                                                   check=lambda r, c: ("maybe", "?")))]
     try:
-        rows = {c["check"]: c for c in mc.run(readings(0), CARD)}
+        rows = {c.check: c for c in mc.run(readings(0), CARD)}
     finally:
         for remove in removes:
             remove()
-    assert rows["boom"]["status"] == "fail" and "RuntimeError: no" in rows["boom"]["finding"]
-    assert rows["odd"]["status"] == "fail" and "'maybe'" in rows["odd"]["finding"]
-    assert rows["noise"]["status"] == "pass"  # the shipped checks are unaffected
+    assert rows["boom"].status == "fail" and "RuntimeError: no" in rows["boom"].finding
+    assert rows["odd"].status == "fail" and "'maybe'" in rows["odd"].finding
+    assert rows["noise"].status == "pass"  # the shipped checks are unaffected

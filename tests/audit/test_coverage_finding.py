@@ -15,7 +15,7 @@ def _readings(mode: str) -> mc.Readings:
 
 def test_functional_and_optimizer_probes_get_their_own_reason():
     functional = mc.coverage(_readings("functional"))
-    assert functional["status"] == "not tested"
-    assert "functional probe" in functional["finding"] and "attach_probe" not in functional["finding"]
+    assert functional.status == "not tested"
+    assert "functional probe" in functional.finding and "attach_probe" not in functional.finding
     hooks = mc.coverage(_readings("hooks"))
-    assert hooks["status"] == "not tested" and "attach_probe(optimizer, model=model" in hooks["finding"]
+    assert hooks.status == "not tested" and "attach_probe(optimizer, model=model" in hooks.finding

@@ -104,8 +104,8 @@ def test_honest_claims_are_verified_and_under_claims_caught_slow(point, computed
 def test_the_reported_case_is_verified():
     """The claim a new user's dp_accounting reported (0.16166) was flagged by the old check."""
     acct = reaccount(_card(0.16166, 1.037, 0.0005504, 5000, 1e-5))
-    assert acct["status"] == "verified"
-    assert acct["lower_epsilon"] <= 0.1613 <= acct["certified_epsilon"] <= 0.16166
+    assert acct.status == "verified"
+    assert acct.lower_epsilon <= 0.1613 <= acct.certified_epsilon <= 0.16166
 
 
 def test_replace_one_is_accounted_as_stated():
@@ -113,25 +113,25 @@ def test_replace_one_is_accounted_as_stated():
     add_remove = _dpa_pld(*point)
     card = dataclasses.replace(_card(add_remove, *point), claim=Claim(add_remove, 1e-5, neighbouring="replace_one"))
     acct = reaccount(card)
-    assert [r["accountant"] for r in acct["results"]] == ["pld"]  # the only one analysing replace-one here
-    assert set(acct["not_applicable"]) == {"rdp", "prv", "dpa_rdp", "lmo_vector"}
-    assert acct["results"][0]["lower"] > 1.5 * add_remove  # replace-one costs about twice add/remove
-    assert acct["status"] == "under-claim"  # the add/remove epsilon claimed for a replace-one guarantee
+    assert [r.accountant for r in acct.results] == ["pld"]  # the only one analysing replace-one here
+    assert set(acct.not_applicable) == {"rdp", "prv", "dpa_rdp", "lmo_vector"}
+    assert acct.results[0].lower > 1.5 * add_remove  # replace-one costs about twice add/remove
+    assert acct.status == "under-claim"  # the add/remove epsilon claimed for a replace-one guarantee
 
 
 def test_sample_rate_that_disagrees_with_batch_and_dataset_is_a_finding():
     point = (1.0, 0.01, 1000, 1e-5)
     ok = reaccount(_card(2.0, *point, expected_batch_size=100, dataset_size=10_000))
-    assert ok["findings"] == [] and ok["status"] == "verified"
+    assert ok.findings == () and ok.status == "verified"
     bad = reaccount(_card(2.0, *point, expected_batch_size=200, dataset_size=10_000))
-    assert "disagrees with expected_batch_size" in bad["findings"][0] and bad["status"] == "unverifiable"
+    assert "disagrees with expected_batch_size" in bad.findings[0] and bad.status == "unverifiable"
 
 
 def test_no_applicable_accountant_is_unverifiable_not_an_accusation():
     card = _card(0.5, 1.0, 0.01, 1000, 1e-5)
     card = dataclasses.replace(card, events=[SubsampledGaussian(0.01, 1.0, 1000, "with_replacement")])
     acct = reaccount(card)
-    assert acct["results"] == [] and acct["status"] == "unverifiable"
+    assert acct.results == () and acct.status == "unverifiable"
 
 
 def test_tolerance_rule_is_the_one_of_options():

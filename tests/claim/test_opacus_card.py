@@ -51,7 +51,7 @@ def test_heterogeneous_phases_compose_and_q_is_opacus_own():
     assert card.clipping_norm == 0.5 and card.dataset_size == N and card.expected_batch_size == pytest.approx(q * N)
     assert card.claim.accountant == "rdp" and card.claim.epsilon == pytest.approx(engine.get_epsilon(1e-5))
     acct = reaccount(card)
-    assert acct["findings"] == [] and acct["status"] == "verified"  # the engine's own RDP claim is sound
+    assert acct.findings == () and acct.status == "verified"  # the engine's own RDP claim is sound
 
 
 def test_fixed_size_batches_are_recorded_and_not_certified():
@@ -61,7 +61,7 @@ def test_fixed_size_batches_are_recorded_and_not_certified():
     card = card_from_opacus(engine, loader, opt, delta=1e-5)
     assert card.events[0].sampler == "shuffle"
     acct = reaccount(card)
-    assert acct["status"] == "unverifiable" and "shuffle" in acct["findings"][0]
+    assert acct.status == "unverifiable" and "shuffle" in acct.findings[0]
 
 
 def test_samplers_and_untrained_engine():

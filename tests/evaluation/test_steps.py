@@ -88,3 +88,43 @@ def test_every_committed_reports_verdict_is_the_typed_values_serialisation():
         assert Verdict.from_dict(r["verdict"]).as_dict() == r["verdict"], f
         seen += 1
     assert seen >= 90, seen
+
+
+def test_every_committed_reports_accounting_and_mechanism_checks_are_the_typed_values_serialisation():
+    """The accounting check (:class:`dpaudit.claim.reaccount.ClaimAccounting`) and the mechanism checks
+    (:class:`dpaudit.audit.rows.MechanismEvidence` of :class:`dpaudit.audit.rows.CheckRow`) write the objects the
+    committed reports carry, key for key; a word outside the vocabulary is refused; the values are frozen."""
+    import json
+    from pathlib import Path
+
+    from dpaudit.audit.rows import CheckRow, MechanismEvidence
+    from dpaudit.claim.reaccount import ClaimAccounting
+    from dpaudit.errors import DpauditError
+
+    root = Path(__file__).resolve().parents[2] / "reports"
+    accounts = checks = 0
+    for f in sorted(root.rglob("report.json")):
+        r = json.loads(f.read_text())
+        a = r.get("accounting")
+        if isinstance(a, dict) and set(a) == set(ClaimAccounting((), {}, None, None, None, None, "").as_dict()):
+            assert ClaimAccounting.from_dict(a).as_dict() == a, f
+            accounts += 1
+        for e in r.get("mechanism_checks") or []:
+            if set(e) != {"attack", "mode", "coordinates", "optimizer", "world_size", "bound_to_card",
+                          "false_alarm_each", "checks"}:
+                continue  # written before the record's binding to its card was reported
+            assert MechanismEvidence.from_dict(e).as_dict() == e, f
+            checks += 1
+    assert accounts >= 90 and checks >= 2, (accounts, checks)
+    with pytest.raises(ValueError, match="not one of"):
+        CheckRow("noise", "passed", "?", 0.0)
+    with pytest.raises(ValueError, match="not one of"):
+        ClaimAccounting((), {}, None, None, None, "fine", "?")
+    with pytest.raises(DpauditError, match="cannot be read"):
+        ClaimAccounting.from_dict({"status": "verified"})
+    row = CheckRow("noise", "pass", "ok", 0.001, {"p": 0.5})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.status = "fail"
+    d = row.as_dict()
+    d["values"]["p"] = 0.0
+    assert row.values["p"] == 0.5  # serialising copies

@@ -15,6 +15,7 @@ import torch
 from scipy.optimize import brentq
 
 from dpaudit.accounting import pmixed_rdp as P
+from dpaudit.audit.rows import CheckRow, MechanismEvidence
 from dpaudit.errors import DpauditError
 from dpaudit.pmixed import audit, mixing
 from dpaudit.pmixed.deployment import PMixedSpec, check_decoding, partition_of
@@ -562,7 +563,8 @@ def test_a_deployment_goes_through_the_five_steps_every_evaluation_takes(deploym
         assert report[key] == r[key], key  # exact check also read the transcript, which other tests here grow)
     assert report["verdict"]["status"] == verdict.status and report["metrics"] == {}
     assert evaluate_deployment.__module__ == "dpaudit.pmixed.steps"
-    failed = [{"attack": "extraction", "checks": [{"check": "noise", "status": "fail", "finding": "half the noise"}]}]
+    failed = [MechanismEvidence("extraction", None, None, None, 1, True, 0.0,
+                                (CheckRow("noise", "fail", "half the noise", 0.0),))]
     broken = dataclasses.replace(audited, evidence=dataclasses.replace(audited.evidence, mechanism_checks=failed))
     assert steps.judge(loaded, broken).status == "mechanism-mismatch"
 

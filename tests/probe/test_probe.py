@@ -94,7 +94,7 @@ def _checks(folder) -> dict:
     card = load_card(folder / "privacy_card.json")
     wb = scoring.whitebox(folder, card.audited_mechanism())
     (entry,) = evidence.mechanism_checks(wb, card)
-    return {c["check"]: c for c in entry["checks"]}, entry
+    return {c.check: c.as_dict() for c in entry.checks}, entry.as_dict()
 
 
 @pytest.mark.parametrize("mode", ["hooks", "ghost"])
@@ -157,9 +157,9 @@ def test_online_record_keeps_o_m_state_and_audits_as_the_full_record(tmp_path):
     np.testing.assert_allclose(b["scores"], a["scores"], rtol=1e-9, atol=1e-9)
     assert b["noise_check"]["values"] == a["noise_check"]["values"]
     assert b["noise_check"]["sum_of_squares"] == pytest.approx(a["noise_check"]["sum_of_squares"], rel=1e-9)
-    ca, cb = (evidence.mechanism_checks(w, card)[0]["checks"] for w in ([a], [b]))
-    assert [c["status"] for c in ca] == [c["status"] for c in cb] == ["pass"] * 5 + ["not tested"]
-    assert cb[4]["values"]["p"] == ca[4]["values"]["p"]  # the divisor test reads the same per-step sums
+    ca, cb = (evidence.mechanism_checks(w, card)[0].checks for w in ([a], [b]))
+    assert [c.status for c in ca] == [c.status for c in cb] == ["pass"] * 5 + ["not tested"]
+    assert cb[4].values["p"] == ca[4].values["p"]  # the divisor test reads the same per-step sums
 
 
 def test_the_engine_and_an_external_loop_share_one_probe_class():
@@ -266,8 +266,8 @@ def test_a_card_for_another_dataset_size_fails_the_divisor_check(tmp_path):
 
     folder, _ = _loop(tmp_path, steps=12, m=50, clip=4)
     card = load_card(folder / "privacy_card.json")
-    status = {c["check"]: c for c in readback.mechanism_checks(readback.whitebox(folder), card)[0]["checks"]}
+    status = {c.check: c.as_dict() for c in readback.mechanism_checks(readback.whitebox(folder), card)[0].checks}
     assert status["divisor"]["status"] != "fail", status["divisor"]
     other = dataclasses.replace(card, dataset_size=N + 40)  # its q N is 44; Opacus divided by int(N q) = 40
-    status = {c["check"]: c for c in readback.mechanism_checks(readback.whitebox(folder), other)[0]["checks"]}
+    status = {c.check: c.as_dict() for c in readback.mechanism_checks(readback.whitebox(folder), other)[0].checks}
     assert status["divisor"]["status"] == "fail" and f"N = {N}" in status["divisor"]["finding"], status["divisor"]

@@ -12,8 +12,9 @@ from scipy.stats import binom
 
 from dpaudit.audit import mechanism_checks as mc
 from dpaudit.audit import sequential
-from dpaudit.audit.rows import TestRow
+from dpaudit.audit.rows import CheckRow, MechanismEvidence, TestRow
 from dpaudit.claim import verdict
+from dpaudit.claim.reaccount import ClaimAccounting
 from dpaudit.gate import compare
 
 N, Q, SIGMA, T = 1000, 0.05, 1.0, 200
@@ -88,15 +89,15 @@ CARD = mc.CardView(sample_rate=Q, noise_multiplier=SIGMA, steps=T, clipping_norm
 
 def test_noise_check_passes_honest_noise_and_names_a_schedule_a_missing_tensor_and_a_reused_draw():
     rng = np.random.default_rng(2)
-    flagged = sum(mc.noise(_readings(rng, _noise(rng)), CARD)["status"] == "fail" for _ in range(60))
+    flagged = sum(mc.noise(_readings(rng, _noise(rng)), CARD).status == "fail" for _ in range(60))
     assert flagged <= 1
     sched = np.r_[np.full(T // 2, SIGMA), np.full(T - T // 2, 0.8 * SIGMA)]
     row = mc.noise(_readings(rng, _noise(rng, sigma_step=sched)), CARD)
-    assert row["status"] == "fail" and "schedule" in row["finding"] and row["values"]["first_step_below"] > T // 2 - 5
+    assert row.status == "fail" and "schedule" in row.finding and row.values["first_step_below"] > T // 2 - 5
     row = mc.noise(_readings(rng, _noise(rng, tensor_sigma=np.array([1, 1, 1, 0.0]))), CARD)
-    assert row["status"] == "fail" and "bias2" in row["finding"] and "part of the model" in row["finding"]
+    assert row.status == "fail" and "bias2" in row.finding and "part of the model" in row.finding
     row = mc.noise(_readings(rng, _noise(rng, reuse=True)), CARD)
-    assert row["status"] == "fail" and "correlated" in row["finding"]
+    assert row.status == "fail" and "correlated" in row.finding
 
 
 def test_an_optimizer_holding_less_noise_than_the_card_fails_without_statistics():
@@ -106,51 +107,51 @@ def test_an_optimizer_holding_less_noise_than_the_card_fails_without_statistics(
     low = _readings(rng, _noise(rng))
     low.probe["noise_multiplier"] = SIGMA / 2
     row = mc.noise(low, CARD)
-    assert row["status"] == "fail" and "noise multiplier" in row["finding"] and row["values"]["stated"] == SIGMA / 2
+    assert row.status == "fail" and "noise multiplier" in row.finding and row.values["stated"] == SIGMA / 2
     same = _readings(rng, _noise(rng))
     same.probe["noise_multiplier"] = SIGMA * (1 - 1e-9)  # a float round trip
-    assert mc.noise(same, CARD)["status"] == "pass"
+    assert mc.noise(same, CARD).status == "pass"
     more = _readings(rng, _noise(rng))
     more.probe["noise_multiplier"] = 2 * SIGMA
-    assert mc.noise(more, CARD)["status"] == "pass"
+    assert mc.noise(more, CARD).status == "pass"
 
 
 def test_sampling_check_names_repeated_sizes_and_a_rate_that_changes_midway():
     rng = np.random.default_rng(3)
     fixed = np.r_[np.full(T - 1, 50), 17]  # shuffled fixed-size batches, the epoch's short last one
     row = mc.sampling(_readings(rng, None, records=fixed), CARD)
-    assert row["status"] == "fail" and "fixed-size batches" in row["finding"]
+    assert row.status == "fail" and "fixed-size batches" in row.finding
     grow = np.r_[rng.binomial(N, Q * 0.8, size=T // 2), rng.binomial(N, Q * 1.2, size=T // 2)]  # mean as the card's
     row = mc.sampling(_readings(rng, None, records=grow), CARD)
-    assert row["status"] == "fail" and "changed during training" in row["finding"]
-    assert mc.sampling(_readings(rng, None), CARD)["status"] == "pass"
+    assert row.status == "fail" and "changed during training" in row.finding
+    assert mc.sampling(_readings(rng, None), CARD).status == "pass"
 
 
 def test_coverage_check_reads_what_the_probe_recorded():
     rng = np.random.default_rng(4)
     ok = {"model_given": True, "dp_parameters": 5, "outside": 2, "trainable_outside": [], "changed_outside": [],
           "changed_between_steps": []}
-    assert mc.coverage(_readings(rng, None, coverage=ok))["status"] == "pass"
+    assert mc.coverage(_readings(rng, None, coverage=ok)).status == "pass"
     moved = {**ok, "changed_outside": [{"name": "head.weight", "kind": "trainable parameter", "step": 3}]}
     row = mc.coverage(_readings(rng, None, coverage=moved))
-    assert row["status"] == "fail" and "head.weight" in row["finding"] and row["false_alarm"] == 0.0
+    assert row.status == "fail" and "head.weight" in row.finding and row.false_alarm == 0.0
     between = {**ok, "changed_between_steps": [{"name": "fc1.weight", "step": 2}]}
-    assert "between its steps" in mc.coverage(_readings(rng, None, coverage=between))["finding"]
+    assert "between its steps" in mc.coverage(_readings(rng, None, coverage=between)).finding
 
 
 def test_a_degenerate_record_fails_its_check_and_never_stops_the_evaluation():
     rng = np.random.default_rng(5)
     z = _noise(rng)
     z["noise_ss_step"][3] = np.nan
-    rows = {c["check"]: c for c in mc.run(_readings(rng, z), CARD)}
-    assert rows["noise"]["status"] == "fail" and "cannot be read" in rows["noise"]["finding"]
+    rows = {c.check: c for c in mc.run(_readings(rng, z), CARD)}
+    assert rows["noise"].status == "fail" and "cannot be read" in rows["noise"].finding
     # the block without noise: every clip canary's projection exact, a zero standard error
     r = _readings(rng, None)
     sampled = rng.random((T, 8)) < 0.3
     r = mc.Readings(**{**r.__dict__, "clip_projections": sampled.astype(np.float32), "clip_sampled": sampled})
-    assert mc.clipping(r, CARD)["status"] == "pass"
+    assert mc.clipping(r, CARD).status == "pass"
     r4 = mc.Readings(**{**r.__dict__, "clip_projections": (4.0 * sampled).astype(np.float32)})
-    assert mc.clipping(r4, CARD)["status"] == "fail"
+    assert mc.clipping(r4, CARD).status == "fail"
 
 
 class _Card:
@@ -161,12 +162,13 @@ class _Card:
 
 @pytest.mark.parametrize("failed", [True, False])
 def test_a_failed_check_decides_the_headline_and_compare_shows_the_checks(failed):
-    acct = {"status": "verified", "reason": "pld proves it", "lower_epsilon": 7.9, "certified_epsilon": 8.0}
+    acct = ClaimAccounting((), {}, 8.0, 8.0, 7.9, "verified", "pld proves it")
     best = TestRow.from_dict({"epsilon_lb": 0.5, "family_confidence": 0.95, "ceiling": 9.0, "delta_kind": "claimed"})
-    mech = [{"attack": "whitebox_gradient", "checks": [
-        {"check": "noise", "status": "fail" if failed else "pass", "finding": "half the noise", "false_alarm": 1e-3},
-        {"check": "steps", "status": "pass", "finding": "ok", "false_alarm": 0.0}]}]
-    v = verdict.judge(_Card(), acct, verdict.Grounds(best, 9.0, mechanism=mech))
+    checks = (CheckRow("noise", "fail" if failed else "pass", "half the noise", 1e-3),
+              CheckRow("steps", "pass", "ok", 0.0))
+    typed = [MechanismEvidence("whitebox_gradient", "hooks", "block", "DPOptimizer", 1, True, 1e-3, checks)]
+    v = verdict.judge(_Card(), acct, verdict.Grounds(best, 9.0, mechanism=typed))
+    mech = [e.as_dict() for e in typed]
     assert v.status == ("mechanism-mismatch" if failed else "consistent")
     if failed:
         assert "half the noise" in v.reason and v.without_mechanism == "consistent"
@@ -213,11 +215,11 @@ def test_fixed_size_batches_stated_by_the_card_are_expected_not_accused():
     fixed = np.r_[np.full(T - 1, 50), 17]
     shuffle_card = replace(CARD, sampler="shuffle")
     row = mc.sampling(_readings(rng, None, records=fixed), shuffle_card)
-    assert row["status"] == "pass" and row["values"]["fixed_batch"] == 50, row
+    assert row.status == "pass" and row.values["fixed_batch"] == 50, row
     larger = fixed.copy()
     larger[7] = 51
     row = mc.sampling(_readings(rng, None, records=larger), shuffle_card)
-    assert row["status"] == "fail" and "more than the fixed batch size B = 50" in row["finding"]
+    assert row.status == "fail" and "more than the fixed batch size B = 50" in row.finding
     on = Online(noise_multiplier=None, tensors=0, sample_rate=Q, dataset_size=N, on_fail=None, sampler="shuffle")
     for b in fixed:
         on.step += 1

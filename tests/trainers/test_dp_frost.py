@@ -315,7 +315,7 @@ def test_dp_frost_trains_only_its_choice_and_accounts_the_composition(tmp_path, 
     assert card.extra["frost"]["rate_reading"] == ("alg3" if "alg3" in extra else "text")
     assert card.claim.epsilon <= 2.0 and card.method == "dp_frost"
     acct = reaccount(card)
-    assert acct["status"] == "verified" and acct["findings"] == []
+    assert acct.status == "verified" and acct.findings == ()
     # the training phase alone stays at r_eps x epsilon, the composition at epsilon
     alone = accounting.compute([train_ev], card.claim.delta, "prv").epsilon
     assert alone <= 0.9 * 2.0 + 1e-6 < card.claim.epsilon

@@ -59,12 +59,12 @@ def test_lmo_run_writes_the_papers_claim_and_dpaudit_reaccounts_the_mechanism(tm
         lmo_paper.claim(nz, 1.0, ev.sample_rate, ev.steps, card.claim.delta).epsilon)
     assert card.claim.epsilon > 2.9  # the scale was pushed to the target
     acct = reaccount(card)
-    (res,) = acct["results"]
-    assert res["accountant"] == "lmo_vector" and 0 <= res["lower"] <= res["epsilon"]
-    assert set(acct["not_applicable"]) == {"rdp", "prv", "pld", "dpa_rdp"}
+    (res,) = acct.results
+    assert res.accountant == "lmo_vector" and 0 <= res.lower <= res.epsilon
+    assert set(acct.not_applicable) == {"rdp", "prv", "pld", "dpa_rdp"}
     # the paper's scalar accounting understates the d-dimensional mechanism: the exact PLD of one neighbouring pair
     # (a lower bound on the true epsilon) already lies above the claim (docs/methods.md, LMO-DP)
-    assert res["lower"] > 1.2 * card.claim.epsilon and acct["status"] == "under-claim"
+    assert res.lower > 1.2 * card.claim.epsilon and acct.status == "under-claim"
     # both canary sets recorded, the dense one over every trainable coordinate
     assert json.loads((ck.path / "gradient_canaries.json").read_text())["kind"] == "dirac"
     dense = json.loads((ck.path / "gradient_canaries_dense.json").read_text())
