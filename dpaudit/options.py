@@ -27,6 +27,7 @@ LORA_TARGETS = ("attention", "all-linear")
 # ghost_fsdp: sharded under torchrun (trainers/fsdp.py); bk: book-keeping, one backward (trainers/bk_clipping.py)
 GRAD_SAMPLE_MODES = ("hooks", "ghost", "ghost_fsdp", "bk")
 OPTIMIZERS = ("adam", "sgd")  # train.optimizer: the base optimizer the DP wrapper steps (trainers/optim.py)
+AUTOCAST = ("off", "bf16")  # train.autocast: a non-private run's forward and backward in bf16 (trainers/units.py)
 GHOST_MODES = ("ghost", "ghost_fsdp", "bk")  # the clipped sum arrives in p.grad; tied embeddings must be untied
 GRADIENT_CANARY_KINDS = ("dirac", "sparse", "dense")
 # DP-FROST (trainers/dp_frost.py): how partitions are chosen, its PGM scores, and which reading of the paper's

@@ -312,8 +312,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
                              identity=run_identity(cfg, tensors) if cfg.gradient_canaries else None)
         start, so_far, after, resumed = _resumable(
             snapshots, RunParts(model, opt, {}, {}, canaries, None, lambda t: [], stream), steps)
-        losses = loop.run(model, opt, stream, RecordStep(model, choices=choices, split_cap=cfg.max_physical_batch_size),
-                          steps, desc="train", start=start, losses=so_far, after_step=after)
+        losses = loop.run(model, opt, stream, RecordStep(model, choices=choices, split_cap=cfg.max_physical_batch_size,
+                                                         autocast=cfg.autocast), steps, desc="train", start=start, losses=so_far, after_step=after)
         return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None, resumed=resumed)
     delta, steps = plan.delta, plan.steps
     flags = _canary_flags(records, canary_rate, cfg, event)

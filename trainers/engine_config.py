@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from dpaudit import accounting, checks, device
 from dpaudit.errors import DpauditError
-from dpaudit.options import GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS, OPTIMIZERS
+from dpaudit.options import AUTOCAST, GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS, OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class EngineConfig:
         "private runs with gradient_canaries > 0"))
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N (dpaudit/device.py)
     secure_rng: bool = False  # release runs: the mechanism's noise and sampling from a secret OS-entropy seed
+    autocast: str = field(default="off", metadata=checks.applies(  # off | bf16: the forward and backward under
+        lambda t, clf: not t.engine.private and t.method not in ("user_dp_sgd", "group_privacy"),  # bf16 autocast
+        "record-level non-private runs (a DP step runs in float32: engine.check_fp32)"))
 
     def __post_init__(self):
         for name in ("epochs", "lr", "clipping_norm", "weight_decay"):  # before any comparison below
@@ -77,6 +80,11 @@ class EngineConfig:
         device.check(self.device, "train.device")
         if not isinstance(self.secure_rng, bool):
             raise DpauditError(f"train.secure_rng must be true or false, got {self.secure_rng!r}")
+        if self.autocast not in AUTOCAST:
+            raise DpauditError(f"train.autocast must be one of {', '.join(AUTOCAST)}, got {self.autocast!r}")
+        if self.autocast != "off" and self.private:
+            raise DpauditError(f"train.autocast = {self.autocast!r} applies to non-private runs only: the DP step's "
+                               "per-sample norms, clipping and noise run in float32; remove it from this variant")
         kinds = self.canary_kinds
         bad = [k for k in kinds if k not in GRADIENT_CANARY_KINDS]
         if bad or len(set(kinds)) != len(kinds):

@@ -24,12 +24,17 @@ from dpaudit.trainers.loss import batch_loss, forward, per_sample_loss, trim
 
 class RecordStep:
     def __init__(self, model, criterion=None, choices: torch.Tensor | None = None, split_cap: int | None = None,
-                 placeholder: list[torch.Tensor] | None = None):
+                 placeholder: list[torch.Tensor] | None = None, autocast: str = "off"):
         self.model, self.criterion, self.choices, self.split_cap = model, criterion, choices, split_cap
         self.placeholder = placeholder  # sharded training: a zero-loss record an empty local batch runs (FSDP)
         self.device = model_device(model)
+        self.autocast = autocast  # "bf16": a non-private run's forward under bf16 autocast (CPU with AMX, CUDA)
 
     def __call__(self, batch) -> tuple[float, int]:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast == "bf16"):
+            return self._step(batch)
+
+    def _step(self, batch) -> tuple[float, int]:
         n = batch[0].size(0)
         if n == 0 and self.placeholder is not None:  # every rank joins FSDP's collectives; zero loss and gradient
             loss = batch_loss(self.model, *(t.to(self.device) for t in self.placeholder), self.criterion, self.choices)

@@ -97,9 +97,8 @@ __all__ = ["ACCOUNTANTS", "AccountingResult", "GAUSSIAN_ACCOUNTANTS", "NotApplic
 
 @dataclass(frozen=True)
 class AccountingResult:
-    """One accountant's answer: ``epsilon`` is its upper value (sound: the true epsilon is at most this),
-    ``lower`` its lower value where it has one (the true epsilon is at least this), both at ``delta``;
-    ``epsilon`` None: a lower value only (PMixED's exact check)."""
+    """One accountant's answer at ``delta``: ``epsilon`` its upper value (the true epsilon is at most this; None: a
+    lower value only), ``lower`` its lower value where it has one (the true epsilon is at least this)."""
 
     accountant: str
     epsilon: float | None

@@ -60,6 +60,8 @@ def _parse(train="", a="", b="", task="sentiment"):
     ("variant", "", "tied_embeddings = 'untie'", "", "sentiment", "tied_embeddings applies to 'freeze', or 'untie'"),
     ("variant", "", "gradient_canary_kind = 'sparse'", "", "sentiment", "gradient_canary_kind applies to"),
     ("variant", "", "head_lr = 0.01", "", "sentiment", "head_lr applies to classifier models"),
+    ("variant", "method = 'user_dp_sgd'", "autocast = 'bf16'", "", "userlm",
+     "autocast applies to record-level non-private runs"),
 ])
 def test_options_that_do_not_apply_are_refused(where, train, a, b, task, msg):
     with pytest.raises(config.DpauditError, match=msg):
