@@ -44,3 +44,23 @@ def test_a_dp_sgd_step_is_minus_lr_times_the_noisy_clipped_mean():
     assert float(norms.min()) > 0.1  # every example clipped
     want = torch.normal(0.0, 0.5 * 0.1, clipped.shape, generator=gen)  # Opacus' draw: N(0, (sigma C)^2)
     assert torch.allclose(moved, clipped + want, atol=1e-5)  # the step is exactly -lr x the released gradient / B
+
+
+def test_adam_is_torchs_fused_kernel_and_steps_as_the_per_tensor_one():
+    """Adam runs fused where every parameter allows it (CPU and CUDA): the same update as the per-tensor loop, to
+    float32 rounding, over a few steps with a head of its own rate."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 3))
+    ref = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 3))
+    ref.load_state_dict(model.state_dict())
+    _, opt = optim.base(model, 1e-2, weight_decay=0.01)
+    assert opt.defaults["fused"] is True
+    plain = torch.optim.Adam(ref.parameters(), lr=1e-2, weight_decay=0.01)
+    for step in range(5):
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(step))
+        for net, o in ((model, opt), (ref, plain)):
+            o.zero_grad()
+            net(x).pow(2).sum().backward()
+            o.step()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
