@@ -14,7 +14,6 @@ from torch import nn
 from dpaudit.errors import DpauditError
 from dpaudit.options import OPTIMIZERS
 
-
 FUSED_DEVICES = ("cpu", "cuda")  # where torch's fused Adam runs (the same update, one kernel for every tensor)
 
 
