@@ -338,3 +338,19 @@ def test_canary_gradient_share_is_what_the_eps4_readme_says():
     assert f"{q50:.2f}" == "0.19" and q75 - q25 < 0.04
     readme = (REPORTS / "canary_designs_eps4" / "README.md").read_text()
     assert "**0.19 for the tiny GPT-2** (norm 14)" in readme and f"(norm {row['grad_norm_q25_q50_q75'][1]:.0f})" in readme
+
+
+def test_the_demo_numbers_the_readme_quotes_are_its_reports():
+    """A consistency check, not evidence: README.md's demo sentence and reports/demo/README.md's table quote the
+    accuracies and LOSS AUCs of reports/demo's report.json files (re-made by `make demo-refresh`), to 3 decimals."""
+    got = {}
+    for variant in ("non-private", "dp-eps8"):
+        r = json.loads((REPORTS / "demo" / variant / "report" / "report.json").read_text())
+        got[variant] = (f"{r['metrics']['accuracy']:.3f}", f"{r['attacks']['loss']['auc']:.3f}",
+                        f"{r['metrics']['constant_predictor_accuracy']:.3f}")
+    readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
+    (dp_acc, dp_auc, const), (np_acc, np_auc, _) = got["dp-eps8"], got["non-private"]
+    assert (f"keeps test accuracy {dp_acc} (non-private {np_acc}, constant predictor {const})" in readme
+            and f"(AUC {dp_auc}, non-private {np_auc})" in readme), got
+    table = (REPORTS / "demo" / "README.md").read_text()
+    assert f"| non-private | **{np_acc}** | **{np_auc}** |" in table and f"| DP, ε = 8 | **{dp_acc}** | **{dp_auc}** |" in table
