@@ -299,7 +299,8 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     torch.manual_seed(cfg.seed)
     choices = run_choices(records)
     tensors = data_seam.collate(records, pad_id, max_len)
-    params, opt = optim.base(model, cfg.lr, cfg.weight_decay, cfg.head_lr, cfg.optimizer)
+    params, opt = optim.base(model, cfg.lr, cfg.weight_decay, cfg.head_lr, cfg.optimizer,
+                             fused=cfg.grad_sample_mode != "ghost_fsdp")  # FSDP shards the parameters afterwards
     check_fp32(params, cfg.private)
     plan = record_plan(n, cfg)
     batch, q = plan.batch, plan.sample_rate

@@ -22,9 +22,12 @@ def is_head(name: str) -> bool:
     return name.startswith("classifier.") or ".classifier." in name
 
 
-def base(model: nn.Module, lr: float, weight_decay: float = 0.0, head_lr: float | None = None, kind: str = "adam"):
+def base(model: nn.Module, lr: float, weight_decay: float = 0.0, head_lr: float | None = None, kind: str = "adam",
+         fused: bool = True):
     """(trainable parameters, Adam — or SGD for ``kind = "sgd"`` — over them); a classifier's head gets ``head_lr``
-    when it is set."""
+    when it is set. Adam is torch's fused kernel where every parameter allows it, unless ``fused`` is False: for
+    parameters that become DTensors after the optimizer is made (``ghost_fsdp`` shards the model afterwards, and
+    the fused kernel refuses plain state beside sharded parameters)."""
     if kind not in OPTIMIZERS:
         raise DpauditError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -33,7 +36,7 @@ def base(model: nn.Module, lr: float, weight_decay: float = 0.0, head_lr: float 
     params = [p for _, p in named]
     make = torch.optim.SGD
     if kind == "adam":  # torch's fused Adam where every parameter allows it: one kernel over all tensors (CPU: 22.6M
-        fused = all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in params)  # parameters in 20
+        fused = fused and all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in params)  # params: 20
         make = functools.partial(torch.optim.Adam, fused=True) if fused else torch.optim.Adam  # ms, not 90-105 ms)
     if head_lr is None:
         return params, make(params, lr=lr, weight_decay=weight_decay)

@@ -44,3 +44,12 @@ def test_the_step_runs_in_bf16_and_trains_like_float32(tiny_model_factory):
 def test_record_step_leaves_autocast_off_by_default(tiny_model_factory):
     model, tok = tiny_model_factory()
     assert units.RecordStep(model).autocast == "off"
+
+
+def test_a_gpu_without_bfloat16_is_refused_in_one_line(tiny_model_factory, monkeypatch):
+    model, _ = tiny_model_factory()
+    monkeypatch.setattr(units, "model_device", lambda m: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    with pytest.raises(DpauditError, match="needs a GPU with bfloat16 support; cuda:0 has none"):
+        units.RecordStep(model, autocast="bf16")
+    units.RecordStep(model)  # float32 on the same device: fine
