@@ -199,7 +199,7 @@ def _cli(*args, **kw):
 def test_dpaudit_run_resumes_after_sigkill(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text(RUN)
-    ref = _cli("run", str(cfg), "--out", str(tmp_path / "ref"), "--quiet", "--snapshot-every", "0")
+    ref = _cli("run", str(cfg), "--out", str(tmp_path / "ref"), "--quiet", "--snapshot-every", "0", "--train-only")
     assert ref.wait(timeout=600) == 0, ref.stderr.read()
     target = random.Random(7).randrange(2, 6) * 4  # a snapshot at a random step, then killed
     p = _cli("run", str(cfg), "--out", str(tmp_path / "out"), "--quiet", "--snapshot-every", "4")
