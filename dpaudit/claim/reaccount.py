@@ -12,7 +12,7 @@ mixture-of-Gaussians PLD.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from dpaudit import accounting, options
@@ -75,15 +75,19 @@ class ClaimAccounting:
             raise DpauditError(f"the report's accounting cannot be read ({type(e).__name__}: {e}); re-make the "
                                "report with `dpaudit evaluate`") from e
 
-    def joined(self, extra: AccountingResult, claim) -> ClaimAccounting:
-        """This check with one more accountant's answer (``extra``: PMixED's exact lower value, say), the status
-        and interval judged again against ``claim`` (the card's :class:`dpaudit.claim.card.Claim`)."""
-        results = (*self.results, extra)
+    @classmethod
+    def judged(cls, claim, results, findings, not_applicable) -> ClaimAccounting:
+        """The check of ``claim`` (a card's :class:`dpaudit.claim.card.Claim`) from the accountants' ``results``
+        (:mod:`dpaudit.claim.status`'s rule), with the ``findings`` and ``not_applicable`` reasons beside them."""
         check = claim_check.status(claim.epsilon_value, claim.delta, claim.neighbouring,
-                                   [r.to_dict() for r in results], list(self.findings), dict(self.not_applicable),
-                                   self.tolerance)
-        return replace(self, results=results, status=check["status"], reason=check["reason"],
-                       lower_epsilon=check["lower"], certified_epsilon=check["upper"])
+                                   [r.to_dict() for r in results], list(findings), dict(not_applicable))
+        return cls(tuple(results), dict(not_applicable),
+                   max((r.epsilon for r in results if r.epsilon is not None), default=None),  # never under-report
+                   check["upper"], check["lower"], check["status"], check["reason"], tuple(findings))
+
+    def joined(self, extra: AccountingResult, claim) -> ClaimAccounting:
+        """This check with one more accountant's answer (``extra``: PMixED's exact lower value, say), judged again."""
+        return self.judged(claim, (*self.results, extra), self.findings, self.not_applicable)
 
 
 def reaccount(card) -> ClaimAccounting:
@@ -103,14 +107,7 @@ def reaccount(card) -> ClaimAccounting:
         res, skipped = _group_results(card)
     else:
         res, skipped = accounting.intervals(card.events, card.claim.delta, relation, card.dataset_size)
-    findings = card_findings(card, [r.to_dict() for r in res])
-    check = claim_check.status(card.claim.epsilon_value, card.claim.delta, relation, [r.to_dict() for r in res],
-                               findings, skipped)
-    return ClaimAccounting(
-        results=tuple(res), not_applicable=dict(skipped),
-        reaccounted_epsilon=max((r.epsilon for r in res if r.epsilon is not None), default=None),  # never under-report
-        certified_epsilon=check["upper"], lower_epsilon=check["lower"], status=check["status"],
-        reason=check["reason"], findings=tuple(findings))
+    return ClaimAccounting.judged(card.claim, res, card_findings(card, [r.to_dict() for r in res]), skipped)
 
 
 SAMPLE_RATE_SLACK = 0.05  # relative disagreement between q and expected_batch_size / dataset_size that is a finding
