@@ -48,17 +48,53 @@ def judge(folder: Path, card) -> tuple[list[dict], list[str]]:
 
 
 def one(pl, loop: str, bug: str | None, seed: int, work: Path, settings=None) -> dict:
+    """The row of one run: trained, its record judged as the gate judges it (a crash recorded, never hidden)."""
     t0 = time.time()
     folder = work / f"{loop}-{bug or 'honest'}-{seed}"
-    row = {"loop": loop, "bug": bug, "seed": seed}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             probe, card, _ = pl.run(loop, bug, seed, folder, settings)
-            checks, fails = judge(folder, card)
     except Exception as e:  # a crash is what this table is for: record it, never hide it
-        return {**row, "crash": f"{type(e).__name__}: {e}", "trace": traceback.format_exc(limit=-4),
-                "seconds": round(time.time() - t0, 1)}
+        return _crash(loop, bug, seed, e, t0)
+    return _row(pl, loop, bug, seed, probe, card, folder, t0)
+
+
+def many(pl, cases: list, work: Path, settings=None) -> list[dict]:
+    """The rows of ``cases`` ``(loop, bug, seed)``, as :func:`one` gives them, in their order; the runs of loops on
+    several ranks share one spawn of the ranks (``pl.run_distributed``). A shared spawn that fails is re-run case
+    by case, so a crash lands on the run that crashed."""
+    rows: dict = {}
+    spread = [c for c in cases if pl.distributed(c[0], c[1]) is not None]
+    if spread:
+        t0 = time.time()
+        folders = [work / f"{loop}-{bug or 'honest'}-{seed}" for loop, bug, seed in spread]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = pl.run_distributed([(*c, f) for c, f in zip(spread, folders)], settings or pl.Settings())
+        except Exception:
+            got = None
+        if got is not None:
+            share = (time.time() - t0) / len(spread)
+            for c, (probe, card, folder) in zip(spread, got):
+                rows[c] = _row(pl, *c, probe, card, folder, time.time() - share)
+    return [rows[c] if c in rows else one(pl, *c, work, settings) for c in cases]
+
+
+def _crash(loop, bug, seed, e: Exception, t0: float) -> dict:
+    return {"loop": loop, "bug": bug, "seed": seed, "crash": f"{type(e).__name__}: {e}",
+            "trace": traceback.format_exc(limit=-4), "seconds": round(time.time() - t0, 1)}
+
+
+def _row(pl, loop, bug, seed, probe, card, folder: Path, t0: float) -> dict:
+    row = {"loop": loop, "bug": bug, "seed": seed}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            checks, fails = judge(folder, card)
+    except Exception as e:  # the record could not be judged: a crash of the run's own
+        return _crash(loop, bug, seed, e, t0)
     statuses = {c["check"]: c["status"] for e in checks for c in e["checks"]}
     named = pl.BUGS[bug][1] if bug else None
     alarms = probe.online.alarms
@@ -138,8 +174,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for i, (loop, bug) in enumerate(jobs):
-            for seed in range(args.seeds):
-                rows.append(one(pl, loop, bug, seed, Path(tmp)))
+            rows += many(pl, [(loop, bug, seed) for seed in range(args.seeds)], Path(tmp))
             last = rows[-args.seeds:]
             print(f"[{i + 1}/{len(jobs)}] {loop} {bug or 'honest'}: crashes {sum('crash' in r for r in last)}, gate "
                   f"exit 1 in {sum(r.get('gate_exit', 0) for r in last)} ({time.time() - t0:.0f} s)", flush=True)

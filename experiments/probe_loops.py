@@ -48,7 +48,7 @@ class Loop:
     trainer: bool = False  # a Hugging Face Trainer steps the DP optimizer (dp-transformers pattern)
     with_epsilon: bool = False  # make_private_with_epsilon instead of make_private(noise_multiplier=...)
     pass_model: bool = True  # attach_probe(..., model=model)
-    ddp: bool = False  # DPDDP on 2 gloo ranks (run_ddp)
+    ddp: bool = False  # DPDDP on 2 gloo ranks (run_distributed)
     wrap_model: bool = True  # False: Opacus 1.6's non-wrapping mode (hooks on the user's own model)
     accelerate: bool = False  # accelerate's Accelerator.prepare around the model, DP optimizer and loader
     functional: str | None = None  # a hand-written DP-SGD step with the functional probe, fed "torch" or "numpy"
@@ -283,10 +283,8 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
         return _PEER_RUNS[loop.peer](bug, seed, folder, s)
     if loop.functional:
         return run_functional(loop, bug, seed, folder, s)
-    if loop.fsdp:
-        return run_ddp(bug, seed, folder, s, worker="_fsdp_worker")
-    if loop.ddp:
-        return run_ddp(bug or ("noise-every-rank" if name == "ddp-noise-every-rank" else None), seed, folder, s)
+    if distributed(name, bug) is not None:
+        return run_distributed([(name, bug, seed, folder)], s)[0]
     torch.manual_seed(seed)
     N = s.records + (7 if bug == "shuffle-as-poisson" else 0)
     x, y = synthetic(N, seed)
@@ -465,9 +463,26 @@ def run_functional(loop: Loop, bug: str | None, seed: int, folder: Path, s: Sett
     return probe, card, folder
 
 
-def _ddp_worker(rank, world, port, out, bug, seed, epochs, m):
+def _ranks(rank, world, port, jobs):
+    """One spawned rank: the gloo process group once, then each job ``(worker, out, bug, seed, epochs, m)`` in turn
+    (every job builds its own model, optimizer, loader and probe from its seed, so a job reads the same whether it
+    runs alone or after others), the ranks meeting at a barrier after each."""
     import os
+    from datetime import timedelta
 
+    import torch
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # a rank that stops early must not leave the other waiting forever: the table records it as a crash
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    torch.set_num_threads(1)
+    for worker, out, bug, seed, epochs, m in jobs:
+        globals()[worker](rank, world, out, bug, seed, epochs, m)
+        torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def _ddp_worker(rank, world, out, bug, seed, epochs, m):
     import torch
     from opacus import PrivacyEngine
     from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
@@ -475,12 +490,6 @@ def _ddp_worker(rank, world, port, out, bug, seed, epochs, m):
 
     from dpaudit import api
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from datetime import timedelta
-
-    # a rank that stops early must not leave the other waiting forever: the table records it as a crash
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
-    torch.set_num_threads(1)
     torch.manual_seed(seed)
     x, y = synthetic(400, seed)
     model = DPDDP(Tiny())  # rank 0's weights, broadcast
@@ -531,17 +540,12 @@ def _ddp_worker(rank, world, port, out, bug, seed, epochs, m):
             card = replace(card, events=[event], expected_batch_size=stated * len(x),
                            claim=replace(card.claim, epsilon=compute([event], 1e-5, "prv").epsilon))
         card.save(out / "privacy_card.json")
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
 
 
-def _fsdp_worker(rank, world, port, out, bug, seed, epochs, m):
+def _fsdp_worker(rank, world, out, bug, seed, epochs, m):
     """dpaudit's ghost_fsdp path (trainers/fsdp.py: FSDP2 + Opacus' FSDP optimizer) on a tiny Llama, the probe on
     every rank with ``model=`` the ghost-clipping module, rank 0 saving; the bugs set the optimizer's noise after the
     probe read the card's sigma."""
-    import os
-    from datetime import timedelta
-
     import torch
     from torch.utils.data import TensorDataset
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -552,9 +556,6 @@ def _fsdp_worker(rank, world, port, out, bug, seed, epochs, m):
     from dpaudit.trainers import fsdp
     from dpaudit.trainers.units import RecordStep
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
-    torch.set_num_threads(1)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=LENGTH,
@@ -585,13 +586,24 @@ def _fsdp_worker(rank, world, port, out, bug, seed, epochs, m):
         PrivacyCard(claim=Claim(epsilon=compute([event], 1e-5, "prv").epsilon, delta=1e-5), events=[event],
                     clipping_norm=C, expected_batch_size=q * n, dataset_size=n,
                     method="conformance-fsdp").save(out / "privacy_card.json")
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
 
 
-def run_ddp(bug: str | None, seed: int, folder: Path, s: Settings, world: int = 2, worker: str = "_ddp_worker"):
-    """The DDP loop (or ``worker="_fsdp_worker"``: the FSDP loop) on ``world`` gloo ranks, the probe on every rank,
-    rank 0 saving; returns what :func:`run` returns, the probe's state read back from its saved record."""
+def distributed(name: str, bug: str | None) -> tuple[str, str | None] | None:
+    """(the rank worker, the bug it plants) of a loop that runs on several gloo ranks; None for a one-process loop."""
+    loop = LOOPS[name]
+    bug = bug.split("@")[0] if bug else bug
+    if loop.fsdp:
+        return "_fsdp_worker", bug
+    if loop.ddp:
+        return "_ddp_worker", bug or ("noise-every-rank" if name == "ddp-noise-every-rank" else None)
+    return None
+
+
+def run_distributed(runs: list, s: Settings, world: int = 2) -> list:
+    """Runs ``(loop, bug, seed, folder)`` of the DDP and FSDP loops on ``world`` gloo ranks, the probe on every rank,
+    rank 0 saving, all in one spawn of the ranks (starting a rank costs about as much as training one of these runs);
+    returns what :func:`run` returns for each, the probe's state read back from its saved record. Raises what a rank
+    raised (then no run of the batch is read)."""
     import json
     import os
     import socket
@@ -608,14 +620,20 @@ def run_ddp(bug: str | None, seed: int, folder: Path, s: Settings, world: int = 
         sys.path.insert(0, here)
     import probe_loops
 
+    jobs = []
+    for name, bug, seed, folder in runs:
+        worker, planted = distributed(name, bug)
+        jobs.append((worker, folder, planted, seed, s.epochs, s.m))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    torch.multiprocessing.spawn(getattr(probe_loops, worker), args=(world, port, folder, bug, seed, s.epochs, s.m),
-                                nprocs=world, join=True)
-    rec = json.loads((folder / "gradient_canaries.json").read_text())["probe"]
-    probe = SimpleNamespace(steps=rec["steps"], online=SimpleNamespace(alarms=rec["online"]["alarms"]))
-    return probe, load_card(folder / "privacy_card.json"), folder
+    torch.multiprocessing.spawn(probe_loops._ranks, args=(world, port, jobs), nprocs=world, join=True)
+    out = []
+    for _, _, _, folder in runs:
+        rec = json.loads((folder / "gradient_canaries.json").read_text())["probe"]
+        probe = SimpleNamespace(steps=rec["steps"], online=SimpleNamespace(alarms=rec["online"]["alarms"]))
+        out.append((probe, load_card(folder / "privacy_card.json"), folder))
+    return out
 
 
 class _Rated:

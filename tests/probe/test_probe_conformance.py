@@ -41,9 +41,24 @@ def test_the_suite_is_as_wide_as_promised():
         "jax-privacy", "dp-transformers"}
 
 
+@pytest.fixture(scope="module")
+def spread(tmp_path_factory):
+    """The rows of every case on several ranks (the DDP and FSDP loops and their bugs), trained in one spawn of the
+    ranks as the table's command trains them (``probe_conformance.many``), with the folder they were saved in."""
+    work = tmp_path_factory.mktemp("spread")
+    cases = [(n, None, 0) for n in PL.LOOPS] + [(PL.loop_of(b), b, 0) for b in PL.BUGS]
+    cases = [c for c in cases if PL.distributed(c[0], c[1]) is not None]
+    return dict(zip(cases, CONF.many(PL, cases, work, SMALL))), work
+
+
+def _row(spread, loop, bug, tmp_path):
+    rows, _ = spread
+    return rows.get((loop, bug, 0)) or CONF.one(PL, loop, bug, 0, tmp_path, SMALL)
+
+
 @pytest.mark.parametrize("loop", _cases(PL.LOOPS))
-def test_an_honest_loop_trains_to_the_end_and_passes_the_gate(loop, tmp_path):
-    row = CONF.one(PL, loop, None, 0, tmp_path, SMALL)
+def test_an_honest_loop_trains_to_the_end_and_passes_the_gate(loop, spread, tmp_path):
+    row = _row(spread, loop, None, tmp_path)
     assert "crash" not in row, row.get("trace")
     assert row["gate_exit"] == 0, row["fail_lines"]
     assert not row["online_alarm_step"], row["online_alarm_step"]
@@ -55,8 +70,8 @@ def test_an_honest_loop_trains_to_the_end_and_passes_the_gate(loop, tmp_path):
 
 
 @pytest.mark.parametrize("bug", _cases(PL.BUGS, PL.loop_of))
-def test_a_planted_bug_is_named_by_the_gate(bug, tmp_path):
-    row = CONF.one(PL, PL.loop_of(bug), bug, 0, tmp_path, SMALL)
+def test_a_planted_bug_is_named_by_the_gate(bug, spread, tmp_path):
+    row = _row(spread, PL.loop_of(bug), bug, tmp_path)
     assert "crash" not in row, row.get("trace")
     assert row["named_fail_line"], (PL.BUGS[bug], row["fail_lines"], row["checks"])
 
@@ -69,10 +84,12 @@ def test_on_fail_raise_stops_the_loop_at_the_step_that_fails(tmp_path):
         PL.run("opacus-tutorial", "half-noise", 0, tmp_path, s)
 
 
-def test_ddp_loop_runs_on_two_ranks_and_saves_rank_0s_record(tmp_path):
-    """The DDP loop (also in the parametrized tests above): the record is one world of 2 ranks, every check run."""
-    _, card, folder = PL.run("ddp", None, 0, tmp_path / "m", PL.Settings(epochs=3, m=100))
-    checks, fails = CONF.judge(folder, card)
+def test_ddp_loop_runs_on_two_ranks_and_saves_rank_0s_record(spread):
+    """The DDP loop (its run in the parametrized tests above): the record is one world of 2 ranks, every check run."""
+    from dpaudit.claim.card import load_card
+
+    folder = spread[1] / "ddp-honest-0"
+    checks, fails = CONF.judge(folder, load_card(folder / "privacy_card.json"))
     statuses = {c["check"]: c["status"] for c in checks[0]["checks"]}
     assert checks[0]["world_size"] == 2 and not fails, fails
     assert statuses["noise"] == statuses["sampling"] == statuses["clipping"] == statuses["coverage"] == "pass", statuses
