@@ -49,10 +49,18 @@ def _records(n: int, seed: int, zero: bool = False) -> TensorDataset:
 STEPS = [((0, 3), (3, 5)), ((5, 8), (8, 8))]
 
 
-def _worker(rank, world, port, out, sigma, zero, arch, steps):
+def _worker(rank, world, port, jobs):
+    """One rank: the process group once, then each run ``(out, sigma, zero, arch, steps)`` from its own model."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
+    for job in jobs:
+        _one_run(rank, *job)
+        torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def _one_run(rank, out, sigma, zero, arch, steps):
     from dpaudit.trainers import fsdp
     from dpaudit.trainers.units import RecordStep
 
@@ -71,18 +79,26 @@ def _worker(rank, world, port, out, sigma, zero, arch, steps):
     if rank == 0:
         torch.save({k: v.detach().clone() for k, v in released.state_dict().items()}, f"{out}/released.pt")
         released.save_pretrained(f"{out}/ckpt")
-    torch.distributed.destroy_process_group()
 
 
-def _run(tmp_path, sigma, zero=False, arch="llama", steps=STEPS):
-    torch.multiprocessing.spawn(_worker, args=(2, _free_port(), str(tmp_path), sigma, zero, arch, steps), nprocs=2,
-                                join=True)
-    return torch.load(tmp_path / "released.pt", weights_only=True)
+# the sharded runs the tests read, all in one spawn of the 2 ranks (starting a rank costs more than these runs):
+# (sigma, zero targets, architecture, steps)
+RUNS = {"update-llama": (0.0, False, "llama", STEPS), "noise": (2.0, True, "llama", STEPS[:1])}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fsdp")
+    jobs = [(str(root / name), *RUNS[name]) for name in RUNS]
+    for name in RUNS:
+        (root / name).mkdir()
+    torch.multiprocessing.spawn(_worker, args=(2, _free_port(), jobs), nprocs=2, join=True)
+    return {name: (root / name, torch.load(root / name / "released.pt", weights_only=True)) for name in RUNS}
 
 
 @pytest.mark.parametrize("arch", ["llama"])
-def test_sharded_update_is_the_per_example_clipped_sum_over_both_ranks(tmp_path, arch):
-    got = _run(tmp_path, sigma=0.0, arch=arch)
+def test_sharded_update_is_the_per_example_clipped_sum_over_both_ranks(runs, arch):
+    folder, got = runs[f"update-{arch}"]
     model = _llama(arch)
     data = _records(8, 1)
     params = dict(model.named_parameters())
@@ -106,13 +122,13 @@ def test_sharded_update_is_the_per_example_clipped_sum_over_both_ranks(tmp_path,
     moved = max(float((got[k] - _llama(arch).state_dict()[k]).abs().max()) for k in ref)
     assert worst < 1e-6 and moved > 1e-3, (worst, moved)
     # the checkpoint rank 0 wrote is an ordinary unsharded model with those weights
-    back = type(model).from_pretrained(tmp_path / "ckpt")
+    back = type(model).from_pretrained(folder / "ckpt")
     assert all(torch.equal(back.state_dict()[k], got[k]) for k in got)
 
 
-def test_sharded_noise_is_added_once_and_never_repeated(tmp_path):
-    sigma = 2.0
-    got = _run(tmp_path, sigma=sigma, zero=True, steps=STEPS[:1])  # zero targets: zero gradients, the update is the noise
+def test_sharded_noise_is_added_once_and_never_repeated(runs):
+    sigma = RUNS["noise"][0]
+    _, got = runs["noise"]  # zero targets: zero gradients, the update is the noise
     init = _llama().state_dict()
     delta = torch.cat([(init[k] - got[k]).reshape(-1) for k in sorted(got)])
     std = float(delta.std())
