@@ -100,6 +100,13 @@ class GradientCanaries:
             got = self._on_device[key] = (w.to(device), v.to(device))
         return got
 
+    def _placed_all(self, device) -> torch.Tensor:
+        """Every entry's value (``_flat_v``, in the order :meth:`score` reads the entries) on ``device``."""
+        got = self._on_device.get(("all", device))
+        if got is None:
+            got = self._on_device[("all", device)] = self._flat_v.to(device)
+        return got
+
     def go_online(self, noise_multiplier: float) -> None:
         """O(m) memory instead of O(T m): accumulate each canary's per-step likelihood ratio at (q, sigma) as the
         steps come (dpaudit/audit/whitebox_lr.py, the same formula on the same float32 projections), with the sums
@@ -163,12 +170,15 @@ class GradientCanaries:
         with torch.no_grad():
             for k in self._index:
                 g = grad(k).reshape(-1)
-                w, v = self._placed(k, g.device)
-                parts.append((torch.index_select(g, 0, w) * v).double())
-            if len({x.device for x in parts}) <= 1:  # one copy to the host per step, not one per tensor
-                read = torch.cat(parts).cpu().numpy() if parts else np.zeros(0)
+                w, _ = self._placed(k, g.device)
+                parts.append(torch.index_select(g, 0, w))
+            same = len({(x.device, x.dtype) for x in parts}) <= 1
+            if same and parts:  # one product, one copy to the host per step (elementwise: the floats per tensor's)
+                flat_v = self._flat_v if parts[0].device == self._flat_v.device else self._placed_all(parts[0].device)
+                read = (torch.cat(parts) * flat_v).double().cpu().numpy()
             else:
-                read = np.concatenate([x.cpu().numpy() for x in parts])
+                read = np.concatenate([(x * self._placed(k, x.device)[1]).double().cpu().numpy()
+                                       for k, x in zip(self._index, parts)]) if parts else np.zeros(0)
         # each canary's entries summed in the order read (as np.add.at did, entry by entry): the same floats
         step = np.bincount(self._order, weights=read * expected_batch_size / self.clipping_norm, minlength=self.m)
         self._record(step.astype(np.float64))

@@ -41,6 +41,8 @@ class NoiseMeter:
         held = [self.local(p) for p in params]
         self.index = [_sample_index(t.numel(), per_tensor, seed * 7907 + i, t.device) for i, t in enumerate(held)]
         self.n_local = np.array([int(ix.numel()) for ix in self.index], dtype=np.int64)  # this process's
+        # a tensor read whole (at most per_tensor coordinates): its flat view, no gather (the same values, in order)
+        self.whole = [int(ix.numel()) == t.numel() for ix, t in zip(self.index, held)]
         self.n = self.n_local
         if reduce is not None:  # coordinates read over all the shards
             self.n = np.rint(reduce(np.r_[self.n.astype(np.float64), 0.0])[:-1]).astype(np.int64)
@@ -54,10 +56,11 @@ class NoiseMeter:
     def _gather(self, attr: str) -> tuple[torch.Tensor, np.ndarray]:
         """(the sampled coordinates of every tensor's ``attr``, in one float64 vector; which tensors had it)."""
         parts, have = [], []
-        for i, (p, ix) in enumerate(zip(self.params, self.index)):
-            t = self.read(p, attr)
+        for i, (p, ix, whole) in enumerate(zip(self.params, self.index, self.whole)):
+            t = self.read(p, attr)  # the callers hold no_grad: nothing here is recorded for autograd
             if t is not None:
-                parts.append(torch.index_select(t.detach().reshape(-1), 0, ix))  # cheaper than t[ix] per call
+                flat = t.reshape(-1)
+                parts.append(flat if whole and flat.numel() == ix.numel() else torch.index_select(flat, 0, ix))
                 have.append(i)
         dev = self.index[0].device
         if not parts:
