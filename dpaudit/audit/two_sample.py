@@ -79,8 +79,11 @@ def epsilon_from_counts(tp: int, n_in: int, fp: int, n_out: int, delta: float, c
     inserted canaries' rate is not shown above delta."""
     _check(n_in, n_out, delta, confidence)
     a = (1.0 - confidence) / 2.0
-    lo, hi = cp_lower(int(tp), int(n_in), a), cp_upper(int(fp), int(n_out), a)
-    return max(0.0, math.log((lo - delta) / hi)) if lo > delta else 0.0
+    return _epsilon(cp_lower(int(tp), int(n_in), a), cp_upper(int(fp), int(n_out), a), delta)
+
+
+def _epsilon(tpr_low: float, fpr_high: float, delta: float) -> float:
+    return max(0.0, math.log((tpr_low - delta) / fpr_high)) if tpr_low > delta else 0.0
 
 
 def ceiling(n_in: int, n_out: int, delta: float, confidence: float) -> float:
@@ -166,6 +169,8 @@ def _plan_rows(q, s, T, n_in, n_out, delta, confidence, seed, pool) -> list:
     """:func:`plan`'s rows from pools of ``pool`` simulated scores per class. Over 8 parameters: plan's numbers
     passed on unchanged; internal."""
     held_out, ins = _card_pools(q, s, T, seed, pool)
+    _check(n_in, n_out, delta, confidence)
+    a = (1.0 - confidence) / 2.0
     rng = np.random.default_rng([seed, 2030])
     rows = []
     for f in FPR_GRID:
@@ -173,8 +178,11 @@ def _plan_rows(q, s, T, n_in, n_out, delta, confidence, seed, pool) -> list:
             continue
         t = float(np.quantile(held_out, 1.0 - f))
         p1, p0 = float(np.mean(ins > t)), float(np.mean(held_out > t))
-        tps, fps = rng.binomial(n_in, p1, PLAN_DRAWS), rng.binomial(n_out, p0, PLAN_DRAWS)
-        b = np.median([epsilon_from_counts(int(a), n_in, int(c), n_out, delta, confidence) for a, c in zip(tps, fps)])
+        tps, fps = rng.binomial(n_in, p1, PLAN_DRAWS).tolist(), rng.binomial(n_out, p0, PLAN_DRAWS).tolist()
+        # each count's Clopper-Pearson bound once (the draws repeat a few dozen counts): epsilon_from_counts' values
+        low = {k: cp_lower(k, n_in, a) for k in set(tps)}
+        high = {k: cp_upper(k, n_out, a) for k in set(fps)}
+        b = np.median([_epsilon(low[i], high[j], delta) for i, j in zip(tps, fps)])
         rows.append({"fpr": f, "threshold": t, "tpr": p1, "median_epsilon_lb": float(b)})
     return rows
 

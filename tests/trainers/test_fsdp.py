@@ -211,8 +211,11 @@ target_epsilon = 4
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     (tmp_path / "one.toml").write_text(text.replace("MODE", "ghost"))
     (tmp_path / "two.toml").write_text(text.replace("MODE", "ghost_fsdp"))
+    # the one-process reference trains only: the test compares its card and run record, and its report's checks are
+    # the one-process probe's (tests/probe); the sharded run is evaluated in full
     one = subprocess.run([sys.executable, "-m", "dpaudit.cli", "run", str(tmp_path / "one.toml"), "--out",
-                          str(tmp_path / "one"), "--quiet"], env=env, capture_output=True, text=True, timeout=600)
+                          str(tmp_path / "one"), "--quiet", "--train-only"], env=env, capture_output=True, text=True,
+                         timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                           "-m", "dpaudit.cli", "run", str(tmp_path / "two.toml"), "--out", str(tmp_path / "two"),
@@ -226,11 +229,10 @@ target_epsilon = 4
         assert len(c["extra"].pop("probe_runs")) == 1
     assert {k: v for k, v in a.items() if k != "training"} == {k: v for k, v in b.items() if k != "training"}
     assert (tmp_path / "two" / "dp" / "report" / "report.json").exists()
-    # the white-box probe rode along sharded, as in one process: every check it can test passes in both
-    for d in ("one", "two"):
-        rep = json.loads((tmp_path / d / "dp" / "report" / "report.json").read_text())
-        (entry,) = rep["mechanism_checks"]
-        statuses = {c["check"]: c["status"] for c in entry["checks"]}
-        assert {k for k, v in statuses.items() if v != "pass"} <= {"coverage", "divisor"}, (d, statuses)
-        assert "whitebox_gradient" in rep["attacks"], d
+    # the white-box probe rode along sharded, as in one process: every check it can test passes
+    rep = json.loads((tmp_path / "two" / "dp" / "report" / "report.json").read_text())
+    (entry,) = rep["mechanism_checks"]
+    statuses = {c["check"]: c["status"] for c in entry["checks"]}
+    assert {k for k, v in statuses.items() if v != "pass"} <= {"coverage", "divisor"}, statuses
+    assert "whitebox_gradient" in rep["attacks"]
     assert entry["optimizer"] == "FSDPOptimizerFastGradientClipping" and entry["coordinates"] == "block"
