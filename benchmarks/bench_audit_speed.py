@@ -6,7 +6,8 @@ Times, on the same machine and in the same process, (1) the f-DP (eps, delta) an
 al.'s bound for a set of guess counts at m = 10^4, by today's code (dpaudit/audit/fdp.py, one_run.py) and by the
 baseline before the speed-ups (benchmarks/reference_bounds.py: the full f-DP recursion for every curve, SciPy's
 binomial pmf at every bisection step); (2) one simulated `dpaudit audit strategy` audit of all four strategies at
-m = 10^4 (gaussian:1), both ways; (3) the command `dpaudit audit scores --strategy S` end to end for every strategy at m = 10^5 and 10^6
+m = 10^4 (gaussian:1), both ways, and the two-sample test's plan (every Clopper-Pearson bound by SciPy, as before
+it read each count's once); (3) the command `dpaudit audit scores --strategy S` end to end for every strategy at m = 10^5 and 10^6
 (a JSON file of simulated scores; the process's start, the file's reading, the bounds, the TPR and the AUC's
 bootstrap interval included; the baseline's search at 10^5 took 37.7 s, issue text). Every bound is compared with the
 baseline's (within 1e-9) before it is timed. Prints a markdown table with the ratios.
@@ -88,6 +89,24 @@ def strategy(m: int) -> tuple[str, float, float]:
     return f"one simulated `audit strategy` audit, 4 strategies, m = {m:,}", t_old, t_new
 
 
+def plan_rows() -> tuple[str, float, float]:
+    """The two-sample test's plan (run by every evaluation with block canaries, and by `dpaudit audit plan`): its
+    15 x 2,001 simulated audits on one card, today's code against the baseline's, on the same simulated pools."""
+    from dpaudit.audit import two_sample as ts
+
+    args = (0.01, 0.735, 1000, 500, 500, 1e-5, 0.95, 0, 25_000)  # q, sigma, T, n_in, n_out, delta, confidence, seed, pool
+    ts._card_pools(*args[:3], args[7], args[8])  # the pools both read: drawn once, before either is timed
+    ts._plan_rows.cache_clear()
+    t = time.perf_counter()
+    new = ts._plan_rows(*args)
+    t_new = time.perf_counter() - t
+    t = time.perf_counter()
+    old = ref.two_sample_plan_rows(*args)
+    t_old = time.perf_counter() - t
+    assert new == old, (new, old)
+    return "the two-sample plan's simulated audits (q = 0.01, sigma = 0.735, T = 1,000, 500 + 500 canaries)", t_old, t_new
+
+
 def scores(m: int, names) -> list[tuple[str, float]]:
     """The command a user runs, end to end (its start, reading the file, every number it prints: the bounds, the
     TPR and the AUC's bootstrap interval), on a JSON file of m simulated scores."""
@@ -115,7 +134,7 @@ def main(argv=None) -> int:
     print("\n| what | baseline (s) | today (s) | speed-up |\n|---|---|---|---|")
     rows = bounds(10_000, _counts(10_000, n), 1e-5)
     if not args.quick:
-        rows.append(strategy(10_000))
+        rows += [strategy(10_000), plan_rows()]
     for name, old, new in rows:
         print(f"| {name} | {old:.3f} | {new:.3f} | {old / new:.1f}× |")
     sizes = [10 ** 4] if args.quick else [10 ** 5, 10 ** 6]

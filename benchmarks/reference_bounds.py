@@ -1,5 +1,6 @@
 """The one-run bounds as they were before they were made fast (dpaudit/audit/one_run.py and fdp.py at commit
-90257e0): the baseline benchmarks/bench_audit_speed.py times in the same run. Not used by dpaudit itself."""
+90257e0), and the two-sample plan's simulated audits as they were before a792923: the baselines
+benchmarks/bench_audit_speed.py times in the same run. Not used by dpaudit itself."""
 
 from __future__ import annotations
 
@@ -90,3 +91,23 @@ def gdp_mu_lower_bound(m, r, v, confidence=0.95) -> float:
     if r == 0:
         return 0.0
     return _largest_rejected(fdp.MU_GRID, fdp.gdp_finv, m, r, v, confidence)
+
+
+def two_sample_plan_rows(q, s, T, n_in, n_out, delta, confidence, seed, pool) -> list:
+    """dpaudit.audit.two_sample._plan_rows before it read each count's Clopper-Pearson bound once: every one of the
+    2,001 simulated audits per FPR through ``epsilon_from_counts`` (two SciPy beta calls each). Over 8 parameters:
+    _plan_rows' own."""
+    from dpaudit.audit import two_sample as ts
+
+    held_out, ins = ts._card_pools(q, s, T, seed, pool)
+    rng = np.random.default_rng([seed, 2030])
+    rows = []
+    for f in ts.FPR_GRID:
+        if f * pool < ts.MIN_TAIL:
+            continue
+        t = float(np.quantile(held_out, 1.0 - f))
+        p1, p0 = float(np.mean(ins > t)), float(np.mean(held_out > t))
+        tps, fps = rng.binomial(n_in, p1, ts.PLAN_DRAWS), rng.binomial(n_out, p0, ts.PLAN_DRAWS)
+        b = np.median([ts.epsilon_from_counts(int(a), n_in, int(c), n_out, delta, confidence) for a, c in zip(tps, fps)])
+        rows.append({"fpr": f, "threshold": t, "tpr": p1, "median_epsilon_lb": float(b)})
+    return rows
