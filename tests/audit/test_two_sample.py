@@ -91,6 +91,25 @@ def test_plan_then_audit_a_subsampled_gaussian_stays_below_its_epsilon():
     assert abs(np.median(bounds) - p["limit"]) < 0.15
 
 
+def test_the_plans_median_bounds_are_each_simulated_audits_epsilon_from_counts():
+    """The plan reads each count's Clopper-Pearson limit once; its rows must be what every simulated audit's
+    epsilon_from_counts gives, draw by draw, on the same pools and binomial draws."""
+    args = (0.2, 1.0, 20, 60, 80, 1e-5, 0.95, 3, 4000)  # q, sigma, T, n_in, n_out, delta, confidence, seed, pool
+    got = ts._plan_rows(*args)
+    held_out, ins = ts._card_pools(0.2, 1.0, 20, 3, 4000)
+    rng = np.random.default_rng([3, 2030])
+    want = []
+    for f in ts.FPR_GRID:
+        if f * 4000 < ts.MIN_TAIL:
+            continue
+        t = float(np.quantile(held_out, 1.0 - f))
+        p1, p0 = float(np.mean(ins > t)), float(np.mean(held_out > t))
+        tps, fps = rng.binomial(60, p1, ts.PLAN_DRAWS), rng.binomial(80, p0, ts.PLAN_DRAWS)
+        b = np.median([ts.epsilon_from_counts(int(a), 60, int(c), 80, 1e-5, 0.95) for a, c in zip(tps, fps)])
+        want.append({"fpr": f, "threshold": t, "tpr": p1, "median_epsilon_lb": float(b)})
+    assert got == want and any(r["median_epsilon_lb"] > 0 for r in got)
+
+
 def test_the_auditor_and_bad_input():
     rng = np.random.default_rng(5)
     signs = rng.random(4000) < 0.5

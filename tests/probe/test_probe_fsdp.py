@@ -7,7 +7,6 @@ shards, failing ``noise``: the conformance suite's ``fsdp`` rows (tests/probe/te
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -16,21 +15,10 @@ import torch
 from dpaudit.accounting import SubsampledGaussian, compute
 from dpaudit.claim.card import Claim, PrivacyCard
 from tests.probe.test_probe import _checks
-from tests.trainers.test_fsdp import _free_port, _llama, _records
+from tests.trainers.test_fsdp import _free_port, _llama, _records, ranks
 
 N, Q, C, SIGMA = 96, 0.125, 0.5, 1.0
 B = Q * N
-
-
-def _worker(rank, world, port, jobs):
-    """One rank: the process group once, then each run ``(out, steps, sigma)`` from its own model and seed."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
-    for job in jobs:
-        _one_run(rank, *job)
-        torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
 
 
 def _one_run(rank, out, steps, sigma):
@@ -69,13 +57,13 @@ RUNS = {"honest": (48, SIGMA), "no-noise": (12, 0.0)}  # (steps, sigma)
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Both runs in one spawn of the 2 ranks (starting a rank costs about what one of these runs does)."""
+    """Both runs in one spawn of the 2 ranks (tests/trainers/test_fsdp.ranks)."""
     root = tmp_path_factory.mktemp("fsdp-probe")
     folders = {name: root / name for name in RUNS}
     for f in folders.values():
         f.mkdir()
     jobs = [(str(folders[name]), *RUNS[name]) for name in RUNS]
-    torch.multiprocessing.spawn(_worker, args=(2, _free_port(), jobs), nprocs=2, join=True)
+    torch.multiprocessing.spawn(ranks, args=(2, _free_port(), _one_run, jobs), nprocs=2, join=True)
     for name, (steps, sigma) in RUNS.items():
         if sigma > 0:
             event = SubsampledGaussian(Q, sigma, steps, "poisson")

@@ -49,13 +49,14 @@ def _records(n: int, seed: int, zero: bool = False) -> TensorDataset:
 STEPS = [((0, 3), (3, 5)), ((5, 8), (8, 8))]
 
 
-def _worker(rank, world, port, jobs):
-    """One rank: the process group once, then each run ``(out, sigma, zero, arch, steps)`` from its own model."""
+def ranks(rank, world, port, run, jobs):
+    """One spawned rank: the gloo process group once, then ``run(rank, *job)`` for each job (each builds its own
+    model from its seed), the ranks meeting after each. Starting a rank costs more than these tests' runs."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     for job in jobs:
-        _one_run(rank, *job)
+        run(rank, *job)
         torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
@@ -81,8 +82,7 @@ def _one_run(rank, out, sigma, zero, arch, steps):
         released.save_pretrained(f"{out}/ckpt")
 
 
-# the sharded runs the tests read, all in one spawn of the 2 ranks (starting a rank costs more than these runs):
-# (sigma, zero targets, architecture, steps)
+# the sharded runs the tests read, all in one spawn of the 2 ranks: (sigma, zero targets, architecture, steps)
 RUNS = {"update-llama": (0.0, False, "llama", STEPS), "noise": (2.0, True, "llama", STEPS[:1])}
 
 
@@ -92,7 +92,7 @@ def runs(tmp_path_factory):
     jobs = [(str(root / name), *RUNS[name]) for name in RUNS]
     for name in RUNS:
         (root / name).mkdir()
-    torch.multiprocessing.spawn(_worker, args=(2, _free_port(), jobs), nprocs=2, join=True)
+    torch.multiprocessing.spawn(ranks, args=(2, _free_port(), _one_run, jobs), nprocs=2, join=True)
     return {name: (root / name, torch.load(root / name / "released.pt", weights_only=True)) for name in RUNS}
 
 
