@@ -15,6 +15,7 @@ No torch here: the table command and the report scripts read committed runs with
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +78,32 @@ class RunFolder:
 
         if not (self.path / MARKER).is_file():
             write_text(self.path / MARKER, json.dumps({"kind": "dpaudit run", "schema_version": 1}) + "\n")
+
+    @contextlib.contextmanager
+    def held(self):
+        """Hold the folder for one ``dpaudit run`` while it trains and writes: an exclusive ``flock`` on the folder
+        itself (no lock file: the kernel drops it when the process ends, even by SIGKILL, so nothing stale is left). A
+        second run into the same ``--out`` meanwhile is refused in one line instead of interleaving its variants
+        with the first's. Where the platform has no ``flock`` the folder is not held."""
+        import os
+
+        from dpaudit.io import printable
+
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            yield
+            return
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                raise DpauditError(f"another `dpaudit run` is writing into {printable(self.path)} (it holds the folder); "
+                                   "wait for it to finish, or choose another --out") from e
+            yield
+        finally:
+            os.close(fd)
 
     def variants(self) -> list[str]:
         """The variants with a report, in name order."""

@@ -64,12 +64,23 @@ class SubsampledLaplaceMixture:
             raise DpauditError(f"LMO draw must be one of {', '.join(LMO_DRAWS)}, got {self.draw!r}")
         if self.sampler not in SAMPLERS:
             raise DpauditError(f"unknown sampler {self.sampler!r}; use one of {', '.join(SAMPLERS)}")
+        _check_dimension(self.dimension)
 
     def __hash__(self):
         return hash((self.sample_rate, self.steps, tuple(sorted(self.noise.items())), self.clipping_norm, self.draw))
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+MAX_DIMENSION = 10 ** 12
+
+
+def _check_dimension(dimension) -> None:
+    if dimension is not None and (isinstance(dimension, bool) or not isinstance(dimension, int)
+                                  or not 1 <= dimension <= MAX_DIMENSION):
+        raise DpauditError(f"LMO dimension (the number of noised coordinates) must be an integer from 1 to "
+                           f"{MAX_DIMENSION:.0e}, or absent, got {dimension!r}")
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,9 @@ def require(events: list, samplers: tuple, name: str, relation: str, relations: 
 
 
 SIGMA_MIN = 0.01  # below this every grid accountant needs tens of GB (and RDP divides by ~0)
+SIGMA_MAX = 1e6  # above this epsilon is 0 to every accountant's resolution; from ~1e8 Opacus' RDP and PRV fail to
+# subtract logs and from ~1e155 sigma ** 2 overflows in all four: refused in one line rather than a crash
+SAMPLE_RATE_MIN = 1e-300  # below this (subnormal floats) dp_accounting's PLD cannot bound the privacy loss's support
 GRID_SIGMA_MIN = 0.1  # PLD and PRV below this: grids of GBs and minutes (PRV > 60 s at 0.07); RDP answers alone
 MAX_STEPS = 10 ** 8  # beyond this the accountants' compositions run for hours; no training run takes as many
 MIN_DELTA = 1e-30  # below this the PLD/PRV discretisations cannot resolve delta (and no claim uses one)
@@ -153,8 +167,15 @@ def validate_mechanism(sigma: float, q: float, steps: int) -> None:
     if sigma < SIGMA_MIN:
         raise DpauditError(f"noise multiplier sigma = {sigma:g} is below {SIGMA_MIN:g}: so little noise has no useful "
                            "epsilon and no accountant can compute one in memory; claim no epsilon for such a model")
+    if sigma > SIGMA_MAX:
+        raise DpauditError(f"noise multiplier sigma = {sigma:g} is above {SIGMA_MAX:g}: epsilon is 0 there to every "
+                           "accountant's resolution and their arithmetic overflows; check the value (the noise standard "
+                           "deviation divided by the clipping norm)")
     if not number(q) or not 0 < q <= 1:
         raise DpauditError(f"sample rate q must be in (0, 1], got {q}")
+    if q < SAMPLE_RATE_MIN:
+        raise DpauditError(f"sample rate q = {q:g} is below {SAMPLE_RATE_MIN:g}, where the accountants' floating point "
+                           "fails; check the value (q is the batch size over the dataset size)")
     if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
         raise DpauditError(f"steps must be an integer from 1 to {MAX_STEPS:.0e}, got {steps}")
 

@@ -107,18 +107,39 @@ def step_loss_pmf(noise: LmoNoise, C: float, m: int, q: float) -> dict[int, floa
     return out
 
 
-def epsilon_lower(noise: LmoNoise, C: float, sample_rate: float, steps: int, delta: float, m: int = 1) -> float:
-    """A lower bound on the true epsilon at ``delta`` (the pair spreading C over m coordinates)."""
+MAX_COMPOSED_CELLS = 5 * 10 ** 6  # the composed loss grid's estimated width; beyond it (a long run of large per-step
+# losses: 10^5 steps at C x E[Y] = 10 took 19 GB and minutes; 10^8 steps at the committed card ran for hours) the lower
+# value is not computed (10^6 steps of the committed card, 3.5e6 cells: 35 s)
+
+
+def composed_cells(step: dict[int, float], steps: int) -> float:
+    """The width, in STEP_GRID cells, of ``steps`` self-compositions of the step's loss (its mean times the steps
+    plus 20 standard deviations either side): what dp_accounting's self_compose holds in memory."""
+    idx = np.fromiter(step.keys(), dtype=float, count=len(step))
+    w = np.fromiter(step.values(), dtype=float, count=len(step))
+    w = w / w.sum()
+    mean = float(idx @ w)
+    sd = math.sqrt(max(float(((idx - mean) ** 2) @ w), 0.0))
+    return abs(mean) * steps + 40 * sd * math.sqrt(steps) + (idx.max() - idx.min())
+
+
+def epsilon_lower(noise: LmoNoise, C: float, sample_rate: float, steps: int, delta: float,
+                  m: int = 1) -> float | None:
+    """A lower bound on the true epsilon at ``delta`` (the pair spreading C over m coordinates); None where its
+    composed grid would exceed MAX_COMPOSED_CELLS (no lower value rather than hours and tens of GB)."""
     from dp_accounting.pld import pld_pmf
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
-    pmf = pld_pmf.create_pmf(step_loss_pmf(noise, C, m, sample_rate), STEP_GRID, 0.0, pessimistic_estimate=False)
+    step = step_loss_pmf(noise, C, m, sample_rate)
+    if composed_cells(step, steps) > MAX_COMPOSED_CELLS:
+        return None
+    pmf = pld_pmf.create_pmf(step, STEP_GRID, 0.0, pessimistic_estimate=False)
     pld = PrivacyLossDistribution(pmf).self_compose(steps)
     return max(0.0, float(pld.get_epsilon_for_delta(delta)))
 
 
 def best_lower(noise: LmoNoise, C: float, sample_rate: float, steps: int, delta: float,
-               ms=(1, 4, 16)) -> tuple[float, int]:
-    """(the largest lower bound over the directions tried, its m)."""
-    vals = [(epsilon_lower(noise, C, sample_rate, steps, delta, m), m) for m in ms]
-    return max(vals)
+               ms=(1, 4, 16)) -> tuple[float | None, int]:
+    """(the largest lower bound over the directions tried, its m); (None, 0) where none could be computed."""
+    vals = [(v, m) for m in ms if (v := epsilon_lower(noise, C, sample_rate, steps, delta, m)) is not None]
+    return max(vals) if vals else (None, 0)

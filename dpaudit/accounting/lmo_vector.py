@@ -225,6 +225,32 @@ def epsilon_for(noise: LmoNoise, C: float, draw: str, sample_rate: float, steps:
                       "or bound Y")
 
 
+PARAMETER_RANGE = (1e-6, 1e6)  # every weight and parameter of a part Y uses
+GAMMA_SHAPE_MIN = 0.01  # a Gamma shape of 1e-6 ran its density integrals for minutes (0.01: 30 s)
+LOSS_RANGE = (1e-6, 10.0)  # clipping_norm x E[Y]: one coordinate's privacy loss scale per step
+
+
+def check_range(noise: LmoNoise, C: float) -> None:
+    """:class:`NotApplicable` outside the range this accountant's numerics hold: a hostile round's fuzz of an LMO
+    card (each parameter at 1e308, 1e-308, 5e-324, 1e15) found overflows, divisions by zero and runs of minutes there.
+    Noise so small that C x E[Y] > 10 has a useful epsilon nowhere (thousands per step); C x E[Y] < 1e-6 is 0."""
+    from dpaudit.accounting.events import NotApplicable
+
+    lo, hi = PARAMETER_RANGE
+    used = {"a1": ("gamma_k", "gamma_theta"), "a2": ("exp_rate",), "a3": ("u_low", "u_high")}
+    for weight, params in used.items():
+        if getattr(noise, weight) > 0:
+            for name in (weight, *params):
+                v, low = getattr(noise, name), GAMMA_SHAPE_MIN if name == "gamma_k" else lo
+                if not low <= v <= hi:
+                    raise NotApplicable(f"the LMO vector accountant handles noise parameters in [{low:g}, {hi:g}]; "
+                                        f"{name} = {v:g}")
+    scale = C * noise.mean()
+    if not LOSS_RANGE[0] <= scale <= LOSS_RANGE[1]:
+        raise NotApplicable(f"the LMO vector accountant handles clipping_norm x E[Y] (one coordinate's loss scale per "
+                            f"step) in [{LOSS_RANGE[0]:g}, {LOSS_RANGE[1]:g}]; this card's is {scale:g}")
+
+
 LOWER_SPREADS = (1, 4, 16, 64)  # the pairs of the lower value: C spread over m coordinates
 
 
@@ -238,11 +264,15 @@ def interval(events, delta: float, relation: str = "add_remove", dataset_size=No
         raise NotApplicable("the LMO vector accountant analyses one LMO training phase")
     ev = events[0]
     nz = _noise_of(ev)
+    check_range(nz, ev.clipping_norm)
     eps, detail = epsilon_for(nz, ev.clipping_norm, ev.draw, ev.sample_rate, ev.steps, delta)
     spreads: tuple[int, ...] = LOWER_SPREADS if ev.draw == "per_coordinate" else (1,)
     if ev.dimension:
         spreads = tuple(m for m in spreads if m <= ev.dimension)
     lo, m = lmo_pld.best_lower(nz, ev.clipping_norm, ev.sample_rate, ev.steps, delta, spreads)
+    if lo is None:
+        return None, eps, (f"{detail}; no lower value: the exact PLD of {ev.steps:,} steps would need a grid of more "
+                           f"than {lmo_pld.MAX_COMPOSED_CELLS:,} cells")
     where = "one coordinate" if m == 1 else f"C spread over {m} coordinates"
     return lo, eps, f"{detail}; lower value: exact PLD of the pair with {where} (rounded down)"
 

@@ -238,13 +238,16 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, two, canary_rate, as_json):
     """Before training: what a white-box audit with m canaries can show about this mechanism (the median simulated
     one-run bound at the best guess count, docs/probe.md), for each m. Pick m here, then fix it in the config
     (train.gradient_canaries) or attach_probe(m=...): the audit is planned before its scores exist."""
+    from dpaudit.accounting import validate_mechanism
     from dpaudit.audit import mechanism_limit
 
     _audit_params(delta, confidence)
-    if not (0 < q <= 1 and sigma > 0 and steps >= 1):
-        raise DpauditError(f"need 0 < --sample-rate <= 1, --sigma > 0 and --steps >= 1; got {q}, {sigma}, {steps}")
-    if canary_rate is not None and not 0 < canary_rate <= 1:
-        raise DpauditError(f"--canary-rate must lie in (0, 1], got {canary_rate}")
+    validate_mechanism(sigma, q, steps)  # the card's ranges, as `account` and `card` take them
+    if canary_rate is not None:
+        try:
+            validate_mechanism(sigma, canary_rate, steps)
+        except DpauditError as e:
+            raise DpauditError(f"--canary-rate: {e}") from None
     card_q, q = q, (q if canary_rate is None else canary_rate)  # the canaries' mechanism: their own rate
     try:
         sizes = [int(x) for x in ms.split(",") if x.strip()]
@@ -339,6 +342,10 @@ def strategy_cmd(spec, m, sims, seed, delta, confidence, as_json):
     try:
         mech = simulated.parse(spec)
         mech.check_size(m)  # refused before the bar is drawn: one line
+        if mech.kind == "subsampled":  # the card's ranges, as `account` and `card` take them
+            from dpaudit.accounting import validate_mechanism
+
+            validate_mechanism(float(mech.params[1]), float(mech.params[0]), int(mech.params[2]))
         steps = int(mech.params[2]) if mech.kind == "subsampled" else 1
         draws = len(strategy_plan.CANDIDATES) * sims * m * steps
         if draws > MAX_STRATEGY_DRAWS:  # the real cost: a subsampled mechanism draws m x T normals per audit

@@ -9,6 +9,7 @@ same noise). A config, manifest or data that differ from the interrupted run's a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -146,15 +147,18 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
     _preflight(cfg, data, manifest)
     created = ([out] if not out.exists() else []) + make_parents(out)
     out.mkdir(exist_ok=True)
-    marked = not (out / MARKER).exists()
-    RunFolder(out).mark()  # dpaudit's own folder from now on: a later run may redo or resume it
-    try:
-        return _variants(cfg, out, data, manifest, finished, fps, command, redact, snapshot_every, resume, train_only)
-    except BaseException:  # a refusal, a failure or ^C during training: no empty --out left behind (anything
-        if marked and [p.name for p in out.iterdir()] == [MARKER]:  # written, a finished variant's checkpoint,
-            (out / MARKER).unlink()  # is kept, and with it the marker)
-        remove_if_empty(created)
-        raise
+    # one run writes into --out at a time (torchrun: rank 0, the one that writes); the others refused in one line
+    with RunFolder(out).held() if distributed.is_main() else contextlib.nullcontext():
+        marked = not (out / MARKER).exists()
+        RunFolder(out).mark()  # dpaudit's own folder from now on: a later run may redo or resume it
+        try:
+            return _variants(cfg, out, data, manifest, finished, fps, command, redact, snapshot_every, resume,
+                             train_only)
+        except BaseException:  # a refusal, a failure or ^C during training: no empty --out left behind (anything
+            if marked and [p.name for p in out.iterdir()] == [MARKER]:  # written, a finished variant's checkpoint,
+                (out / MARKER).unlink()  # is kept, and with it the marker)
+            remove_if_empty(created)
+            raise
 
 
 def _variants(cfg, out: Path, data, manifest, finished: dict, fps: dict, command: str, redact: bool,

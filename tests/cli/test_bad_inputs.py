@@ -515,6 +515,15 @@ NUMERIC = [
     (["account", "--target-epsilon", "1e6", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"],
      "above 1000"),
     (["account", "--sigma", "1e-300", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"], "below 0.01"),
+    # every accountant's arithmetic overflows (Opacus' RDP and PRV from ~1e8, all four from ~1e155): was exit 3
+    (["account", "--sigma", "1e308", "--sample-rate", "1e-300", "--steps", "10", "--delta", "1e-5"], "above 1e+06"),
+    (["account", "--sigma", "1e8", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5"], "above 1e+06"),
+    # the same ranges wherever a mechanism is typed in (audit plan and strategy took any sigma and q before)
+    (["audit", "plan", "--sample-rate", "0.01", "--sigma", "1e300", "--steps", "100"], "above 1e+06"),
+    (["audit", "plan", "--sample-rate", "0.01", "--sigma", "1", "--steps", "100", "--canary-rate", "5e-324"],
+     "--canary-rate: sample rate"),
+    (["audit", "strategy", "--mechanism", "subsampled:5e-324,1,10", "--canaries", "100", "--sims", "10"],
+     "below 1e-300"),
     (["lmo", "search", "--epsilon", "nan", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"], "--epsilon"),
     (["lmo", "search", "--epsilon", "1", "--sample-rate", "0.01", "--steps", "1000000000", "--delta", "1e-5"],
      "steps"),
@@ -539,6 +548,8 @@ CARD = [
     (["--epsilon", "inf"], "epsilon"),
     (["--epsilon", "nan"], "epsilon"),
     (["--sigma", "inf"], "sigma"),
+    (["--sigma", "1e200"], "above 1e+06"),
+    (["--sample-rate", "5e-324"], "below 1e-300"),  # written, then `account --card` crashed in dp_accounting's PLD
     (["--steps", "0"], "steps"),
     (["--clipping-norm", "nan"], "clipping"),
 ]
@@ -667,6 +678,27 @@ def test_a_killed_runs_folder_is_still_its_own(tmp_path):
     with staged_folder(out / "dp" / "checkpoint") as stage:
         (stage / "x").write_text("x")
     assert sorted(p.name for p in (out / "dp").iterdir()) == ["checkpoint"]
+
+
+def test_a_run_into_a_folder_another_run_is_writing_is_refused(tmp_path, capsys):
+    """Two `dpaudit run`s into one --out would interleave their variants (each comparison naming the other's
+    reports): while one holds the folder, the second is refused in one line and writes nothing; once it is
+    released, the folder is free again."""
+    from dpaudit.run_folder import MARKER, RunFolder
+
+    (tmp_path / "cfg.toml").write_text(RUN_BASE)
+    out = tmp_path / "out"
+    out.mkdir()
+    RunFolder(out).mark()
+    with RunFolder(out).held():
+        _expect_refused(["run", tmp_path / "cfg.toml", "--out", out, "--quiet"], "another `dpaudit run` is writing",
+                        tmp_path, capsys)
+        with pytest.raises(DpauditError, match="another `dpaudit run`"):
+            with RunFolder(out).held():
+                pass
+    assert [p.name for p in out.iterdir()] == [MARKER]
+    with RunFolder(out).held():  # released: free again
+        pass
 
 
 def test_a_linked_marker_is_not_dpaudits(tmp_path):
