@@ -342,11 +342,11 @@ def strategy_cmd(spec, m, sims, seed, delta, confidence, as_json):
     try:
         mech = simulated.parse(spec)
         mech.check_size(m)  # refused before the bar is drawn: one line
+        steps = int(mech.params[2]) if mech.kind == "subsampled" else 1
         if mech.kind == "subsampled":  # the card's ranges, as `account` and `card` take them
             from dpaudit.accounting import validate_mechanism
 
-            validate_mechanism(float(mech.params[1]), float(mech.params[0]), int(mech.params[2]))
-        steps = int(mech.params[2]) if mech.kind == "subsampled" else 1
+            validate_mechanism(float(mech.params[1]), float(mech.params[0]), steps)
         draws = len(strategy_plan.CANDIDATES) * sims * m * steps
         if draws > MAX_STRATEGY_DRAWS:  # the real cost: a subsampled mechanism draws m x T normals per audit
             raise DpauditError(f"{len(strategy_plan.CANDIDATES)} strategies × --sims {sims:,} × --canaries {m:,} × "
