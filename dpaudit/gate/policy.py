@@ -29,6 +29,9 @@ Policy TOML (every key optional; unknown keys are errors)::
                                       # without a probe, with the check not tested, or from a record the card
                                       # does not bind, then fails)
 
+A list names what is allowed; an empty one is refused (it would allow nothing). Both tolerances are fractions of the
+claim, at most 1.
+
 Exit codes: 0 every rule holds, 1 at least one fails (one line each), 2 bad input.
 """
 
@@ -50,6 +53,9 @@ from dpaudit.report import build as report_build
 
 @dataclass(frozen=True)
 class Policy:
+    """The gate's rules (the module docstring). From Python, an empty tuple for ``accounting``, ``empirical`` or
+    ``allowed_verdicts`` puts no restriction on that status; a policy file must list them (an empty list is refused)."""
+
     no_empirical_above_claim: bool = True
     accounting: tuple = ("verified",)
     empirical: tuple = ("consistent", "underpowered")
@@ -76,6 +82,9 @@ class Policy:
                           "intended_tolerance") and \
                     v is not None and (not checks.finite(v) or v < 0):
                 raise DpauditError(f"policy rules.{f.name} must be a finite number >= 0, got {v!r}")
+            if f.name in ("accounting_tolerance", "intended_tolerance") and v is not None and v > 1:
+                raise DpauditError(f"policy rules.{f.name} is a fraction of the claim (0.02 is 2%), at most 1, "
+                                   f"got {v!r}")
         for key, known in (("allowed_verdicts", options.VERDICTS), ("accounting", options.ACCOUNTING_STATUSES),
                            ("mechanism_checks", check_registry.names()),
                            ("empirical", options.EMPIRICAL_STATUSES)):
@@ -102,6 +111,12 @@ def load_policy(path: Path | None) -> Policy:
         if key in rules:
             if not isinstance(rules[key], list):
                 raise DpauditError(f"policy rules.{key} must be a list of statuses, got {rules[key]!r}")
+            if not rules[key] and key != "mechanism_checks":  # in a file, [] reads as "allow nothing"; the rule
+                # would instead be off (Policy's () is "no restriction", for the Python API): refused, not guessed
+                known = {"allowed_verdicts": options.VERDICTS, "accounting": options.ACCOUNTING_STATUSES,
+                         "empirical": options.EMPIRICAL_STATUSES}[key]
+                raise DpauditError(f"policy rules.{key} is empty; list the statuses allowed (every one, "
+                                   f"{list(known)}, turns the rule off) or leave the key out for the default")
             rules[key] = tuple(rules[key])
     for key, level in (("allowed_verdicts", "verdict"), ("empirical", "empirical")):
         if key in rules:  # an older policy's word, read as its current name
