@@ -28,7 +28,9 @@ PRIVATE_NAMES = ("_generate_noise", "_check_processed_flag", "_mark_as_processed
 PRIVATE_ATTRIBUTES = (("opacus.grad_sample.grad_sample_module_fast_gradient_clipping", "._norm_sample"),
                       ("opacus.optimizers.optimizer", "._processed"),
                       ("opacus.grad_sample.gsm_base", "self._module"),
-                      ("opacus.grad_sample.gsm_base", "def _close("))
+                      ("opacus.grad_sample.gsm_base", "def _close("),
+                      # one order's RDP, remembered per process by the accounting (accounting/opacus_modules.py)
+                      ("opacus.accountants.analysis.rdp", "def _compute_rdp("))
 ACCOUNTANT_MODULES = ("accountants.accountant", "accountants.rdp", "accountants.prv", "accountants.analysis.rdp",
                       "accountants.analysis.prv")
 

@@ -239,7 +239,18 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
 
 @functools.lru_cache(maxsize=256)
 def _calibrate_sigma_once(*mechanism) -> float:  # (target, delta, q, steps, accountant, tol, sampler), normalised
-    return _calibrate_sigma(*mechanism)
+    """Once per process, and once per machine through the accounting cache (:mod:`.disk_cache`: keyed by the
+    arguments, this package's code and the accountants' versions; an entry this machine did not write is
+    recomputed): a run's resume, its dry run and its torchrun ranks are other processes asking the same."""
+    from dpaudit.accounting import disk_cache
+
+    k = disk_cache.calibration_key(mechanism)
+    hit = disk_cache.get(k)
+    if hit is not None and "upper" in hit and math.isfinite(hit["upper"]) and hit["upper"] > 0:
+        return float(hit["upper"])
+    sigma = _calibrate_sigma(*mechanism)
+    disk_cache.put(k, {"lower": None, "upper": sigma, "detail": "calibrated noise multiplier"})
+    return sigma
 
 
 def _calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int,

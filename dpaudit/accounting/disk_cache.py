@@ -9,7 +9,11 @@ of dpaudit/accounting/ and the versions of opacus and dp-accounting.
 A different mechanism, code or library version is a different key, never a stale answer. ``DPAUDIT_ACCOUNTING_CACHE=0``
 turns it off; a cache that cannot be written is skipped silently (it is an optimisation, never a requirement).
 
-The cache can never decide a verdict (docs/security.md). An answer is used only when
+The same store keeps calibrated noise multipliers (:func:`calibration_key`; a run, its resume, its dry run and its
+torchrun ranks calibrate the same mechanism in other processes), each an upper value with no lower one.
+
+The cache can never decide a verdict (docs/security.md): a calibrated sigma read from it is the noise a run trains
+with, and the card that run writes is accounted again from that sigma, as any other card. An answer is used only when
 
 * it is **well-formed**: filed under its own key, a finite 0 <= lower <= upper (upper may be infinite), a string
   detail, or a "not applicable" reason; and
@@ -138,6 +142,13 @@ def key(accountant: str, backend_module: str, events: tuple, delta: float, relat
     body = {"v": VERSION, "accountant": accountant, "events": [e.to_dict() for e in events], "delta": repr(float(delta)),
             "relation": relation, "dataset_size": dataset_size, "code": _code_digest(backend_module)}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def calibration_key(mechanism: tuple) -> str:
+    """The key of a calibrated noise multiplier: ``mechanism`` is calibrate_sigma's normalised arguments (target,
+    delta, q, steps, accountant, tol, sampler); the code is this package's (the search and every accountant)."""
+    body = {"v": VERSION, "calibrate": [repr(x) for x in mechanism], "code": _code_digest("calibrate_sigma")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def get(k: str) -> dict | None:

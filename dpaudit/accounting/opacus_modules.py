@@ -16,6 +16,7 @@ the answers equal Opacus' imported the usual way and that a fresh process accoun
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import sys
@@ -49,10 +50,37 @@ def module(name: str, light: bool | None = None):
             light = "opacus" not in sys.modules and "torch" not in sys.modules
         if light:
             _alias_packages()
-            return importlib.import_module(f"{ALIAS}.{name}")
         # also under the lock: Opacus' package imports are circular, and two threads importing it at once
         # deadlock (the accountants run in threads, accounting.intervals)
-        return importlib.import_module(f"opacus.{name}")
+        package = ALIAS if light else "opacus"
+        mod = importlib.import_module(f"{package}.{name}")
+        _remember_rdp_orders(importlib.import_module(f"{package}.accountants.analysis.rdp"))
+        return mod
+
+
+RDP_ONE_ORDER = "_compute_rdp"  # Opacus' RDP of one sampled-Gaussian step at one order (opacus_private.py)
+
+
+def _remember_rdp_orders(rdp) -> None:
+    """Each (q, sigma, order) RDP value computed once per process. Opacus' PRV accountant sizes its grid from two
+    RDP epsilons over the same ~150 orders (the run's and one step's), and its fractional orders are a Python
+    series (about a millisecond each): a PRV pass spent over half its time on them, twice the same values, and a
+    calibration's bisection or the RDP accountant beside it asks again. The values are Opacus' own, returned as
+    computed (a pure function of three numbers); an unhashable argument is passed through."""
+    fn = getattr(rdp, RDP_ONE_ORDER, None)
+    if fn is None or getattr(fn, "dpaudit_remembered", False):
+        return  # opacus_private.missing() names a renamed function; accounting is then only slower
+    cached = functools.lru_cache(maxsize=1 << 16)(fn)
+
+    @functools.wraps(fn)
+    def remembered(q, sigma, alpha):
+        try:
+            return cached(q, sigma, alpha)
+        except TypeError:  # an unhashable order: as Opacus computes it
+            return fn(q, sigma, alpha)
+
+    remembered.dpaudit_remembered = True  # type: ignore[attr-defined]
+    setattr(rdp, RDP_ONE_ORDER, remembered)
 
 
 def _alias_packages() -> None:

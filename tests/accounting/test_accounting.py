@@ -41,8 +41,17 @@ def test_prv_and_pld_agree_within_2pct():
         assert abs(a - b) / b < 0.02
 
 
+@pytest.fixture
+def searched(monkeypatch):
+    """calibrate_sigma runs its search here (no answer from this machine's accounting cache or the process memo)."""
+    monkeypatch.setenv("DPAUDIT_ACCOUNTING_CACHE", "0")
+    accounting._calibrate_sigma_once.cache_clear()
+    yield
+    accounting._calibrate_sigma_once.cache_clear()
+
+
 @pytest.mark.parametrize("acc", ["rdp", "prv", "pld"])
-def test_calibration_inverts(acc):
+def test_calibration_inverts(acc, searched):
     s = accounting.calibrate_sigma(3.0, DELTA_SST2, SST2["sample_rate"], 99, accountant=acc)
     e = eps(acc, s, SST2["sample_rate"], 99, DELTA_SST2)
     assert e <= 3.0 + 1e-9  # never above the target
@@ -170,7 +179,7 @@ def test_empirical_bound_above_claim_is_a_violation():
     assert judge(c, reaccount(c), Grounds(best)).status == "violated"
 
 
-def test_calibration_treats_a_sigma_the_accountant_cannot_grid_as_too_small():
+def test_calibration_treats_a_sigma_the_accountant_cannot_grid_as_too_small(searched):
     """The search for sigma may probe a noise multiplier below 0.1, where PRV and PLD decline (their grids would
     need GBs): that probe is "too small", not an error. DP-FROST at epsilon = 8 (configs/dp_frost_sentiment.toml,
     frost-eps8) starts its selection-noise search at 0.05 and stopped there before."""
@@ -198,6 +207,43 @@ def test_a_calibration_is_computed_once_per_process_and_bad_input_still_refused(
     for bad in ("4", float("inf"), -1.0):
         with pytest.raises(DpauditError, match="target epsilon"):
             accounting.calibrate_sigma(bad, 1e-5, 0.17, 9, accountant="rdp")
+
+
+def test_a_calibration_is_computed_once_per_machine_and_a_forged_answer_is_not_used(tmp_path, monkeypatch):
+    """Another process asking for the same mechanism (a resume, a dry run, a torchrun rank) reads the machine's
+    accounting cache instead of searching again; an entry edited by hand is reported and searched afresh."""
+    import json
+    import warnings
+
+    from dpaudit.accounting import disk_cache
+
+    monkeypatch.setenv("DPAUDIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DPAUDIT_STATE", str(tmp_path / "state"))
+    monkeypatch.delenv("DPAUDIT_ACCOUNTING_CACHE", raising=False)
+    accounting._calibrate_sigma_once.cache_clear()
+    searched = accounting._calibrate_sigma(2.0, 1e-5, 0.05, 40, "prv")
+    assert accounting.calibrate_sigma(2.0, 1e-5, 0.05, 40) == searched  # searched, then stored
+    [entry] = (tmp_path / "cache" / "accounting").glob("*.json")
+
+    def no_search(*a, **k):
+        raise AssertionError("searched again")
+
+    real = accounting._calibrate_sigma
+    monkeypatch.setattr(accounting, "_calibrate_sigma", no_search)
+    accounting._calibrate_sigma_once.cache_clear()  # a new process: the memo is empty, the disk is not
+    assert accounting.calibrate_sigma(2.0, 1e-5, 0.05, 40) == searched
+    with pytest.raises(AssertionError, match="searched again"):  # another mechanism is another key
+        accounting.calibrate_sigma(2.0, 1e-5, 0.05, 41)
+
+    d = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**d, "upper": searched / 2}))  # half the noise, the old integrity code
+    monkeypatch.setattr(accounting, "_calibrate_sigma", real)
+    accounting._calibrate_sigma_once.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert accounting.calibrate_sigma(2.0, 1e-5, 0.05, 40) == searched
+    assert any(issubclass(w.category, disk_cache.CacheWarning) for w in caught)
+    accounting._calibrate_sigma_once.cache_clear()
 
 
 def test_prv_reads_the_domain_it_guarded_and_answers_as_opacus_does():
