@@ -20,6 +20,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.pmixed import audit, mixing
 from dpaudit.pmixed.deployment import PMixedSpec, check_decoding, partition_of
 from dpaudit.pmixed.ledger import BudgetExhausted, Ledger
+from tests.pmixed import ledger_spend
 
 
 def L(v):
@@ -195,21 +196,10 @@ def test_a_ledger_edited_to_a_larger_budget_is_refused(tmp_path):
     assert main(["pmixed", "budget", str(tmp_path)]) == 2
 
 
-def _spend(folder, n):
-    ok = 0
-    for _ in range(n):
-        try:
-            Ledger(folder).reserve(1)
-            ok += 1
-        except BudgetExhausted:
-            pass
-    return ok
-
-
 def test_ledger_holds_across_processes(tmp_path):
     Ledger.create(tmp_path, 50)
     with get_context("spawn").Pool(4) as pool:
-        answered = sum(pool.starmap(_spend, [(tmp_path, 30)] * 4))
+        answered = sum(pool.starmap(ledger_spend.spend, [(tmp_path, 30)] * 4))
     assert answered == 50 and Ledger(tmp_path).state()["spent"] == 50
 
 
