@@ -310,7 +310,7 @@ def test_deployment_report_and_its_numbers(deployment):
     jsonschema.validate(json.loads((path.parents[1] / "report.json").read_text()), schema)  # the comparison
 
 
-def test_deployment_generates_within_budget_and_refuses_beyond_it(deployment):
+def test_deployment_generates_within_budget_and_refuses_beyond_it(deployment, capsys):
     from dpaudit.pmixed.deployment import Deployment, read_transcript
 
     path, _ = deployment
@@ -329,13 +329,15 @@ def test_deployment_generates_within_budget_and_refuses_beyond_it(deployment):
            "--max-new-tokens"]
     ok = subprocess.run(cmd + [str(left)], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    no = subprocess.run(cmd + ["1"], capture_output=True, text=True)
-    assert no.returncode == 2 and no.stderr.strip().splitlines()[-1].startswith("error: query budget exhausted")
-    assert not no.stdout  # nothing answered
-    with pytest.raises(BudgetExhausted):
-        dep.generate("hello", 1)
     from dpaudit.cli import main
 
+    capsys.readouterr()
+    assert main(cmd[3:] + ["1"]) == 2  # asked here, after the other process spent the rest
+    no = capsys.readouterr()
+    assert no.err.strip().splitlines()[-1].startswith("error: query budget exhausted")
+    assert not no.out  # nothing answered
+    with pytest.raises(BudgetExhausted):
+        dep.generate("hello", 1)
     assert main(["pmixed", "generate", str(path), "--prompt", "hi", "--max-new-tokens", "1", "--top-k", "5"]) == 2
     # the evaluation also checks the queries users asked, exactly, from the transcript
     from dpaudit.evaluation.options import EvalOptions
