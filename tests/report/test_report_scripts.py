@@ -324,15 +324,18 @@ def test_pmixed_search_markdown_is_what_its_json_renders():
     assert r["subsets"]["largest_ratio_to_claim"] == pytest.approx(1.0) and "largest ratio 1.0" in readme
 
 
-def test_canary_gradient_share_is_what_the_eps4_readme_says():
+def test_canary_gradient_share_is_what_the_eps4_readme_says(capsys):
     """reports/canary_designs_eps4: the tiny GPT-2's share of an inserted new-token canary's clipped gradient on its
     own embedding rows (the README's 0.19, 64 canaries) is what experiments/canary_gradient_share.py measures on the
-    committed run's manifest; SmolLM2's 0.28 needs the converted model, not checked here."""
-    out = _run(ROOT / "experiments" / "canary_gradient_share.py",
-               ROOT / "configs" / "canary_designs_eps4" / "full_batch_new_token.toml",
-               REPORTS / "canary_designs_eps4" / "full_batch_new_token", "--n", "64")
-    assert out.returncode == 0, out.stderr
-    row = json.loads(out.stdout.strip().splitlines()[-1])
+    committed run's manifest; SmolLM2's 0.28 needs the converted model, not checked here. The script's main() runs
+    in this process (its command line is the one below; a process of its own would spend 8 s importing)."""
+    from tests.scripts_loader import load_script
+
+    script = load_script("experiments", "canary_gradient_share")
+    capsys.readouterr()
+    assert script.main([str(ROOT / "configs" / "canary_designs_eps4" / "full_batch_new_token.toml"),
+                        str(REPORTS / "canary_designs_eps4" / "full_batch_new_token"), "--n", "64"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["model"] == "tiny-gpt2" and row["canaries"] == 64
     q25, q50, q75 = row["own_share_q25_q50_q75"]
     assert f"{q50:.2f}" == "0.19" and q75 - q25 < 0.04
