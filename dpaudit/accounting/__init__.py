@@ -29,7 +29,6 @@ import functools
 import importlib
 import math
 import numbers
-from dataclasses import asdict, dataclass
 from typing import Callable
 
 from dpaudit import options
@@ -37,6 +36,7 @@ from dpaudit.accounting import events as _events
 from dpaudit.accounting import registry as _registry
 from dpaudit.accounting.events import (
     MAX_STEPS,  # noqa: F401 - the step cap, re-exported for the trainers
+    AccountingResult,
     NotApplicable,
     SubsampledGaussian,
     SubsampledLaplaceMixture,
@@ -93,22 +93,6 @@ __all__ = ["ACCOUNTANTS", "AccountingResult", "GAUSSIAN_ACCOUNTANTS", "NotApplic
            "SubsampledGaussian", "SubsampledLaplaceMixture",
            "calibrate_sigma", "calibrate_sigma_after", "compute", "event_from_dict", "interval", "intervals",
            "validate_delta", "validate_mechanism"]
-
-
-@dataclass(frozen=True)
-class AccountingResult:
-    """One accountant's answer at ``delta``: ``epsilon`` its upper value (the true epsilon is at most this; None: a
-    lower value only), ``lower`` its lower value where it has one (the true epsilon is at least this)."""
-
-    accountant: str
-    epsilon: float | None
-    delta: float
-    lower: float | None = None
-    relation: str = "add_remove"
-    detail: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _check_accountant(name: str, allowed: tuple | None = None) -> None:
@@ -239,18 +223,10 @@ def calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, ste
 
 @functools.lru_cache(maxsize=256)
 def _calibrate_sigma_once(*mechanism) -> float:  # (target, delta, q, steps, accountant, tol, sampler), normalised
-    """Once per process, and once per machine through the accounting cache (:mod:`.disk_cache`: keyed by the
-    arguments, this package's code and the accountants' versions; an entry this machine did not write is
-    recomputed): a run's resume, its dry run and its torchrun ranks are other processes asking the same."""
+    """Once per process, and once per machine through the accounting cache (:func:`.disk_cache.calibrated`)."""
     from dpaudit.accounting import disk_cache
 
-    k = disk_cache.calibration_key(mechanism)
-    hit = disk_cache.get(k)
-    if hit is not None and "upper" in hit and math.isfinite(hit["upper"]) and hit["upper"] > 0:
-        return float(hit["upper"])
-    sigma = _calibrate_sigma(*mechanism)
-    disk_cache.put(k, {"lower": None, "upper": sigma, "detail": "calibrated noise multiplier"})
-    return sigma
+    return disk_cache.calibrated(mechanism, lambda *m: _calibrate_sigma(*m))
 
 
 def _calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int,

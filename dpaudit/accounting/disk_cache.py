@@ -151,6 +151,18 @@ def calibration_key(mechanism: tuple) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+def calibrated(mechanism: tuple, search) -> float:
+    """The noise multiplier ``search(*mechanism)`` finds, read from the cache where this machine stored it (a run's
+    resume, its dry run and its torchrun ranks are other processes asking for the same one)."""
+    k = calibration_key(mechanism)
+    hit = get(k)
+    if hit is not None and "upper" in hit and math.isfinite(hit["upper"]) and hit["upper"] > 0:
+        return float(hit["upper"])
+    sigma = search(*mechanism)
+    put(k, {"lower": None, "upper": sigma, "detail": "calibrated noise multiplier"})
+    return sigma
+
+
 def get(k: str) -> dict | None:
     """The stored answer: {"lower", "upper", "detail"} or {"not_applicable": reason}; None when absent, bypassed,
     or not usable (then reported: :class:`CacheWarning`)."""

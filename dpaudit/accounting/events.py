@@ -195,3 +195,19 @@ def grid_guard(name: str, events) -> None:
     if name in GRID_ACCOUNTANTS and small < GRID_SIGMA_MIN:
         raise NotApplicable(f"{name} needs a grid of GBs at sigma = {small:g} < {GRID_SIGMA_MIN:g}; the RDP "
                             "accountants give the upper value")
+
+
+@dataclass(frozen=True)
+class AccountingResult:
+    """One accountant's answer at ``delta``: ``epsilon`` its upper value (the true epsilon is at most this; None: a
+    lower value only), ``lower`` its lower value where it has one (the true epsilon is at least this)."""
+
+    accountant: str
+    epsilon: float | None
+    delta: float
+    lower: float | None = None
+    relation: str = "add_remove"
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
