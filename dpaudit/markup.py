@@ -55,3 +55,14 @@ def md_tree(obj):
     if isinstance(obj, tuple):
         return tuple(md_tree(v) for v in obj)
     return obj
+
+
+def percent(x, decimals: int = 0) -> str:
+    """A probability (a confidence, a rate) as a percentage with ``decimals`` decimals, and more where fewer would
+    round it to 100% or to 0%: a 99.9% confidence is never shown as 100%, nor a 0.01% rate as 0%."""
+    x = float(x)
+    for d in range(decimals, 5):
+        s = f"{x:.{d}%}"
+        if not ((x < 1 and float(s[:-1]) >= 100) or (x > 0 and float(s[:-1]) <= 0)):
+            return s
+    return "> 99.9999%" if x > 0.5 else "< 0.0001%"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpaudit.audit.rows import MechanismEvidence, TestRow
 from dpaudit.errors import DpauditError
+from dpaudit.markup import percent
 from dpaudit.options import ACCOUNTING_STATUSES, EMPIRICAL_STATUSES, VERDICTS, current_word
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def empirical(claimed: float, best: TestRow | None, ceiling: float, curve: TestR
     if curve is not None:
         return check("violated", f"the guesses of {curve.attack} ({curve.v} of {curve.r} right) reject "
                                  f"the privacy card's mechanism: its whole trade-off curve (f-DP), of which the "
-                                 f"claimed epsilon {claimed:.3g} is one point, at {curve.family_confidence:.0%} "
+                                 f"claimed epsilon {claimed:.3g} is one point, at {percent(curve.family_confidence)} "
                                  "confidence")
     if best is None or ceiling <= 0.0:
         return check("no-power", "the audit could give no bound at all: with these canaries even perfect guesses "
@@ -213,11 +214,11 @@ def _headline(card, acct: ClaimAccounting, best: TestRow | None, ceiling: float 
     if record_best is not None and record_best.epsilon_lb > card.extra["record_level"]["epsilon"]:
         emp = replace(emp, status="violated",
                       reason=f"record-level lower bound {record_best.epsilon_lb:.2f} exceeds the record-level claim "
-                             f"{card.extra['record_level']['epsilon']:.3f} at {record_best.family_confidence:.0%} "
+                             f"{card.extra['record_level']['epsilon']:.3f} at {percent(record_best.family_confidence)} "
                              "confidence")
         return verdict("violated", emp.reason, emp)
     if not card.is_private:
-        conf = f" at {emp.confidence:.0%} confidence" if emp.confidence else ""
+        conf = f" at {percent(emp.confidence)} confidence" if emp.confidence else ""
         return verdict("no-claim", f"non-private model (no epsilon claimed); the audit proves epsilon >= "
                                    f"{emp.epsilon_lb:.2f}{conf} (ceiling {ceiling:.2f})")
     if emp.status == "violated":

@@ -11,6 +11,7 @@ import click
 
 from dpaudit import checks
 from dpaudit.errors import DpauditError
+from dpaudit.markup import percent
 
 
 @click.group()
@@ -46,7 +47,7 @@ def one_run_cmd(m, r, v, delta, confidence, as_json):
                                "confidence": confidence, "fdp_epsilon_lb": res.epsilon_lb, "fdp_ceiling": res.ceiling,
                                "gdp_mu_lb": res.gdp_mu_lb, "gdp_epsilon_estimate": res.gdp_epsilon_estimate}))
     else:
-        click.echo(f"ε ≥ {lb:.3f} at {confidence:.0%} confidence (ceiling for {r} guesses: {cap:.3f})")
+        click.echo(f"ε ≥ {lb:.3f} at {percent(confidence)} confidence (ceiling for {r} guesses: {cap:.3f})")
         click.echo(f"f-DP: ε ≥ {res.epsilon_lb:.3f} (ceiling {res.ceiling:.3f}); Gaussian-DP μ ≥ "
                    f"{res.gdp_mu_lb:.3f}{_estimate(res)}")
 
@@ -127,11 +128,11 @@ def scores_cmd(scores_file, strategy, guesses, splits, seed, threshold, delta, c
         return
     click.echo(f"{a.m} canaries ({int((signs > 0).sum())} inserted); {res.strategy}: {res.v} right of "
                f"{res.r} guesses on {res.m}")
-    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {confidence:.0%} confidence, δ = {delta:g} (f-DP; ceiling "
+    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {percent(confidence)} confidence, δ = {delta:g} (f-DP; ceiling "
                f"{res.ceiling:.3f}, the most these guesses could show); Steinke et al.: ε ≥ {res.steinke_epsilon_lb:.3f}")
     click.echo(f"Gaussian-DP μ ≥ {res.gdp_mu_lb:.3f}{_estimate(res)}")
     click.echo(f"TPR {tpr.value:.3f} [{tpr.low:.3f}, {tpr.high:.3f}] at FPR {got_fpr.value:.4f} "
-               f"[{got_fpr.low:.4f}, {got_fpr.high:.4f}] (asked {fpr:g}; {confidence:.0%} Clopper-Pearson); "
+               f"[{got_fpr.low:.4f}, {got_fpr.high:.4f}] (asked {fpr:g}; {percent(confidence)} Clopper-Pearson); "
                f"AUC {auc.value:.3f} [{auc.low:.3f}, {auc.high:.3f}] (bootstrap)")
 
 
@@ -151,7 +152,7 @@ def _two_sample(scores_file, sc, signs, threshold, seed, delta, confidence, as_j
         return
     click.echo(f"{sc.size} canaries ({int((signs > 0).sum())} inserted); two-sample test, {res.threshold_rule}: "
                f"{res.tp} of {res.n_in} inserted and {res.fp} of {res.n_out} held-out scores above {res.threshold:.6g}")
-    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {confidence:.0%} confidence, δ = {delta:g} (ceiling {res.ceiling:.3f}); "
+    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {percent(confidence)} confidence, δ = {delta:g} (ceiling {res.ceiling:.3f}); "
                f"valid only if {res.assumption}")
 
 
@@ -278,7 +279,7 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, two, canary_rate, as_json):
         click.echo(json.dumps(rows))
         return
     click.echo(f"white-box Dirac canaries on a subsampled Gaussian (q = {q:g}, σ = {sigma:g}, T = {steps}), "
-               f"δ = {delta:g}, {confidence:.1%}:")
+               f"δ = {delta:g}, {percent(confidence, 1)}:")
     if canary_rate is not None:
         click.echo(f"  (the canaries at their own rate {q:g}, the data at {card_q:g}: the card accounts every record "
                    f"at q = {max(q, card_q):g})")
@@ -366,7 +367,7 @@ def strategy_cmd(spec, m, sims, seed, delta, confidence, as_json):
         click.echo(json.dumps(r))
         return
     click.echo(f"{mech.spec} (true ε {r['true_epsilon']:.2f} at δ = {delta:g}), m = {m:,}, {sims} simulated audits "
-               f"per strategy, {confidence:.0%}:")
+               f"per strategy, {percent(confidence)}:")
     for name, med in r["medians"].items():
         click.echo(f"  {name:9s} median ε ≥ {med:.2f}{'   <- chosen' if name == r['choice'] else ''}")
     if max(r["medians"].values()) <= 0:
@@ -403,7 +404,7 @@ def many_run_cmd(tp, fn, fp, tn, delta, confidence, as_json):
         click.echo(json.dumps({"epsilon_lb": lb, "gdp_mu_lb": mu, "gdp_epsilon_estimate": gdp_eps,
                                "confidence": confidence, "delta": delta}))
     else:
-        click.echo(f"ε ≥ {lb:.3f} at {confidence:.0%} confidence (Clopper-Pearson lower bound)")
+        click.echo(f"ε ≥ {lb:.3f} at {percent(confidence)} confidence (Clopper-Pearson lower bound)")
         est = f", ε ≈ {gdp_eps:.3f} at δ = {delta}" if gdp_eps is not None else ""
         click.echo(f"estimate, assuming Gaussian DP: μ ≥ {mu:.3f}{est} (not a bound)")
 
@@ -427,7 +428,7 @@ def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_
     if as_json:
         click.echo(json.dumps(r))
     else:
-        click.echo(f"ε ≥ {r['epsilon_lb']:.3f} at {confidence:.0%} confidence from {r['n_audit']} audit runs "
+        click.echo(f"ε ≥ {r['epsilon_lb']:.3f} at {percent(confidence)} confidence from {r['n_audit']} audit runs "
                    f"(TP {r['tp']}, FN {r['fn']}, FP {r['fp']}, TN {r['tn']}; threshold from {r['n_tuning']} other runs)")
 
 

@@ -5,6 +5,7 @@ check that was not run, not tested, or read from a record the card does not bind
 from __future__ import annotations
 
 from dpaudit.audit import check_registry
+from dpaudit.markup import percent
 
 
 def failures(name: str, r: dict, mechanism_checks: tuple | None, require: bool) -> list[str]:
@@ -17,7 +18,7 @@ def failures(name: str, r: dict, mechanism_checks: tuple | None, require: bool) 
         for c in e["checks"]:
             seen.setdefault(c["check"], []).append(c)
             if c["check"] in named and c["status"] == "fail":
-                rate = "deterministic" if not c["false_alarm"] else f"false-alarm rate {c['false_alarm']:.1%}"
+                rate = "deterministic" if not c["false_alarm"] else f"false-alarm rate {percent(c['false_alarm'], 1)}"
                 fails.append(f"{name}: mechanism check '{c['check']}' ({e['attack']}, {rate}): {c['finding']}")
     if require:  # "records" appears only when it fails: the probe's checks are the ones run
         loose = [e for e in r.get("mechanism_checks") or [] if e.get("mode") != "records missing"

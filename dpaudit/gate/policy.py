@@ -48,6 +48,7 @@ from dpaudit.claim import verdict
 from dpaudit.errors import DpauditError
 from dpaudit.gate import mechanism_rules
 from dpaudit.io import number, read_json, read_toml
+from dpaudit.markup import percent
 from dpaudit.report import build as report_build
 
 
@@ -178,7 +179,7 @@ def check(r: dict, p: Policy) -> list[str]:
         for e in r["empirical"]:
             if e["delta_kind"] == "claimed" and e["epsilon_lb"] > claim:
                 fails.append(f"{name}: empirical lower bound {e['epsilon_lb']:.3f} ({e['attack']}, "
-                             f"{e['family_confidence']:.0%}) exceeds the claimed epsilon {claim:.3f}")
+                             f"{percent(e['family_confidence'])}) exceeds the claimed epsilon {claim:.3f}")
     if private:
         fails += _accounting(name, r, claim, p)
         emp = empirical_check(r, claim)
@@ -206,7 +207,7 @@ def check(r: dict, p: Policy) -> list[str]:
         for c in r.get("noise_checks") or []:
             if c["status"] == "below the card":
                 fails.append(f"{name}: the updates recorded on the {c['attack']} canaries carry noise at most "
-                             f"{c['upper']:.4g} ({c['confidence']:.0%}), below the card's sigma "
+                             f"{c['upper']:.4g} ({percent(c['confidence'])}), below the card's sigma "
                              f"{c['noise_multiplier']:.4g}")
     fails += mechanism_rules.failures(name, r, p.mechanism_checks, p.require_mechanism_checks)
     plan = r.get("audit_plan") or {}

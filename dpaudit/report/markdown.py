@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from dpaudit.markup import md_tree
+from dpaudit.markup import md_tree, percent
 from dpaudit.options import TASK_METRICS, current_words, evidence_tier, verdict_name
 from dpaudit.report import mechanism as report_checks
 
@@ -66,7 +66,7 @@ def summary_lines(r: dict) -> list[str]:
     best = r.get("empirical_best")
     if best:
         L.append(f"- Empirical: **{emp.get('status', '—')}** — best bound {best['epsilon_lb']:.2f} at "
-                 f"{best['family_confidence']:.0%} ({best['attack']}){_limit_phrase(r, best)}; each test's own "
+                 f"{percent(best['family_confidence'])} ({best['attack']}){_limit_phrase(r, best)}; each test's own "
                  "ceiling is in the bounds table.")
     L += tier_lines(r)
     ph = r.get("posthoc")
@@ -76,7 +76,7 @@ def summary_lines(r: dict) -> list[str]:
     L += strength_lines(r)
     for n in r.get("noise_checks") or []:
         word = ("**below the card's σ**" if n["status"] == "below the card" else "no shortfall")
-        L.append(f"- Noise check ({n['attack']}): at most {n['upper']:.4g} at {n['confidence']:.0%} against the card's "
+        L.append(f"- Noise check ({n['attack']}): at most {n['upper']:.4g} at {percent(n['confidence'])} against the card's "
                  f"σ = {n['noise_multiplier']:.4g}: {word}.")
     L += report_checks.summary_line(r)
     L += plan_lines(r)
@@ -221,19 +221,19 @@ def bound_rows(r: dict) -> list[str]:
         kind = {"record_claim": "record-level claim", "claimed": "δ claimed"}.get(e["delta_kind"], "δ = 0")
         pure = pure or (e["delta_kind"] == "zero" and private)
         rows.append(f"| {e['attack']} ({kind}) | {e.get('tier') or evidence_tier(e['attack'])} | {e['epsilon_lb']:.2f} | "
-                    f"{e['family_confidence']:.0%} | "
+                    f"{percent(e['family_confidence'])} | "
                     f"{e['ceiling']:.2f} | {e['v']} / {e['r']} of {e['m']} | {e['delta']:.3g} | {e['group_size']} |")
     ex = (r.get("exposure") or {}).get("epsilon_lb")
     if ex:
         rows.append(f"| exposure ≥ {ex['threshold_bits']:.2f} bits (an estimate, not a bound) | outputs only | "
                     f"{ex['value']:.2f} | "
-                    f"{ex['confidence']:.0%} | — | — | {ex['delta']:.3g} | {ex['group_size']} |")
+                    f"{percent(ex['confidence'])} | — | — | {ex['delta']:.3g} | {ex['group_size']} |")
     notes = []
     fw = r.get("family_wise")
     if fw:
         notes.append("Confidence is family-wise: Bonferroni over the tests of each family"
-                     + (f", {fw['families']} families at {fw['per_family_confidence']:.1%} each" if fw["families"] > 1
-                        else "") + f"; {fw['confidence']:.0%} together.")
+                     + (f", {fw['families']} families at {percent(fw['per_family_confidence'], 1)} each" if fw["families"] > 1
+                        else "") + f"; {percent(fw['confidence'])} together.")
     if pure:
         notes.append("δ = 0 rows: a pure-DP bound, not comparable with the (ε, δ) claim and not in the verdict.")
     if ex:
@@ -275,7 +275,7 @@ def limit_lines(r: dict) -> list[str]:
 
 def two_sample_lines(r: dict) -> list[str]:
     """The white-box two-sample tests (dpaudit/audit/two_sample.py); reports written before them have none."""
-    return [f"- {t['attack']}: **ε ≥ {t['epsilon_lb']:.2f}** at {t['confidence']:.1%} (δ = {t['delta']:g}; ceiling "
+    return [f"- {t['attack']}: **ε ≥ {t['epsilon_lb']:.2f}** at {percent(t['confidence'], 1)} (δ = {t['delta']:g}; ceiling "
             f"{t['ceiling']:.2f}): {t['tp']:,} of {t['n_in']:,} inserted and {t['fp']:,} of {t['n_out']:,} held-out "
             f"canaries above the threshold {t['threshold']:.4g}, fixed before scoring at the card mechanism's FPR "
             f"{t['planned_fpr']:g}; the card's own mechanism shows {t['mechanism_limit']:.2f} in the median such "
@@ -291,14 +291,14 @@ def noise_lines(r: dict) -> list[str]:
                 f"coordinates ({c['steps']} updates) have root mean square {c['rms']:.4g} (units of C/B), "
                 f"{c['ratio']:.3f} × the card's σ = {c['noise_multiplier']:.4g}; ")
         if c["status"] == "below the card":
-            L.append(head + f"the noise actually added is at most **{c['upper']:.4g} at {c['confidence']:.0%} "
+            L.append(head + f"the noise actually added is at most **{c['upper']:.4g} at {percent(c['confidence'])} "
                             f"confidence, below the card's σ**: these updates carry less noise than the card, and so "
                             f"its ε, states.")
         else:
             extra = ("" if c["ratio"] <= 1 else "; the spread above σ is the inserted canaries themselves" + (
                 " (a canary block: no record's gradient reaches it)" if c.get("coordinates") == "block" else
                 " and the records' own gradients on these coordinates, which the simulated limits above leave out"))
-            L.append(head + f"the noise actually added is at most {c['upper']:.4g} at {c['confidence']:.0%} "
+            L.append(head + f"the noise actually added is at most {c['upper']:.4g} at {percent(c['confidence'])} "
                             f"confidence, so the check finds no shortfall{extra}.")
     return L
 

@@ -3,6 +3,8 @@ table. Reports without a probe have none and render nothing here."""
 
 from __future__ import annotations
 
+from dpaudit.markup import percent
+
 
 def summary_line(r: dict) -> list[str]:
     out = []
@@ -36,7 +38,7 @@ def table(r: dict) -> list[str]:
                  "path, not the clipping of real records" if e["coordinates"] == "block" else
                  "the model's trainable coordinates: the projections also carry the records' own gradients")
         out += [f"Probe `{e['attack']}`: {e['mode']} mode, {e.get('world_size', 1)} process(es), canaries on {where}. "
-                f"Each statistical check's false-alarm rate is {e['false_alarm_each']:.1%} (an honest run fails it that "
+                f"Each statistical check's false-alarm rate is {percent(e['false_alarm_each'], 1)} (an honest run fails it that "
                 "often); a rate of 0 marks a deterministic check. "
                 + ("The record is bound to the card: the card names the run that wrote it." if e.get("bound_to_card")
                    else "The record is not bound to the card: the card names no probe run (a card written by hand, "
@@ -45,7 +47,7 @@ def table(r: dict) -> list[str]:
                    "card come from one run: a policy that requires mechanism checks does not count it."), "",
                 "| check | result | finding | false-alarm rate |", "|---|---|---|---|"]
         for c in e["checks"]:
-            rate = "—" if c["false_alarm"] is None else f"{c['false_alarm']:.1%}" if c["false_alarm"] else "0"
+            rate = "—" if c["false_alarm"] is None else f"{percent(c['false_alarm'], 1)}" if c["false_alarm"] else "0"
             status = f"**{c['status'].upper()}**" if c["status"] == "fail" else c["status"]
             out.append(f"| {c['check']} | {status} | {c['finding']} | {rate} |")
         out.append("")

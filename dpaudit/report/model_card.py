@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import refuse_link, write_atomic_all
-from dpaudit.markup import md, md_tree
+from dpaudit.markup import md, md_tree, percent
 from dpaudit.options import current_words
 from dpaudit.report.markdown import headline
 
@@ -49,7 +49,7 @@ def section(r: dict, report_path: str, shipped: bool = False) -> str:
                     f"true ε ≤ {cert:.4g}" if cert is not None else "no accountant bounds it")
         lines.append(f"- **Accounting**: `{a.get('status')}` — {interval} ({a.get('reason', '')}).")
     if b:
-        lines.append(f"- **Best empirical lower bound**: ε ≥ {b['epsilon_lb']:.3g} at {b['family_confidence']:.0%} "
+        lines.append(f"- **Best empirical lower bound**: ε ≥ {b['epsilon_lb']:.3g} at {percent(b['family_confidence'])} "
                      f"confidence ({b['attack']}, m = {b['m']:,} canaries), the most this test could show: "
                      f"{b['ceiling']:.3g}.")
     for e in r.get("mechanism_checks") or []:
@@ -107,7 +107,7 @@ def results(r: dict) -> list[dict]:
              if isinstance(delta, (int, float)) else "claimed ε"),
             ("dp_epsilon_certified", a.get("certified_epsilon"), "accountants' upper bound on ε (dpaudit account)"),
             ("dp_epsilon_empirical_lower_bound", b.get("epsilon_lb"),
-             f"empirical ε lower bound at {b['family_confidence']:.0%} ({b.get('attack')})"
+             f"empirical ε lower bound at {percent(b['family_confidence'])} ({b.get('attack')})"
              if isinstance(b.get("family_confidence"), (int, float)) else "empirical ε lower bound")):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             metrics.append({"type": kind, "value": round(float(value), 6), "name": name})

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from dpaudit.errors import DpauditError
 from dpaudit.io import printable
-from dpaudit.markup import md, md_tree
+from dpaudit.markup import md, md_tree, percent
 from dpaudit.options import evidence_tier, verdict_name
 from dpaudit.report import paired
 from dpaudit.run_folder import RunFolder
@@ -100,7 +100,7 @@ def _auc_ci(x: Row) -> str:
 
 def _best(x: Row, confidence: bool) -> str:
     b = x.r["empirical_best"]
-    conf = f", {b['family_confidence']:.0%}" if confidence else ""
+    conf = f", {percent(b['family_confidence'])}" if confidence else ""
     return f"{b['epsilon_lb']:.2f} ({b['attack']}{conf}, {b['ceiling']:.2f})"
 
 

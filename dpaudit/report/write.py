@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dpaudit.folders import atomic_folder
 from dpaudit.io import jsonable
-from dpaudit.markup import md, md_tree
+from dpaudit.markup import md, md_tree, percent
 from dpaudit.options import TASK_METRICS, verdict_name
 from dpaudit.report import plots
 from dpaudit.report.build import SCHEMA_VERSION
@@ -85,7 +85,7 @@ _COLUMNS = [
     ("accounting (the interval that decides)", lambda r: _reaccounted(r)),
     ("empirical ε lower bound (best test, confidence, ceiling)", lambda r: (
         f"{r['empirical_best']['epsilon_lb']:.2f} ({r['empirical_best']['attack']}, "
-        f"{r['empirical_best']['family_confidence']:.0%}, ceiling {r['empirical_best']['ceiling']:.2f})"
+        f"{percent(r['empirical_best']['family_confidence'])}, ceiling {r['empirical_best']['ceiling']:.2f})"
         if r.get("empirical_best") else "—")),
     ("LOSS AUC [95% CI]", lambda r: (lambda a: f"{a['auc']:.3f} [{a['auc_ci'][0]:.2f}, {a['auc_ci'][1]:.2f}]"
                                      if a else "—")(r["attacks"].get("loss"))),

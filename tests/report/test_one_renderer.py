@@ -13,7 +13,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from dpaudit.errors import DpauditError
-from dpaudit.markup import md
+from dpaudit.markup import md, percent
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
@@ -79,6 +79,25 @@ def test_md_leaves_ordinary_text_as_it_reads():
     for s in ("dp_adam", "epsilon <= 7.99 at delta 1e-05", "name[The Eagle], near[The Bakers]", "P_in[exposure >= x]",
               "BKOptimizer", "mechanism-mismatch", "true epsilon in [0.27, 0.63]", "2026-11-27T12:00:00"):
         assert md(s) == s, s
+
+
+@pytest.mark.parametrize("x,decimals,shown", [
+    (0.95, 0, "95%"), (0.983, 0, "98%"), (0.983, 1, "98.3%"), (1.0, 0, "100%"), (0.0, 0, "0%"),
+    (0.999, 0, "99.9%"), (0.9995, 1, "99.95%"), (0.99999, 0, "99.999%"), (0.9999999999999999, 0, "> 99.9999%"),
+    (0.001, 0, "0.1%"), (1e-9, 1, "< 0.0001%")])
+def test_a_confidence_below_one_is_never_shown_as_100_percent(x, decimals, shown):
+    """Every confidence and family confidence dpaudit prints goes through percent(): the decimals asked, and more
+    where fewer would round a 99.9% confidence up to 100% (or a small rate down to 0%)."""
+    assert percent(x, decimals) == shown
+
+
+def test_the_one_run_audit_prints_the_confidence_asked(capsys):
+    from dpaudit.cli import main
+
+    assert main(["audit", "one-run", "--canaries", "1000", "--correct", "900", "--guesses", "1000",
+                 "--confidence", "0.999"]) == 0
+    out = capsys.readouterr().out
+    assert "at 99.9% confidence" in out and "100%" not in out, out
 
 
 def test_md_disarms_each_construct():
