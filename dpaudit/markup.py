@@ -66,3 +66,11 @@ def percent(x, decimals: int = 0) -> str:
         if not ((x < 1 and float(s[:-1]) >= 100) or (x > 0 and float(s[:-1]) <= 0)):
             return s
     return "> 99.9999%" if x > 0.5 else "< 0.0001%"
+
+
+def probability(x, digits: int = 6) -> str:
+    """A probability such as delta with ``digits`` significant digits (``:g``), written out in full where that would
+    read as 0 or 1 and it is neither: a delta of 0.9999999 is not shown as "1" (no guarantee at all), nor 1e-400 as 0."""
+    x = float(x)
+    s = f"{x:.{digits}g}"
+    return repr(x) if float(s) in (0.0, 1.0) and x not in (0.0, 1.0) else s

@@ -46,6 +46,7 @@ from dpaudit.accounting.events import (
 )
 from dpaudit.accounting.registry import accountant_names, register_accountant
 from dpaudit.errors import DpauditError
+from dpaudit.markup import probability
 
 # name -> module of this package with ``epsilon(events, delta) -> float``; imported on first use, so that
 # reading a privacy card (dpaudit check, dpaudit compare) never loads Opacus or dp_accounting.
@@ -189,7 +190,7 @@ def check_reachable(target_epsilon: float, delta: float, sample_rate: float, ste
     eps = _rdp_bracket([SubsampledGaussian(sample_rate, SIGMA_MAX, steps)], delta)
     if eps > target_epsilon:
         raise DpauditError(f"{what}target epsilon {target_epsilon:g} is out of reach: even sigma = {SIGMA_MAX:g} gives "
-                           f"{eps:.3g} at delta {delta:g} over {steps} steps at q = {sample_rate:.4g}; raise the target "
+                           f"{eps:.3g} at delta {probability(delta)} over {steps} steps at q = {sample_rate:.4g}; raise the target "
                            "or delta, or train fewer steps")
 
 

@@ -19,6 +19,7 @@ from dpaudit import accounting, options
 from dpaudit.accounting import AccountingResult, group
 from dpaudit.claim import status as claim_check
 from dpaudit.errors import DpauditError
+from dpaudit.markup import probability
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def _group_results(card) -> tuple[list, dict]:
             continue
         ue, ud = group.lemma(e_r, rl["delta"], k)
         out.append(accounting.AccountingResult(  # certifies only if ud <= delta
-            f"{name}+group_lemma", ue, ud, detail=f"record-level epsilon {e_r:.4g} at delta {rl['delta']:.3g}, "
+            f"{name}+group_lemma", ue, ud, detail=f"record-level epsilon {e_r:.4g} at delta {probability(rl['delta'], 3)}, "
                                                   f"group of {k} (upper only)"))
     out.append(accounting.AccountingResult(
         "pld_group_mixture", group.subsampled_gaussian_group_epsilon(card.events, card.claim.delta, k),

@@ -18,6 +18,7 @@ shared with the CI gate.
 from __future__ import annotations
 
 from dpaudit import options
+from dpaudit.markup import probability
 
 _REL = 1e-9  # deltas equal up to float noise
 
@@ -46,7 +47,7 @@ def status(claimed: float, delta: float, relation: str, results: list[dict], fin
     if hi is not None and not options.exceeds(hi["epsilon"], claimed, tolerance):
         slack = "" if hi["epsilon"] <= claimed else f" (within the {tolerance:.0%} numerical tolerance)"
         return {"status": "verified", **out,
-                "reason": f"{hi['accountant']} proves epsilon <= {hi['epsilon']:.4g} at delta {hi['delta']:.3g}, "
+                "reason": f"{hi['accountant']} proves epsilon <= {hi['epsilon']:.4g} at delta {probability(hi['delta'], 3)}, "
                           f"at or below the claim {claimed:.4g}{slack}"}
     if hi is None:
         why = "; ".join(f"{k}: {v}" for k, v in (not_applicable or {}).items()) or "no results"

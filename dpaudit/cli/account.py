@@ -11,6 +11,7 @@ import click
 from dpaudit import options
 from dpaudit.errors import DpauditError
 from dpaudit.io import write_atomic
+from dpaudit.markup import probability
 
 
 @click.command()
@@ -85,12 +86,12 @@ def _account_card(path: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"verdict": acct.status, **acct.as_dict()}))
     else:
-        click.echo(f"claim: ε = {c.claim.epsilon:g} at δ = {c.claim.delta:g} ({c.claim.unit} level, "
+        click.echo(f"claim: ε = {c.claim.epsilon:g} at δ = {probability(c.claim.delta)} ({c.claim.unit} level, "
                    f"{c.claim.neighbouring} neighbours)")
         for r in acct.results:
             lo = "     ?    " if r.lower is None else f"{r.lower:10.4f}"
             hi = "   ?" if r.epsilon is None else f"{r.epsilon:.4f}"
-            click.echo(f"  {r.accountant:20s} ε in [{lo}, {hi}]  (δ = {r.delta:.3g}) {r.detail}")
+            click.echo(f"  {r.accountant:20s} ε in [{lo}, {hi}]  (δ = {probability(r.delta, 3)}) {r.detail}")
         for name, why in acct.not_applicable.items():
             click.echo(f"  {name:20s} not applicable: {why}")
         for f in acct.findings:
@@ -158,4 +159,4 @@ def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, u
         c = probe_record.bind(c, [probe_record.run_id_of(f) for f in probe_records])
     c = cardmod.card_from_dict(c.to_dict(), "the card")  # every check a reader applies, before anything is written
     write_atomic(out, lambda tmp: tmp.write_text(c.json_text()))
-    click.echo(f"{out}: claim ε = {epsilon:g} at δ = {delta:g}; check it with `dpaudit account --card {out}`")
+    click.echo(f"{out}: claim ε = {epsilon:g} at δ = {probability(delta)}; check it with `dpaudit account --card {out}`")

@@ -11,7 +11,7 @@ import click
 
 from dpaudit import checks
 from dpaudit.errors import DpauditError
-from dpaudit.markup import percent
+from dpaudit.markup import percent, probability
 
 
 @click.group()
@@ -56,7 +56,7 @@ def _estimate(res) -> str:
     """The Gaussian-DP reading, labelled as the estimate it is."""
     if res.gdp_epsilon_estimate is None:
         return ""
-    return (f", ε ≈ {res.gdp_epsilon_estimate:.3f} at δ = {res.delta:g} if the mechanism is Gaussian-shaped (an "
+    return (f", ε ≈ {res.gdp_epsilon_estimate:.3f} at δ = {probability(res.delta)} if the mechanism is Gaussian-shaped (an "
             "estimate, not a bound)")
 
 
@@ -128,7 +128,7 @@ def scores_cmd(scores_file, strategy, guesses, splits, seed, threshold, delta, c
         return
     click.echo(f"{a.m} canaries ({int((signs > 0).sum())} inserted); {res.strategy}: {res.v} right of "
                f"{res.r} guesses on {res.m}")
-    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {percent(confidence)} confidence, δ = {delta:g} (f-DP; ceiling "
+    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {percent(confidence)} confidence, δ = {probability(delta)} (f-DP; ceiling "
                f"{res.ceiling:.3f}, the most these guesses could show); Steinke et al.: ε ≥ {res.steinke_epsilon_lb:.3f}")
     click.echo(f"Gaussian-DP μ ≥ {res.gdp_mu_lb:.3f}{_estimate(res)}")
     click.echo(f"TPR {tpr.value:.3f} [{tpr.low:.3f}, {tpr.high:.3f}] at FPR {got_fpr.value:.4f} "
@@ -152,7 +152,7 @@ def _two_sample(scores_file, sc, signs, threshold, seed, delta, confidence, as_j
         return
     click.echo(f"{sc.size} canaries ({int((signs > 0).sum())} inserted); two-sample test, {res.threshold_rule}: "
                f"{res.tp} of {res.n_in} inserted and {res.fp} of {res.n_out} held-out scores above {res.threshold:.6g}")
-    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {percent(confidence)} confidence, δ = {delta:g} (ceiling {res.ceiling:.3f}); "
+    click.echo(f"ε ≥ {res.epsilon_lb:.3f} at {percent(confidence)} confidence, δ = {probability(delta)} (ceiling {res.ceiling:.3f}); "
                f"valid only if {res.assumption}")
 
 
@@ -279,7 +279,7 @@ def plan_cmd(q, sigma, steps, delta, confidence, ms, two, canary_rate, as_json):
         click.echo(json.dumps(rows))
         return
     click.echo(f"white-box Dirac canaries on a subsampled Gaussian (q = {q:g}, σ = {sigma:g}, T = {steps}), "
-               f"δ = {delta:g}, {percent(confidence, 1)}:")
+               f"δ = {probability(delta)}, {percent(confidence, 1)}:")
     if canary_rate is not None:
         click.echo(f"  (the canaries at their own rate {q:g}, the data at {card_q:g}: the card accounts every record "
                    f"at q = {max(q, card_q):g})")
@@ -366,7 +366,7 @@ def strategy_cmd(spec, m, sims, seed, delta, confidence, as_json):
     if as_json:
         click.echo(json.dumps(r))
         return
-    click.echo(f"{mech.spec} (true ε {r['true_epsilon']:.2f} at δ = {delta:g}), m = {m:,}, {sims} simulated audits "
+    click.echo(f"{mech.spec} (true ε {r['true_epsilon']:.2f} at δ = {probability(delta)}), m = {m:,}, {sims} simulated audits "
                f"per strategy, {percent(confidence)}:")
     for name, med in r["medians"].items():
         click.echo(f"  {name:9s} median ε ≥ {med:.2f}{'   <- chosen' if name == r['choice'] else ''}")

@@ -9,6 +9,7 @@ import math
 import click
 
 from dpaudit import options
+from dpaudit.markup import probability
 
 _COMMON = [
     click.option("--delta", required=True, type=float, help="Target δ (the paper: 1e-10 for classification)."),
@@ -123,6 +124,6 @@ def _print(nz, claim, C, draw, q, T, delta, as_json, extra):
     click.echo(f"noise per coordinate: E|Z| = {out['mean_abs_noise']:.4g}, std = {out['noise_std']:.4g} "
                f"(clipping norm C = {C:g})")
     floor = " — within 10% of the order grid's floor: the number mostly reflects the grid" if claim.near_floor else ""
-    click.echo(f"paper's claim:      ε = {claim.epsilon:.4f} at δ = {delta:g} (order {claim.order}; floor "
+    click.echo(f"paper's claim:      ε = {claim.epsilon:.4f} at δ = {probability(delta)} (order {claim.order}; floor "
                f"{claim.floor:.4f}){floor}")
-    click.echo(f"dpaudit re-account: ε ≤ {vec:.4f} at δ = {delta:g} ({detail})")
+    click.echo(f"dpaudit re-account: ε ≤ {vec:.4f} at δ = {probability(delta)} ({detail})")

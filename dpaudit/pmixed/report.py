@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from dpaudit.io import jsonable
-from dpaudit.markup import md_tree
+from dpaudit.markup import md_tree, probability
 from dpaudit.report import markdown as common
 
 LIMITATIONS = [
@@ -32,7 +32,7 @@ def render(r: dict) -> str:
          f"- N = {s['n_models']} LoRA adapters on disjoint partitions ({s['partition_rule']}), public model p0; "
          f"each query samples models at rate q = {s['sample_rate']:g} (Poisson, no duplicates), order α = {s['alpha']}, "
          f"budget T = {s['queries']} queries.",
-         f"- Claim: (ε_G, δ) = ({s['epsilon']:g}, {s['delta']:.3g}) for one partition (add/remove one model): total RDP "
+         f"- Claim: (ε_G, δ) = ({s['epsilon']:g}, {probability(s['delta'], 3)}) for one partition (add/remove one model): total RDP "
          f"ε_RDP = {p['rdp_budget']:.4g} at α = {s['alpha']}, {p['per_query_rdp']:.4g} per query "
          f"(Thm C.4, '{s['reading']}' reading).",
          "- β by realised |S_t| (recomputed per query): " + ", ".join(
@@ -50,7 +50,7 @@ def render(r: dict) -> str:
               f"- Composed over these queries (exact for a fixed list): {ex['composed_total_max']:.4g} against the "
               f"claimed {ex['claimed_total_for_these']:.4g}; the worst query asked T = {s['queries']} times: "
               f"{ex['repeat_worst_total']:.4g} against ε_RDP = {ex['claimed_rdp_budget']:.4g}.",
-              f"- That repeated query gives true ε ≥ **{ex['epsilon_lower']:.4g}** at δ = {s['delta']:.3g} "
+              f"- That repeated query gives true ε ≥ **{ex['epsilon_lower']:.4g}** at δ = {probability(s['delta'], 3)} "
               f"(exact PLD, rounded down) against the claimed {s['epsilon']:g}; worst query: "
               f"{ex['worst_query_canary']}" + (f", partition {'holding' if ex['worst_is_owner'] else 'not holding'} it"
                                                 if not str(ex['worst_query_canary']).startswith("transcript") else "")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from dpaudit.markup import md_tree, percent
+from dpaudit.markup import md_tree, percent, probability
 from dpaudit.options import TASK_METRICS, current_words, evidence_tier, verdict_name
 from dpaudit.report import mechanism as report_checks
 
@@ -39,7 +39,7 @@ def summary_lines(r: dict) -> list[str]:
     c, a, v = r["claim"], r["accounting"], r["verdict"]
     L = []
     if c["private"]:
-        L.append(f"- Claim: ε = {c['epsilon']:.4g} at δ = {c['delta']:.3g} ({c['unit']} level, {c['neighbouring']} "
+        L.append(f"- Claim: ε = {c['epsilon']:.4g} at δ = {probability(c['delta'], 3)} ({c['unit']} level, {c['neighbouring']} "
                  f"neighbours; accountant {c['accountant']}; method {c['method']}, {c['trainable']}).")
     else:
         L.append(f"- Claim: none (a non-private model; method {c['method']}).")
@@ -183,7 +183,7 @@ def next_steps(r: dict) -> list[str]:
         here = (f" (with these canaries the card's mechanism shows {now['epsilon_lb']:.2f} at m = {now['m']})"
                 if now else "")
         out.append(f"- Next: `dpaudit audit plan --sample-rate {e['sample_rate']:.4g} --sigma "
-                   f"{e['noise_multiplier']:.4g} --steps {e['steps']} --delta {c['delta']:.3g}` prints what 1,000 to "
+                   f"{e['noise_multiplier']:.4g} --steps {e['steps']} --delta {probability(c['delta'], 3)}` prints what 1,000 to "
                    f"100,000 white-box canaries (the probe, docs/probe.md) would show on this card's mechanism{here}; "
                    "fix m before training, in the config or attach_probe(m=...).")
     else:
@@ -222,12 +222,12 @@ def bound_rows(r: dict) -> list[str]:
         pure = pure or (e["delta_kind"] == "zero" and private)
         rows.append(f"| {e['attack']} ({kind}) | {e.get('tier') or evidence_tier(e['attack'])} | {e['epsilon_lb']:.2f} | "
                     f"{percent(e['family_confidence'])} | "
-                    f"{e['ceiling']:.2f} | {e['v']} / {e['r']} of {e['m']} | {e['delta']:.3g} | {e['group_size']} |")
+                    f"{e['ceiling']:.2f} | {e['v']} / {e['r']} of {e['m']} | {probability(e['delta'], 3)} | {e['group_size']} |")
     ex = (r.get("exposure") or {}).get("epsilon_lb")
     if ex:
         rows.append(f"| exposure ≥ {ex['threshold_bits']:.2f} bits (an estimate, not a bound) | outputs only | "
                     f"{ex['value']:.2f} | "
-                    f"{percent(ex['confidence'])} | — | — | {ex['delta']:.3g} | {ex['group_size']} |")
+                    f"{percent(ex['confidence'])} | — | — | {probability(ex['delta'], 3)} | {ex['group_size']} |")
     notes = []
     fw = r.get("family_wise")
     if fw:
@@ -247,7 +247,7 @@ def accountant_rows(r: dict) -> list[str]:
     for a in r["accounting"]["results"]:
         lo = "—" if a.get("lower") is None else f"{a['lower']:.4g}"
         hi = "no upper value" if a.get("epsilon") is None else f"{a['epsilon']:.4g}"
-        rows.append(f"| {a['accountant']} | [{lo}, {hi}] | {a['delta']:.3g} | {a.get('relation', 'add_remove')} | "
+        rows.append(f"| {a['accountant']} | [{lo}, {hi}] | {probability(a['delta'], 3)} | {a.get('relation', 'add_remove')} | "
                     f"{a.get('detail') or ''} |")
     for name, why in (r["accounting"].get("not_applicable") or {}).items():
         rows.append(f"| {name} | — | — | — | not applicable: {why} |")
@@ -275,7 +275,7 @@ def limit_lines(r: dict) -> list[str]:
 
 def two_sample_lines(r: dict) -> list[str]:
     """The white-box two-sample tests (dpaudit/audit/two_sample.py); reports written before them have none."""
-    return [f"- {t['attack']}: **ε ≥ {t['epsilon_lb']:.2f}** at {percent(t['confidence'], 1)} (δ = {t['delta']:g}; ceiling "
+    return [f"- {t['attack']}: **ε ≥ {t['epsilon_lb']:.2f}** at {percent(t['confidence'], 1)} (δ = {probability(t['delta'])}; ceiling "
             f"{t['ceiling']:.2f}): {t['tp']:,} of {t['n_in']:,} inserted and {t['fp']:,} of {t['n_out']:,} held-out "
             f"canaries above the threshold {t['threshold']:.4g}, fixed before scoring at the card mechanism's FPR "
             f"{t['planned_fpr']:g}; the card's own mechanism shows {t['mechanism_limit']:.2f} in the median such "

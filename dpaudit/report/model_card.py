@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import refuse_link, write_atomic_all
-from dpaudit.markup import md, md_tree, percent
+from dpaudit.markup import md, md_tree, percent, probability
 from dpaudit.options import current_words
 from dpaudit.report.markdown import headline
 
@@ -38,7 +38,7 @@ def section(r: dict, report_path: str, shipped: bool = False) -> str:
         raise DpauditError(f"{report_path} is a {r.get('kind')!r} report; the model card takes one model's evaluation "
                            "report (VARIANT/report/report.json)")
     c, a, b = r["claim"], r.get("accounting") or {}, r.get("empirical_best") or {}
-    claim = (f"ε = {c['epsilon']:.4g} at δ = {c['delta']:g} ({c['unit']} level, {c['neighbouring']} neighbours)"
+    claim = (f"ε = {c['epsilon']:.4g} at δ = {probability(c['delta'])} ({c['unit']} level, {c['neighbouring']} neighbours)"
              if c.get("private") else "none (a non-private model)")
     lines = [BEGIN, "## Privacy audit (dpaudit)", "",
              f"- **Claim**: {claim}.",
@@ -103,7 +103,7 @@ def results(r: dict) -> list[dict]:
     delta = c.get("delta")
     metrics = []
     for kind, value, name in (
-            ("dp_epsilon_claimed", c.get("epsilon") if c.get("private") else None, f"claimed ε at δ = {delta:g}"
+            ("dp_epsilon_claimed", c.get("epsilon") if c.get("private") else None, f"claimed ε at δ = {probability(delta)}"
              if isinstance(delta, (int, float)) else "claimed ε"),
             ("dp_epsilon_certified", a.get("certified_epsilon"), "accountants' upper bound on ε (dpaudit account)"),
             ("dp_epsilon_empirical_lower_bound", b.get("epsilon_lb"),

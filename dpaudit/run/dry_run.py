@@ -20,6 +20,7 @@ from pathlib import Path
 from dpaudit import options
 from dpaudit.canaries import manifest as canaries
 from dpaudit.errors import DpauditError
+from dpaudit.markup import probability
 from dpaudit.run import config
 
 
@@ -191,7 +192,7 @@ def render(plans: list[VariantPlan], notes: list[str]) -> str:
     for p in plans:
         lines.append(f"| {p.name} | {p.method} | {p.unit} | {p.units:,} | {p.batch} | "
                      f"{'—' if p.sample_rate is None else f'{p.sample_rate:.4g}'} | {p.steps:,} | "
-                     f"{'—' if p.delta is None else f'{p.delta:.3g}'} | {p.noise} | "
+                     f"{'—' if p.delta is None else f'{probability(p.delta, 3)}'} | {p.noise} | "
                      f"{'∞ (no claim)' if p.claim is None else f'{p.claim:.4g}'} | {p.params:,} ({p.trainable:,}) | "
                      f"{p.memory_gb:.2f} GiB ({p.memory_note}) |")
     return "\n".join(lines + [f"- {n}" for n in notes]) + "\n"

@@ -13,7 +13,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from dpaudit.errors import DpauditError
-from dpaudit.markup import md, percent
+from dpaudit.markup import md, percent, probability
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
@@ -91,13 +91,20 @@ def test_a_confidence_below_one_is_never_shown_as_100_percent(x, decimals, shown
     assert percent(x, decimals) == shown
 
 
-def test_the_one_run_audit_prints_the_confidence_asked(capsys):
+@pytest.mark.parametrize("x,digits,shown", [(1e-5, 6, "1e-05"), (1.23456e-5, 3, "1.23e-05"), (0.5, 6, "0.5"),
+                                              (0.9999999, 6, "0.9999999"), (0.0, 6, "0"), (1e-320, 3, "1e-320")])
+def test_a_delta_is_never_shown_as_1_or_0_when_it_is_neither(x, digits, shown):
+    assert probability(x, digits) == shown
+
+
+def test_the_one_run_audit_prints_the_confidence_and_delta_asked(capsys):
     from dpaudit.cli import main
 
     assert main(["audit", "one-run", "--canaries", "1000", "--correct", "900", "--guesses", "1000",
-                 "--confidence", "0.999"]) == 0
+                 "--confidence", "0.999", "--delta", "0.9999999"]) == 0
     out = capsys.readouterr().out
     assert "at 99.9% confidence" in out and "100%" not in out, out
+    assert "δ = 0.9999999" in out and "δ = 1 " not in out, out
 
 
 def test_md_disarms_each_construct():
