@@ -16,6 +16,9 @@ export HF_HUB_DISABLE_PROGRESS_BARS := 1
 # Where uv cannot be installed, pip does the same three steps.
 UV_PIP = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels)
 
+# The optional extras below: uv where the main install put it there, else pip.
+EXTRA_INSTALL = $(if $(wildcard $(BIN)/uv),$(UV_PIP),$(BIN)/pip install -q)
+
 $(BIN)/.installed: requirements.txt requirements-assets.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch==2.13.0 is named in this same command (requirements.txt) so the CPU wheel is kept
@@ -56,7 +59,7 @@ test-fast: $(BIN)/.installed
 # The optional JAX extra: jax-privacy's own DP-SGD components with the functional probe (skipped by `make test`
 # where jax is absent). torch==2.13.0 is named in the same command (-c requirements.txt) so pip keeps the CPU wheel.
 $(BIN)/.installed-jax: $(BIN)/.installed requirements-jax.txt
-	$(if $(wildcard $(BIN)/uv),$(UV_PIP),$(BIN)/pip install -q) -r requirements-jax.txt -c requirements.txt
+	$(EXTRA_INSTALL) -r requirements-jax.txt -c requirements.txt
 	touch $@
 
 test-jax: $(BIN)/.installed-jax
@@ -65,7 +68,7 @@ test-jax: $(BIN)/.installed-jax
 # The optional peer: dp-transformers 1.0.0's own trainer with the probe attached (skipped by `make test` where it is
 # absent). --no-deps: its metadata pins a torch and prv-accountant older than the project's (requirements-dp-transformers.txt).
 $(BIN)/.installed-dp-transformers: $(BIN)/.installed requirements-dp-transformers.txt
-	$(if $(wildcard $(BIN)/uv),$(UV_PIP),$(BIN)/pip install -q) --no-deps -r requirements-dp-transformers.txt
+	$(EXTRA_INSTALL) --no-deps -r requirements-dp-transformers.txt
 	touch $@
 
 test-dp-transformers: $(BIN)/.installed-dp-transformers
