@@ -325,3 +325,15 @@ def printable(text) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def shown_path(path) -> str:
+    """A path as a report records it: relative to the working folder when it lies inside it (a committed report
+    names the project's folders, never the machine's), else as given."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return p.relative_to(Path.cwd()).as_posix()
+        except ValueError:
+            pass
+    return str(p)

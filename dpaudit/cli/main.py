@@ -262,10 +262,11 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
 @click.option("--policy", type=click.Path(path_type=Path),
               help="Policy TOML with a [rules] table. Omitted: the default policy, exactly configs/policy.toml.")
 @click.option("--checkpoint", "ckpt", type=click.Path(path_type=Path), default=None,
-              help="Re-derive the report's checkpoint hash, claim, mechanism, accounting check, evaluation plan, the "
-                   "probe's mechanism checks and the verdict from this checkpoint folder instead of trusting the "
-                   "JSON; any difference fails the gate. The attack scores are taken from the report, not "
-                   "recomputed (docs/security.md).")
+              help="Re-derive the report's checkpoint hash, claim, mechanism, accounting check, evaluation plan, and "
+                   "its whole evidence (test rows, limits, the probe's mechanism and noise checks, attack metrics, "
+                   "tiers) and verdict from this checkpoint folder and the report's attack scores instead of trusting "
+                   "the JSON; any difference fails the gate. The attack scores themselves are taken from the report, "
+                   "not recomputed (docs/security.md).")
 @summary_option("the result (passed or failed, each FAIL, the headline, what was checked)")
 def check(report_json, policy, ckpt, summary_md):
     """CI gate: exit 0 when REPORT_JSON satisfies every policy rule, 1 when one fails, 2 on bad input."""
@@ -280,7 +281,7 @@ def check(report_json, policy, ckpt, summary_md):
 
         fails = [f"re-derived from {ckpt}: {m}" for m in rederive.mismatches(r, ckpt)] + fails
     if ckpt is not None:
-        checked = (f"hash, claim, accounting, plan, mechanism checks and verdict re-derived from {ckpt}; the attack "
+        checked = (f"hash, claim, accounting, plan, evidence and verdict re-derived from {ckpt}; the attack "
                    "scores taken from the report")
     else:
         need = "" if _has("scipy") else f" (which re-accounts the claim: add the audit install, {_pip('audit')})"
@@ -294,7 +295,7 @@ def check(report_json, policy, ckpt, summary_md):
     if fails:
         raise SystemExit(1)
     click.echo(f"ok: {printable(report_json)} satisfies the policy"
-               + (f"; its hash, claim, accounting, plan, mechanism checks and verdict re-derived from {printable(ckpt)} "
+               + (f"; its hash, claim, accounting, plan, evidence and verdict re-derived from {printable(ckpt)} "
                   "agree (the attack scores taken from the report)" if ckpt else ""))
     for line in pol.summaries(r):
         click.echo(f"  {printable(line)}")

@@ -60,10 +60,18 @@ def audit(loaded, scored) -> Evidence:
 def gather(card, man, scored, whitebox: list | None, mechanism: Audited, confidence: float, rule: str) -> Evidence:
     """:func:`audit` on its parts: ``scored`` the canary scores (:class:`dpaudit.evaluation.scoring.CanaryScores`)
     and the white-box records against the claim of ``card``, with the canaries of ``man``."""
+    return gather_units(card, man, per_audit_unit(man, scored.scores), scored.exposure, whitebox, mechanism,
+                        confidence, rule)
+
+
+def gather_units(card, man, scores: dict, exposure, whitebox: list | None, mechanism: Audited, confidence: float,
+                 rule: str) -> Evidence:
+    """:func:`gather` from the scores per audit unit (``scores``: attack -> one score per unit, as report.json's
+    ``attacks`` keep them) and the exposure scores (None: no exposure section). ``dpaudit check --checkpoint``
+    re-derives a report's evidence with it from the report's scores and the folder's records (dpaudit/gate/rederive.py)."""
     n_families = 2 if record_claim(card) else 1  # every test that can trigger a verdict shares one correction
     plan, record_reps = audit_plan(card, man, families.per_family(confidence, n_families), rule)
-    expo = _exposure(man, scored.exposure, card, plan) if scored.exposure is not None else {}
-    scores = per_audit_unit(man, scored.scores)
+    expo = _exposure(man, exposure, card, plan) if exposure is not None else {}
     empirical = families.one_run_rows(scores, plan, whitebox)
     primary = "claimed" if card.is_private else "zero"
     record_rows = _record_level(card, man, scores, plan, record_reps)

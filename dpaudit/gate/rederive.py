@@ -5,10 +5,10 @@ A report's JSON can be edited consistently (claim and accounting rows together, 
 "as planned"); its digests cannot stop someone who rewrites every field. Given the checkpoint, the gate
 re-derives from it: the content hash (the bytes loaded: weights, tokenizer, card, manifest, an adapter's base), the
 claim and mechanism from the privacy card, the accounting check (every accountant, recomputed), the manifest's
-digest against the card's, the evaluation plan fixed in the manifest against the one the report says it used, the
-probe's mechanism and noise checks (recomputed from the folder's records, which need no model) and the verdict
-(judged again from those, the accounting and the report's test rows). The attack scores themselves are not
-recomputed (that is a new evaluation: ``dpaudit evaluate`` then
+digest against the card's, the evaluation plan fixed in the manifest against the one the report says it used, and
+the evidence: the evaluation's audit step run again on the report's attack scores and the folder's white-box
+records (which need no model), every section it decides compared with the report's, and the verdict judged again
+from it and the accounting. The attack scores themselves are not recomputed (that is a new evaluation: ``dpaudit evaluate`` then
 ``dpaudit compare``); the report says which parts were re-derived. A post-hoc audit (``dpaudit audit identifiers``
 or ``split``: no canaries.json) has its hash, claim and accounting re-derived; its units came from the files whose
 digests it records, which the folder does not hold.
@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dpaudit.claim import verdict as rule
 from dpaudit.errors import DpauditError
 
 if TYPE_CHECKING:
@@ -129,22 +130,144 @@ def _statuses(entries) -> list:
 
 
 def _evidence(report: dict, ck, acct: ClaimAccounting) -> list[str]:
-    """The probe's evidence and the verdict, re-derived: the mechanism and noise checks recomputed from the
-    folder's white-box records (they need no model: dpaudit/probe/readback.py, the functions ``evaluate``
-    calls), then the verdict judged again (:func:`dpaudit.claim.verdict.judge`) from those checks, the
-    re-derived accounting and the report's own test rows (the attack scores are the one part taken from the
-    report: recomputing them is a new evaluation)."""
-    from dpaudit.audit import families
-    from dpaudit.audit.rows import TestRow
-    from dpaudit.claim import verdict as rule
+    """The report's evidence and verdict, re-derived: the evaluation's own audit step
+    (:func:`dpaudit.evaluation.evidence.gather_units`) run again on the report's attack scores (one per audit unit,
+    as it keeps them) and the folder's white-box records (they need no model: dpaudit/probe/readback.py), then the
+    verdict judged again (:func:`dpaudit.claim.verdict.judge`) with the re-derived accounting. Every section the
+    evidence decides (:func:`dpaudit.report.build.evidence_sections`: the test rows, their best and correction,
+    the limits, the noise and mechanism checks, the attacks' metrics, the canary plan's counts, the tiers) and the
+    whole verdict must equal what the report holds. The scores themselves are the one part taken from the report
+    (recomputing them is a new evaluation); a report that keeps a histogram instead (over
+    ``families.RAW_SCORES_MAX`` canaries) has its test rows taken from it, and its checks and verdict re-derived."""
+    from dpaudit.evaluation import evidence
     from dpaudit.probe import readback
+    from dpaudit.report import build as report_build
 
     card = ck.card
     try:
         wb = readback.whitebox(ck.whitebox_dir or ck.path, card.audited_mechanism(), card)
     except DpauditError as e:
         return [f"the folder's white-box records cannot be read back ({e})"]
-    confidence = float((report.get("family_wise") or {}).get("confidence", 0.95))
+    confidence, rule_name, bad = _settings(report)
+    if bad:
+        return [bad]
+    scores = _unit_scores(report)
+    if scores is None:  # histograms only: the rows as the report states them
+        return _evidence_from_rows(report, ck, acct, wb, confidence)
+    plan, _ = evidence.audit_plan(card, ck.manifest, confidence, rule_name)
+    wrong = sorted(a for a, sc in scores.items() if sc.size != len(plan.signs))
+    if wrong:
+        return [f"the report's scores of {', '.join(wrong)} are not one per audit unit of the folder's manifest "
+                f"({len(plan.signs)}): the report was not made from these canaries"]
+    ev = evidence.gather_units(card, ck.manifest, scores, None, wb, card.audited_mechanism(), confidence, rule_name)
+    want = report_build.evidence_sections(ev, confidence, ck.manifest, report.get("notes") or ())
+    got = {k: report.get(k) for k in want}
+    plan_said = got.get("canary_plan")
+    if isinstance(plan_said, dict):  # the framing, compared below, is how the model was scored
+        got["canary_plan"] = {k: v for k, v in plan_said.items() if k not in ("framing", "framing_source")}
+    want["verdict"] = rule.judge(card, acct, ev.grounds(), report.get("audit_plan")).as_dict()
+    got["verdict"] = report.get("verdict")
+    out, decided = [], set()  # what decides first, each in a line of its own; then every other difference
+    said, derived = _statuses(got.get("mechanism_checks")), _statuses(want["mechanism_checks"])
+    if said != derived:
+        decided.add("mechanism_checks")
+        out.append(f"the report's mechanism checks {said} are not the ones re-derived from the folder's probe "
+                   f"records {derived}")
+    verdict_entry = got.get("verdict")
+    verdict_said = verdict_entry.get("status") if isinstance(verdict_entry, dict) else None
+    if verdict_said != want["verdict"]["status"]:
+        decided.add("verdict")
+        out.append(f"the report's verdict {verdict_said!r} is not the one re-derived from the folder's records, the "
+                   f"card's accounting and the report's scores: {want['verdict']['status']!r} "
+                   f"({want['verdict']['reason'][:300]})")
+    diffs = [d for d in list(_differences(got, want)) + _framing(report, ck) if d[0].split("/")[0] not in decided]
+    if diffs:
+        shown = "; ".join(f"{where}: the report has {_short(a)}, re-derived {_short(b)}" for where, a, b in diffs[:3])
+        more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
+        out.append(f"the report's evidence is not the one re-derived from its scores, the folder's records and the "
+                   f"card ({shown}{more}): it was edited after `dpaudit evaluate` wrote it")
+    return out
+
+
+def _framing(report: dict, ck) -> list:
+    """The canaries' framing: the checkpoint's own (dpaudit's run.json, or the tokenizer's) when the report says
+    the checkpoint decided it; a framing the user stated (--canary-framing, "option") is the one thing taken as said."""
+    from dpaudit.evaluation import scoring
+
+    plan = report.get("canary_plan") or {}
+    if plan.get("framing_source") == "option":
+        return []
+    want = {"framing": scoring.framing_of(ck, "auto"), "framing_source": "checkpoint"}
+    return [(f"canary_plan/{k}", plan.get(k, _MISSING), v) for k, v in want.items() if plan.get(k, _MISSING) != v]
+
+
+def _settings(report: dict) -> tuple[float, str, str]:
+    """(confidence, threshold rule, a mismatch line or "") the evaluation used, as its plan entry records them."""
+    used = (report.get("audit_plan") or {}).get("used")
+    used = used if isinstance(used, dict) else {}
+    confidence = used.get("confidence", (report.get("family_wise") or {}).get("confidence", 0.95))
+    rule_name = used.get("rule", report.get("threshold_rule"))
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        return 0.95, "bonferroni", f"the report's evaluation confidence {confidence!r} is not a probability"
+    if rule_name not in ("bonferroni", "held_out"):
+        return 0.95, "bonferroni", f"the report's threshold rule {rule_name!r} is not one dpaudit applies"
+    return float(confidence), str(rule_name), ""
+
+
+def _unit_scores(report: dict) -> dict | None:
+    """The black-box attacks' scores per audit unit as report.json keeps them (a white-box set, with its "kind",
+    is re-derived from the records); None when an attack keeps a histogram instead of its scores."""
+    import numpy as np
+
+    out = {}
+    for name, a in (report.get("attacks") or {}).items():
+        if not isinstance(a, dict) or "kind" in a:
+            continue
+        if not isinstance(a.get("scores"), list):
+            return None
+        out[name] = np.asarray(a["scores"], dtype=float)
+    return out
+
+
+def _differences(got, want, where: str = ""):
+    """(path, report's value, re-derived value) for every leaf where they differ; numbers to 1e-6 relative."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for k in list(want) + [k for k in got if k not in want]:
+            yield from _differences(got.get(k, _MISSING), want.get(k, _MISSING), f"{where}/{k}" if where else str(k))
+    elif isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
+        if len(want) != len(got):
+            yield f"{where} (entries)", len(got), len(want)
+            return
+        for i, (g, w) in enumerate(zip(got, want)):
+            yield from _differences(g, w, f"{where}/{i}")
+    elif _numbers(got, want):
+        if not (math.isclose(float(got), float(want), rel_tol=1e-6, abs_tol=1e-9)
+                or (math.isnan(float(got)) and math.isnan(float(want)))):
+            yield where, got, want
+    elif got != want and not (isinstance(want, tuple) and list(want) == got):
+        yield where, got, want
+
+
+_MISSING = "(missing)"
+
+
+def _numbers(a, b) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+
+
+def _short(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _evidence_from_rows(report: dict, ck, acct: ClaimAccounting, wb, confidence: float) -> list[str]:
+    """A report that keeps histograms, not scores: the mechanism and noise checks recomputed from the records and
+    the verdict judged again from them, the re-derived accounting and the report's own test rows."""
+    from dpaudit.audit import families
+    from dpaudit.audit.rows import TestRow
+    from dpaudit.probe import readback
+
+    card = ck.card
     mech, noise = readback.mechanism_checks(wb, card), readback.noise_checks(wb, confidence)
     out = []
     derived = _statuses([e.as_dict() for e in mech])

@@ -385,10 +385,10 @@ def write(r: dict, out, deployment) -> None:
     from pathlib import Path
 
     from dpaudit.folders import staged_folder
-    from dpaudit.io import jsonable
+    from dpaudit.io import jsonable, shown_path
     from dpaudit.pmixed.evaluate import content_hash
 
-    r["checkpoint"] = {"path": str(deployment), "hash": content_hash(Path(deployment))}
+    r["checkpoint"] = {"path": shown_path(deployment), "hash": content_hash(Path(deployment))}
     with staged_folder(Path(out)) as stage:
         (stage / "search.json").write_text(json.dumps(jsonable(r), indent=1) + "\n")
         (stage / "SEARCH.md").write_text(render(r))

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit.audit.rows import serialise
+from dpaudit.io import shown_path
 
 SCHEMA_VERSION = 1
 
@@ -47,23 +48,13 @@ def machine() -> dict:
             "accelerator": gpu}
 
 
-def shown(path) -> str:
-    """A checkpoint's path as the report records it: relative to the working folder when it lies inside it (a
-    committed report names the project's folders, never the machine's), else as given."""
-    p = Path(path)
-    if p.is_absolute():
-        try:
-            return p.relative_to(Path.cwd()).as_posix()
-        except ValueError:
-            pass
-    return str(p)
 
 
 def head(path: Path | None, content_hash: str, variant: str | None, card) -> dict:
     """The report's first entries: schema, kind, date, what was audited, the claim and its mechanism."""
     return {"schema_version": SCHEMA_VERSION, "kind": "evaluation",
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "checkpoint": {"path": None if path is None else shown(path), "hash": content_hash,
+            "checkpoint": {"path": None if path is None else shown_path(path), "hash": content_hash,
                            "variant": variant},
             **claim_section(card)}
 
@@ -123,31 +114,49 @@ def evaluation(loaded, scored, ev, verdict: dict, command: str | None) -> dict:
     base = ck.outside_base() if ck.path is not None else None
     if base is not None:  # an adapter's base outside the folder: recorded, and in the hash
         top["checkpoint"]["base_model"] = str(base)
+    sections = evidence_sections(ev, opts.confidence, man, notes)
     return {
         **top,
         "accounting": acct.as_dict(),
-        **_evidence(ev, opts.confidence),
-        "audit_limits": ev.limits,
-        "noise_checks": ev.noise_checks,
-        **({"whitebox_two_sample": list(ev.two_sample)} if ev.two_sample else {}),
-        "mechanism_checks": [e.as_dict() for e in ev.mechanism_checks],
+        **{k: sections[k] for k in ("empirical", "empirical_best", "family_wise", "audit_limits", "noise_checks")},
+        **({"whitebox_two_sample": sections["whitebox_two_sample"]} if "whitebox_two_sample" in sections else {}),
+        "mechanism_checks": sections["mechanism_checks"],
         "threshold_rule": opts.rule,
         "notes": list(notes),
-        "attacks": ev.attack_rows,
+        "attacks": sections["attacks"],
         "exposure": ev.exposure,
         "metrics": metrics,
-        "canary_plan": {**_canary_plan(man, ev), "framing": opts.framing, "framing_source": opts.framing_source,
-                        **({"design": man.plan.design, "score_on": man.plan.score_on,
-                            "pool_source": man.plan.pool_source} if man.plan.design != "template" else {}),
-                        **({"init": man.plan.init, "random_prefix": man.plan.random_prefix,
-                            "train_on": man.plan.train_on} if man.plan.owns_rows else {}),
-                        **({"sample_rate": man.plan.sample_rate} if man.plan.sample_rate is not None else {})},
-        "evidence_tiers": evidence_tiers(serialise(ev.empirical), notes),
+        "canary_plan": canary_plan_section(man, ev, opts.framing, opts.framing_source),
+        "evidence_tiers": sections["evidence_tiers"],
         "verdict": verdict,
         "reproducibility": reproducibility(ck.run, content_hash, command),
         "audit_plan": opts.plan_entry,
         "timings": timings,
     }
+
+
+def evidence_sections(ev, confidence: float, man, notes=()) -> dict:
+    """The report's sections that the evidence ``ev`` decides, from the scores and the white-box records alone (no
+    model): the test rows, their best and correction, the limits, the noise and mechanism checks, the two-sample
+    rows, the attacks' metrics and the tiers. ``dpaudit check --checkpoint`` re-derives exactly these
+    (dpaudit/gate/rederive.py); the exposure section needs the model and is not among them."""
+    return {**_evidence(ev, confidence), "audit_limits": ev.limits, "noise_checks": ev.noise_checks,
+            **({"whitebox_two_sample": list(ev.two_sample)} if ev.two_sample else {}),
+            "mechanism_checks": [e.as_dict() for e in ev.mechanism_checks], "attacks": ev.attack_rows,
+            "canary_plan": canary_plan_section(man, ev), "evidence_tiers": evidence_tiers(serialise(ev.empirical), notes)}
+
+
+def canary_plan_section(man, ev, framing: str | None = None, framing_source: str | None = None) -> dict:
+    """The report's ``canary_plan``: the manifest's counts, the plan's group size and guesses, the framing the
+    canaries were scored with (left out when not given: the gate, which scores nothing, compares the rest) and the
+    design's own settings."""
+    return {**_canary_plan(man, ev),
+            **({"framing": framing, "framing_source": framing_source} if framing is not None else {}),
+            **({"design": man.plan.design, "score_on": man.plan.score_on,
+                "pool_source": man.plan.pool_source} if man.plan.design != "template" else {}),
+            **({"init": man.plan.init, "random_prefix": man.plan.random_prefix,
+                "train_on": man.plan.train_on} if man.plan.owns_rows else {}),
+            **({"sample_rate": man.plan.sample_rate} if man.plan.sample_rate is not None else {})}
 
 
 def deployment(loaded, scored, audited, verdict: dict, section: dict, content_hash: str, command: str | None,

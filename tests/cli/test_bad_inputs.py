@@ -447,6 +447,17 @@ CHECK = [  # (id, report maker, extra args maker, needle)
      "not UTF-8"),
     ("a 5,001-digit number in the report", _report_raw('{"kind": "evaluation", "x": ' + "1" * 5001 + "}"), None,
      "cannot be read as dpaudit JSON"),
+    # a hostile round (2026-11-29) found the fields the gate reads that the schema left untyped (exit 3 before)
+    ("report checkpoint a string", _report_edit(lambda d: d.update(checkpoint="x")), None, "at checkpoint"),
+    ("report accountant epsilon a string", _report_edit(lambda d: d["accounting"]["results"][0].update(epsilon="1")),
+     None, "accounting/results/0/epsilon"),
+    ("report accountant delta null", _report_edit(lambda d: d["accounting"]["results"][0].update(delta=None)), None,
+     "accounting/results/0/delta"),
+    ("report accounting tolerance null", _report_edit(lambda d: d["accounting"].update(tolerance=None)), None,
+     "accounting/tolerance"),
+    ("report row guesses null", _report_edit(lambda d: d["empirical"][0].update(k_pos=None)), None, "k_pos"),
+    ("report row test count a string", _report_edit(lambda d: d["empirical"][0].update(bonferroni_tests="2")), None,
+     "bonferroni_tests"),
 ]
 
 

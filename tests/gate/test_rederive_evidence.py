@@ -1,7 +1,9 @@
 """`dpaudit check --checkpoint` re-derives the probe's evidence and the verdict (dpaudit/gate/rederive.py): the
-mechanism and noise checks from the folder's records (no model needed), the verdict from them, the re-derived
-accounting and the report's own test rows. Forged reports the gate passed before: a half-noise run's report edited
-to `consistent`, and a folder whose card names its probe run with the records removed."""
+mechanism and noise checks from the folder's records (no model needed), the test rows, limits, attack metrics and
+tiers from the report's own scores with the evaluation's audit step, and the verdict from them and the re-derived
+accounting. Forged reports the gate passed before: a half-noise run's report edited to `consistent`, a folder whose
+card names its probe run with the records removed, and (a hostile round, 2026-11-29) any number of a test row,
+limit, check reading, canary count or tier edited while the verdict was left alone."""
 
 from __future__ import annotations
 
@@ -93,6 +95,41 @@ def test_a_half_noise_report_edited_to_consistent_passes_alone_and_fails_against
     err = capsys.readouterr()
     text = err.out + err.err
     assert "mechanism checks" in text and "'mechanism-mismatch'" in text, text
+
+
+def _first_number(d: dict) -> str:
+    return next(k for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _double(d: dict, key: str) -> None:
+    d[key] = d[key] * 2 if d[key] else 1
+
+
+EVIDENCE_EDITS = {  # each edit leaves the verdict as it was and the report valid against its schema
+    "a test row's correct guesses doubled": lambda r: _double(r["empirical"][0], "r"),
+    "a test row dropped": lambda r: r["empirical"].pop(),
+    "the best row's bound raised": lambda r: r["empirical_best"].update(epsilon_lb=r["empirical_best"]["epsilon_lb"] + 0.1),
+    "a mechanism check's reading doubled": lambda r: _double(r["mechanism_checks"][0]["checks"][0]["values"],
+                                                             _first_number(r["mechanism_checks"][0]["checks"][0]["values"])),
+    "the limits removed": lambda r: r.update(audit_limits=[]),
+    "an untested tier marked tested": lambda r: r["evidence_tiers"]["final weights"].update(tested=True),
+    "one more canary said inserted": lambda r: _double(r["canary_plan"], "inserted"),
+    "an attack's AUC": lambda r: r["attacks"]["loss"].update(auc=0.5),
+    "the verdict's reason": lambda r: r["verdict"].update(reason="all good"),
+}
+
+
+@pytest.mark.parametrize("edit", EVIDENCE_EDITS, ids=list(EVIDENCE_EDITS))
+def test_an_edit_to_the_evidence_that_leaves_the_verdict_alone_is_caught(edit, honest, tmp_path, capsys):
+    ck, r, _ = honest
+    forged = json.loads(json.dumps(r))
+    EVIDENCE_EDITS[edit](forged)
+    assert forged != r
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(forged))
+    assert main(["check", str(path), "--checkpoint", str(ck)]) == 1
+    text = "".join(capsys.readouterr())
+    assert "the report's evidence is not the one re-derived from its scores" in text, text
 
 
 def test_only_the_verdict_edited_is_caught_too(half, tmp_path, capsys):

@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+import dpaudit
 from dpaudit.cli import main
 from dpaudit.gate import policy
 from dpaudit.gate.compare import compare
@@ -203,3 +204,23 @@ def test_the_gate_summary_and_run_output_state_the_strength_at_the_claim(capsys)
     out = capsys.readouterr().out
     limit = max(x["epsilon_lb"] for x in json.loads(demo.read_text())["audit_limits"])
     assert f"at the claim these canaries show {limit:.2g} for a mechanism exactly at it" in out, out
+
+
+def test_every_key_the_schema_requires_has_a_type():
+    """A required key without a declared type let a report through whose value the gate then read as a number
+    (a hostile round, 2026-11-29: exit 3 on a null, a string or a list in eight such keys)."""
+    schema = json.loads((Path(dpaudit.__file__).parent / "schemas" / "report.schema.json").read_text())
+    untyped = []
+
+    def walk(node, where, outer=()):
+        if isinstance(node, dict):
+            props = set(node.get("properties", {})) | set(outer)  # an anyOf branch's keys are typed beside it
+            untyped.extend(f"{where}/{k}" for k in node.get("required", []) if k not in props)
+            for k, v in node.items():
+                walk(v, f"{where}/{k}", props if k in ("anyOf", "oneOf") else ())
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{where}/{i}", outer)
+
+    walk(schema, "")
+    assert untyped == []
