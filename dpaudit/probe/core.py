@@ -9,6 +9,7 @@ canaries added, noise meter's first reading) and the applied update after it. Th
 
 from __future__ import annotations
 
+import re
 import secrets
 from pathlib import Path
 
@@ -141,6 +142,9 @@ class ProbeCore:
         folder = Path(folder)
         if not folder.is_dir():
             raise DpauditError(f"{folder} is not a folder; save the model there first, then the probe beside it")
+        if not re.fullmatch(r"gradient_canaries(_[a-z0-9_]{1,40})?", str(stem)):
+            raise DpauditError(f"stem {stem!r}: a record is saved as gradient_canaries or gradient_canaries_<kind>, "
+                               "<kind> of 1-40 characters in a-z, 0-9 and _ (dpaudit evaluate reads those names)")
         if not self.canaries.n_steps:
             raise DpauditError("the probe saw no optimizer step; attach it before training and save after")
         if self.coverage is not None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +27,22 @@ def whitebox(path: Path | None, audited=None, card=None) -> list[dict] | None:
         return None
     first = Path(path) / "gradient_canaries.json"
     files = ([first] if first.exists() else []) + sorted(Path(path).glob("gradient_canaries_*.json"))
-    out = [{**_read_whitebox(f, audited, card), "name": "whitebox_gradient" if f == first else f"whitebox_gradient_{f.stem[len('gradient_canaries_'):]}"}
-           for f in files]
+    out = [{**_read_whitebox(f, audited, card), "name": _set_name(f, first)} for f in files]
     return out or None
+
+
+def _set_name(f: Path, first: Path) -> str:
+    """The test's name of record ``f``: ``whitebox_gradient``, or ``whitebox_gradient_<kind>`` with ``<kind>`` in
+    a-z, 0-9 and _ (a name is an identifier in every output: a file name never carries markup into a report)."""
+    if f == first:
+        return "whitebox_gradient"
+    kind = f.stem[len("gradient_canaries_"):]
+    if not re.fullmatch(r"[a-z0-9_]{1,40}", kind):
+        from dpaudit.io import printable
+
+        raise DpauditError(f"{printable(f)}: a white-box record is named gradient_canaries_<kind>.json with <kind> of "
+                           "1-40 characters in a-z, 0-9 and _; rename the file (its name becomes the test's name)")
+    return f"whitebox_gradient_{kind}"
 
 
 def _read_whitebox(f: Path, audited=None, card=None) -> dict:

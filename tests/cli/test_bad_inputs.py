@@ -255,7 +255,18 @@ def _npy_header_only(ck):
         f.write(b"\x00" * 64)
 
 
+def _record_named(name):
+    """A white-box record saved under file name ``name`` (its name becomes the test's name in every output)."""
+    def damage(ck):
+        (ck / name).write_text(json.dumps({"kind": "dirac", "signs": [1, -1] * 10, "scores": [0.0] * 20}))
+    return damage
+
+
 EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate options, needle)
+    ("a record whose file name carries markup", _record_named("gradient_canaries_**Verdict**<b>.json"), [],
+     "rename the file"),
+    ("a record whose file name carries a newline", _record_named("gradient_canaries_a\nFAIL.json"), [],
+     "rename the file"),
     ("weights a symlink out of the checkpoint", _symlink_out("model/model.safetensors"), [], "outside the folder"),
     ("model folder a symlink out of the checkpoint", _symlink_out("model"), [], "outside the folder"),
     ("a FIFO in the checkpoint", _fifo("model/pipe"), [], "not a regular file"),
@@ -456,6 +467,10 @@ CHECK = [  # (id, report maker, extra args maker, needle)
     ("report accounting tolerance null", _report_edit(lambda d: d["accounting"].update(tolerance=None)), None,
      "accounting/tolerance"),
     ("report row guesses null", _report_edit(lambda d: d["empirical"][0].update(k_pos=None)), None, "k_pos"),
+    ("report attack name with markup", _report_edit(lambda d: d["empirical"][0].update(attack="<b>x</b>")), None,
+     "empirical/0/attack"),
+    ("report private claim without epsilon", _report_edit(lambda d: d["claim"].update(epsilon=None)), None, "claim"),
+    ("report versions a string", _report_edit(lambda d: d["reproducibility"].update(versions="1")), None, "versions"),
     ("report row test count a string", _report_edit(lambda d: d["empirical"][0].update(bonferroni_tests="2")), None,
      "bonferroni_tests"),
 ]

@@ -147,3 +147,15 @@ def test_misuse_is_refused_in_one_line():
             FunctionalProbe([(4,)], m=2, **args)
     with pytest.raises(DpauditError, match="shapes"):
         FunctionalProbe([], sample_rate=0.5, clipping_norm=1.0, noise_multiplier=1.0, expected_batch_size=2.0)
+
+
+def test_a_record_is_saved_only_under_a_name_evaluate_reads(tmp_path):
+    """The record's file name becomes the test's name in every report: an identifier, or refused before writing."""
+    p = FunctionalProbe([(4,)], sample_rate=0.5, clipping_norm=1.0, noise_multiplier=1.0, expected_batch_size=2.0,
+                        m=2, on_fail=None)
+    p.observe(p.add_canaries([torch.zeros(4)], records=1))
+    for stem in ("gradient_canaries_**Verdict**", "gradient_canaries_a\nb", "canaries", "gradient_canaries_"):
+        with pytest.raises(DpauditError, match="a-z, 0-9 and _"):
+            p.save(tmp_path, stem=stem)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    assert [f.name for f in p.save(tmp_path, stem="gradient_canaries_dense")][0].startswith("gradient_canaries_dense")
