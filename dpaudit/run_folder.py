@@ -121,6 +121,9 @@ class RunFolder:
             kind = d.get("kind") if isinstance(d, dict) else type(d).__name__
             raise DpauditError(f"{f} is not a variant's evaluation report (kind {str(kind)[:40]!r}); restore the report "
                                f"`dpaudit evaluate` wrote there, or re-run the variant")
+        from dpaudit import report_file
+
+        report_file.check(d, f)  # the schema every command reads a report.json against
         return d
 
     def run_record(self, variant: str) -> dict:

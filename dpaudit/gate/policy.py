@@ -40,16 +40,15 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from dpaudit import checks, options
+from dpaudit import checks, options, report_file
 from dpaudit.audit import check_registry
 from dpaudit.audit.rows import TestRow
 from dpaudit.claim import status as claim_check
 from dpaudit.claim import verdict
 from dpaudit.errors import DpauditError
 from dpaudit.gate import mechanism_rules
-from dpaudit.io import number, read_json, read_toml
+from dpaudit.io import number, read_toml
 from dpaudit.markup import percent
-from dpaudit.report import build as report_build
 
 
 @dataclass(frozen=True)
@@ -125,46 +124,7 @@ def load_policy(path: Path | None) -> Policy:
     return Policy(**rules)
 
 
-def load_report(path: Path) -> dict:
-    """A report.json that matches its JSON Schema (dpaudit/schemas/report.schema.json), holds at least one
-    evaluation, and whose claims are finite or null; anything else is bad input (exit 2), never a pass."""
-    r = read_json(path, "report", "pass the report.json written by `dpaudit evaluate`")
-    if not isinstance(r, dict):
-        raise DpauditError(f"report {path} must hold a JSON object, not a {type(r).__name__}")
-    if r.get("schema_version") != report_build.SCHEMA_VERSION:
-        raise DpauditError(f"report {path} has schema_version {r.get('schema_version')!r}; this dpaudit reads "
-                           f"{report_build.SCHEMA_VERSION}")
-    if r.get("kind") not in ("evaluation", "comparison"):
-        raise DpauditError(f"report {path} has kind {r.get('kind')!r}, neither an evaluation nor a comparison report")
-    if r["kind"] == "comparison" and not r.get("variants"):
-        raise DpauditError(f"comparison report {path} has no variants: nothing was evaluated, so nothing can pass")
-    _validate(r, path)
-    for v in (r["variants"].values() if r["kind"] == "comparison" else [r]):
-        options.current_words(v)
-        eps = v["claim"]["epsilon"]
-        if eps is not None and (not checks.finite(eps) or eps <= 0):
-            raise DpauditError(f"report {path}: claim.epsilon {eps!r} is not a claim (a finite number > 0, or null for "
-                               "none); fix the privacy card and re-evaluate")
-    return r
-
-
-def _validate(r: dict, path: Path) -> None:
-    import json
-
-    import jsonschema
-
-    if r["kind"] not in _VALIDATORS:  # one validator per kind: the schema's oneOf would report the other branch
-        schema = json.loads((Path(__file__).parents[1] / "schemas" / "report.schema.json").read_text())
-        schema.pop("oneOf")
-        _VALIDATORS[r["kind"]] = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{r['kind']}"})
-    err = jsonschema.exceptions.best_match(_VALIDATORS[r["kind"]].iter_errors(r))
-    if err is not None:
-        where = "/".join(str(x) for x in err.absolute_path) or "(top level)"
-        raise DpauditError(f"report {path} does not match the report schema at {where}: {err.message[:200]}; "
-                           "regenerate it with `dpaudit evaluate`")
-
-
-_VALIDATORS: dict = {}
+load_report = report_file.load  # the one reader of a report.json (dpaudit/report_file.py)
 
 
 def check(r: dict, p: Policy) -> list[str]:

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from dpaudit import report_file
 from dpaudit.audit.rows import serialise
 from dpaudit.io import shown_path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = report_file.SCHEMA_VERSION  # defined beside the one reader of report.json
 
 PACKAGES = ("dpaudit", "torch", "transformers", "peft", "opacus", "dp-accounting", "numpy", "scipy", "scikit-learn")
 

@@ -45,6 +45,16 @@ def _huge_report(w):
     return ["table", run, *COLS]
 
 
+def _auc_ci_empty(w):
+    """A variant's report whose AUC interval is empty (the schema wants two ends): the table read it unchecked."""
+    run = _run(w)
+    f = run / "dp-eps8" / "report" / "report.json"
+    d = json.loads(f.read_text())
+    d["attacks"]["loss"]["auc_ci"] = []
+    f.write_text(json.dumps(d))
+    return ["table", run, *COLS]
+
+
 CASES = [
     ("audit plan with 10^23 canaries", lambda w: ["audit", "plan", *MECH[:4], "--steps", "100", "--canaries", "1" + "0" * 23],
      "at most"),
@@ -72,6 +82,7 @@ CASES = [
     ("table: a comparison report in a variant's place", _comparison_in_a_variants_place, "not a variant's evaluation"),
     ("table: run.json not JSON", _bad_run_json, "not valid JSON"),
     ("table: a 20 GB report.json", _huge_report, "more than any dpaudit file"),
+    ("table: a report off its schema", _auc_ci_empty, "does not match the report schema at attacks/loss/auc_ci"),
 ]
 
 
