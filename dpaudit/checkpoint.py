@@ -25,6 +25,7 @@ from dpaudit.errors import DpauditError
 from dpaudit.folders import staged_folder
 from dpaudit.io import check_contained, jsonable, read_json
 from dpaudit.options import SHIPPED_REPORT
+from dpaudit.run_folder import read_run_record
 
 
 def content_hash(root: Path, files, skip=lambda f: False) -> str:
@@ -228,7 +229,7 @@ def load(path: Path, base_model: Path | str | None = None, manifest: Manifest | 
                                "assumption stated in the report; or plant canaries before the next run (`dpaudit "
                                "canaries new`)")
         manifest = load_manifest(path / "canaries.json")
-    run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
+    run = read_run_record(path / "run.json")
     ck = Checkpoint(path, card, manifest, run, base_model=Path(base_model) if base_model is not None else None)
     if base_model is not None and not (ck.model_dir / "adapter_config.json").is_file():
         raise DpauditError(f"--base-model is for a LoRA adapter's base, and {path} holds a whole model; leave it out")

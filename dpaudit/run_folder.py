@@ -128,7 +128,7 @@ class RunFolder:
 
     def run_record(self, variant: str) -> dict:
         """``<variant>/checkpoint/run.json``, or {} for a checkpoint without one."""
-        return self._optional(self.checkpoint(variant) / "run.json", "run record")
+        return read_run_record(self.checkpoint(variant) / "run.json")
 
     def card(self, variant: str) -> dict:
         """``<variant>/checkpoint/privacy_card.json`` as written (a dict), or {} without one."""
@@ -155,3 +155,32 @@ def from_argv(description: str, default: Path, argv=None) -> RunFolder:
     ap.add_argument("run", nargs="?", type=Path, default=None, metavar="RUN",
                     help=f"the --out folder of a dpaudit run (default: {default})")
     return RunFolder(ap.parse_args(argv).run or default)
+
+
+def read_run_record(f: Path) -> dict:
+    """The run record ``f`` (run.json), {} when there is none; the keys dpaudit reads each of its type
+    (dpaudit/schemas/run.schema.json), else one line naming the first that is not. Every reader of a run.json
+    (``evaluate``, ``table``, the PMixED commands) reads it here."""
+    import json
+
+    import jsonschema
+
+    from dpaudit.io import read_json
+
+    if not Path(f).exists():
+        return {}
+    run = read_json(Path(f), "run record", "")
+    fix = "restore the run.json the trainer wrote, or remove it (a checkpoint from another tool needs none)"
+    if not isinstance(run, dict):
+        raise DpauditError(f"{f}: a run record is a JSON object, not a {type(run).__name__}; {fix}")
+    if not _RUN_VALIDATOR:
+        schema = json.loads((Path(__file__).parent / "schemas" / "run.schema.json").read_text())
+        _RUN_VALIDATOR.append(jsonschema.Draft202012Validator(schema))
+    err = jsonschema.exceptions.best_match(_RUN_VALIDATOR[0].iter_errors(run))
+    if err is not None:
+        at = "/".join(str(x) for x in err.absolute_path) or "(top level)"
+        raise DpauditError(f"{f}: the run record does not match its schema at {at}: {err.message[:160]}; {fix}")
+    return run
+
+
+_RUN_VALIDATOR: list = []

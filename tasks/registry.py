@@ -23,5 +23,7 @@ def get(name: str):
 def load_data(task: dict):
     """The data a run config's ``[task]`` (as recorded in run.json) names: training split and evaluation split
     (the test split, or with ``validation`` set a split held out from training, see tasks/splits.py)."""
-    return get(task["name"]).load(task["source"], task.get("n_train"), task.get("n_test"), task.get("seed", 0),
-                                  validation=task.get("validation") or 0, columns=task.get("columns"))
+    from dpaudit.tasks.task_config import from_record
+
+    t = from_record(task)  # a run.json can be anyone's file: its task is checked as a config's is
+    return get(t.name).load(t.source, t.n_train, t.n_test, t.seed, validation=t.validation, columns=t.columns)

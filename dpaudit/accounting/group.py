@@ -40,7 +40,8 @@ def lemma(epsilon: float, delta: float, k: int) -> tuple[float, float]:
     _check_k(k)
     if not epsilon >= 0:
         raise DpauditError(f"epsilon must be >= 0, got {epsilon}")
-    return k * epsilon, delta * sum(math.exp(i * epsilon) for i in range(k))
+    terms = [math.inf if i * epsilon > 700 else math.exp(i * epsilon) for i in range(k)]  # exp overflows past 709
+    return k * epsilon, (0.0 if delta == 0 else delta * math.fsum(terms))
 
 
 def record_level_target(epsilon: float, delta: float, k: int) -> tuple[float, float]:

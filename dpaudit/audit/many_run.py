@@ -58,7 +58,9 @@ def gdp_mu_lower(tp: int, fn: int, fp: int, tn: int, confidence: float = 0.95) -
 
 
 def gdp_delta(eps: float, mu: float) -> float:
-    return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
+    """delta(eps) of mu-GDP (Dong, Roth, Su); e^eps times the second tail in log space, so a large eps or mu
+    never overflows (e^eps alone does from eps = 709)."""
+    return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps + norm.logcdf(-eps / mu - mu / 2)))
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:

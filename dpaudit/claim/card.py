@@ -50,6 +50,7 @@ from dpaudit.options import CLAIM_SOURCES, NEIGHBOURING, UNITS
 MAX_EVENTS = 1000  # a card's mechanism phases (DP-FROST's K selections and trainings are 2K); each is accounted
 
 SCHEMA_VERSION = 1
+EPSILON_MAX = 500.0  # a larger claim bounds nothing a reader can use, and e^epsilon overflows a float from 709
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,25 @@ class PrivacyCard:
         write_text(Path(path), self.json_text())
 
 
+def _check_extra(extra: dict, source: str) -> None:
+    """The entries of ``extra`` that dpaudit reads, each of its type (the rest is the writer's own and kept as is)."""
+    rng = extra.get("rng")
+    if rng is not None and not (isinstance(rng, dict) and isinstance(rng.get("mode"), str)):
+        raise DpauditError(f"{source}: extra.rng must be {{\"mode\": \"secure\" or \"seeded\", ...}} (where the noise's "
+                           f"randomness came from), got {str(rng)[:60]!r}")
+    runs = extra.get("probe_runs")
+    if runs is not None and not (isinstance(runs, list) and all(isinstance(x, str) for x in runs)):
+        raise DpauditError(f"{source}: extra.probe_runs must be a list of probe run ids (strings), got {str(runs)[:60]!r}")
+    rl = extra.get("record_level")
+    if rl is not None and not (isinstance(rl, dict) and finite(rl.get("epsilon")) and rl["epsilon"] > 0
+                               and finite(rl.get("delta")) and 0 <= rl["delta"] < 1):
+        raise DpauditError(f"{source}: extra.record_level must be {{\"epsilon\": a finite number > 0, \"delta\": in [0, 1)}} "
+                           f"(group privacy's record-level claim), got {str(rl)[:80]!r}")
+    digest = extra.get("manifest_digest")
+    if digest is not None and not isinstance(digest, str):
+        raise DpauditError(f"{source}: extra.manifest_digest must be the manifest's digest (a string), got {digest!r}")
+
+
 def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     if not isinstance(d, dict):
         raise DpauditError(f"{source}: expected a JSON object")
@@ -155,8 +175,9 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     eps = c.get("epsilon", "missing")
     if eps == "missing":
         raise DpauditError(f"{source}: claim.epsilon is missing (use null for a non-private model)")
-    if eps is not None and (not finite(eps) or not eps > 0):
-        raise DpauditError(f"{source}: claim.epsilon must be a finite number > 0, or null for no claim, got {eps!r}")
+    if eps is not None and (not finite(eps) or not 0 < eps <= EPSILON_MAX):
+        raise DpauditError(f"{source}: claim.epsilon must be a finite number in (0, {EPSILON_MAX:g}], or null for no "
+                           f"claim, got {eps!r}")
     delta = _need(c, "delta", source + ": claim", (int, float))
     if not finite(delta) or not 0 <= delta < 1 or (eps is not None and delta <= 0):
         raise DpauditError(f"{source}: claim.delta must be in (0, 1), got {delta}")
@@ -192,6 +213,7 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
             raise DpauditError(f"{source}: {key} must be a string, got {d.get(key)!r}")
     if not isinstance(d.get("extra", {}), dict):
         raise DpauditError(f"{source}: extra must be an object")
+    _check_extra(d.get("extra", {}), source)
     intended = d.get("extra", {}).get("intended")
     if intended is not None and not (isinstance(intended, dict) and finite(intended.get("epsilon"))
                                      and intended["epsilon"] > 0 and isinstance(intended.get("source", ""), str)):

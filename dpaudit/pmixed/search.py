@@ -304,16 +304,16 @@ def deployment_texts(dep, path, per_partition: int, held_out: int, seed: int) ->
     from pathlib import Path
 
     from dpaudit.canaries.manifest import load_manifest
-    from dpaudit.io import read_json
     from dpaudit.pmixed.deployment import partition_of
     from dpaudit.pmixed.evaluate import task_data
+    from dpaudit.run_folder import read_run_record
     from dpaudit.tokens import frame_text
 
     path, spec, tok = Path(path), dep.spec, dep.tokenizer
     man = load_manifest(path / "canaries.json")
     out = [(f"canary {c.id} ({'inserted' if c.inserted else 'not inserted'})", frame_text(tok, c.text))
            for c in man.canaries]
-    data = task_data(read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {})
+    data = task_data(read_run_record(path / "run.json"))
     if data is None:
         return out
     rng = np.random.default_rng(seed)

@@ -35,10 +35,10 @@ from dpaudit.claim.verdict import Verdict
 from dpaudit.evaluation.evidence import Evidence
 from dpaudit.evaluation.options import EvalOptions
 from dpaudit.evaluation.steps import verdict_of
-from dpaudit.io import read_json
 from dpaudit.pmixed import evaluate as work
 from dpaudit.pmixed.deployment import Deployment
 from dpaudit.report import build as report_build
+from dpaudit.run_folder import read_run_record
 
 ATTACK = work.ATTACK
 GROUP_SIZE = 2  # inserting a canary replaces its partition's model: two add/remove steps
@@ -119,7 +119,7 @@ def load(path: Path, options: EvalOptions, seed: int = 0) -> Loaded:
     _, plan_entry = eval_plan.resolve(man.plan.evaluation, options.off_plan, confidence=options.confidence,
                                       attacks=None, rule=None, n_references=None)
     plan_entry = eval_plan.with_departure(plan_entry, edited)
-    run = read_json(path / "run.json", "run record", "") if (path / "run.json").exists() else {}
+    run = read_run_record(path / "run.json")
     return Loaded(path, dep, card, man, run, plan_entry, plan_entry["used"]["confidence"],
                   options.whitebox_queries, seed, work.task_data(run))
 

@@ -92,17 +92,16 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
         files.append(_save(fig, out, f"{prefix}exposure.png"))
     clip = clipping_summary(report)
     per = clip.get("per_step") or {}
-    if clip.get("steps_observed"):
-        steps = [i + 1 for i, v in enumerate(per["fraction_clipped"]) if v is not None]
-        fr = [v for v in per["fraction_clipped"] if v is not None]
-        med = [v for v in per["median_norm"] if v is not None]
+    if clip.get("steps_observed") and isinstance(per, dict):
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.4, 3.2))
-        a1.plot(steps, fr, lw=1)
+        a1.plot(*_series(per.get("fraction_clipped")), lw=1)  # each series on the steps that recorded it
         a1.set_ylim(-0.03, 1.03)
         a1.set_xlabel("step")
         a1.set_ylabel("fraction of units clipped")
-        a2.plot(steps, med, lw=1, label="median per-unit norm")
-        a2.axhline(clip["clipping_norm"], color="k", ls=":", lw=0.8, label=f"C = {clip['clipping_norm']:g}")
+        a2.plot(*_series(per.get("median_norm")), lw=1, label="median per-unit norm")
+        c = clip.get("clipping_norm")
+        if isinstance(c, (int, float)) and not isinstance(c, bool) and np.isfinite(c) and c > 0:
+            a2.axhline(c, color="k", ls=":", lw=0.8, label=f"C = {c:g}")
         a2.set_yscale("log")
         a2.set_xlabel("step")
         a2.set_ylabel("gradient norm")
@@ -114,6 +113,14 @@ def draw(report: dict, out: Path, prefix: str = "") -> list[str]:
         fig.suptitle("How hard clipping bites, per step", fontsize=10)
         files.append(_save(fig, out, f"{prefix}clipping.png"))
     return files
+
+
+def _series(values) -> tuple[list, list]:
+    """(steps, values) of a per-step list, on the steps whose value is a finite number (a step without a reading
+    is null)."""
+    pts = [(i + 1, float(v)) for i, v in enumerate(values if isinstance(values, list) else [])
+           if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)]
+    return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def _claim(report: dict) -> tuple[float | None, float]:

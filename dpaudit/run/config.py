@@ -30,48 +30,9 @@ from dpaudit.errors import DpauditError
 from dpaudit.evaluation.options import EvalOptions
 from dpaudit.io import jsonable, read_toml
 from dpaudit.tasks.model_spec import ModelSpec
+from dpaudit.tasks.task_config import TaskConfig
 from dpaudit.trainers.engine_config import EngineConfig
 from dpaudit.trainers.method_options import SECTIONS, FrostOptions, LmoOptions, PMixedOptions
-
-
-@dataclass(frozen=True)
-class TaskConfig:
-    name: str = "sentiment"
-    source: str | None = None  # default: the task's bundled data (rotten-tomatoes, e2e-synthetic)
-    n_train: int | None = None
-    n_test: int | None = 500
-    objective: str = "lm"
-    seed: int = 0
-    validation: int = 0  # > 0: evaluate on this many units held out from training, not on the test split
-    columns: dict | None = None  # the task's field -> the data's column name (options.TASK_COLUMNS)
-
-    def __post_init__(self):
-        if self.name not in options.TASKS:
-            raise DpauditError(f"task.name {self.name!r} unknown; choose one of {', '.join(options.TASKS)}")
-        if self.source is None:
-            object.__setattr__(self, "source", options.DEFAULT_SOURCE[self.name])
-        if self.objective not in options.OBJECTIVES:
-            raise DpauditError(f"task.objective must be one of {', '.join(options.OBJECTIVES)}, got {self.objective!r}")
-        if self.objective == "classifier" and self.name != "sentiment":
-            raise DpauditError("task.objective = 'classifier' applies to task.name = 'sentiment' only")
-        if not isinstance(self.validation, int) or isinstance(self.validation, bool) or self.validation < 0:
-            raise DpauditError(f"task.validation must be an integer >= 0 (0 = evaluate on the test split), "
-                               f"got {self.validation!r}")
-        if self.columns is not None:
-            fields = options.TASK_COLUMNS[self.name]
-            if not isinstance(self.columns, dict) or not all(isinstance(v, str) and v for v in self.columns.values()):
-                raise DpauditError('task.columns must be a table of column names, e.g. [task.columns] text = "review"')
-            bad = sorted(set(self.columns) - set(fields))
-            if bad:
-                raise DpauditError(f"task.columns.{bad[0]} is not a field of task {self.name!r}; its fields are "
-                                   f"{', '.join(fields)}")
-            if self.source == options.DEFAULT_SOURCE[self.name]:
-                raise DpauditError("task.columns applies to your own data (task.source); the bundled data has fixed columns")
-        for k in ("n_train", "n_test"):
-            v = getattr(self, k)
-            if v is not None and (not isinstance(v, int) or v < 1):
-                raise DpauditError(f"task.{k} must be an integer >= 1, got {v!r}")
-
 
 LORA = checks.applies(lambda t, clf: t.trainable == "lora", "trainable = 'lora'")
 USERS = checks.applies(lambda t, clf: t.user_level, "the user-level methods (user_dp_sgd, group_privacy)")

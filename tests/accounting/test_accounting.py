@@ -1,5 +1,7 @@
 """Accountants against published / independently computed values (Li et al. SST-2; issue #3)."""
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -110,6 +112,9 @@ def test_group_lemma_by_hand():
     assert k_eps == pytest.approx(1.0) and k_delta == pytest.approx(1e-5)
     with pytest.raises(DpauditError, match="group size"):
         group.lemma(1.0, 1e-5, 0)
+    # an epsilon whose exp overflows (a card may claim any finite epsilon): the group's delta is infinite, not an error
+    assert group.lemma(1e308, 1e-5, 3) == (math.inf, math.inf) and group.lemma(800.0, 0.0, 2) == (1600.0, 0.0)
+    assert group.lemma(300.0, 1e-5, 2)[1] == pytest.approx(1e-5 * (1 + math.exp(300.0)))
 
 
 def test_group_mixture_accounting():

@@ -325,6 +325,20 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("card event type a list", _set("privacy_card.json", ["mechanism", "events", 0, "type"], ["x"]), [],
      "unknown privacy event type"),  # was exit 3 (unhashable type)
     ("card negative clipping norm", _set("privacy_card.json", ["mechanism", "clipping_norm"], -1), [], "clipping_norm"),
+    # the entries of extra that dpaudit reads, each of its type (a hostile round, 2026-11-29: exit 3 before)
+    # run.json is read against its schema wherever it is read (a hostile round, 2026-11-29: exit 3 before)
+    ("run.json train_result seconds a string", _raw("run.json", '{"train_result": {"seconds": "x"}}'), [],
+     "train_result/seconds"),
+    ("run.json task source null", _raw("run.json", '{"task": {"name": "sentiment", "source": null}}'), [],
+     "task.source"),
+    ("run.json a list", _raw("run.json", "[]"), [], "a run record is a JSON object"),
+    ("card claims epsilon 1e308", _set("privacy_card.json", ["claim", "epsilon"], 1e308), [], "claim.epsilon"),
+    ("card extra.rng a string", _set("privacy_card.json", ["extra", "rng"], "seeded"), [], "extra.rng"),
+    ("card extra.probe_runs a string", _set("privacy_card.json", ["extra", "probe_runs"], "abc"), [], "extra.probe_runs"),
+    ("card extra.record_level without delta", _set("privacy_card.json", ["extra", "record_level"], {"epsilon": 1}), [],
+     "extra.record_level"),
+    ("card extra.manifest_digest a number", _set("privacy_card.json", ["extra", "manifest_digest"], 7), [],
+     "extra.manifest_digest"),
     ("card dataset size zero", _set("privacy_card.json", ["mechanism", "dataset_size"], 0), [], "dataset_size"),
     ("card 10^9 steps", _set("privacy_card.json", ["mechanism", "events", 0, "steps"], 10 ** 9), [], "steps"),
     ("card with 10,000 events", lambda ck: _mut_json(ck / "privacy_card.json", lambda d: d["mechanism"].update(

@@ -142,3 +142,17 @@ def test_score_plots_have_no_empty_panel_and_fit_the_page(tmp_path):
     assert rows["loss"]["signs"] == signs.tolist()
     demo["attacks"]["loss"]["signs"] = [1 if c else -1 for c in range(len(demo["attacks"]["loss"]["scores"]))]
     assert [p[0] for p in plots._score_panels(demo)] == ["loss", "whitebox_gradient"]
+
+
+def test_the_clipping_plot_draws_each_series_on_the_steps_that_recorded_it(tmp_path):
+    """A step with a clipped fraction but no median norm (null) drew series of unequal lengths: a crash (exit 3)
+    on a run record the schema allows (a hostile round, 2026-11-29)."""
+    from dpaudit.report import plots
+
+    r = json.loads((ROOT / "reports" / "demo" / "dp-eps8" / "report" / "report.json").read_text())
+    per = r["reproducibility"]["train_result"]["clipping"]["per_step"]
+    per["fraction_clipped"][1] = None
+    per["median_norm"][3] = None
+    assert plots._series(per["fraction_clipped"])[0][:3] == [1, 3, 4]
+    assert plots._series([None, 2.0, float("nan"), True])[0] == [2]  # only finite numbers are points
+    assert "clipping.png" in plots.draw(r, tmp_path)
