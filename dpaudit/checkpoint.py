@@ -40,6 +40,9 @@ def content_hash(root: Path, files, skip=lambda f: False) -> str:
     return h.hexdigest()[:16]
 
 
+_POSITION_KEYS = ("n_positions", "max_position_embeddings", "n_ctx")  # the names transformers' configs use
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     path: Path | None  # None: a model handed over as objects (dpaudit.api.evaluate)
@@ -53,8 +56,27 @@ class Checkpoint:
 
     @property
     def context_len(self) -> int:
-        """Tokens per scored sequence: the trainer's ``max_len`` from run.json, else :attr:`max_len`, else 64."""
-        return self.run.get("model", {}).get("max_len") or self.run.get("max_len") or self.max_len or 64
+        """Tokens per scored sequence: the trainer's ``max_len`` from run.json, else :attr:`max_len`, else 64; never
+        more than the model's own positions (a small model's 32 or 48: beyond them its embedding has no row)."""
+        want = int((self.run.get("model") or {}).get("max_len") or self.run.get("max_len") or self.max_len or 64)
+        cap = self.positions()
+        return min(want, cap) if cap else want
+
+    def positions(self) -> int | None:
+        """The most tokens the model takes (its config's ``n_positions`` / ``max_position_embeddings``), or None
+        where the folder does not say (an adapter's base, a config without it)."""
+        if self.objects is not None:
+            config = getattr(self.objects[0], "config", None)
+            values = [getattr(config, k, None) for k in _POSITION_KEYS]
+        else:
+            f = self.model_dir / "config.json"
+            try:
+                config = json.loads(f.read_text()) if f.is_file() else {}
+            except (OSError, ValueError):
+                config = {}
+            values = [config.get(k) for k in _POSITION_KEYS] if isinstance(config, dict) else []
+        found = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        return min(found) if found else None
 
     @property
     def model_dir(self) -> Path:

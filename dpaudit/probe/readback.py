@@ -58,7 +58,7 @@ def _read_whitebox(f: Path, audited=None, card=None) -> dict:
     bound = probe_record.check_binding(f, d, card)
     try:
         signs, scores = np.asarray(d["signs"], dtype=int), np.asarray(d["scores"], dtype=float)
-    except (KeyError, ValueError, TypeError):
+    except (KeyError, ValueError, TypeError, OverflowError):  # a string, a list or 1e308 among the numbers
         raise DpauditError(f"{f}: needs 'signs' (+1/-1) and 'scores' lists of equal length") from None
     if signs.ndim != 1 or signs.size != scores.size or signs.size < 2:
         raise DpauditError(f"{f}: 'signs' and 'scores' must be lists of the same length >= 2")
@@ -72,7 +72,10 @@ def _read_whitebox(f: Path, audited=None, card=None) -> dict:
     if d.get("kind") not in GRADIENT_CANARY_KINDS:
         raise DpauditError(f"{f}: 'kind' must be one of {', '.join(GRADIENT_CANARY_KINDS)}, got {d.get('kind')!r}")
     d = {**d, "signs": signs, "scores": scores}
-    llr = np.asarray((d.get("online") or {}).get("llr", scores), dtype=float)
+    try:
+        llr = np.asarray((d.get("online") or {}).get("llr", scores), dtype=float)
+    except (ValueError, TypeError, OverflowError):
+        llr = np.full(1, np.nan)  # refused below, in the one line for a damaged llr
     if llr.shape != scores.shape or not np.isfinite(llr).all():
         raise DpauditError(f"{f}: 'online.llr' must be one finite number per canary; the file is damaged")
     if d.get("steps_file"):

@@ -255,6 +255,14 @@ def _npy_header_only(ck):
         f.write(b"\x00" * 64)
 
 
+def _record_with(**entries):
+    """A white-box record with ``entries`` replaced (the lists' elements are not typed by the schema of scalars)."""
+    def damage(ck):
+        (ck / "gradient_canaries.json").write_text(json.dumps({"kind": "dirac", "signs": [1, -1] * 10,
+                                                               "scores": [0.0] * 20, **entries}))
+    return damage
+
+
 def _record_named(name):
     """A white-box record saved under file name ``name`` (its name becomes the test's name in every output)."""
     def damage(ck):
@@ -263,6 +271,8 @@ def _record_named(name):
 
 
 EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate options, needle)
+    ("a record's sign 1e308", _record_with(signs=[1e308] + [1, -1] * 9 + [1]), [], "'signs' (+1/-1)"),
+    ("a record's online llr holding a string", _record_with(online={"llr": ["x"] * 20}), [], "online.llr"),
     ("a record whose file name carries markup", _record_named("gradient_canaries_**Verdict**<b>.json"), [],
      "rename the file"),
     ("a record whose file name carries a newline", _record_named("gradient_canaries_a\nFAIL.json"), [],

@@ -128,3 +128,24 @@ def test_every_committed_reports_accounting_and_mechanism_checks_are_the_typed_v
     d = row.as_dict()
     d["values"]["p"] = 0.0
     assert row.values["p"] == 0.5  # serialising copies
+
+
+def test_the_scoring_context_never_exceeds_the_models_positions(tmp_path, tiny_model_factory):
+    """A checkpoint without a run record is scored at 64 tokens, a small model (32 positions here) at its own
+    length: beyond it the position embedding has no row (IndexError, exit 3, before). A run record's max_len is
+    read as an integer and capped the same way."""
+    from dpaudit import checkpoint
+    from dpaudit.canaries.manifest import CanaryPlan, generate
+    from dpaudit.claim.card import Claim, PrivacyCard
+
+    model, tok = tiny_model_factory()
+    card = PrivacyCard(claim=Claim(epsilon=None, delta=0.0), method="non_private")
+    ck_dir = checkpoint.write(tmp_path / "ck", model, tok, card, generate(CanaryPlan(m=4, length=4)), {})
+    ck = checkpoint.load(ck_dir)
+    assert model.config.n_positions == 32 and ck.positions() == 32 and ck.context_len == 32
+    import dataclasses
+
+    assert dataclasses.replace(ck, run={"model": {"max_len": 16.0}}).context_len == 16
+    assert dataclasses.replace(ck, run={"model": {"max_len": 4096}}).context_len == 32
+    held = checkpoint.Checkpoint(path=None, card=card, manifest=ck.manifest, run={}, objects=(model, tok))
+    assert held.positions() == 32 and held.context_len == 32
