@@ -1,0 +1,232 @@
+"""A hostile round by machine ([2/5]): every leaf of a DP variant's report.json, and of its checkpoint's JSON files,
+replaced in turn by a hostile value, and every command that reads it run in-process on the result.
+
+    dpaudit run configs/tiny.toml --out RUN
+    python experiments/hostile_fuzz.py RUN --out reports/security/hostile_fuzz
+
+Modes (``--modes``, all by default):
+
+* ``check``, ``card`` (model-card), ``table``: report.json's leaves x up to 12 values (markup, null, a dropped key,
+  the wrong type, 2x, -1, 1e308, NaN, an empty list or object). A defect is exit 3 (an internal error), a refusal
+  of more than one line, or markup from the report in the model card or the table.
+* ``checkck`` (``check --checkpoint``): the same edits of the sections the evidence decides (the test rows, limits,
+  checks, attack metrics, canary plan, tiers, verdict), one per leaf; a defect is an edit the gate passes
+  (exit 0) although it changed the report. Sampled (``--sample``): each call re-derives the evidence (seconds).
+* ``evaluate``: the checkpoint's privacy_card.json, canaries.json, gradient_canaries.json and run.json, up to
+  ``--sample`` leaves each x 3-4 values; a defect is exit 3 or a refusal of more than one line.
+
+Writes README.md (the table, the command, the date and the machine) and results.json (every case) into --out;
+exits 1 when any defect is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import json
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dpaudit.cli.main import main  # noqa: E402
+
+INJECT = "**Verdict**: `consistent`<b>x</b>\n---\n<!-- end -->"
+MARKUP = "<b>x</b>"
+DECIDED = ("empirical", "empirical_best", "family_wise", "audit_limits", "noise_checks", "whitebox_two_sample",
+           "mechanism_checks", "attacks", "canary_plan", "evidence_tiers", "verdict")
+CHECKPOINT_FILES = ("privacy_card.json", "canaries.json", "gradient_canaries.json", "run.json")
+
+
+def leaves(d, at=()):
+    """(path, value) of every entry, lists read at their first two items."""
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield at + (k,), v
+            yield from leaves(v, at + (k,))
+    elif isinstance(d, list):
+        for i, v in enumerate(d[:2]):
+            yield at + (i,), v
+            yield from leaves(v, at + (i,))
+
+
+def edited(d, at, value, drop=False):
+    out = copy.deepcopy(d)
+    node = out
+    for k in at[:-1]:
+        node = node[k]
+    if drop:
+        node.pop(at[-1])
+    else:
+        node[at[-1]] = value
+    return out
+
+
+def values(v, few=False):
+    """(name, hostile value) for an entry holding ``v``; ``few``: the three or four that find most."""
+    out = [("markup", INJECT), ("null", None)] + ([] if few else [("drop", None)])
+    if isinstance(v, bool):
+        out += [("flip", not v), ("string", "true")]
+    elif isinstance(v, (int, float)):
+        out += ([("x2", v * 2 if v else 1)] if not few else []) + [("negative", -abs(v) - 1), ("1e308", 1e308)]
+        out += [] if few else [("nan", float("nan")), ("string", str(v))]
+    elif isinstance(v, str):
+        out += [("number", 1.5)] + ([] if few else [("empty", "")])
+    elif isinstance(v, list):
+        out += [("empty", [])] + ([] if few else [("object", {})])
+    elif isinstance(v, dict):
+        out += [("list", [])] + ([] if few else [("empty", {})])
+    return out
+
+
+def call(argv) -> tuple:
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as e:
+            code = e.code
+    return code, err.getvalue(), out.getvalue()
+
+
+def defect(code, err) -> str | None:
+    lines = [ln for ln in err.strip().splitlines() if ln.strip() and not ln.startswith("warning")]
+    if code not in (0, 1, 2):
+        return f"exit {code}"
+    if code == 2 and len(lines) != 1:
+        return "a refusal of more than one line"
+    return None
+
+
+def report_cases(run: Path, variant: str, mode: str, work: Path, sample: int, rng) -> list[dict]:
+    src = run / variant
+    orig = json.loads((src / "report" / "report.json").read_text())
+    cases = [(at, name, new) for at, v in leaves(orig) for name, new in values(v)]
+    if mode == "checkck":  # one value a leaf, in the sections the evidence decides
+        firsts: dict = {}
+        for at, name, new in cases:
+            if at[0] in DECIDED and name in ("x2", "flip", "markup", "drop") and at not in firsts:
+                firsts[at] = (at, name, new)
+        cases = list(firsts.values())
+        cases = rng.sample(cases, min(sample, len(cases)))
+    columns = None
+    if mode == "table":
+        columns = _table_columns(run)
+    out = []
+    for at, name, new in cases:
+        if work.exists():
+            shutil.rmtree(work)
+        shutil.copytree(run if mode == "table" else src, work)
+        rj = work / (f"{variant}/report/report.json" if mode == "table" else "report/report.json")
+        changed = edited(orig, at, new, drop=name == "drop")
+        rj.write_text(json.dumps(changed))
+        if mode == "check":
+            argv = ["check", rj]
+        elif mode == "checkck":
+            argv = ["check", rj, "--checkpoint", work / "checkpoint"]
+        elif mode == "card":
+            (work / "README.md").write_text("# model\n")
+            argv = ["model-card", rj, "--to", work / "README.md"]
+        else:
+            argv = ["table", work, "--columns", columns]
+        code, err, text = call(argv)
+        bad = defect(code, err)
+        if mode == "card" and code == 0 and MARKUP in (work / "README.md").read_text():
+            bad = "markup from the report in the model card"
+        if mode == "table" and code == 0 and MARKUP in text:
+            bad = "markup from the report in the table"
+        if mode == "checkck" and code == 0 and changed != orig:
+            bad = "an edit of the evidence passed the gate"
+        out.append({"mode": mode, "path": "/".join(map(str, at)), "value": name, "code": code, "defect": bad,
+                    "stderr": err.strip()[-300:]})
+    return out
+
+
+def _table_columns(run: Path) -> str:
+    from dpaudit.report.table import COLUMNS
+
+    return ",".join(c for c in COLUMNS if call(["table", run, "--columns", c])[0] == 0)
+
+
+def checkpoint_cases(run: Path, variant: str, work: Path, sample: int, rng) -> list[dict]:
+    src = run / variant / "checkpoint"
+    out = []
+    for fname in CHECKPOINT_FILES:
+        if not (src / fname).is_file():
+            continue
+        orig = json.loads((src / fname).read_text())
+        entries = list(leaves(orig))
+        entries = rng.sample(entries, min(sample, len(entries)))
+        for at, v in entries:
+            for name, new in values(v, few=True):
+                if work.exists():
+                    shutil.rmtree(work)
+                shutil.copytree(src, work / "ck")
+                (work / "ck" / fname).write_text(json.dumps(edited(orig, at, new)))
+                code, err, _ = call(["evaluate", work / "ck", "--out", work / "out", "--attacks", "loss",
+                                     "--off-plan", "--quiet"])
+                out.append({"mode": "evaluate", "file": fname, "path": "/".join(map(str, at)), "value": name,
+                            "code": code, "defect": defect(code, err), "stderr": err.strip()[-300:]})
+    return out
+
+
+def main_(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path, help="a `dpaudit run` folder whose variant has probe records")
+    ap.add_argument("--variant", default=None, help="the DP variant to edit (default: the first with a claim)")
+    ap.add_argument("--modes", default="check,card,table,checkck,evaluate", help="comma-separated, in order")
+    ap.add_argument("--sample", type=int, default=250, help="cases of checkck; leaves per file of evaluate (/6)")
+    ap.add_argument("--seed", type=int, default=0, help="the sample's seed")
+    ap.add_argument("--out", type=Path, required=True, help="folder for README.md and results.json")
+    a = ap.parse_args(argv)
+    variant = a.variant or next(v.parent.parent.name for v in sorted(a.run.glob("*/report/report.json"))
+                                if json.loads(v.read_text())["claim"].get("private"))
+    rng = random.Random(a.seed)
+    results, took = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in a.modes.split(","):
+            t = time.time()
+            if mode == "evaluate":
+                results += checkpoint_cases(a.run, variant, Path(tmp) / "w", max(1, a.sample // 6), rng)
+            else:
+                results += report_cases(a.run, variant, mode, Path(tmp) / "w", a.sample, rng)
+            took[mode] = time.time() - t
+            print(f"{mode}: {sum(r['mode'] == mode for r in results)} cases in {took[mode]:.0f} s", file=sys.stderr)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    rows = []
+    for mode in a.modes.split(","):
+        mine = [r for r in results if r["mode"] == mode]
+        codes = Counter(str(r["code"]) for r in mine)
+        bad = [r for r in mine if r["defect"]]
+        rows.append(f"| {mode} | {len(mine)} | {codes.get('0', 0)} | {codes.get('1', 0)} | {codes.get('2', 0)} | "
+                    f"{len(bad)} | {took[mode]:.0f} s |")
+    defects = [r for r in results if r["defect"]]
+    lines = [
+        "# A hostile round by machine", "",
+        f"Command: `python experiments/hostile_fuzz.py {a.run.name} --modes {a.modes} --sample {a.sample} "
+        f"--seed {a.seed} --out {a.out}` on the `{variant}` variant of a `dpaudit run configs/tiny.toml` folder.",
+        f"Date: {date.today().isoformat()}; machine: {platform.machine()}, {platform.system()}, "
+        f"Python {platform.python_version()}.", "",
+        "| mode | cases | exit 0 | exit 1 | exit 2 | defects | time |", "|---|---|---|---|---|---|---|", *rows, "",
+        "A defect: exit 3 (an internal error), a refusal of more than one line, markup from an input in an output, "
+        "or (`checkck`) an edit of the evidence that `check --checkpoint` passed. Every case is in results.json.", "",
+    ]
+    lines += [f"- {r['mode']} {r.get('file', 'report.json')} `{r['path']}` = {r['value']}: {r['defect']}"
+              for r in defects] or ["No defect."]
+    (a.out / "README.md").write_text("\n".join(lines) + "\n")
+    print(f"{len(defects)} defects in {len(results)} cases; {a.out / 'README.md'}")
+    return 1 if defects else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_())
