@@ -357,22 +357,33 @@ def attack_rows(r: dict) -> list[str]:
     return rows
 
 
+def _n(x, spec: str) -> str:
+    """A number of a run record formatted, or "?" where the record holds something else (a run.json is anyone's)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return "?"
+    if spec == "d":  # a count: written as an integer, as it was recorded
+        return str(int(x)) if float(x).is_integer() else "?"
+    return format(x, spec)
+
+
 def clipping_lines(c: dict | None) -> list[str]:
     """Report lines for a ``train_result.clipping`` summary (empty for non-private runs)."""
     if not c or not c.get("steps_observed"):
         return []
-    C = c["clipping_norm"]
-    L = [f"- Clipping at C = {C:g}: on average {c['mean_fraction_clipped']:.1%} of units clipped per step "
-         f"(first step {c['fraction_clipped_first']:.1%}, last {c['fraction_clipped_last']:.1%}); median per-unit "
-         f"gradient norm {c['median_norm_first']:.3g} at the first step, {c['median_norm_last']:.3g} at the last "
-         f"({c['steps_observed']} steps observed)."]
-    if c["all_clipped_every_step"]:
-        ratio = c["median_norm_first"] / C if C > 0 else math.inf
+    C = c.get("clipping_norm")
+    L = [f"- Clipping at C = {_n(C, 'g')}: on average {_n(c.get('mean_fraction_clipped'), '.1%')} of units clipped "
+         f"per step (first step {_n(c.get('fraction_clipped_first'), '.1%')}, last "
+         f"{_n(c.get('fraction_clipped_last'), '.1%')}); median per-unit gradient norm "
+         f"{_n(c.get('median_norm_first'), '.3g')} at the first step, {_n(c.get('median_norm_last'), '.3g')} at the "
+         f"last ({_n(c.get('steps_observed'), 'd')} steps observed)."]
+    if c.get("all_clipped_every_step") is True:
+        first = c.get("median_norm_first")
+        ratio = first / C if _n(first, "g") != "?" and _n(C, "g") != "?" and C > 0 else math.inf
         L.append(f"- Note: every unit was clipped at every step (median norm {ratio:.3g}× C at the start): each "
                  "update is a mean of gradient directions. That is Li et al.'s intended small-C regime, but if the "
                  "model stays at a trivial solution (e.g. the majority class) try a larger C: clipping alone, without "
                  "noise, can hold it there (reports/li_repro_minilm_c_sweep).")
-    elif c["none_clipped_any_step"]:
+    elif c.get("none_clipped_any_step") is True:
         L.append("- Note: no unit was ever clipped: C is above every gradient norm, so the noise sigma*C is larger "
                  "than it needs to be for these gradients; a smaller C adds less noise for the same ε.")
     return L
@@ -382,26 +393,30 @@ def training_lines(tr: dict | None) -> list[str]:
     """The training section: steps, sampling, noise, final loss and how hard clipping bit."""
     if not tr:
         return ["- no training summary in run.json"]
-    noise = f", noise multiplier σ = {tr['noise_multiplier']:.4g}" if tr.get("noise_multiplier") is not None else ""
+    sigma, final = tr.get("noise_multiplier"), tr.get("final_loss")
+    noise = f", noise multiplier σ = {_n(sigma, '.4g')}" if sigma is not None else ""
     k = tr.get("final_loss_steps")
-    loss = (f"; final training loss {tr['final_loss']:.3f} (mean over the last {k} of {tr['steps']} steps)" if k else
-            f"; final training loss {tr['final_loss']:.3f} (mean of the last 20 physical batches, an older "
-            "definition: not comparable between private and non-private runs)") if tr.get("final_loss") is not None else ""
+    loss = (f"; final training loss {_n(final, '.3f')} (mean over the last {k} of {tr.get('steps')} steps)" if k else
+            f"; final training loss {_n(final, '.3f')} (mean of the last 20 physical batches, an older "
+            "definition: not comparable between private and non-private runs)") if final is not None else ""
     own = tr.get("sampling") if isinstance(tr.get("sampling"), dict) else None
     if own and not all(isinstance(own.get(x), (int, float)) and not isinstance(own.get(x), bool) and own[x] > 0
                        for x in ("records", "canaries", "accounted", "canary_records", "divisor")):
         own = None  # not the record dpaudit writes: the plain rate line
     rate = (f"sampling rate q = {own['records']:.4g}, its {own['canary_records']} canary records at their own rate "
             f"{own['canaries']:.4g} (every record accounted at {own['accounted']:.4g})" if own else
-            f"sampling rate q = {tr['sample_rate']:.4g}")
-    L = [f"- {tr['steps']} steps over {tr['dataset_size']} units at {rate}{noise}{loss}; {tr.get('seconds', 0.0):.0f} s."]
-    c = tr.get("clipping") or {}
-    if tr.get("noise_multiplier") is not None and c.get("clipping_norm") and tr.get("dataset_size"):
-        B = own["divisor"] if own else tr["sample_rate"] * tr["dataset_size"]
-        tau = tr["noise_multiplier"] * c["clipping_norm"] / B
-        L.append(f"- Noise on the averaged gradient: std σC/B = {tau:.2g} per coordinate (expected batch B = {B:.0f}). "
-                 "Under Adam, a coordinate whose mean gradient is below this moves at random by about lr per step, "
-                 "however small σ is (reports/li_repro_minilm_c_sweep).")
+            f"sampling rate q = {_n(tr.get('sample_rate'), '.4g')}")
+    L = [f"- {_n(tr.get('steps'), 'd')} steps over {_n(tr.get('dataset_size'), 'd')} units at {rate}{noise}{loss}; "
+         f"{_n(tr.get('seconds', 0.0), '.0f')} s."]
+    c = tr.get("clipping") if isinstance(tr.get("clipping"), dict) else {}
+    q, n, clip = tr.get("sample_rate"), tr.get("dataset_size"), c.get("clipping_norm")
+    if all(_n(x, "g") != "?" for x in (sigma, clip, n)) and clip and n and (own or _n(q, "g") != "?"):
+        B = own["divisor"] if own else q * n
+        if B > 0:
+            tau = sigma * clip / B
+            L.append(f"- Noise on the averaged gradient: std σC/B = {tau:.2g} per coordinate (expected batch B = "
+                     f"{B:.0f}). Under Adam, a coordinate whose mean gradient is below this moves at random by about "
+                     "lr per step, however small σ is (reports/li_repro_minilm_c_sweep).")
     return L + clipping_lines(c)
 
 

@@ -178,3 +178,17 @@ def test_dpaudit_table_escapes_a_hostile_variant_folder(report, tmp_path):
     base = "| variant | verdict |\n|---|---|\n| dp | `x` |\n| dp2 | `x` |\n"
     assert "`underpowered`" in text  # dpaudit's own markup is kept
     _assert_inert(text, base)
+
+
+def test_a_run_records_numbers_render_as_question_marks_where_they_are_not_numbers():
+    """The training section formats a run.json's summary: a null or a string where a number was (a run.json is
+    anyone's file) prints "?" instead of an internal error (a hostile round, 2026-11-29: exit 3 on a null)."""
+    from dpaudit.report.markdown import training_lines
+
+    tr = {"steps": 45.0, "dataset_size": None, "sample_rate": "x", "seconds": None, "noise_multiplier": 1.0,
+          "clipping": {"steps_observed": 3, "clipping_norm": 1.0, "mean_fraction_clipped": 0.5,
+                       "fraction_clipped_first": None, "fraction_clipped_last": "x", "median_norm_first": 2.0,
+                       "median_norm_last": None, "all_clipped_every_step": True}}
+    lines = training_lines(tr)
+    assert lines[0] == "- 45 steps over ? units at sampling rate q = ?, noise multiplier σ = 1; ? s."
+    assert "(first step ?, last ?)" in lines[1] and "median norm 2× C" in lines[2]
