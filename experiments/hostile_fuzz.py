@@ -15,8 +15,9 @@ Modes (``--modes``, all by default):
 * ``evaluate``: the checkpoint's privacy_card.json, canaries.json, gradient_canaries.json and run.json, up to
   ``--sample`` leaves each x 3-4 values; a defect is exit 3 or a refusal of more than one line.
 
-Writes README.md (the table, the command, the date and the machine) and results.json (every case) into --out;
-exits 1 when any defect is found.
+Writes README.md (the table, the command, the date and the machine) and results.json (every case, one line each:
+mode, file, entry, value, exit code, defect and, for a defect, the end of its stderr) into --out; exits 1 when any
+defect is found.
 """
 
 from __future__ import annotations
@@ -202,7 +203,10 @@ def main_(argv=None) -> int:
             took[mode] = time.time() - t
             print(f"{mode}: {sum(r['mode'] == mode for r in results)} cases in {took[mode]:.0f} s", file=sys.stderr)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    keys = ("mode", "file", "path", "value", "code", "defect")  # one line a case; stderr kept for defects only
+    (a.out / "results.json").write_text("[\n" + ",\n".join(
+        json.dumps([r.get(k, "report.json" if k == "file" else None) for k in keys]
+                   + ([r["stderr"]] if r["defect"] else [])) for r in results) + "\n]\n")
     rows = []
     for mode in a.modes.split(","):
         mine = [r for r in results if r["mode"] == mode]
