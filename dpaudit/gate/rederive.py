@@ -154,11 +154,12 @@ def _evidence(report: dict, ck, acct: ClaimAccounting) -> list[str]:
     scores = _unit_scores(report)
     if scores is None:  # histograms only: the rows as the report states them
         return _evidence_from_rows(report, ck, acct, wb, confidence)
-    plan, _ = evidence.audit_plan(card, ck.manifest, confidence, rule_name)
-    wrong = sorted(a for a, sc in scores.items() if sc.size != len(plan.signs))
+    man = ck.manifest
+    units = len(man.user_groups()[1]) if man.per_user else len(man.signs())  # the audit plan's units (its signs)
+    wrong = sorted(a for a, sc in scores.items() if sc.size != units)
     if wrong:
         return [f"the report's scores of {', '.join(wrong)} are not one per audit unit of the folder's manifest "
-                f"({len(plan.signs)}): the report was not made from these canaries"]
+                f"({units}): the report was not made from these canaries"]
     ev = evidence.gather_units(card, ck.manifest, scores, None, wb, card.audited_mechanism(), confidence, rule_name)
     want = report_build.evidence_sections(ev, confidence, ck.manifest, report.get("notes") or ())
     got = {k: report.get(k) for k in want}

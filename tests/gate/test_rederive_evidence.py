@@ -212,3 +212,14 @@ def test_a_failed_gate_says_each_cause_once(half, capsys):
     finding = next(c["finding"] for e in r["mechanism_checks"] for c in e["checks"] if c["status"] == "fail")
     assert out.count(finding[:60]) == 1, out
     assert any(ln.startswith("FAIL") and "FAIL lines above" in ln for ln in out.splitlines()), out
+
+
+def test_scores_of_other_canaries_are_named(honest, tmp_path, capsys):
+    """A report whose scores are not one per canary of the folder's manifest was made from other canaries."""
+    ck, r, _ = honest
+    forged = json.loads(json.dumps(r))
+    forged["attacks"]["loss"]["scores"].pop()
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(forged))
+    assert main(["check", str(path), "--checkpoint", str(ck)]) == 1
+    assert "are not one per audit unit of the folder's manifest (20)" in "".join(capsys.readouterr())
