@@ -9,11 +9,18 @@ Modes (``--modes``, all by default):
 * ``check``, ``card`` (model-card), ``table``: report.json's leaves x up to 12 values (markup, null, a dropped key,
   the wrong type, 2x, -1, 1e308, NaN, an empty list or object). A defect is exit 3 (an internal error), a refusal
   of more than one line, or markup from the report in the model card or the table.
+* ``compare``: the same edits, ``compare ORIGINAL EDITED`` (a defect also: markup in the diff).
 * ``checkck`` (``check --checkpoint``): the same edits of the sections the evidence decides (the test rows, limits,
   checks, attack metrics, canary plan, tiers, verdict), one per leaf; a defect is an edit the gate passes
   (exit 0) although it changed the report. Sampled (``--sample``): each call re-derives the evidence (seconds).
 * ``evaluate``: the checkpoint's privacy_card.json, canaries.json, gradient_canaries.json and run.json, up to
   ``--sample`` leaves each x 3-4 values; a defect is exit 3 or a refusal of more than one line.
+* ``config`` (``run CONFIG --dry-run``): every leaf of the committed run configs named in ``CONFIGS`` (one per
+  method) x 3-4 values, written back as TOML (TOML has no null: a null is the key dropped), up to ``--sample``
+  leaves a config.
+* ``policy`` (``check REPORT --policy P``): every leaf of configs/policy.toml x every value.
+* ``account`` (``account --card``): every leaf of the checkpoint's privacy_card.json x every value.
+* ``scores`` (``audit scores`` under each strategy): both score-file shapes, every leaf x every value.
 
 Writes README.md (the table, the command, the date and the machine) and results.json (every case, one line each:
 mode, file, entry, value, exit code, defect and, for a defect, the end of its stderr) into --out; exits 1 when any
@@ -46,6 +53,10 @@ MARKUP = "<b>x</b>"
 DECIDED = ("empirical", "empirical_best", "family_wise", "audit_limits", "noise_checks", "whitebox_two_sample",
            "mechanism_checks", "attacks", "canary_plan", "evidence_tiers", "verdict")
 CHECKPOINT_FILES = ("privacy_card.json", "canaries.json", "gradient_canaries.json", "run.json")
+CONFIGS = ("tiny.toml", "final_weights/tiny_gpt2_sgd.toml", "userlevel_chitchat.toml", "lmo_dp_sentiment.toml",
+           "pmixed_chitchat.toml", "dp_frost_sentiment.toml", "li_repro_table2text_lora_all_linear.toml")
+STRATEGIES = ("fixed", "held-out", "search", "median", "two-sample")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def leaves(d, at=()):
@@ -134,6 +145,8 @@ def report_cases(run: Path, variant: str, mode: str, work: Path, sample: int, rn
             argv = ["check", rj]
         elif mode == "checkck":
             argv = ["check", rj, "--checkpoint", work / "checkpoint"]
+        elif mode == "compare":
+            argv = ["compare", src / "report" / "report.json", rj]
         elif mode == "card":
             (work / "README.md").write_text("# model\n")
             argv = ["model-card", rj, "--to", work / "README.md"]
@@ -143,8 +156,8 @@ def report_cases(run: Path, variant: str, mode: str, work: Path, sample: int, rn
         bad = defect(code, err)
         if mode == "card" and code == 0 and MARKUP in (work / "README.md").read_text():
             bad = "markup from the report in the model card"
-        if mode == "table" and code == 0 and MARKUP in text:
-            bad = "markup from the report in the table"
+        if mode in ("table", "compare") and code == 0 and MARKUP in text:
+            bad = f"markup from the report in the {mode} output"
         if mode == "checkck" and code == 0 and changed != orig:
             bad = "an edit of the evidence passed the gate"
         out.append({"mode": mode, "path": "/".join(map(str, at)), "value": name, "code": code, "defect": bad,
@@ -180,11 +193,103 @@ def checkpoint_cases(run: Path, variant: str, work: Path, sample: int, rng) -> l
     return out
 
 
+def toml_text(d: dict) -> str:
+    """``d`` as TOML (enough for configs: tables, arrays of tables, scalars, lists); a None is left out."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float):
+            return "nan" if v != v else ("inf" if v == float("inf") else "-inf" if v == -float("inf") else repr(v))
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v if x is not None) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items() if x is not None) + "}"
+        raise TypeError(type(v))
+
+    def table(d, name):
+        lines = [f"{json.dumps(k)} = {value(v)}" for k, v in d.items() if v is not None and not (
+            isinstance(v, dict) or (isinstance(v, list) and v and all(isinstance(x, dict) for x in v)))]
+        out = ([f"[{name}]"] if name else []) + lines
+        for k, v in d.items():
+            sub = f"{name}.{json.dumps(k)}" if name else json.dumps(k)
+            if isinstance(v, dict):
+                out += ["", table(v, sub)]
+            elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+                for x in v:  # an array of tables: its scalars under [[name]], its sub-tables inline
+                    out += ["", f"[[{sub}]]"] + [f"{json.dumps(k2)} = {value(x2)}" for k2, x2 in x.items()
+                                                 if x2 is not None]
+        return "\n".join(out)
+
+    return table(d, "") + "\n"
+
+
+def file_cases(mode: str, orig, write, argv, work: Path, few: bool, sample: int, rng, label: str) -> list[dict]:
+    """Each leaf of ``orig`` (up to ``sample``) x its hostile values: ``write(path, edited)`` then ``argv(path)``."""
+    entries = list(leaves(orig))
+    entries = rng.sample(entries, min(sample, len(entries)))
+    out = []
+    for at, v in entries:
+        for name, new in values(v, few=few):
+            if work.exists():
+                shutil.rmtree(work)
+            work.mkdir(parents=True)
+            path = write(work, edited(orig, at, new, drop=name == "drop"))
+            for args in argv(path):
+                code, err, _ = call(args)
+                out.append({"mode": mode, "file": label, "path": "/".join(map(str, at)), "value": name,
+                            "code": code, "defect": defect(code, err), "stderr": err.strip()[-300:]})
+    return out
+
+
+def input_cases(mode: str, run: Path, variant: str, work: Path, sample: int, rng) -> list[dict]:
+    """The modes that edit an input file rather than the run's outputs: config, policy, account, scores."""
+    import tomllib
+
+    def put(name, text_of):
+        def write(folder, d):
+            (folder / name).write_text(text_of(d))
+            return folder / name
+        return write
+
+    if mode == "config":
+        out = []
+        for rel in CONFIGS:
+            orig = tomllib.loads((ROOT / "configs" / rel).read_text())
+            out += file_cases(mode, orig, put("c.toml", toml_text), lambda p: [["run", p, "--dry-run"]], work,
+                              True, sample, rng, rel)
+        return out
+    if mode == "policy":
+        orig = tomllib.loads((ROOT / "configs" / "policy.toml").read_text())
+        report = run / variant / "report" / "report.json"
+        return file_cases(mode, orig, put("p.toml", toml_text), lambda p: [["check", report, "--policy", p]], work,
+                          False, 10**6, rng, "policy.toml")
+    if mode == "account":
+        orig = json.loads((run / variant / "checkpoint" / "privacy_card.json").read_text())
+        return file_cases(mode, orig, put("privacy_card.json", json.dumps), lambda p: [["account", "--card", p]],
+                          work, False, 10**6, rng, "privacy_card.json")
+    gen = random.Random(1)
+    inserted = [gen.random() < 0.5 for _ in range(200)]
+    scores = [gen.gauss(1.0 if i else 0.0, 1.0) for i in inserted]
+    shapes = {"scores-inserted": {"scores": scores, "inserted": inserted},
+              "inserted-held_out": {"inserted": [s for s, i in zip(scores, inserted) if i],
+                                    "held_out": [s for s, i in zip(scores, inserted) if not i]}}
+    out = []
+    for label, orig in shapes.items():
+        out += file_cases(mode, orig, put("s.json", json.dumps),
+                          lambda p: [["audit", "scores", p, "--strategy", st] for st in STRATEGIES], work, False,
+                          10**6, rng, label)
+    return out
+
+
 def main_(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="a `dpaudit run` folder whose variant has probe records")
     ap.add_argument("--variant", default=None, help="the DP variant to edit (default: the first with a claim)")
-    ap.add_argument("--modes", default="check,card,table,checkck,evaluate", help="comma-separated, in order")
+    ap.add_argument("--modes", default="check,card,table,compare,checkck,evaluate,config,policy,account,scores", help="comma-separated, in order")
     ap.add_argument("--sample", type=int, default=250, help="cases of checkck; leaves per file of evaluate (/6)")
     ap.add_argument("--seed", type=int, default=0, help="the sample's seed")
     ap.add_argument("--out", type=Path, required=True, help="folder for README.md and results.json")
@@ -198,6 +303,8 @@ def main_(argv=None) -> int:
             t = time.time()
             if mode == "evaluate":
                 results += checkpoint_cases(a.run, variant, Path(tmp) / "w", max(1, a.sample // 6), rng)
+            elif mode in ("config", "policy", "account", "scores"):
+                results += input_cases(mode, a.run, variant, Path(tmp) / "w", a.sample, rng)
             else:
                 results += report_cases(a.run, variant, mode, Path(tmp) / "w", a.sample, rng)
             took[mode] = time.time() - t
@@ -224,6 +331,11 @@ def main_(argv=None) -> int:
         "| mode | cases | exit 0 | exit 1 | exit 2 | defects | time |", "|---|---|---|---|---|---|---|", *rows, "",
         "A defect: exit 3 (an internal error), a refusal of more than one line, markup from an input in an output, "
         "or (`checkck`) an edit of the evidence that `check --checkpoint` passed. Every case is in results.json.", "",
+        "What each mode edits: `check`, `card`, `table`, `compare`: the variant's report.json; `checkck`: its evidence sections; "
+        "`evaluate`: the checkpoint's JSON files; `config`: the committed configs " + ", ".join(CONFIGS)
+        + " (`run --dry-run`); `policy`: configs/policy.toml (`check --policy`); `account`: the checkpoint's "
+        "privacy_card.json (`account --card`); `scores`: a score file of each shape (`audit scores`, every "
+        "strategy).", "",
     ]
     lines += [f"- {r['mode']} {r.get('file', 'report.json')} `{r['path']}` = {r['value']}: {r['defect']}"
               for r in defects] or ["No defect."]

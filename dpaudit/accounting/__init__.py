@@ -34,6 +34,7 @@ from typing import Callable
 from dpaudit import options
 from dpaudit.accounting import events as _events
 from dpaudit.accounting import registry as _registry
+from dpaudit.accounting import search
 from dpaudit.accounting.events import (
     MAX_STEPS,  # noqa: F401 - the step cap, re-exported for the trainers
     AccountingResult,
@@ -256,18 +257,19 @@ def _calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, st
         lo, hi = hi, hi * 2
         if hi > SIGMA_MAX:
             raise DpauditError(f"no sigma below {SIGMA_MAX:g} reaches epsilon {target_epsilon}; raise epsilon or delta")
-    hi = _bisect(lambda s: eps_bracket(s) > target_epsilon, lo, hi, tol)
+    hi = search.bisect(lambda s: eps_bracket(s) > target_epsilon, lo, hi, tol)
     lo = 0.6 * hi
 
-    def too_small(s: float) -> bool:  # a sigma the accountant cannot grid (NotApplicable) is never the answer
+    def value(s: float) -> float:  # a sigma the accountant cannot grid (NotApplicable) is never the answer
         try:
-            return eps(s) > target_epsilon
+            return eps(s)
         except NotApplicable:
-            return True
+            return math.inf
 
-    if not too_small(lo):
+    at_lo = value(lo)
+    if not at_lo > target_epsilon:
         return lo
-    return _bisect(too_small, lo, hi, tol)
+    return search.threshold(value, target_epsilon, lo, hi, tol, known={lo: at_lo})  # bisection's answer, fewer passes
 
 
 def calibrate_sigma_after(target_epsilon: float, delta: float, fixed: list, sample_rate: float, steps: int,
@@ -283,26 +285,21 @@ def calibrate_sigma_after(target_epsilon: float, delta: float, fixed: list, samp
     if eps(list(fixed), delta) >= target_epsilon:
         raise DpauditError(f"the other phases already spend epsilon >= {target_epsilon}; lower their share")
 
-    def too_small(s: float) -> bool:  # a sigma the accountant cannot grid (NotApplicable) is never the answer
-        try:
-            return eps([*fixed, SubsampledGaussian(sample_rate, s, steps)], delta) > target_epsilon
-        except NotApplicable:
-            return True
+    known: dict[float, float] = {}
+
+    def value(s: float) -> float:  # a sigma the accountant cannot grid (NotApplicable) is never the answer
+        if s not in known:
+            try:
+                known[s] = eps([*fixed, SubsampledGaussian(sample_rate, s, steps)], delta)
+            except NotApplicable:
+                known[s] = math.inf
+        return known[s]
 
     lo, hi = 0.05, 1.0
-    while too_small(hi):
+    while value(hi) > target_epsilon:
         lo, hi = hi, hi * 2
         if hi > 1e5:
             raise DpauditError(f"no sigma below 1e5 fits the remaining budget of epsilon {target_epsilon}")
-    return _bisect(too_small, lo, hi, tol) if too_small(lo) else lo
-
-
-def _bisect(too_small: Callable[[float], bool], lo: float, hi: float, tol: float) -> float:
-    """Given too_small(lo) and not too_small(hi), shrink to width tol; returns the safe (upper) end."""
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if too_small(mid):
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    if not value(lo) > target_epsilon:
+        return lo
+    return search.threshold(value, target_epsilon, lo, hi, tol, known=known)
