@@ -206,6 +206,38 @@ def test_the_gate_summary_and_run_output_state_the_strength_at_the_claim(capsys)
     assert f"at the claim these canaries show {limit:.2g} for a mechanism exactly at it" in out, out
 
 
+def test_every_metric_and_exposure_key_a_report_holds_is_typed():
+    """The readers of metrics and exposure (compare, the gate's accuracy and exposure rules, table, REPORT.md) read
+    these keys as numbers: an untyped one let a string through to `compare` (a hostile round, 2026-11-29: exit 3).
+    Every key the committed reports hold there, and each exposure canary's, is declared with a type."""
+    schema = json.loads((Path(dpaudit.__file__).parent / "schemas" / "report.schema.json").read_text())
+    props = schema["$defs"]["evaluation"]["properties"]
+    declared = {"metrics": props["metrics"]["properties"], "exposure": props["exposure"]["properties"],
+                "canary": props["exposure"]["properties"]["canaries"]["items"]["properties"]}
+    assert all(set(v) & {"type", "$ref", "oneOf"} for d in declared.values() for v in d.values())
+    missing = set()
+    for f in (Path(__file__).resolve().parents[2] / "reports").rglob("report.json"):
+        r = json.loads(f.read_text())
+        if r.get("kind") != "evaluation":
+            continue
+        missing |= {("metrics", k) for k in r["metrics"] if k not in declared["metrics"]}
+        missing |= {("exposure", k) for k in r["exposure"] if k not in declared["exposure"]}
+        missing |= {("canary", k) for c in r["exposure"].get("canaries", []) for k in c if k not in declared["canary"]}
+    assert missing == set()
+
+
+@pytest.mark.parametrize("where,value", [(("metrics", "accuracy"), "0.9"), (("exposure", "mean_inserted"), "<b>x</b>"),
+                                         (("metrics", "correct"), 1.5)])
+def test_compare_refuses_a_metric_of_the_wrong_type_in_one_line(tmp_path, capsys, where, value):
+    old = Path(__file__).resolve().parents[2] / "reports" / "demo" / "dp-eps8" / "report" / "report.json"
+    r = json.loads(old.read_text())
+    r[where[0]][where[1]] = value
+    (tmp_path / "r.json").write_text(json.dumps(r))
+    assert main(["compare", str(old), str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ".".join(where) in err.replace("/", ".").replace("'", ""), err
+
+
 def test_every_key_the_schema_requires_has_a_type():
     """A required key without a declared type let a report through whose value the gate then read as a number
     (a hostile round, 2026-11-29: exit 3 on a null, a string or a list in eight such keys)."""
