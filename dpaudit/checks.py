@@ -40,6 +40,15 @@ def integer(name: str, v, low: int, high: int | None = None) -> None:
         raise DpauditError(f"{name} must be an integer {span}, got {v!r}")
 
 
+SEED_MAX = 2 ** 63 - 1  # every seed a config names (task, train, model, canaries): what torch and NumPy both take
+
+
+def seed(name: str, v) -> None:
+    """One rule for every seed of a config: an integer from 0 to :data:`SEED_MAX` (a negative one crashed NumPy's
+    generator and one past 2**64 torch's, after the dry run had passed it: a hostile round, 2026-11-29)."""
+    integer(name, v, 0, SEED_MAX)
+
+
 def evaluation_settings(attacks, rule, confidence, n_references) -> None:
     """The bounds of an evaluation's attacks, rule, confidence and references, each checked here once: by the
     options of an evaluation (:class:`dpaudit.evaluation.options.EvalOptions`) and by the plan a manifest fixes before

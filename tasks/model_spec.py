@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from dpaudit import checks
 from dpaudit.errors import DpauditError
 
 MODEL_NAMES = ("tiny-gpt2", "smollm2-135m", "minilm-l6", "tiny-bert", "local")  # local: [model] path
@@ -68,6 +69,7 @@ class ModelSpec:
                 raise DpauditError(f"model sizes (vocab_size {self.vocab_size:,}, n_embd {self.n_embd}, n_layer "
                                    f"{self.n_layer}) need about {need / 2**30:.1f} GiB for the weights alone, more than "
                                    f"this machine's {avail / 2**30:.1f} GiB; choose smaller sizes")
+        checks.seed("model.init_seed", self.init_seed)
         if not isinstance(self.pretrain_steps, int) or self.pretrain_steps < 0:
             raise DpauditError(f"model.pretrain_steps must be an integer >= 0, got {self.pretrain_steps!r}")
         for field, names in APPLIES_TO.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from dpaudit import options
+from dpaudit import checks, options
 from dpaudit.errors import DpauditError
 
 
@@ -27,8 +27,7 @@ class TaskConfig:
             object.__setattr__(self, "source", options.DEFAULT_SOURCE[self.name])
         if not isinstance(self.source, str) or not self.source:
             raise DpauditError(f"task.source must be a bundled source's name or a path (a string), got {self.source!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise DpauditError(f"task.seed must be an integer, got {self.seed!r}")
+        checks.seed("task.seed", self.seed)
         if self.objective not in options.OBJECTIVES:
             raise DpauditError(f"task.objective must be one of {', '.join(options.OBJECTIVES)}, got {self.objective!r}")
         if self.objective == "classifier" and self.name != "sentiment":

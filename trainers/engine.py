@@ -261,15 +261,22 @@ class RecordPlan:
     delta: float | None
 
 
+def epoch_steps(x: float, cfg: EngineConfig, what: str, exact: bool = False) -> int:
+    """Steps of ``x`` epochs' worth (rounded, or up for a private run), refused in one line above
+    ``accounting.MAX_STEPS`` before any conversion (an epoch count of 1e308 overflowed ``int``)."""
+    if not x <= accounting.MAX_STEPS:
+        raise DpauditError(f"train.epochs = {cfg.epochs:g} on {what} is {x:.3g} steps, more than "
+                           f"{accounting.MAX_STEPS:.0e}; lower train.epochs")
+    return max(1, int(round(x)) if exact else int(math.ceil(x)))
+
+
 def record_plan(n: int, cfg: EngineConfig) -> RecordPlan:
     """Batch, sampling rate, steps and δ of record-level training on ``n`` records; more steps than
     ``accounting.MAX_STEPS`` (private or not) refused in one line before any work."""
     batch = min(cfg.batch_size, n)
     q = batch / n
-    steps = max(1, int(round(cfg.epochs * n / batch))) if not cfg.private else max(1, int(math.ceil(cfg.epochs / q)))
-    if steps > accounting.MAX_STEPS:
-        raise DpauditError(f"train.epochs = {cfg.epochs:g} on {n:,} records in batches of {batch} is {steps:,} steps, "
-                           f"more than {accounting.MAX_STEPS:.0e}; lower train.epochs")
+    steps = epoch_steps(cfg.epochs * n / batch if not cfg.private else cfg.epochs / q, cfg,
+                        f"{n:,} records in batches of {batch}", exact=not cfg.private)
     if not cfg.private:
         return RecordPlan(batch, q, steps, None)
     delta = cfg.delta if cfg.delta is not None else 1.0 / (2 * n)
@@ -390,7 +397,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
     torch.manual_seed(cfg.seed)
     B = min(cfg.batch_size, U)
     q = B / U
-    steps = max(1, int(math.ceil(cfg.epochs / q)))
+    steps = epoch_steps(cfg.epochs / q, cfg, f"{U:,} users in batches of {B}")
     delta = (cfg.delta if cfg.delta is not None else 1.0 / (2 * U)) if cfg.private else None
     sigma = calibrated_sigma(cfg, delta, q, steps) if cfg.private else None
     params, opt = optim.base(model, cfg.lr, cfg.weight_decay, cfg.head_lr, cfg.optimizer)

@@ -77,6 +77,7 @@ class EngineConfig:
             raise DpauditError(f"train.max_physical_batch_size must be an integer >= 1, got {self.max_physical_batch_size!r}")
         if not isinstance(self.gradient_canaries, int) or self.gradient_canaries < 0 or self.gradient_canaries == 1:
             raise DpauditError(f"train.gradient_canaries must be 0 or an integer >= 2, got {self.gradient_canaries!r}")
+        checks.seed("train.seed", self.seed)
         device.check(self.device, "train.device")
         if not isinstance(self.secure_rng, bool):
             raise DpauditError(f"train.secure_rng must be true or false, got {self.secure_rng!r}")

@@ -16,7 +16,6 @@ Canary users (``canaries.records_per_user > 1``) join the training users whole, 
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import numpy as np
@@ -117,7 +116,7 @@ def user_plan(cfg, variant, n_records: int, users: int | None, manifest) -> plan
     n_users = (users or 0) + (cfg.canaries.m if manifest is None else len(manifest.training_users()))
     B = min(eng.batch_size, n_users)
     q = B / n_users
-    steps = max(1, int(math.ceil(eng.epochs / q)))
+    steps = engine.epoch_steps(eng.epochs / q, eng, f"{n_users:,} users in batches of {B}")  # as engine.train_users
     delta = (eng.delta if eng.delta is not None else 1.0 / (2 * n_users)) if eng.private else None
     sigma = engine.calibrated_sigma(eng, delta, q, steps) if eng.private else None  # as engine.train_users
     return planning.MechanismPlan("user", n_users, B, q, steps, delta,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpaudit import options
+from dpaudit import checks, options
 from dpaudit.canaries import designs
 from dpaudit.canaries import plan as eval_plan
 from dpaudit.canaries.designs import draw_symbols as _draw_secret
@@ -79,7 +79,7 @@ class CanaryPlan:
             self._check_token_design()
         self._check_final_weights_fields()
         for name, low, high in (("m", 2, MAX_CANARIES), ("repetitions", 1, MAX_REPETITIONS), ("length", 1, 64),
-                                ("records_per_user", 1, MAX_CANARIES), ("seed", 0, 2 ** 63 - 1)):
+                                ("records_per_user", 1, MAX_CANARIES), ("seed", 0, checks.SEED_MAX)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
                 raise DpauditError(f"canaries.{name} must be an integer from {low} to {high}, got {v!r}")

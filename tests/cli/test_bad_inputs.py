@@ -663,6 +663,12 @@ RUN = [
     ("sizes beyond this machine's memory", RUN_BASE.replace("vocab_size = 512", "vocab_size = 900000").replace(
         "n_embd = 32", "n_embd = 60000").replace("n_head = 2", "n_head = 4"), "more than this machine's"),
     ("10^9 epochs", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 3\nepochs = 1000000000\n', "steps"),
+    ("1e308 epochs", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 3\nepochs = 1e308\n', "steps"),
+    ("1e308 epochs, non-private", RUN_BASE.replace("epochs = 1", "epochs = 1e308"), "steps"),
+    ("a negative task seed", RUN_BASE.replace("[task]", "[task]\nseed = -1"), "task.seed"),
+    ("a train seed past 2**64", RUN_BASE.replace("epochs = 1", "epochs = 1\nseed = 18446744073709551616"),
+     "train.seed"),
+    ("a negative model seed", RUN_BASE.replace("[model]", "[model]\ninit_seed = -1"), "model.init_seed"),
     ("a variant name that is a path", RUN_BASE + '[[variants]]\nname = "a/../b"\ntarget_epsilon = 3\n', "name"),
     ("a 300-character variant name", RUN_BASE + f'[[variants]]\nname = "{"v" * 300}"\ntarget_epsilon = 3\n',
      "1 to 100 ASCII"),
