@@ -18,6 +18,7 @@ def setup() -> None:
     warnings.filterwarnings("ignore", module="opacus")
     warnings.filterwarnings("ignore", message=".*Optimal order.*")
     warnings.filterwarnings("ignore", message=".*Full backward hook.*")
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)  # transformers 5
     if getattr(warnings.showwarning, "__name__", "") != "_one_line":
         warnings.showwarning = _one_line(warnings.showwarning)
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting RDP: non-converging orders are excluded anyway

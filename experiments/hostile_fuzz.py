@@ -16,8 +16,8 @@ Modes (``--modes``, all by default):
 * ``evaluate``: the checkpoint's privacy_card.json, canaries.json, gradient_canaries.json and run.json, up to
   ``--sample`` leaves each x 3-4 values; a defect is exit 3 or a refusal of more than one line.
 * ``config`` (``run CONFIG --dry-run``): every leaf of the committed run configs named in ``CONFIGS`` (one per
-  method) x 3-4 values, written back as TOML (TOML has no null: a null is the key dropped), up to ``--sample``
-  leaves a config.
+  method) x 3-4 values, written back as TOML (TOML has no null: a null is the key dropped), up to ``--sample``/10
+  leaves a config (/80 for LMO, whose dry run searches its noise for every variant).
 * ``policy`` (``check REPORT --policy P``): every leaf of configs/policy.toml x every value.
 * ``account`` (``account --card``): every leaf of the checkpoint's privacy_card.json x every value.
 * ``scores`` (``audit scores`` under each strategy): both score-file shapes, every leaf x every value.
@@ -259,7 +259,7 @@ def input_cases(mode: str, run: Path, variant: str, work: Path, sample: int, rng
         out = []
         for rel in CONFIGS:  # LMO's dry run searches its noise for every variant (about 35 s): fewer leaves
             orig = tomllib.loads((ROOT / "configs" / rel).read_text())
-            n = max(1, sample // 8) if rel.startswith("lmo") else sample
+            n = max(1, sample // 80) if rel.startswith("lmo") else max(1, sample // 10)
             out += file_cases(mode, orig, put("c.toml", toml_text), lambda p: [["run", p, "--dry-run"]], work,
                               True, n, rng, rel)
         return out

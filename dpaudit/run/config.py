@@ -207,6 +207,13 @@ def parse(d: dict) -> RunConfig:
     unknown = sorted(set(d) - sections)
     if unknown:
         raise DpauditError(f"unknown config section [{unknown[0]}]; valid: {', '.join(sorted(sections))}")
+    for name in sorted(sections - {"variants"}):  # before any section is read as a table
+        if name in d and not isinstance(d[name], dict):
+            raise DpauditError(f"config [{name}] must be a table ([{name}] then key = value lines), got a "
+                               f"{type(d[name]).__name__}")
+    if "variants" in d and not isinstance(d["variants"], list):
+        raise DpauditError(f"config variants must be an array of tables ([[variants]] blocks), got a "
+                           f"{type(d['variants']).__name__}")
     base = d.get("train", {})
     _trainer(base, "train")  # validate the shared section on its own, so errors name it
     variants_raw = d.get("variants") or [{"name": "model"}]

@@ -669,6 +669,8 @@ RUN = [
     ("a train seed past 2**64", RUN_BASE.replace("epochs = 1", "epochs = 1\nseed = 18446744073709551616"),
      "train.seed"),
     ("a negative model seed", RUN_BASE.replace("[model]", "[model]\ninit_seed = -1"), "model.init_seed"),
+    ("a section that is a list", "train = [1]\n" + RUN_BASE.replace("[train]\nepochs = 1\n", ""), "[train] must be"),
+    ("variants that are a table", RUN_BASE.split("[[variants]]")[0] + "[variants]\nname = \"x\"\n", "array of tables"),
     ("a variant name that is a path", RUN_BASE + '[[variants]]\nname = "a/../b"\ntarget_epsilon = 3\n', "name"),
     ("a 300-character variant name", RUN_BASE + f'[[variants]]\nname = "{"v" * 300}"\ntarget_epsilon = 3\n',
      "1 to 100 ASCII"),
