@@ -68,3 +68,14 @@ def evaluation_settings(attacks, rule, confidence, n_references) -> None:
     if n_references is not None:
         integer("n_references (--references)", n_references, 10, MAX_REFERENCES)
 
+
+
+def schema_validator(schema: dict):
+    """A JSON Schema (2020-12) validator for the files dpaudit reads, in which "integer" means a JSON integer: the
+    standard also accepts a float with no fraction (64.0), which a reader would then use as a count, an index or a
+    seed of another type than the writer's. Every schema dpaudit validates against is read through this one."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    strict = base.TYPE_CHECKER.redefine("integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+    return jsonschema.validators.extend(base, type_checker=strict)(schema)

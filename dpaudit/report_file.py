@@ -46,10 +46,12 @@ def check(r: dict, path: Path) -> None:
 def _validate(r: dict, path: Path) -> None:
     import jsonschema
 
+    from dpaudit.checks import schema_validator
+
     if r["kind"] not in _VALIDATORS:  # one validator per kind: the schema's oneOf would report the other branch
         schema = json.loads((Path(__file__).parent / "schemas" / "report.schema.json").read_text())
         schema.pop("oneOf")
-        _VALIDATORS[r["kind"]] = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{r['kind']}"})
+        _VALIDATORS[r["kind"]] = schema_validator({**schema, "$ref": f"#/$defs/{r['kind']}"})
     err = jsonschema.exceptions.best_match(_VALIDATORS[r["kind"]].iter_errors(r))
     if err is not None:
         where = "/".join(str(x) for x in err.absolute_path) or "(top level)"

@@ -165,6 +165,7 @@ def read_run_record(f: Path) -> dict:
 
     import jsonschema
 
+    from dpaudit.checks import schema_validator
     from dpaudit.io import read_json
 
     if not Path(f).exists():
@@ -175,7 +176,7 @@ def read_run_record(f: Path) -> dict:
         raise DpauditError(f"{f}: a run record is a JSON object, not a {type(run).__name__}; {fix}")
     if not _RUN_VALIDATOR:
         schema = json.loads((Path(__file__).parent / "schemas" / "run.schema.json").read_text())
-        _RUN_VALIDATOR.append(jsonschema.Draft202012Validator(schema))
+        _RUN_VALIDATOR.append(schema_validator(schema))
     err = jsonschema.exceptions.best_match(_RUN_VALIDATOR[0].iter_errors(run))
     if err is not None:
         at = "/".join(str(x) for x in err.absolute_path) or "(top level)"
