@@ -67,6 +67,22 @@ def compute_sigma(tc, eng, plan: engine.RecordPlan) -> Budget:
     return Budget(sigma_sgd, sigma_ps, [SubsampledGaussian(rate, sigma_ps, rounds)], rate)
 
 
+def preflight(cfg, variant, data, manifest: Manifest) -> None:
+    """What this variant would refuse at its start, refused before the first variant of a run trains
+    (``dpaudit.run.pipeline``): the record-level plan's step count and a training-phase target (the whole epsilon for
+    a data-independent selection, ``r_eps`` of it otherwise) that no noise reaches; the selection's noise is
+    calibrated at the start, in what the training phase leaves."""
+    tc, eng = variant.trainer, common.engine_config(variant)
+    n = len(data.train) + len(manifest.training_texts())
+    if n == 0:
+        return
+    plan = engine.record_plan(n, eng)
+    if eng.private:
+        share = 1.0 if tc.frost.selection in ("random", "pval") else tc.frost.r_eps
+        accounting.check_reachable(share * eng.target_epsilon, plan.delta, plan.sample_rate, plan.steps,
+                                   f"the training phase's share {share:g} of epsilon: ")
+
+
 def selection_batches(tensors, q: float, seed: int, k: int, device):
     """``sample_batches(t)`` for PSEL: round t of selection k draws a fresh Poisson sample at rate q (its own
     seeded stream), in micro-batches on ``device``."""

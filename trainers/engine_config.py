@@ -53,6 +53,9 @@ class EngineConfig:
         e = self.target_epsilon
         if not checks.number(e) or not e > 0:
             raise DpauditError(f"train.target_epsilon must be > 0 (inf for non-private), got {e!r}")
+        if e < accounting.CALIBRATE_MIN:
+            raise DpauditError(f"train.target_epsilon = {e:g} is below {accounting.CALIBRATE_MIN:g}: no accountant "
+                               "states such a claim to its digits (PRV's error is about 0.01); choose a larger epsilon")
         if self.delta is not None:
             accounting.validate_delta(self.delta)
         if not self.epochs > 0:

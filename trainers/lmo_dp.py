@@ -53,11 +53,28 @@ class Calibration:
     search: dict | None
 
 
-def calibrate(tc, eng, plan: engine.RecordPlan) -> Calibration:
-    """The noise for this run and its claim, before any training (errors here cost nothing)."""
+def preflight(cfg, variant, data, manifest: Manifest) -> None:
+    """What this variant would refuse at its start, refused before the first variant of a run trains
+    (``dpaudit.run.pipeline``): the record-level plan's step count, a non-private LMO variant, and a target the
+    paper's analysis cannot meet at this delta (its conversion's floor; the search itself runs at the start)."""
+    tc, eng = variant.trainer, common.engine_config(variant)
+    n = len(data.train) + len(manifest.training_texts())
+    _check_private(eng)
+    if n > 0:
+        plan = engine.record_plan(n, eng)
+        if tc.lmo.accounting == "paper":
+            lmo_paper.check_target(eng.target_epsilon, plan.delta)
+
+
+def _check_private(eng) -> None:
     if not eng.private:
         raise DpauditError("method = 'lmo_dp' needs a finite target_epsilon; the non-private baseline is "
                            "method = 'dp_adam' with target_epsilon = inf")
+
+
+def calibrate(tc, eng, plan: engine.RecordPlan) -> Calibration:
+    """The noise for this run and its claim, before any training (errors here cost nothing)."""
+    _check_private(eng)
     C, q, T, delta = eng.clipping_norm, plan.sample_rate, plan.steps, plan.delta
     shape = shape_of(tc)
     if tc.lmo.accounting == "paper":
@@ -117,8 +134,6 @@ def plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.
     search calibrates (:func:`calibrate`), with the ε its card will claim."""
     tc, eng = variant.trainer, variant.trainer.engine
     p = engine.record_plan(n_records, eng)
-    if not eng.private:
-        return planning.MechanismPlan("record", n_records, p.batch, p.sample_rate, p.steps, p.delta, "none", None)
-    c = calibrate(tc, eng, p)
+    c = calibrate(tc, eng, p)  # a non-private LMO variant refused, as the run refuses it
     return planning.MechanismPlan("record", n_records, p.batch, p.sample_rate, p.steps, p.delta,
                                   f"LMO Laplace mixture ({c.claim_accountant})", c.claim_epsilon)

@@ -36,6 +36,8 @@ class Method:
     # lacking this is refused before any variant trains)
     plan: Callable | None = None  # (cfg, variant, n_records, users, manifest) -> planning.MechanismPlan; None: the
     # module's own ``plan``
+    preflight: Callable | None = None  # (cfg, variant, data, manifest) -> None: what the variant would refuse at its
+    # start, refused before any variant trains; None: the record-level plan's checks (dpaudit.run.pipeline)
 
     def fit(self, cfg, variant, data, manifest, out, snapshots=None):
         if snapshots is not None and not self.snapshots:
@@ -55,10 +57,10 @@ class Method:
 
 REGISTRY = {m.name: m for m in (
     Method("dp_adam", dp_adam, snapshots=True, gaussian_target=True, canary_rate=True),
-    Method("dp_frost", dp_frost, snapshots=False),  # two phases (selection, training): retrained on resume
-    Method("lmo_dp", lmo_dp, snapshots=True),
-    Method("user_dp_sgd", user_dp, snapshots=True, plan=user_dp.user_plan),
-    Method("group_privacy", user_dp, snapshots=True, plan=user_dp.group_plan),
+    Method("dp_frost", dp_frost, snapshots=False, preflight=dp_frost.preflight),  # two phases (selection, training): retrained on resume
+    Method("lmo_dp", lmo_dp, snapshots=True, preflight=lmo_dp.preflight),
+    Method("user_dp_sgd", user_dp, snapshots=True, plan=user_dp.user_plan, preflight=user_dp.preflight),
+    Method("group_privacy", user_dp, snapshots=True, plan=user_dp.group_plan, preflight=user_dp.preflight),
     Method("pmixed", pmixed, snapshots=False),  # N adapters: retrained on resume
 )}
 assert tuple(sorted(REGISTRY)) == tuple(sorted(options.METHODS)), "trainers.methods must list options.METHODS"

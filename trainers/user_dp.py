@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpaudit import accounting
 from dpaudit.accounting import group
 from dpaudit.canaries.manifest import Manifest
 from dpaudit.tasks import userlm
@@ -85,8 +86,7 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path,
         user_eps, user_delta, events, grp = res.epsilon, res.delta, res.events, 1
         q_desc = "users"
     else:
-        user_delta = eng.delta if eng.delta is not None else 1.0 / (2 * len(records))
-        rec_eps, rec_delta = group.record_level_target(eng.target_epsilon, user_delta, tc.user_cap)
+        rec_eps, rec_delta, user_delta = record_target(eng, tc.user_cap, len(records))
         flat = [r for u in sorted(records) for r in records[u]]
         flat = [flat[i] for i in np.random.default_rng(eng.seed).permutation(len(flat))]
         model, res = engine.train(model, flat, dataclasses.replace(eng, target_epsilon=rec_eps, delta=rec_delta),
@@ -109,6 +109,43 @@ def fit(cfg, variant, data: userlm.UserData, manifest: Manifest, out: Path,
     return common.write(out, model, tok, card, manifest, run, res, tc, base)
 
 
+def record_target(eng, k: int, n_users: int) -> tuple[float, float, float]:
+    """Group privacy's record-level (epsilon', delta') whose conversion to groups of k is the variant's user-level
+    target, and that user-level delta (train.delta, else 1 / (2 n_users)); a record-level target below what any
+    accountant states (``accounting.CALIBRATE_MIN``) refused in words of the group. ``fit``, the run's preflight and
+    the dry run's plan compute it here, so all three calibrate the same noise."""
+    user_delta = eng.delta if eng.delta is not None else 1.0 / (2 * n_users)
+    rec_eps, rec_delta = group.record_level_target(eng.target_epsilon, user_delta, k)
+    accounting.check_target_floor(rec_eps, f"group privacy of {k} records (record-level epsilon {rec_eps:.4g}): ")
+    return rec_eps, rec_delta, user_delta
+
+
+def preflight(cfg, variant, data: userlm.UserData, manifest: Manifest) -> None:
+    """What a user-level variant would find only when it starts, found before the first variant of a run trains
+    (``dpaudit.run.pipeline``): a step count past ``accounting.MAX_STEPS`` and a target epsilon no noise reaches,
+    from the counts :func:`fit` will train on (users, and for group privacy their records capped at k). Counts
+    only: no model, no selection (the cap keeps every user and at most k records of each)."""
+    tc, eng = variant.trainer, common.engine_config(variant)
+    by_user = data.by_user()
+    by_user.update(manifest.training_users())
+    U = len(by_user)
+    if U == 0:
+        return  # engine.train_users names it
+    if tc.method == "user_dp_sgd" or not eng.private:  # users sampled, as engine.train_users samples them
+        B = min(eng.batch_size, U)
+        steps = engine.epoch_steps(eng.epochs / (B / U), eng, f"{U:,} users in batches of {B}")
+        if eng.private:
+            delta = eng.delta if eng.delta is not None else 1.0 / (2 * U)
+            accounting.check_reachable(eng.target_epsilon, delta, B / U, steps)
+        return
+    k = tc.user_cap  # group privacy: record-level DP-SGD on every user's capped (or padded) records, as fit trains
+    n = sum(k if tc.user_sampling == "paper" else min(len(r), k) for r in by_user.values())
+    rec_eps, rec_delta, _ = record_target(eng, k, U)
+    plan = engine.record_plan(n, dataclasses.replace(eng, target_epsilon=rec_eps, delta=rec_delta))
+    accounting.check_reachable(rec_eps, rec_delta, plan.sample_rate, plan.steps,
+                               f"group privacy of {k} records (record-level epsilon {rec_eps:.4g}): ")
+
+
 def user_plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
     """The dry run's plan of a user-wise DP-SGD variant: users sampled at B / (users + canary users), one
     Gaussian calibrated to the target over ceil(epochs / q) steps."""
@@ -126,5 +163,15 @@ def user_plan(cfg, variant, n_records: int, users: int | None, manifest) -> plan
 
 def group_plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
     """The dry run's plan of a group-privacy variant: record-level DP-SGD on every user's capped records (the
-    caller counts them), its claim converted to users of k."""
-    return planning.gaussian_records(variant.trainer.engine, n_records, unit="record (claim converted to users of k)")
+    caller counts them), calibrated to the record-level target :func:`fit` trains at, its claim converted to users
+    of k (the card's claim: user-level epsilon and delta)."""
+    eng, k = variant.trainer.engine, variant.trainer.user_cap
+    unit = "record (claim converted to users of k)"
+    if not eng.private:
+        return planning.gaussian_records(eng, n_records, unit=unit)
+    n_users = (users or 0) + (cfg.canaries.m if manifest is None else len(manifest.training_users()))  # as user_plan
+    rec_eps, rec_delta, user_delta = record_target(eng, k, n_users)
+    rec = planning.gaussian_records(dataclasses.replace(eng, target_epsilon=rec_eps, delta=rec_delta), n_records, unit)
+    user_eps, delta_k = group.lemma(rec.claim, rec_delta, k)
+    return dataclasses.replace(rec, delta=max(user_delta, delta_k), claim=user_eps, memory_engine=eng,
+                               noise=f"{rec.noise} at record-level ε = {rec.claim:.4g}, δ = {rec_delta:.3g}")

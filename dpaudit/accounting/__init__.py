@@ -31,7 +31,7 @@ import math
 import numbers
 from typing import Callable
 
-from dpaudit import options
+from dpaudit import checks, options
 from dpaudit.accounting import events as _events
 from dpaudit.accounting import registry as _registry
 from dpaudit.accounting import search
@@ -181,11 +181,15 @@ def intervals(events: list, delta: float, relation: str = "add_remove", dataset_
 
 SIGMA_MAX = 1e4  # calibrate_sigma searches noise multipliers up to this
 CALIBRATE_MAX = 1000.0  # and targets epsilon up to this (beyond it sigma is tiny and the accountants' grids explode)
+# ... and down to this: below it the accountants' answers have no digits left (PRV's error is about 0.01 absolute,
+# PLD's discretisation 1e-4 to 1e-3), and a tiny target's calibrated claim came back as 0.0 or -1e-9 after training
+CALIBRATE_MIN = 0.01
 
 
 def check_reachable(target_epsilon: float, delta: float, sample_rate: float, steps: int, what: str = "") -> None:
     """Refuse, before any training, a target epsilon that no noise multiplier up to :data:`SIGMA_MAX` reaches
     (the bracket :func:`calibrate_sigma` would fail on): integer-order RDP, a closed form, in milliseconds."""
+    check_target_floor(target_epsilon, what)
     validate_delta(delta)
     validate_mechanism(1.0, sample_rate, steps)
     eps = _rdp_bracket([SubsampledGaussian(sample_rate, SIGMA_MAX, steps)], delta)
@@ -193,6 +197,14 @@ def check_reachable(target_epsilon: float, delta: float, sample_rate: float, ste
         raise DpauditError(f"{what}target epsilon {target_epsilon:g} is out of reach: even sigma = {SIGMA_MAX:g} gives "
                            f"{eps:.3g} at delta {probability(delta)} over {steps} steps at q = {sample_rate:.4g}; raise the target "
                            "or delta, or train fewer steps")
+
+
+def check_target_floor(target_epsilon: float, what: str = "") -> None:
+    """A target epsilon below :data:`CALIBRATE_MIN` is refused: no accountant states such a claim to its digits."""
+    if checks.number(target_epsilon) and 0 < target_epsilon < CALIBRATE_MIN:
+        raise DpauditError(f"{what}target epsilon {target_epsilon:g} is below {CALIBRATE_MIN:g}: the accountants' "
+                           "answers have no digits left there (PRV's error is about 0.01); choose epsilon >= "
+                           f"{CALIBRATE_MIN:g}")
 
 
 def _rdp_bracket(events: list, delta: float) -> float:
@@ -237,6 +249,7 @@ def _calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, st
     _require_opacus(accountant)  # never another accountant's answer under this one's name
     if not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0 or math.isinf(target_epsilon):
         raise DpauditError(f"target epsilon must be a finite number > 0, got {target_epsilon}")
+    check_target_floor(target_epsilon)
     if target_epsilon > CALIBRATE_MAX:
         raise DpauditError(f"target epsilon {target_epsilon:g} is above {CALIBRATE_MAX:g}: no noise multiplier worth "
                            "calibrating (the accountants' grids at such tiny sigma take hours); train without a claim "

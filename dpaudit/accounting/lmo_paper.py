@@ -179,11 +179,7 @@ def search(target_epsilon: float, delta: float, sample_rate: float, steps: int, 
     if objective not in OBJECTIVES:
         raise DpauditError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     g = {**DEFAULT_GRID, **(grid or {})}
-    floor = rdp_general.floor(delta, max(ORDERS), conversion)
-    if target_epsilon <= floor:
-        raise DpauditError(f"target epsilon {target_epsilon} is at or below {floor:.4g}, the smallest the "
-                           f"{conversion} conversion can give with orders up to {max(ORDERS)} at delta {delta}; "
-                           "raise epsilon or delta")
+    check_target(target_epsilon, delta, conversion)
     best, n, feasible = None, 0, 0
     combos = list(itertools.product(*(g[k] for k in ("a1", "a2", "a3", "gamma_k", "gamma_theta", "exp_rate",
                                                      "u_low", "u_width"))))
@@ -209,6 +205,16 @@ def search(target_epsilon: float, delta: float, sample_rate: float, steps: int, 
                            f"T = {steps}); widen the grid or raise epsilon")
     val, nz, c = best
     return SearchResult(nz, c, claim(nz, C, sample_rate, steps, delta, conversion), objective, val, n, feasible)
+
+
+def check_target(target_epsilon: float, delta: float, conversion: str = "balle") -> None:
+    """A target the paper's claim cannot meet at any noise is refused: at or below the conversion's floor at
+    ``delta`` (its orders go up to ``max(ORDERS)``)."""
+    floor = rdp_general.floor(delta, max(ORDERS), conversion)
+    if target_epsilon <= floor:
+        raise DpauditError(f"target epsilon {target_epsilon} is at or below {floor:.4g}, the smallest the "
+                           f"{conversion} conversion can give with orders up to {max(ORDERS)} at delta {delta}; "
+                           "raise epsilon or delta")
 
 
 def _scale_for(base: LmoNoise, target: float, delta: float, q: float, steps: int, C: float,

@@ -637,6 +637,12 @@ def test_canaries_new_refuses(args, needle, tmp_path, capsys):
 RUN_BASE = TINY_RUN.replace("[canaries]", "[train]\nepochs = 1\n[canaries]") + \
     '[[variants]]\nname = "ok"\ntarget_epsilon = inf\n'
 
+# a user-level run (45 users of the chitchat sample, canary users included) whose first variant would train
+USER_BASE = RUN_BASE.replace("[task]\n", '[task]\nname = "userlm"\nsource = "chitchat"\n').replace(
+    "n_train = 120", "n_train = 40").replace("m = 20", "m = 10\nrecords_per_user = 2").replace(
+    "epochs = 1\n", "epochs = 1\nbatch_size = 8\nuser_cap = 4\n").replace(
+    'name = "ok"\n', 'name = "ok"\nmethod = "user_dp_sgd"\n')
+
 RUN = [
     ("later variant impossible epsilon", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = -1\n', "epsilon"),
     ("later variant unreachable epsilon", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 1\n'
@@ -665,6 +671,19 @@ RUN = [
     ("10^9 epochs", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 3\nepochs = 1000000000\n', "steps"),
     ("1e308 epochs", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 3\nepochs = 1e308\n', "steps"),
     ("1e308 epochs, non-private", RUN_BASE.replace("epochs = 1", "epochs = 1e308"), "steps"),
+    ("1e308 epochs, a later user-wise variant", USER_BASE + '[[variants]]\nname = "bad"\nmethod = "user_dp_sgd"\n'
+     'target_epsilon = 3\nepochs = 1e308\n', "45 users in batches of 8 is inf steps"),
+    ("1e308 epochs, a later group-privacy variant", USER_BASE + '[[variants]]\nname = "bad"\nmethod = '
+     '"group_privacy"\ntarget_epsilon = 3\nepochs = 1e308\n', "180 records in batches of 8 is inf steps"),
+    # a target of 1e-9 trained for minutes and then failed on its claim (0.0, or -1e-9 after the group conversion)
+    ("a target below 0.01, a later user-wise variant", USER_BASE + '[[variants]]\nname = "bad"\nmethod = '
+     '"user_dp_sgd"\ntarget_epsilon = 1e-9\n', "is below 0.01"),
+    ("a record-level target below 0.01 by group privacy", USER_BASE + '[[variants]]\nname = "bad"\nmethod = '
+     '"group_privacy"\ntarget_epsilon = 0.02\n', "group privacy of 4 records (record-level epsilon 0.005)"),
+    ("a later LMO variant without a claim", RUN_BASE + '[[variants]]\nname = "bad"\nmethod = "lmo_dp"\n'
+     'target_epsilon = inf\n', "needs a finite target_epsilon"),
+    ("a later LMO target under its analysis' floor", RUN_BASE + '[[variants]]\nname = "bad"\nmethod = "lmo_dp"\n'
+     'target_epsilon = 0.1\ndelta = 1e-10\n', "the smallest the balle conversion can give"),
     ("a negative task seed", RUN_BASE.replace("[task]", "[task]\nseed = -1"), "task.seed"),
     ("a train seed past 2**64", RUN_BASE.replace("epochs = 1", "epochs = 1\nseed = 18446744073709551616"),
      "train.seed"),
