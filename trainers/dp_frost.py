@@ -196,5 +196,6 @@ def plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.
         return planning.MechanismPlan("record", n_records, p.batch, p.sample_rate, p.steps, p.delta, "none", None)
     b = compute_sigma(tc, eng, p)
     noise = f"σ_SGD = {b.sigma_sgd:.4g}, σ_selection = {b.sigma_ps:.4g} ({eng.accountant})" if b.sigma_sgd else "none"
+    events = b.selection_events + [SubsampledGaussian(p.sample_rate, b.sigma_sgd, p.steps)]  # as _card composes them
     return planning.MechanismPlan("record", n_records, p.batch, p.sample_rate, p.steps, p.delta, noise,
-                                  eng.target_epsilon)
+                                  accounting.compute(events, p.delta, eng.accountant).epsilon)

@@ -156,9 +156,10 @@ def user_plan(cfg, variant, n_records: int, users: int | None, manifest) -> plan
     steps = engine.epoch_steps(eng.epochs / q, eng, f"{n_users:,} users in batches of {B}")  # as engine.train_users
     delta = (eng.delta if eng.delta is not None else 1.0 / (2 * n_users)) if eng.private else None
     sigma = engine.calibrated_sigma(eng, delta, q, steps) if eng.private else None  # as engine.train_users
+    claim = accounting.compute([accounting.SubsampledGaussian(q, sigma, steps)], delta, eng.accountant).epsilon \
+        if sigma else None  # what the card claims: the accountant's epsilon at the calibrated sigma
     return planning.MechanismPlan("user", n_users, B, q, steps, delta,
-                                  f"σ = {sigma:.4g} ({eng.accountant})" if sigma else "none",
-                                  eng.target_epsilon if eng.private else None)
+                                  f"σ = {sigma:.4g} ({eng.accountant})" if sigma else "none", claim)
 
 
 def group_plan(cfg, variant, n_records: int, users: int | None, manifest) -> planning.MechanismPlan:
