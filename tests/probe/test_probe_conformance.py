@@ -130,3 +130,27 @@ def test_the_readme_counts_are_the_suites():
     text = (ROOT / "README.md").read_text()
     loops, bugs = map(int, re.search(r"On (\d+) loop patterns and (\d+) planted bugs", text).groups())
     assert (loops, bugs) == (len(PL.LOOPS), len(PL.BUGS))
+
+
+def test_a_shared_spawn_that_fails_is_rerun_case_by_case(monkeypatch, tmp_path):
+    """``probe_conformance.many``: when the one spawn of the ranks shared by the distributed cases fails, each case
+    runs again on its own (so a crash lands on the run that crashed), and the rows keep the cases' order."""
+    calls = []
+
+    class Loops:  # the parts of experiments/probe_loops.py that ``many`` reads
+        @staticmethod
+        def distributed(loop, bug):
+            return 2 if loop == "ddp" else None
+
+        @staticmethod
+        def run_distributed(cases, settings):
+            raise RuntimeError("rank 1 exited with signal 9")
+
+    def one(pl, loop, bug, seed, work, settings=None):
+        calls.append((loop, bug, seed))
+        return {"loop": loop, "bug": bug, "seed": seed}
+
+    monkeypatch.setattr(CONF, "one", one)
+    cases = [("ddp", None, 0), ("opacus-tutorial", None, 0), ("ddp", "half-noise", 1)]
+    rows = CONF.many(Loops, cases, tmp_path, SMALL)
+    assert [(r["loop"], r["bug"], r["seed"]) for r in rows] == cases and calls == cases
