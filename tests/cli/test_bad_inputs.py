@@ -704,6 +704,15 @@ def test_run_refuses_before_training(name, text, needle, tmp_path, capsys):
     _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], needle, tmp_path, capsys)
 
 
+@pytest.mark.parametrize("name,text,needle", RUN, ids=[c[0] for c in RUN])
+def test_the_dry_run_refuses_what_the_run_refuses(name, text, needle, tmp_path, capsys):
+    """`run --dry-run` plans what the run would do: a config the run refuses before training is refused by the dry run
+    too, in one line (the fuzzer's config mode judges configs by their dry run; a user-level step count the dry run
+    refused was trained by the run, 2026-11-29)."""
+    (tmp_path / "cfg.toml").write_text(text)
+    _expect_refused(["run", tmp_path / "cfg.toml", "--dry-run"], "", tmp_path, capsys)
+
+
 def test_run_config_not_utf8_is_one_line(tmp_path, capsys):
     (tmp_path / "cfg.toml").write_bytes(b"\xff\xfe[task]\n")
     _expect_refused(["run", tmp_path / "cfg.toml", "--out", tmp_path / "out", "--quiet"], "not UTF-8", tmp_path, capsys)
