@@ -267,22 +267,38 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
                    "tiers) and verdict from this checkpoint folder and the report's attack scores instead of trusting "
                    "the JSON; any difference fails the gate. The attack scores themselves are taken from the report, "
                    "not recomputed (docs/security.md).")
+@click.option("--rescore", is_flag=True,
+              help="With --checkpoint: also recompute the attack scores from the model (loss, zlib, min_k, "
+                   "min_k_plus, final_weights), each equal to the report's to float rounding; needs the training "
+                   "install (torch). The reference attack's scores and the exposure section are still taken from "
+                   "the report.")
 @summary_option("the result (passed or failed, each FAIL, the headline, what was checked)")
-def check(report_json, policy, ckpt, summary_md):
+def check(report_json, policy, ckpt, rescore, summary_md):
     """CI gate: exit 0 when REPORT_JSON satisfies every policy rule, 1 when one fails, 2 on bad input."""
     from dpaudit.gate import job_summary
     from dpaudit.gate import policy as pol
 
+    if rescore and ckpt is None:
+        raise DpauditError("--rescore recomputes the scores from the model: pass its folder with --checkpoint CKPT")
+    if rescore and not _has("torch"):
+        raise DpauditError(f"--rescore runs the model, which needs the training install: {_pip('train')}")
     p = pol.load_policy(policy)
     r = pol.load_report(report_json)
     fails = pol.check_any(r, p)
+    scores_from = "the attack scores taken from the report"
     if ckpt is not None:
         from dpaudit.gate import rederive
 
         fails = [f"re-derived from {ckpt}: {m}" for m in rederive.mismatches(r, ckpt)] + fails
+    if rescore:
+        from dpaudit.evaluation import rescore as rescoring
+
+        wrong, redone, kept = rescoring.mismatches(r, ckpt)
+        fails = [f"rescored from {ckpt}: {m}" for m in wrong] + fails
+        scores_from = (f"the scores of {', '.join(redone) or 'no attack'} recomputed from the model"
+                       + (f" ({', '.join(kept)} taken from the report)" if kept else ""))
     if ckpt is not None:
-        checked = (f"hash, claim, accounting, plan, evidence and verdict re-derived from {ckpt}; the attack "
-                   "scores taken from the report")
+        checked = f"hash, claim, accounting, plan, evidence and verdict re-derived from {ckpt}; {scores_from}"
     else:
         need = "" if _has("scipy") else f" (which re-accounts the claim: add the audit install, {_pip('audit')})"
         checked = ("the report's own numbers against the policy, not that it came from a model (a consistently "
@@ -296,7 +312,7 @@ def check(report_json, policy, ckpt, summary_md):
         raise SystemExit(1)
     click.echo(f"ok: {printable(report_json)} satisfies the policy"
                + (f"; its hash, claim, accounting, plan, evidence and verdict re-derived from {printable(ckpt)} "
-                  "agree (the attack scores taken from the report)" if ckpt else ""))
+                  f"agree ({printable(scores_from)})" if ckpt else ""))
     for line in pol.summaries(r):
         click.echo(f"  {printable(line)}")
     if ckpt is None:

@@ -1,0 +1,57 @@
+"""`dpaudit check REPORT --checkpoint CKPT --rescore` (dpaudit/evaluation/rescore.py): the attack scores
+recomputed from the model. `--checkpoint` alone re-derives every decision from the report's scores, so a report whose
+scores were replaced consistently passed it; with `--rescore` a score that is not the model's fails the gate, and an
+honest report passes."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dpaudit.cli import main
+from dpaudit.evaluation import rescore
+
+
+@pytest.mark.parametrize("variant", ["dp", "non-private"])
+def test_an_honest_report_passes_with_its_scores_recomputed(run_dir, variant, capsys):
+    report, ckpt = run_dir / variant / "report" / "report.json", run_dir / variant / "checkpoint"
+    wrong, redone, kept = rescore.mismatches(json.loads(report.read_text()), ckpt)
+    assert wrong == [] and "loss" in redone and "reference" not in redone
+    assert main(["check", str(report), "--checkpoint", str(ckpt), "--rescore"]) in (0, 1)  # the policy may fail
+    out = capsys.readouterr().out
+    assert not [line for line in out.splitlines() if line.startswith("FAIL") and "from" in line], out
+    if "ok:" in out:
+        assert "recomputed from the model (reference, exposure taken from the report)" in out, out
+
+
+def test_scores_that_are_not_the_models_are_named(run_dir):
+    """The forgery --checkpoint alone cannot see: the scores replaced (here the members' and non-members' swapped
+    around the median, so a leaking model looks quiet). The rest of the report is left as it was, so this tests the
+    rescoring on its own; `check` then fails on both counts."""
+    report = json.loads((run_dir / "non-private" / "report" / "report.json").read_text())
+    sc = np.asarray(report["attacks"]["loss"]["scores"])
+    report["attacks"]["loss"]["scores"] = list(2 * np.median(sc) - sc)
+    wrong, redone, _ = rescore.mismatches(report, run_dir / "non-private" / "checkpoint")
+    assert len(wrong) == 1 and wrong[0].endswith(")") and "loss scores are not the model's" in wrong[0], wrong
+    one = list(sc)
+    one[3] = one[3] * (1 + 10 * rescore.RTOL) + 1.0  # one canary's score moved beyond rounding
+    report["attacks"]["loss"]["scores"] = one
+    wrong, _, _ = rescore.mismatches(report, run_dir / "non-private" / "checkpoint")
+    assert wrong and wrong[0].startswith("1 of the report's") and "audit unit 3" in wrong[0], wrong
+
+
+def test_rescore_needs_the_checkpoint(run_dir, capsys):
+    assert main(["check", str(run_dir / "dp" / "report" / "report.json"), "--rescore"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--checkpoint" in err
+
+
+def test_a_report_made_through_the_python_api_is_refused_in_words(run_dir):
+    """Its scoring context (``api.evaluate(..., max_len=)``) is not in the report: rescoring it at the folder's
+    context could accuse an honest report, so it is refused with the way to a report that can be rescored."""
+    from dpaudit.errors import DpauditError
+
+    report = json.loads((run_dir / "dp" / "report" / "report.json").read_text())
+    report["checkpoint"]["path"] = None
+    with pytest.raises(DpauditError, match="Python API .* evaluate the folder"):
+        rescore.mismatches(report, run_dir / "dp" / "checkpoint")
