@@ -3,10 +3,11 @@
 ``--checkpoint`` alone re-derives everything a report decides from its folder and the report's attack scores
 (dpaudit/gate/rederive.py); the scores themselves need the model, so a consistently forged set of them (a leaking
 model's scores replaced by a quiet one's) passed it. With ``--rescore`` the score step runs again on the checkpoint for
-every shipped attack whose score reads only the model, the canary and its framing (:data:`MODEL_ONLY`), and each
+every shipped attack whose score reads only the model, the canary and its framing (:data:`MODEL_ONLY`; and
+``reference`` where the report records that the checkpoint's own base model calibrated it), and each
 audit unit's score must equal the report's to float rounding (:data:`RTOL`, :data:`ATOL`: the same model on another
-device or batch size); the other attacks (``reference``, whose model the report does not record; a registered
-attack; the exposure section) are named as taken from the report. Needs the training install (torch).
+device or batch size); the other attacks (``reference`` calibrated by a model given to ``evaluate``, or in a report
+that predates the record of it; a registered attack; the exposure section) are named as taken from the report. Needs the training install (torch).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
                            "folder (`dpaudit evaluate CKPT --out REPORT_DIR`) and check that report")
     attacks = report.get("attacks") or {}
     black_box = [a for a in attacks if not a.startswith("whitebox")]
-    redo = [a for a in black_box if a in MODEL_ONLY and isinstance(attacks[a].get("scores"), list)]
+    own_reference = report["checkpoint"].get("reference_model") == "base"  # calibrated by the folder's own base
+    redo = [a for a in black_box if (a in MODEL_ONLY or (a == "reference" and own_reference))
+            and isinstance(attacks[a].get("scores"), list)]
     kept = [a for a in black_box if a not in redo]
     kept += ["exposure"] if report.get("exposure") and "exposure" not in kept else []
     if not redo:

@@ -115,6 +115,8 @@ def evaluation(loaded, scored, ev, verdict: dict, command: str | None) -> dict:
     base = ck.outside_base() if ck.path is not None else None
     if base is not None:  # an adapter's base outside the folder: recorded, and in the hash
         top["checkpoint"]["base_model"] = str(base)
+    if "reference" in opts.attacks:  # which model calibrated it: "base" (the checkpoint's own) can be rescored
+        top["checkpoint"]["reference_model"] = "base" if opts.reference is None else "given"
     sections = evidence_sections(ev, opts.confidence, man, notes)
     return {
         **top,

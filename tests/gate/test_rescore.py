@@ -15,13 +15,18 @@ from dpaudit.evaluation import rescore
 @pytest.mark.parametrize("variant", ["dp", "non-private"])
 def test_an_honest_report_passes_with_its_scores_recomputed(run_dir, variant, capsys):
     report, ckpt = run_dir / variant / "report" / "report.json", run_dir / variant / "checkpoint"
-    wrong, redone, kept = rescore.mismatches(json.loads(report.read_text()), ckpt)
-    assert wrong == [] and "loss" in redone and "reference" not in redone
+    r = json.loads(report.read_text())
+    assert r["checkpoint"]["reference_model"] == "base"  # calibrated by the checkpoint's own base: rescored too
+    wrong, redone, kept = rescore.mismatches(r, ckpt)
+    assert wrong == [] and {"loss", "reference"} <= set(redone) and "exposure" in kept
     assert main(["check", str(report), "--checkpoint", str(ckpt), "--rescore"]) in (0, 1)  # the policy may fail
     out = capsys.readouterr().out
     assert not [line for line in out.splitlines() if line.startswith("FAIL") and "from" in line], out
     if "ok:" in out:
-        assert "recomputed from the model (reference, exposure taken from the report)" in out, out
+        assert "reference recomputed from the model (exposure taken from the report)" in out, out
+    del r["checkpoint"]["reference_model"]  # a report from before the record: its reference model is unknown
+    wrong, redone, kept = rescore.mismatches(r, ckpt)
+    assert wrong == [] and "reference" in kept and "reference" not in redone
 
 
 def test_scores_that_are_not_the_models_are_named(run_dir):
@@ -38,6 +43,10 @@ def test_scores_that_are_not_the_models_are_named(run_dir):
     report["attacks"]["loss"]["scores"] = one
     wrong, _, _ = rescore.mismatches(report, run_dir / "non-private" / "checkpoint")
     assert wrong and wrong[0].startswith("1 of the report's") and "audit unit 3" in wrong[0], wrong
+    report["attacks"]["loss"]["scores"] = list(sc)
+    report["attacks"]["reference"]["scores"] = report["attacks"]["reference"]["scores"][::-1]
+    wrong, _, _ = rescore.mismatches(report, run_dir / "non-private" / "checkpoint")
+    assert len(wrong) == 1 and "reference scores are not the model's" in wrong[0], wrong
 
 
 def test_rescore_needs_the_checkpoint(run_dir, capsys):
