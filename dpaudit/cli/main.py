@@ -269,9 +269,9 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
                    "not recomputed (docs/security.md).")
 @click.option("--rescore", is_flag=True,
               help="With --checkpoint: also recompute the attack scores from the model (loss, zlib, min_k, "
-                   "min_k_plus, final_weights; reference when the checkpoint's own base calibrated it), each equal to "
-                   "the report's to float rounding; needs the training install (torch). The exposure section and "
-                   "a reference attack calibrated by another model are still taken from the report.")
+                   "min_k_plus, final_weights, exposure; reference when the checkpoint's own base calibrated it), each "
+                   "equal to the report's to float rounding; needs the training install (torch). A reference "
+                   "attack calibrated by another model is still taken from the report.")
 @summary_option("the result (passed or failed, each FAIL, the headline, what was checked)")
 def check(report_json, policy, ckpt, rescore, summary_md):
     """CI gate: exit 0 when REPORT_JSON satisfies every policy rule, 1 when one fails, 2 on bad input."""

@@ -6,8 +6,10 @@ model's scores replaced by a quiet one's) passed it. With ``--rescore`` the scor
 every shipped attack whose score reads only the model, the canary and its framing (:data:`MODEL_ONLY`; and
 ``reference`` where the report records that the checkpoint's own base model calibrated it), and each
 audit unit's score must equal the report's to float rounding (:data:`RTOL`, :data:`ATOL`: the same model on another
-device or batch size); the other attacks (``reference`` calibrated by a model given to ``evaluate``, or in a report
-that predates the record of it; a registered attack; the exposure section) are named as taken from the report. Needs the training install (torch).
+device or batch size). ``exposure`` is rescored against the references its section records (sampled, or the
+whole space), its canaries' and references' log-perplexities compared too. The other attacks (``reference``
+calibrated by a model given to ``evaluate``, or in a report that predates the record of it; a registered attack) are
+named as taken from the report. Needs the training install (torch).
 """
 
 from __future__ import annotations
@@ -40,26 +42,48 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
     attacks = report.get("attacks") or {}
     black_box = [a for a in attacks if not a.startswith("whitebox")]
     own_reference = report["checkpoint"].get("reference_model") == "base"  # calibrated by the folder's own base
-    redo = [a for a in black_box if (a in MODEL_ONLY or (a == "reference" and own_reference))
+    expo = report.get("exposure") if isinstance(report.get("exposure"), dict) else {}
+    expo_known = isinstance(expo.get("canaries"), list) and isinstance(expo.get("enumerated"), bool) \
+        and isinstance(expo.get("n_references"), int)  # the references it ranked against: sampled, or the space
+    redo = [a for a in black_box if (a in MODEL_ONLY or (a == "reference" and own_reference)
+                                     or (a == "exposure" and expo_known))
             and isinstance(attacks[a].get("scores"), list)]
     kept = [a for a in black_box if a not in redo]
-    kept += ["exposure"] if report.get("exposure") and "exposure" not in kept else []
+    kept += ["exposure"] if expo and "exposure" not in redo and "exposure" not in kept else []
     if not redo:
         return [], [], kept
     ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"))
     framing = (report.get("canary_plan") or {}).get("framing") or scoring.framing_of(ck)
     model, tok = ck.load_model()
-    settings = scoring.ScoringSettings(tuple(redo), EvalOptions().batch_size, ck.context_len, None, 0, 0, framing)
-    units = evidence.per_audit_unit(ck.manifest, scoring.score(ck, model, tok, settings).scores)
-    out = []
-    for a in redo:
-        want, got = np.asarray(attacks[a]["scores"], dtype=float), np.asarray(units[a], dtype=float)
-        if want.shape != got.shape:
-            out.append(f"the report holds {want.size} {a} scores where the model's canaries give {got.size}")
-            continue
-        off = ~np.isclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
-        if off.any():
-            i = int(np.argmax(np.abs(got - want) * off))
-            out.append(f"{int(off.sum())} of the report's {want.size} {a} scores are not the model's (audit unit {i}: "
-                       f"the report says {want[i]:.6g}, the model gives {got[i]:.6g})")
+    n_refs, limit = (expo["n_references"], int(expo.get("space_size") or 0) if expo["enumerated"] else 0) \
+        if "exposure" in redo else (0, 0)
+    settings = scoring.ScoringSettings(tuple(redo), EvalOptions().batch_size, ck.context_len, None, n_refs, limit,
+                                       framing)
+    scored = scoring.score(ck, model, tok, settings)
+    units = evidence.per_audit_unit(ck.manifest, scored.scores)
+    out = [d for a in redo for d in _differ(f"{a} scores", attacks[a]["scores"], units[a], "audit unit")]
+    if "exposure" in redo and scored.exposure is not None:  # the section's own numbers, canary by canary
+        out += _differ("exposure canaries' log-perplexities", [c.get("log_perplexity_bits") for c in expo["canaries"]],
+                       scored.exposure.canary_bits, "canary")
+        if isinstance(expo.get("reference_log_perplexity_bits"), list):
+            want = expo["reference_log_perplexity_bits"]
+            out += _differ("exposure references' log-perplexities", want, scored.exposure.reference_bits[:len(want)],
+                           "reference")
     return out, redo, kept
+
+
+def _differ(what: str, want, got, unit: str) -> list[str]:
+    """One line when the report's values ``want`` are not the model's ``got`` beyond float rounding; [] otherwise."""
+    try:
+        want = np.asarray(want, dtype=float)
+    except (TypeError, ValueError):
+        return [f"the report's {what} are not numbers"]
+    got = np.asarray(got, dtype=float)
+    if want.shape != got.shape:
+        return [f"the report holds {want.size} {what} where the model gives {got.size}"]
+    off = ~np.isclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+    if not off.any():
+        return []
+    i = int(np.argmax(np.where(off, np.abs(got - want), -1.0)))
+    return [f"{int(off.sum())} of the report's {want.size} {what} are not the model's ({unit} {i}: the report says "
+            f"{want[i]:.6g}, the model gives {got[i]:.6g})"]
