@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 
 import torch
 from torch import nn
@@ -283,6 +283,17 @@ def record_plan(n: int, cfg: EngineConfig) -> RecordPlan:
     return RecordPlan(batch, q, steps, delta)
 
 
+def users_plan(n_users: int, cfg: EngineConfig) -> RecordPlan:
+    """:func:`record_plan` for user-level training on ``n_users`` users: users sampled at B / n_users, ceil(epochs / q)
+    steps, delta 1 / (2 n_users) unless given (private). :func:`train_users`, the dry run's plan and the run's
+    preflight (trainers/user_dp.py) all read it here."""
+    batch = min(cfg.batch_size, n_users)
+    q = batch / n_users
+    steps = epoch_steps(cfg.epochs / q, cfg, f"{n_users:,} users in batches of {batch}")
+    delta = (cfg.delta if cfg.delta is not None else 1.0 / (2 * n_users)) if cfg.private else None
+    return RecordPlan(batch, q, steps, delta)
+
+
 def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int, max_len: int, *,
           noise=None, sigma: float | None = None, event=None, snapshots=None,
           canary_rate: float | None = None) -> tuple[nn.Module, TrainResult]:
@@ -395,10 +406,7 @@ def train_users(model: nn.Module, records_by_user: dict[str, list[dict]], cfg: E
                            "records are for record-level dp_adam")
     U = len(users)
     torch.manual_seed(cfg.seed)
-    B = min(cfg.batch_size, U)
-    q = B / U
-    steps = epoch_steps(cfg.epochs / q, cfg, f"{U:,} users in batches of {B}")
-    delta = (cfg.delta if cfg.delta is not None else 1.0 / (2 * U)) if cfg.private else None
+    B, q, steps, delta = astuple(users_plan(U, cfg))
     sigma = calibrated_sigma(cfg, delta, q, steps) if cfg.private else None
     params, opt = optim.base(model, cfg.lr, cfg.weight_decay, cfg.head_lr, cfg.optimizer)
     check_fp32(params, cfg.private)

@@ -132,11 +132,9 @@ def preflight(cfg, variant, data: userlm.UserData, manifest: Manifest) -> None:
     if U == 0:
         return  # engine.train_users names it
     if tc.method == "user_dp_sgd" or not eng.private:  # users sampled, as engine.train_users samples them
-        B = min(eng.batch_size, U)
-        steps = engine.epoch_steps(eng.epochs / (B / U), eng, f"{U:,} users in batches of {B}")
+        p = engine.users_plan(U, eng)
         if eng.private:
-            delta = eng.delta if eng.delta is not None else 1.0 / (2 * U)
-            accounting.check_reachable(eng.target_epsilon, delta, B / U, steps)
+            accounting.check_reachable(eng.target_epsilon, p.delta, p.sample_rate, p.steps)
         return
     k = tc.user_cap  # group privacy: record-level DP-SGD on every user's capped (or padded) records, as fit trains
     n = sum(k if tc.user_sampling == "paper" else min(len(r), k) for r in by_user.values())
@@ -151,10 +149,7 @@ def user_plan(cfg, variant, n_records: int, users: int | None, manifest) -> plan
     Gaussian calibrated to the target over ceil(epochs / q) steps."""
     eng = variant.trainer.engine
     n_users = (users or 0) + (cfg.canaries.m if manifest is None else len(manifest.training_users()))
-    B = min(eng.batch_size, n_users)
-    q = B / n_users
-    steps = engine.epoch_steps(eng.epochs / q, eng, f"{n_users:,} users in batches of {B}")  # as engine.train_users
-    delta = (eng.delta if eng.delta is not None else 1.0 / (2 * n_users)) if eng.private else None
+    B, q, steps, delta = dataclasses.astuple(engine.users_plan(n_users, eng))  # as engine.train_users
     sigma = engine.calibrated_sigma(eng, delta, q, steps) if eng.private else None  # as engine.train_users
     claim = accounting.compute([accounting.SubsampledGaussian(q, sigma, steps)], delta, eng.accountant).epsilon \
         if sigma else None  # what the card claims: the accountant's epsilon at the calibrated sigma
