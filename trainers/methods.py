@@ -18,7 +18,7 @@ from types import ModuleType
 
 from dpaudit import options
 from dpaudit.errors import DpauditError
-from dpaudit.trainers import dp_adam, dp_frost, lmo_dp, pmixed, user_dp
+from dpaudit.trainers import dp_adam, dp_frost, engine, lmo_dp, pmixed, user_dp
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,20 @@ REGISTRY = {m.name: m for m in (
     Method("pmixed", pmixed, snapshots=False),  # N adapters: retrained on resume
 )}
 assert tuple(sorted(REGISTRY)) == tuple(sorted(options.METHODS)), "trainers.methods must list options.METHODS"
+
+
+def preflight(cfg, variant, data, manifest, n_records: int) -> None:
+    """What ``variant`` would refuse only at its start, refused now (``dpaudit run`` before its first variant trains,
+    and ``--dry-run``): the method's own ``preflight``, else the record-level plan's step count over ``n_records``;
+    the error names the variant."""
+    own = get(variant.trainer.method).preflight
+    try:
+        if own is not None:
+            own(cfg, variant, data, manifest)
+        elif n_records > 0:
+            engine.record_plan(n_records, variant.trainer.engine)
+    except DpauditError as e:
+        raise DpauditError(f"variant {variant.name!r}: {e}") from None
 
 
 def check_canary_rate(variant, rate: float | None) -> None:

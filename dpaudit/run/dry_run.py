@@ -94,7 +94,10 @@ def plan(cfg_path: Path, only: tuple[str, ...] = ()) -> tuple[list[VariantPlan],
 
             distributed.check_fsdp_variant(v.name, v.trainer)
         _canary_rate(cfg, v)  # a method that cannot honour canaries.sample_rate is refused as the run refuses it
-        _preflight(cfg, v, data, manifest)
+        if data is not None and manifest is not None:  # what the run refuses before its first variant, refused here
+            from dpaudit.trainers import methods
+
+            methods.preflight(cfg, v, data, manifest, n)
         out.append(_variant(cfg, v, n, users, manifest, model_params))
     return out, notes
 
@@ -109,19 +112,6 @@ def _variant(cfg, v, n_records: int, users: int | None, manifest, model_params) 
     mp = methods.get(tc.method).mechanism_plan(cfg, v, n_records, users, manifest)
     return VariantPlan(v.name, tc.method, mp.unit, mp.units, mp.batch, mp.sample_rate, mp.steps, mp.delta, mp.noise,
                        mp.claim, total, trainable, *_memory(total, trainable, mp.memory_engine or tc.engine, tc))
-
-
-def _preflight(cfg, v, data, manifest) -> None:
-    """What the run refuses before its first variant trains (the method's own ``preflight``), refused here too, where
-    the data and the canaries are at hand (the plan of each method covers the rest)."""
-    from dpaudit.trainers import methods
-
-    own = methods.get(v.trainer.method).preflight
-    if own is not None and data is not None and manifest is not None:
-        try:
-            own(cfg, v, data, manifest)
-        except DpauditError as e:
-            raise DpauditError(f"variant {v.name!r}: {e}") from None
 
 
 def _canary_rate(cfg, v) -> None:

@@ -79,7 +79,7 @@ def _check_not_foreign(out: Path) -> None:
 def _preflight(cfg, data, manifest) -> None:
     """What a later variant would find only when it starts, found before the first one trains: a step count past
     the cap, a record-level Gaussian target epsilon no noise reaches, and what a method's own ``preflight`` refuses
-    (the user-level methods: their users' steps and target; the others calibrate on their own terms at their start)."""
+    (trainers.methods.preflight, shared with the dry run)."""
     from dpaudit import accounting
     from dpaudit.tasks import assets
     from dpaudit.trainers import engine
@@ -88,14 +88,7 @@ def _preflight(cfg, data, manifest) -> None:
     n = len(data.train) + len(manifest.training_texts())
     for v in cfg.variants:
         eng = v.trainer.engine
-        own = methods.get(v.trainer.method).preflight
-        try:
-            if own is not None:
-                own(cfg, v, data, manifest)
-            elif n > 0:
-                engine.record_plan(n, eng)  # a step count past the cap, found before the first variant trains
-        except DpauditError as e:
-            raise DpauditError(f"variant {v.name!r}: {e}") from None
+        methods.preflight(cfg, v, data, manifest, n)  # a step count past the cap, a target no noise reaches, ...
         rate = cfg.canaries.sample_rate
         methods.check_canary_rate(v, rate)
         if eng.private and methods.get(v.trainer.method).gaussian_target and n > 0:
