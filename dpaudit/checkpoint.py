@@ -91,7 +91,10 @@ class Checkpoint:
 
         mdir = self.model_dir
         if (mdir / "adapter_config.json").exists():
+            from dpaudit.canaries import new_tokens
+
             base, tok = models.load_dir(self.adapter_base())
+            base = new_tokens.base_as_trained(base, tok, self.manifest)  # the rows the adapter was trained on
             if (mdir / "tokenizer_config.json").exists():
                 tok = models.load_tokenizer(mdir)
             model = models.load_adapters(base, [mdir], ["default"]).merge_and_unload()  # adapter weights only, no code

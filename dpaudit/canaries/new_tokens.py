@@ -34,8 +34,9 @@ def add(model, tokenizer, manifest) -> int:
         How many tokens were added (0 when the pair already holds all of them: a checkpoint's own).
 
     Raises:
-        DpauditError: A tokenizer that holds some of the tokens already, or one of another size than the model's
-            embedding.
+        DpauditError: A tokenizer that holds some of the tokens already, or one with more tokens than the model
+            embeds. A vocabulary padded beyond the tokenizer (Pythia, Qwen, Phi) gives its spare rows to the new
+            tokens first and grows only where they do not suffice.
     """
     import torch
 
@@ -44,32 +45,44 @@ def add(model, tokenizer, manifest) -> int:
         return 0
     vocab = tokenizer.get_vocab()
     present = [t for t in tokens if t in vocab]
+    rows = model.get_input_embeddings().weight.shape[0]
     if present:
-        if len(present) == len(tokens) and model.get_input_embeddings().weight.shape[0] >= len(tokenizer):
+        if len(present) == len(tokens) and rows >= len(tokenizer):
             return 0  # already extended (a checkpoint's own tokenizer and model)
         raise DpauditError(f"the tokenizer already holds {len(present)} of the manifest's {len(tokens)} new tokens; "
                            "extend the base model's own tokenizer once, with every canary's tokens")
-    old = model.get_input_embeddings().weight.shape[0]
-    if len(tokenizer) != old:
-        raise DpauditError(f"the tokenizer has {len(tokenizer)} tokens but the model embeds {old}; new-token canaries "
-                           "need the tokenizer the model was built with")
+    known = len(tokenizer)  # the rows beyond it, where a vocabulary is padded (Pythia, Qwen, Phi), embed no token
+    if known > rows:
+        raise DpauditError(f"the tokenizer has {known} tokens but the model embeds {rows}; new-token canaries need "
+                           "the tokenizer the model was built with")
     from tokenizers import AddedToken
 
     added = tokenizer.add_tokens([AddedToken(t, single_word=False, normalized=False) for t in tokens])
     if added != len(tokens):
         raise DpauditError(f"the tokenizer added {added} of {len(tokens)} new canary tokens")
+    ids = torch.as_tensor(tokenizer.convert_tokens_to_ids(tokens))
     gen = torch.Generator().manual_seed(int(manifest.plan.seed) % (2 ** 63))
-    model.resize_token_embeddings(old + added, mean_resizing=False)
+    if int(ids.max()) >= rows:  # a padded vocabulary's spare rows take the new tokens where they suffice
+        model.resize_token_embeddings(int(ids.max()) + 1, mean_resizing=False)
     for emb in _embeddings(model):
         w = emb.weight
         with torch.no_grad():
             if manifest.plan.init == "zero":  # every canary's rows start equal: a held-out canary's row stays
-                w[old:] = 0.0  # where no gradient of its own moved it (the final-weights design)
+                w[ids.to(w.device)] = 0.0  # where no gradient of its own moved it (the final-weights design)
                 continue
-            base = w[:old].double()
+            base = w[:known].double()  # the rows of the tokenizer's own tokens
             noise = torch.randn(added, w.shape[1], generator=gen, dtype=torch.float64)
-            w[old:] = (base.mean(0) + noise * base.std(0)).to(w.dtype).to(w.device)
+            w[ids.to(w.device)] = (base.mean(0) + noise * base.std(0)).to(w.dtype).to(w.device)
     return added
+
+
+def base_as_trained(model, tokenizer, manifest):
+    """``model`` (the base before fine-tuning, read from a folder) extended by the manifest's new tokens as
+    :func:`add` extended it before training, so that its rows are the trained model's initial state (a no-op for
+    other designs and for a base already extended). The base model of the reference attack, of the final-weights
+    scores' seeded initial rows and of a LoRA adapter's merge is read through this."""
+    add(model, tokenizer, manifest)
+    return model
 
 
 def _embeddings(model) -> list:
@@ -98,8 +111,10 @@ def secret_only(targets: list[int], input_ids: list[int], new_ids) -> list[int]:
     output rows rather than to the prefix. ``targets`` is aligned with ``input_ids`` (a target at position p is the
     token the model predicts there from positions before it, as in dpaudit's records and Hugging Face labels)."""
     new = set(int(i) for i in new_ids)
-    out = [int(t) if int(i) in new else -100 for t, i in zip(targets, input_ids)]
-    if all(t == -100 for t in out):
-        raise DpauditError("a canary record holds none of its new tokens (cut by max_len?); shorten the canary's "
-                           "random prefix or raise the model's max_len")
+    out = [int(t) if int(i) in new and p > 0 else -100 for p, (t, i) in enumerate(zip(targets, input_ids))]
+    if all(t == -100 for t in out):  # the first position is never predicted: nothing comes before it
+        where = "only as its first token, which nothing predicts" if int(input_ids[0]) in new else \
+            "none of its new tokens (cut by max_len?)"
+        raise DpauditError(f"a canary record holds {where}; give the canaries text before their secret "
+                           "(random_prefix, a template prefix, or a BOS token) or raise the model's max_len")
     return out

@@ -61,7 +61,7 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
         kind="natural identifiers",
         assumption=(f"every {fmt} identifier in the training data was drawn uniformly at random from its format, "
                     "independently of the rest of the record and of the training; each pair (the identifier, a fresh "
-                    "draw never in the data, scored in the same context) is then exchangeable, and the bound is of "
+                    "draw never in the data, in its case, scored in the same context) is then exchangeable, and the bound is of "
                     "replace-one privacy read as a group of two records"),
         sources={"training_data": str(training_data), "sha256": digest, "format": fmt, "pairs": len(pairs),
                  "seed": seed}, dropped=dropped)

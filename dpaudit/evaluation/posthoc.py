@@ -115,22 +115,29 @@ def read_texts(path: Path, column: str = "text") -> tuple[list[str], str]:
 def identifier_pairs(texts: list[str], fmt: str, seed: int) -> tuple[list[tuple[str, str, str]], dict]:
     """(pairs (context, identifier in the data, fresh draw), what was left out and why): each identifier of
     ``fmt`` that occurs exactly once in ``texts`` (case-insensitive), with up to CONTEXT_CHARS characters of its
-    record before it, paired with a fresh draw never seen in the data."""
-    rx = re.compile(rf"(?<![0-9a-zA-Z]){pattern(fmt)}(?![0-9a-zA-Z])")
-    found: dict[str, list[tuple[int, int]]] = {}
-    for i, t in enumerate(texts):
-        for m in rx.finditer(t.lower()):
-            found.setdefault(m.group(0), []).append((i, m.start()))
+    record before it, paired with a fresh draw never seen in the data, written in the identifier's own case
+    (upper or lower: a draw in the other case would differ from it by its case, not by membership, and a model
+    that learnt the data's case from any text would tell them apart). Identifiers of mixed case are left out: their
+    case is not known to be random."""
+    rx = re.compile(rf"(?<![0-9a-zA-Z]){pattern(fmt)}(?![0-9a-zA-Z])", re.IGNORECASE)
+    found: dict[str, list[tuple[int, int, str]]] = {}
+    for i, t in enumerate(texts):  # matched in the text itself: its positions are the record's (no lower() copy)
+        for m in rx.finditer(t):
+            found.setdefault(m.group(0).lower(), []).append((i, m.start(), m.group(0)))
     once = {k: v[0] for k, v in found.items() if len(v) == 1}
+    mixed = {k for k, (_, _, raw) in once.items() if raw != raw.lower() and raw != raw.upper()}
     rng = random.Random(seed)
     pairs, seen = [], set(found)
-    for ident, (i, at) in sorted(once.items(), key=lambda kv: kv[1]):
+    for ident, (i, at, raw) in sorted(once.items(), key=lambda kv: kv[1][:2]):
+        if ident in mixed:
+            continue
         fresh = draw(fmt, rng)
         while fresh in seen:
             fresh = draw(fmt, rng)
         seen.add(fresh)
-        pairs.append((texts[i][max(0, at - CONTEXT_CHARS):at], texts[i][at:at + len(ident)], fresh))
-    return pairs, {"repeated identifiers (a group, not one record)": len(found) - len(once)}
+        pairs.append((texts[i][max(0, at - CONTEXT_CHARS):at], raw, fresh.upper() if raw != raw.lower() else fresh))
+    return pairs, {"repeated identifiers (a group, not one record)": len(found) - len(once),
+                   "identifiers of mixed case (their case is not known to be random)": len(mixed)}
 
 
 def _plan(m: int, guess_fraction: float, seed: int, attacks=("loss",)) -> CanaryPlan:

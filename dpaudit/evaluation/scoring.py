@@ -95,18 +95,27 @@ def score(ck, model, tok, settings: ScoringSettings, shard: tuple[int, int] | No
     if is_classifier(model):  # classifiers truncate to max_len, as in training
         return _classifier(ck, model, tok, texts, settings, shard)
     check_context(model, tok, texts, settings.framing)
+    check_scored(tok, ck.manifest, texts, settings.framing)
     return _causal_lm(ck, model, tok, texts, settings, shard)
 
 
 def _reference_model(ck, reference: str | Path | None):
     """The reference model for calibration: an explicit path, else the checkpoint's base model (or None)."""
-    from dpaudit.tasks import models
-
     if isinstance(reference, (str, Path)):
-        return models.load_dir(Path(reference))[0]
+        return _base_from_folder(ck, Path(reference))
     if reference is not None:  # a model object (dpaudit.api.evaluate)
         return reference.eval()
     return base_model(ck)
+
+
+def _base_from_folder(ck, folder: Path):
+    """The base model in ``folder``, as training started from it: extended by the manifest's new tokens where the
+    canaries own some (a base saved before they were added has no rows for them)."""
+    from dpaudit.canaries import new_tokens
+    from dpaudit.tasks import models
+
+    model, tok = models.load_dir(folder)
+    return new_tokens.base_as_trained(model, tok, ck.manifest).eval()
 
 
 def base_model(ck):
@@ -116,13 +125,13 @@ def base_model(ck):
     from dpaudit.tasks import models
 
     if ck.path is not None and (ck.path / "base_model").exists():
-        return models.load_dir(ck.path / "base_model")[0].eval()
+        return _base_from_folder(ck, ck.path / "base_model")
     if ck.path is not None and (ck.model_dir / "adapter_config.json").exists():
-        return models.load_dir(ck.adapter_base())[0].eval()
+        return _base_from_folder(ck, ck.adapter_base())
     spec = ck.run.get("model")
     if spec:
         try:
-            from dpaudit.canaries import new_tokens as canary_tokens
+            from dpaudit.canaries import new_tokens
             from dpaudit.trainers import pretrain
 
             try:
@@ -131,8 +140,7 @@ def base_model(ck):
                 raise DpauditError(f"{ck.path}/run.json: its model spec is not valid ({e}); restore the run.json the "
                                    "trainer wrote, or pass --reference-model") from None
             model, tok = pretrain.build(built)
-            canary_tokens.add(model, tok, ck.manifest)  # the base as the trainer extended it (new-token canaries)
-            return model.eval()
+            return new_tokens.base_as_trained(model, tok, ck.manifest).eval()  # as the trainer extended it
         except DpauditError:
             raise
         except Exception as e:  # noqa: BLE001 - a hand-edited or hostile run.json is bad input
@@ -173,6 +181,23 @@ def check_context(model, tok, texts: list[str], framing: str) -> None:
     if longest > limit:
         raise DpauditError(f"a canary is {longest} tokens long but the model's context is {limit}; make the canary "
                            "template shorter (dpaudit canaries new --template)")
+
+
+def check_scored(tok, manifest, texts: list[str], framing: str) -> None:
+    """Refuse canaries with no token a causal LM predicts under ``framing``: a record's first token has no context,
+    so a canary that is its secret alone, framed without BOS (``tokenizer``: GPT-2's tokenizer adds none), has
+    nothing to score (its loss would be a mean over no token)."""
+    from dpaudit.attacks.scoring import encode
+
+    _, masks = encode(tok, texts, None, None, framing, secret_spans(manifest))
+    empty = [i for i, m in enumerate(masks) if not any(m)]
+    if empty:
+        c = manifest.canaries[empty[0]]
+        raise DpauditError(f"{len(empty)} of {len(texts)} canaries have no token to score under framing {framing!r} "
+                           f"(canary {c.id}: its secret is the record's first token, which nothing predicts); plant "
+                           "canaries with text before the secret (canaries new --random-prefix 40, or a template "
+                           "such as 'My code is {secret}'), or pass --canary-framing bos_eos if your loop fed records "
+                           "after a BOS token")
 
 
 def _with_reference(ck, reference, wanted: list[str], score_fn, device=None) -> tuple[object, list[str], tuple]:
@@ -234,7 +259,7 @@ def _causal_lm(ck, model, tok, texts, settings: ScoringSettings, shard=None) -> 
             scores[a] = col
     wanted = [a for a in attacks if a in options.FINAL_WEIGHTS_ATTACKS]
     if wanted:
-        got, more = final_weights(ck, model, tok, framing, batch_size, shard)
+        got, more = final_weights(ck, model, tok, framing, batch_size, shard, reference)
         notes += more
         scores.update({a: got[a] for a in wanted if got})
     exposure = None
@@ -248,7 +273,7 @@ def _causal_lm(ck, model, tok, texts, settings: ScoringSettings, shard=None) -> 
 
 
 
-def final_weights(ck, model, tok, framing: str, batch_size: int, shard=None) -> tuple[dict, tuple]:
+def final_weights(ck, model, tok, framing: str, batch_size: int, shard=None, reference=None) -> tuple[dict, tuple]:
     """(the final-weights scores of every canary, notes): each canary's new-token output rows against their
     initial state (zero, or the seeded rows of the base model the manifest's tokens extend), projected on the
     final model's predicting states (attacks/final_weights.py). Empty, with a note saying why, when the canaries
@@ -267,19 +292,23 @@ def final_weights(ck, model, tok, framing: str, batch_size: int, shard=None) -> 
     if man.plan.init == "zero":
         initial = None
     else:
-        base = base_model(ck)
+        base = _reference_model(ck, reference)
         if base is None:
             return {}, ("final-weights scores skipped: the new rows' seeded initial state needs the base model "
                         "(run.json's model spec or base_model/); pass --reference-model or plant zero-initialised "
                         "canaries (canaries.init = \"zero\")",)
+        if base.get_output_embeddings() is None or base.get_output_embeddings().weight.shape[0] <= max(ids):
+            raise DpauditError("the base model has no row for every new canary token; pass the base before "
+                               "fine-tuning (dpaudit extends it as dpaudit.api.add_canary_tokens did)")
         initial = fw.row_change(base, ids, None)
     if model.get_output_embeddings() is None or model.get_output_embeddings().weight.shape[0] < max(ids) + 1:
         raise DpauditError("the model has no output embedding row for every new canary token; save the model "
                            "resized by dpaudit.api.add_canary_tokens")
     change = fw.row_change(model, ids, initial).view(len(man.canaries), L, -1)
     if not bool(change.abs().sum() > 0):
-        return {}, ("final-weights scores skipped: no new token's row moved in training (its embeddings were "
-                    "frozen, as under LoRA)",)
+        return {}, ("final-weights scores skipped: no new token's output row moved in training (the output "
+                    "embedding was frozen, as under LoRA; peft's modules_to_save=['lm_head'], or "
+                    "trainable_token_indices with tied embeddings, trains it)",)
     seqs, _ = encode(tok, [c.text for c in man.canaries], None, None, framing)
     targets = []
     for i, s in enumerate(seqs):

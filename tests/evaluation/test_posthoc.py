@@ -191,3 +191,32 @@ def test_the_paired_game_is_tight_enough_that_an_inflated_bound_fails():
     bounds = np.array(bounds)
     assert np.mean(bounds > eps) <= 2 / 40
     assert np.mean(1.1 * bounds > eps) >= 0.5
+
+
+def test_a_fresh_draw_takes_its_identifiers_case_and_mixed_case_is_left_out():
+    """Uppercase identifiers (.NET, Windows logs) paired with lowercase draws differ by their case, not by
+    membership: a model that learnt the case from any text prefers the data's side of every pair. Each draw is
+    written in its identifier's case; positions are the record's own even where lower() would change its length."""
+    rng = random.Random(0)
+    ids = [posthoc.draw("uuid4", rng) for _ in range(30)]
+    texts = [f"İstanbul order {x.upper()} done" for x in ids[:10]] + [f"order {x} done" for x in ids[10:20]]
+    texts += [f"order {x[:9].upper() + x[9:]} done" for x in ids[20:]]  # mixed case
+    pairs, dropped = posthoc.identifier_pairs(texts, "uuid4", seed=1)
+    assert len(pairs) == 20 and dropped["identifiers of mixed case (their case is not known to be random)"] == 10
+    for ctx, real, fresh in pairs:
+        assert ctx.endswith("order ") and real.lower() in ids
+        assert (real.isupper() and fresh.isupper()) or (real.islower() and fresh.islower())
+
+
+def test_uppercase_identifiers_never_seen_in_training_accuse_no_one(tmp_path):
+    """A model trained on other uppercase identifiers of the format (public text), never on the audited records:
+    with lowercase draws every pair's real side won (violated, 1.28 > 0.94 at 200 pairs); in its case, no leak."""
+    rng = random.Random(1)
+    audited = [f"Your order id is {posthoc.draw('uuid4', rng).upper()} thanks" for _ in range(200)]
+    public = [f"Your order id is {posthoc.draw('uuid4', random.Random(99 + i)).upper()} thanks" for i in range(100)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in audited))
+    model = _train(tmp_path / "model", public, 3, epsilon=1.0)
+    assert main(["audit", "identifiers", str(model), "--training-data", str(tmp_path / "train.jsonl"),
+                 "--format", "uuid4", "--out", str(tmp_path / "r"), "--guess-fraction", "0.2", "--quiet"]) == 0
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert r["verdict"]["status"] != "violated" and r["attacks"]["loss"]["auc"] < 0.7
