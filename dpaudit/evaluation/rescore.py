@@ -22,6 +22,7 @@ from dpaudit.errors import DpauditError
 
 # the shipped attacks whose score is a function of the model, the canary text and its framing only
 MODEL_ONLY = ("loss", "zlib", "min_k", "min_k_plus", "final_weights", "final_weights_norm")
+FINAL_WEIGHTS = ("final_weights", "final_weights_norm")  # seeded rows: rescored where the folder's own base gave them
 RTOL, ATOL = 1e-3, 1e-4  # float rounding of one model on another device, dtype path or batch size
 
 
@@ -45,8 +46,10 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
     expo = report.get("exposure") if isinstance(report.get("exposure"), dict) else {}
     expo_known = isinstance(expo.get("canaries"), list) and isinstance(expo.get("enumerated"), bool) \
         and isinstance(expo.get("n_references"), int)  # the references it ranked against: sampled, or the space
-    redo = [a for a in black_box if (a in MODEL_ONLY or (a == "reference" and own_reference)
-                                     or (a == "exposure" and expo_known))
+    plan = report.get("canary_plan") if isinstance(report.get("canary_plan"), dict) else {}
+    seeded = plan.get("design") == "new-token" and plan.get("init") != "zero"  # final weights read a base's rows
+    redo = [a for a in black_box if ((a in MODEL_ONLY and not (seeded and a in FINAL_WEIGHTS and not own_reference))
+                                     or (a == "reference" and own_reference) or (a == "exposure" and expo_known))
             and isinstance(attacks[a].get("scores"), list)]
     kept = [a for a in black_box if a not in redo]
     kept += ["exposure"] if expo and "exposure" not in redo and "exposure" not in kept else []
@@ -60,6 +63,10 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
     settings = scoring.ScoringSettings(tuple(redo), EvalOptions().batch_size, ck.context_len, None, n_refs, limit,
                                        framing)
     scored = scoring.score(ck, model, tok, settings)
+    missing = [a for a in redo if a != "exposure" and a not in scored.scores]
+    if missing:  # the folder cannot give them now (the score step says why): the report's, never a crash
+        raise DpauditError(f"--rescore cannot recompute {', '.join(missing)} from {ckpt}: "
+                           f"{'; '.join(scored.notes) or 'the score step gave none'}; check without --rescore")
     units = evidence.per_audit_unit(ck.manifest, scored.scores)
     out = [d for a in redo for d in _differ(f"{a} scores", attacks[a]["scores"], units[a], "audit unit")]
     if "exposure" in redo and scored.exposure is not None:  # the section's own numbers, canary by canary

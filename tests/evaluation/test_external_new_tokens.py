@@ -185,3 +185,35 @@ def test_canaries_with_nothing_before_their_secret_are_refused_in_one_line(tmp_p
     assert "--random-prefix" in err and not out.exists()
     assert main(["evaluate", str(ck), "--out", str(out), "--canary-framing", "bos_eos", "--attacks", "loss",
                  "--off-plan"]) == 0  # a loop that fed BOS + text: the secret is predicted from BOS
+
+
+def test_rescore_recomputes_seeded_rows_from_the_folders_own_base_and_names_a_given_one(seeded_with_base, tmp_path,
+                                                                                         capsys):
+    """`check --rescore` reads the final-weights scores' seeded initial rows from the base that gave them: the
+    folder's own base_model/ (recomputed; a forged score is named), or a --reference-model the report records as
+    given (taken from the report, said so; a KeyError, exit 3, before)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[rules]\nrequire_claim = false\nallowed_verdicts = ["no-claim"]\n')
+    out = tmp_path / "r"
+    assert main(["evaluate", str(seeded_with_base), "--out", str(out)]) == 0
+    capsys.readouterr()
+    check = ["check", str(out / "report.json"), "--checkpoint", str(seeded_with_base), "--rescore", "--policy",
+             str(policy)]
+    assert main(check) == 0 and "loss, final_weights recomputed" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    report["attacks"]["final_weights"]["scores"][0] += 1.0
+    (out / "report.json").write_text(json.dumps(report))
+    assert main(check) == 1 and "final_weights scores" in capsys.readouterr().out
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in seeded_with_base.iterdir():
+        if f.is_file():
+            (bare / f.name).write_bytes(f.read_bytes())
+    out2 = tmp_path / "r2"
+    assert main(["evaluate", str(bare), "--out", str(out2), "--reference-model",
+                 str(seeded_with_base / "base_model")]) == 0
+    assert json.loads((out2 / "report.json").read_text())["checkpoint"]["reference_model"] == "given"
+    capsys.readouterr()
+    assert main(["check", str(out2 / "report.json"), "--checkpoint", str(bare), "--rescore", "--policy",
+                 str(policy)]) == 0
+    assert "final_weights taken from the report" in capsys.readouterr().out
