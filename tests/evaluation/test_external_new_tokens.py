@@ -30,6 +30,15 @@ def _model(tok, pad: int = 0, tied: bool = False, seed: int = 0):
     return GPT2LMHeadModel(cfg)
 
 
+def _without_base(folder, to):
+    """A copy of the checkpoint ``folder`` without its base_model/ (the files at its root only)."""
+    to.mkdir()
+    for f in folder.iterdir():
+        if f.is_file():
+            (to / f.name).write_bytes(f.read_bytes())
+    return to
+
+
 def _tok():
     from dpaudit.tasks.models import public_bpe_tokenizer
 
@@ -139,11 +148,7 @@ def test_a_base_saved_before_the_tokens_serves_the_reference_attack_and_the_seed
 
 
 def test_the_reference_model_option_extends_a_base_that_predates_the_tokens(seeded_with_base, tmp_path, capsys):
-    bare = tmp_path / "ck"
-    bare.mkdir()
-    for f in seeded_with_base.iterdir():
-        if f.is_file():
-            (bare / f.name).write_bytes(f.read_bytes())
+    bare = _without_base(seeded_with_base, tmp_path / "ck")
     out = tmp_path / "r"
     assert main(["evaluate", str(bare), "--out", str(out), "--reference-model",
                  str(seeded_with_base / "base_model")]) == 0, capsys.readouterr().err
@@ -204,11 +209,7 @@ def test_rescore_recomputes_seeded_rows_from_the_folders_own_base_and_names_a_gi
     report["attacks"]["final_weights"]["scores"][0] += 1.0
     (out / "report.json").write_text(json.dumps(report))
     assert main(check) == 1 and "final_weights scores" in capsys.readouterr().out
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    for f in seeded_with_base.iterdir():
-        if f.is_file():
-            (bare / f.name).write_bytes(f.read_bytes())
+    bare = _without_base(seeded_with_base, tmp_path / "bare")
     out2 = tmp_path / "r2"
     assert main(["evaluate", str(bare), "--out", str(out2), "--reference-model",
                  str(seeded_with_base / "base_model")]) == 0
