@@ -123,6 +123,10 @@ def canaries_new(m, repetitions, seed, template, design, pool, base_model, token
     if design == "new-token":
         click.echo(f"new-token design: add the {len(man.new_tokens())} new tokens to your model and tokenizer before "
                    "training: dpaudit.api.add_canary_tokens(model, tokenizer, manifest), and save that tokenizer")
+    if not man.plan.canary_prefix(0):  # nothing before the secret: only a loop that feeds BOS first predicts it
+        click.echo("note: each canary's secret starts its record, so only a loop that feeds a BOS token first can "
+                   "train or score it (GPT-2's tokenizer adds none); --random-prefix 40 or a template prefix serves "
+                   "every loop")
     click.echo(f"{out}: {m} canaries, {len(man.inserted)} to insert x {repetitions} (seed {man.plan.seed}); "
                f"audit plan fixed: {k_pos} member + {k_neg} non-member guesses; evaluation: {attacks}, {rule}, "
                f"confidence {confidence:g}, {n_references} references")

@@ -218,3 +218,11 @@ def test_rescore_recomputes_seeded_rows_from_the_folders_own_base_and_names_a_gi
     assert main(["check", str(out2 / "report.json"), "--checkpoint", str(bare), "--rescore", "--policy",
                  str(policy)]) == 0
     assert "final_weights taken from the report" in capsys.readouterr().out
+
+
+def test_canaries_new_says_when_nothing_precedes_the_secret(tmp_path, capsys):
+    args = ["canaries", "new", "--m", "10", "--design", "new-token", "--length", "1", "--template", "{secret}"]
+    assert main([*args, "--out", str(tmp_path / "a.json")]) == 0
+    assert "secret starts its record" in capsys.readouterr().out
+    assert main([*args, "--random-prefix", "40", "--out", str(tmp_path / "b.json")]) == 0
+    assert "secret starts its record" not in capsys.readouterr().out
