@@ -155,6 +155,12 @@ class CanaryPlan:
         the final-weights scores read (dpaudit/evaluation/final_weights.py)."""
         return self.design == "new-token"
 
+    @property
+    def rows_from_base(self) -> bool:
+        """Whether the canaries' rows start from the seeded draw over a base model's rows (not zero): their initial
+        state, which the final-weights scores subtract, is read from a base model."""
+        return self.owns_rows and self.init != "zero"
+
     def canary_prefix(self, index: int) -> str:
         """Canary ``index``'s prefix: the template's, then (``random_prefix`` > 0) that many random letters and a
         space, drawn from the manifest's seed and the canary's index alone (regenerable, independent of its coin)."""

@@ -22,14 +22,13 @@ from dpaudit.errors import DpauditError
 
 # the shipped attacks whose score is a function of the model, the canary text and its framing only
 MODEL_ONLY = ("loss", "zlib", "min_k", "min_k_plus", "final_weights", "final_weights_norm")
-FINAL_WEIGHTS = ("final_weights", "final_weights_norm")  # seeded rows: rescored where the folder's own base gave them
 RTOL, ATOL = 1e-3, 1e-4  # float rounding of one model on another device, dtype path or batch size
 
 
 def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str]]:
     """(what differs, the attacks rescored, the attacks taken from the report) for the evaluation ``report`` of the
     checkpoint folder ``ckpt``. The folder is read as ``check --checkpoint`` reads it (its hash is compared there)."""
-    from dpaudit import checkpoint
+    from dpaudit import checkpoint, options
     from dpaudit.evaluation import evidence, scoring
     from dpaudit.evaluation.options import EvalOptions
 
@@ -46,16 +45,16 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
     expo = report.get("exposure") if isinstance(report.get("exposure"), dict) else {}
     expo_known = isinstance(expo.get("canaries"), list) and isinstance(expo.get("enumerated"), bool) \
         and isinstance(expo.get("n_references"), int)  # the references it ranked against: sampled, or the space
-    plan = report.get("canary_plan") if isinstance(report.get("canary_plan"), dict) else {}
-    seeded = plan.get("design") == "new-token" and plan.get("init") != "zero"  # final weights read a base's rows
-    redo = [a for a in black_box if ((a in MODEL_ONLY and not (seeded and a in FINAL_WEIGHTS and not own_reference))
-                                     or (a == "reference" and own_reference) or (a == "exposure" and expo_known))
+    ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"))
+    base_rows = ck.manifest.plan.rows_from_base  # final weights subtract rows read from a base: rescored if its own
+    redo = [a for a in black_box
+            if ((a in MODEL_ONLY and not (base_rows and a in options.FINAL_WEIGHTS_ATTACKS and not own_reference))
+                or (a == "reference" and own_reference) or (a == "exposure" and expo_known))
             and isinstance(attacks[a].get("scores"), list)]
     kept = [a for a in black_box if a not in redo]
     kept += ["exposure"] if expo and "exposure" not in redo and "exposure" not in kept else []
     if not redo:
         return [], [], kept
-    ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"))
     framing = (report.get("canary_plan") or {}).get("framing") or scoring.framing_of(ck)
     model, tok = ck.load_model()
     n_refs, limit = (expo["n_references"], int(expo.get("space_size") or 0) if expo["enumerated"] else 0) \

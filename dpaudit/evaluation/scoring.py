@@ -94,8 +94,7 @@ def score(ck, model, tok, settings: ScoringSettings, shard: tuple[int, int] | No
     check_new_tokens(tok, ck.manifest)  # a new-token manifest scored with the base tokenizer scores other tokens
     if is_classifier(model):  # classifiers truncate to max_len, as in training
         return _classifier(ck, model, tok, texts, settings, shard)
-    check_context(model, tok, texts, settings.framing)
-    check_scored(tok, ck.manifest, texts, settings.framing)
+    check_context(model, tok, ck.manifest, texts, settings.framing)
     return _causal_lm(ck, model, tok, texts, settings, shard)
 
 
@@ -168,28 +167,22 @@ def secret_spans(manifest) -> list[tuple[int, int]] | None:
     return spans
 
 
-def check_context(model, tok, texts: list[str], framing: str) -> None:
-    """Refuse canaries longer than the model's context (they would be cut, or crash the position embeddings)."""
+def check_context(model, tok, manifest, texts: list[str], framing: str) -> None:
+    """Refuse canaries longer than the model's context (they would be cut, or crash the position embeddings), and
+    canaries with no token a causal LM predicts under ``framing``: a record's first token has no context, so a
+    canary that is its secret alone, framed without BOS (``tokenizer``: GPT-2's tokenizer adds none), has nothing
+    to score (its loss would be a mean over no token). One tokenizer pass for both."""
     from dpaudit.attacks.scoring import encode
 
+    if not texts:
+        return
+    seqs, masks = encode(tok, texts, None, None, framing, secret_spans(manifest))
     limit = next((getattr(model.config, k) for k in ("n_positions", "max_position_embeddings")
                   if isinstance(getattr(model.config, k, None), int)), None)
-    if limit is None or not texts:
-        return
-    seqs, _ = encode(tok, texts, None, None, framing)
     longest = max(len(s) for s in seqs)
-    if longest > limit:
+    if limit is not None and longest > limit:
         raise DpauditError(f"a canary is {longest} tokens long but the model's context is {limit}; make the canary "
                            "template shorter (dpaudit canaries new --template)")
-
-
-def check_scored(tok, manifest, texts: list[str], framing: str) -> None:
-    """Refuse canaries with no token a causal LM predicts under ``framing``: a record's first token has no context,
-    so a canary that is its secret alone, framed without BOS (``tokenizer``: GPT-2's tokenizer adds none), has
-    nothing to score (its loss would be a mean over no token)."""
-    from dpaudit.attacks.scoring import encode
-
-    _, masks = encode(tok, texts, None, None, framing, secret_spans(manifest))
     empty = [i for i, m in enumerate(masks) if not any(m)]
     if empty:
         c = manifest.canaries[empty[0]]
@@ -289,7 +282,7 @@ def final_weights(ck, model, tok, framing: str, batch_size: int, shard=None, ref
     check_new_tokens(tok, man)
     ids = new_tokens.token_ids(tok, man)
     L = man.plan.length
-    if man.plan.init == "zero":
+    if not man.plan.rows_from_base:
         initial = None
     else:
         base = _reference_model(ck, reference)

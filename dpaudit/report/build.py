@@ -115,8 +115,7 @@ def evaluation(loaded, scored, ev, verdict: dict, command: str | None) -> dict:
     base = ck.outside_base() if ck.path is not None else None
     if base is not None:  # an adapter's base outside the folder: recorded, and in the hash
         top["checkpoint"]["base_model"] = str(base)
-    seeded_rows = man.plan.owns_rows and man.plan.init != "zero" and \
-        any(a in options.FINAL_WEIGHTS_ATTACKS for a in opts.attacks)  # their initial rows read from a base model
+    seeded_rows = man.plan.rows_from_base and any(a in options.FINAL_WEIGHTS_ATTACKS for a in opts.attacks)
     if "reference" in opts.attacks or seeded_rows:  # which model calibrated the reference attack or gave the seeded
         top["checkpoint"]["reference_model"] = "base" if opts.reference is None else "given"  # rows: "base" rescores
     sections = evidence_sections(ev, opts.confidence, man, notes)
