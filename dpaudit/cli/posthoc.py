@@ -14,7 +14,8 @@ from dpaudit.errors import DpauditError
 COMMON = [
     click.argument("checkpoint", type=click.Path(path_type=Path)),
     click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder for REPORT.md and report.json."),
-    click.option("--text-column", default="text", show_default=True, help="The text field of JSONL records."),
+    click.option("--text-column", default="text", show_default=True,
+                 help="The text field of the records (a JSONL field, a CSV/TSV column, a save_to_disk column)."),
     click.option("--guess-fraction", default=0.1, show_default=True, type=click.FloatRange(0.0, 1.0, min_open=True),
                  help="Member + non-member guesses as a fraction of the audit units, fixed before any score."),
     click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 1.0, max_open=True),
@@ -36,7 +37,8 @@ def common(f):
 @click.command("identifiers")
 @common
 @click.option("--training-data", required=True, type=click.Path(path_type=Path),
-              help="The data the model was trained on: JSONL (one object per line) or plain text (one record per line).")
+              help="The data the model was trained on: a .jsonl/.csv/.tsv file, a datasets.save_to_disk folder (its "
+                   "train split), or plain text (one record per line).")
 @click.option("--format", "fmt", required=True,
               help="The identifiers' format, random by construction: uuid4, hexN (e.g. hex32) or digitsN (e.g. digits16).")
 def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, batch_size, device_name, quiet,
@@ -71,7 +73,8 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
 @click.command("split")
 @common
 @click.option("--members", required=True, type=click.Path(path_type=Path),
-              help="Records that were in the training data (JSONL or one per line).")
+              help="Records that were in the training data (as --training-data: JSONL/CSV/TSV, save_to_disk, or "
+                   "one per line).")
 @click.option("--non-members", required=True, type=click.Path(path_type=Path),
               help="Records that were held out of it by the same coin.")
 @click.option("--fair-coin", is_flag=True,

@@ -85,31 +85,57 @@ def draw(fmt: str, rng: random.Random) -> str:
     return "".join(rng.choice(alphabet) for _ in range(int(n)))
 
 
+DATA_HINT = ("pass the training data as a .jsonl/.csv/.tsv file with a text column (--text-column), a "
+             "datasets.save_to_disk folder, or plain text (one record per line)")
+
+
 def read_texts(path: Path, column: str = "text") -> tuple[list[str], str]:
-    """(the records of a JSONL file, field ``column``, or of a text file, one per line; the file's sha256)."""
+    """(the records' texts, the sha256 of what was read): field ``column`` of each row of a .jsonl/.csv/.tsv file
+    (dpaudit.tasks.files.read_rows, the reader of every task's data) or of a ``datasets.save_to_disk`` folder (its
+    train split; the digest is of its texts), else each line of a text file."""
+    from dpaudit.tasks.files import read_rows
+
     path = Path(path)
+    if path.is_dir() and any((path / f).exists() for f in ("dataset_dict.json", "dataset_info.json")):
+        return _texts_of_dataset(path, column)
     if not path.is_file():
-        raise DpauditError(f"{path} is not a file; pass the training data as JSONL (one object with a {column!r} "
-                           "field per line) or as plain text (one record per line)")
-    raw = path.read_bytes()
-    digest = hashlib.sha256(raw).hexdigest()
+        raise DpauditError(f"{path} is not a file; {DATA_HINT}")
+    if path.suffix == ".json":
+        raise DpauditError(f"{path}: records one JSON object per line go in a .jsonl file; rename it")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if path.suffix in (".jsonl", ".csv", ".tsv"):
+        rows = read_rows(path, "training data", DATA_HINT)
+        return [_text_of(row, column, f"{path}: row {i}") for i, row in enumerate(rows, 1)], digest
     try:
-        text = raw.decode("utf-8-sig")
+        text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError:
         raise DpauditError(f"{path} is not UTF-8 text; save it as UTF-8") from None
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if path.suffix in (".jsonl", ".json"):
-        out = []
-        for i, ln in enumerate(lines, 1):
-            try:
-                obj = json.loads(ln)
-            except ValueError:
-                raise DpauditError(f"{path}:{i} is not a JSON object; one object per line") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get(column), str):
-                raise DpauditError(f"{path}:{i} has no string field {column!r}; pass --text-column naming it")
-            out.append(obj[column])
-        return out, digest
-    return lines, digest
+    return [ln for ln in text.splitlines() if ln.strip()], digest
+
+
+def _text_of(row: dict, column: str, where: str) -> str:
+    if not isinstance(row.get(column), str):
+        raise DpauditError(f"{where} has no text field {column!r} (its fields: "
+                           f"{', '.join(repr(str(k)[:30]) for k in list(row)[:6])}); pass --text-column naming it")
+    return row[column]
+
+
+def _texts_of_dataset(path: Path, column: str) -> tuple[list[str], str]:
+    import datasets
+
+    ds = datasets.load_from_disk(str(path))
+    if isinstance(ds, datasets.DatasetDict):
+        if "train" not in ds and len(ds) != 1:
+            raise DpauditError(f"{path}: no 'train' split among {', '.join(ds)}; the audit reads the training data")
+        ds = ds["train"] if "train" in ds else next(iter(ds.values()))
+    if column not in ds.column_names:
+        raise DpauditError(f"{path} has no column {column!r} (its columns: {', '.join(ds.column_names[:6])}); pass "
+                           "--text-column naming it")
+    texts = list(ds[column])  # a datasets Column, read out
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise DpauditError(f"{path}: row {bad + 1} of {column!r} is not text; pass --text-column naming a text column")
+    return texts, hashlib.sha256(json.dumps(texts).encode()).hexdigest()
 
 
 def identifier_pairs(texts: list[str], fmt: str, seed: int) -> tuple[list[tuple[str, str, str]], dict]:

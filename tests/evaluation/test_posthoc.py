@@ -220,3 +220,36 @@ def test_uppercase_identifiers_never_seen_in_training_accuse_no_one(tmp_path):
                  "--format", "uuid4", "--out", str(tmp_path / "r"), "--guess-fraction", "0.2", "--quiet"]) == 0
     r = json.loads((tmp_path / "r" / "report.json").read_text())
     assert r["verdict"]["status"] != "violated" and r["attacks"]["loss"]["auc"] < 0.7
+
+
+def test_training_data_is_read_as_every_task_source_is(tmp_path, capsys):
+    """CSV/TSV columns (quoted commas and line breaks inside a field), a save_to_disk folder, JSONL through the one
+    reader of task data (a line nested past recursion is one line, exit 2); a missing column names --text-column."""
+    import csv
+
+    import datasets
+
+    rng = random.Random(5)
+    texts = [f'Ticket "{i}", id {posthoc.draw("uuid4", rng)}\nsee you' for i in range(30)]
+    with open(tmp_path / "d.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["user", "body"])
+        w.writerows([["u", t] for t in texts])
+    got, digest = posthoc.read_texts(tmp_path / "d.csv", "body")
+    assert got == texts and len(digest) == 64
+    pairs, _ = posthoc.identifier_pairs(got, "uuid4", seed=0)
+    assert len(pairs) == 30 and all(ctx.startswith("Ticket") for ctx, _, _ in pairs)
+    datasets.Dataset.from_dict({"body": texts}).save_to_disk(str(tmp_path / "ds"))
+    assert posthoc.read_texts(tmp_path / "ds", "body")[0] == texts
+    from dpaudit.errors import DpauditError
+
+    with pytest.raises(DpauditError, match="--text-column"):
+        posthoc.read_texts(tmp_path / "d.csv", "text")
+    with pytest.raises(DpauditError, match="--text-column"):
+        posthoc.read_texts(tmp_path / "ds", "text")
+    (tmp_path / "deep.jsonl").write_text("[" * 100000 + "\n")
+    with pytest.raises(DpauditError, match="line 1 is not valid JSON"):
+        posthoc.read_texts(tmp_path / "deep.jsonl")
+    (tmp_path / "d.json").write_text('{"text": "x"}\n')
+    with pytest.raises(DpauditError, match="rename it"):
+        posthoc.read_texts(tmp_path / "d.json")
