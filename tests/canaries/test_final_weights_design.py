@@ -116,3 +116,18 @@ def test_evaluating_new_token_canaries_with_the_base_tokenizer_is_refused():
     card = PrivacyCard(claim=Claim(epsilon=None, delta=0.0, accountant="none"), method="non_private")
     with pytest.raises(DpauditError, match="tokenizer lacks their tokens"):
         api.evaluate(model, tok, card, man, attacks=["loss"], off_plan=True)
+
+
+def test_the_trainers_lm_collator_drops_canary_labels_and_the_seq2seq_one_keeps_them():
+    """docs/pitfalls.md, 7: what transformers' collators do with the labels of ``canary_labels``."""
+    from transformers import DataCollatorForLanguageModeling, DataCollatorForSeq2Seq
+
+    model, tok = _tiny()
+    man = generate(PLAN)
+    new_tokens.add(model, tok, man)
+    tok.pad_token = tok.eos_token
+    ids = tok(man.canaries[0].text).input_ids
+    labels = api.canary_labels(ids, tok, man)
+    row = {"input_ids": ids, "labels": labels}
+    assert DataCollatorForLanguageModeling(tok, mlm=False)([row])["labels"][0].tolist() == ids
+    assert DataCollatorForSeq2Seq(tok)([row])["labels"][0].tolist() == labels
