@@ -111,7 +111,7 @@ def _from_hub(source: str, fields, columns, what: str) -> Rows:
     return _from_datasets(ds, fields, columns, source, "hub")
 
 
-def _names(have: list) -> str:
+def column_names(have: list) -> str:
     """The data's column names for an error line: at most 6, each cut at 30 characters (a file without a header
     row has a training text where its names should be; the line must not print the data)."""
     if not have:
@@ -127,13 +127,13 @@ def _resolve(fields, columns, have: list[str], where: str) -> dict[str, str]:
             col = columns[field]
             if col not in have:
                 raise DpauditError(f"{where} has no column {col!r} (task.columns.{field}); its columns are "
-                                   f"{_names(have)}")
+                                   f"{column_names(have)}")
         else:
             col = next((n for n in names if n in have), None)
             if col is None:
                 looked = " or ".join(repr(n) for n in names)
                 raise DpauditError(f"{where} has no {field} column (looked for {looked}; its columns are "
-                                   f"{_names(have)}); name it with [task.columns] "
+                                   f"{column_names(have)}); name it with [task.columns] "
                                    f"{field} = \"...\"")
         out[field] = col
     return out

@@ -114,14 +114,18 @@ def read_texts(path: Path, column: str = "text") -> tuple[list[str], str]:
 
 
 def _text_of(row: dict, column: str, where: str) -> str:
+    from dpaudit.tasks.data_source import column_names
+
     if not isinstance(row.get(column), str):
-        raise DpauditError(f"{where} has no text field {column!r} (its fields: "
-                           f"{', '.join(repr(str(k)[:30]) for k in list(row)[:6])}); pass --text-column naming it")
+        raise DpauditError(f"{where} has no text field {column!r} (its fields: {column_names(list(row))}); pass "
+                           "--text-column naming it")
     return row[column]
 
 
 def _texts_of_dataset(path: Path, column: str) -> tuple[list[str], str]:
     import datasets
+
+    from dpaudit.tasks.data_source import column_names
 
     ds = datasets.load_from_disk(str(path))
     if isinstance(ds, datasets.DatasetDict):
@@ -129,7 +133,7 @@ def _texts_of_dataset(path: Path, column: str) -> tuple[list[str], str]:
             raise DpauditError(f"{path}: no 'train' split among {', '.join(ds)}; the audit reads the training data")
         ds = ds["train"] if "train" in ds else next(iter(ds.values()))
     if column not in ds.column_names:
-        raise DpauditError(f"{path} has no column {column!r} (its columns: {', '.join(ds.column_names[:6])}); pass "
+        raise DpauditError(f"{path} has no column {column!r} (its columns: {column_names(ds.column_names)}); pass "
                            "--text-column naming it")
     texts = list(ds[column])  # a datasets Column, read out
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)

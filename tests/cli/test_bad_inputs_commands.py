@@ -154,9 +154,9 @@ def test_a_data_file_is_read_or_refused_in_one_line_without_its_text(name, file,
 def test_column_names_in_an_error_are_cut_short():
     """A file without a header row has a training text where its column names should be: at most 6 names of 30
     characters each reach the error line."""
-    from dpaudit.tasks.data_source import _names
+    from dpaudit.tasks.data_source import column_names
 
-    text = _names(["a private training sentence that goes on and on"] + [f"c{i}" for i in range(10)])
+    text = column_names(["a private training sentence that goes on and on"] + [f"c{i}" for i in range(10)])
     assert "goes on and on" not in text and text.endswith("and 5 more") and len(text) < 120
 
 
