@@ -22,8 +22,11 @@ DEFAULTS = {"attacks": list(options.OUTPUT_ATTACKS), "rule": "bonferroni", "conf
 def default_attacks(canary_plan=None) -> list[str]:
     """The attacks a plan takes when none are named: every outputs-only attack, plus the final-weights score when
     the canaries own zero-initialised rows (the final-weights design, docs/canary_designs.md), chosen from the
-    canary plan alone, before any score exists."""
+    canary plan alone, before any score exists. Exposure ranks a secret among the design's randomness space, so
+    it joins only a design that has one (new-token canaries do not: each secret is its own tokens)."""
     out = list(options.OUTPUT_ATTACKS)
+    if canary_plan is not None and canary_plan.space_size is None:
+        out.remove("exposure")
     if canary_plan is not None and canary_plan.owns_rows and canary_plan.init == "zero":
         out.append("final_weights")
     return out

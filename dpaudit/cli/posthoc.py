@@ -58,7 +58,7 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
         raise DpauditError(f"{training_data} holds {len(pairs)} {fmt} identifiers that occur once (at least "
                            f"{posthoc.MIN_UNITS} are needed for a bound); check --format, or audit with `dpaudit audit split`")
     man, coins = posthoc.identifiers_manifest(pairs, seed, guess_fraction)
-    scores = posthoc.pair_scores(model, tok, pairs, coins, batch_size, "tokenizer")
+    scores = posthoc.pair_scores(model, tok, pairs, coins, batch_size, "tokenizer", posthoc.token_limit(ck))
     info = posthoc.Posthoc(
         kind="natural identifiers",
         assumption=(f"every {fmt} identifier in the training data was drawn uniformly at random from its format, "
@@ -103,16 +103,24 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
     if set(ins) & set(outs):
         raise DpauditError("a record is both a member and a non-member; each record is in or out")
     out, ck, model, tok = _prepare(checkpoint, out, device_name, quiet)
+    limit = posthoc.token_limit(ck)
+    ins, cut_in, short_in = posthoc.fit_records(tok, ins, limit)
+    outs, cut_out, short_out = posthoc.fit_records(tok, outs, limit)
+    if len(ins) + len(outs) < posthoc.MIN_UNITS or not ins or not outs:
+        raise DpauditError(f"{len(ins)} members and {len(outs)} non-members have a token to score (a record of one "
+                           f"token has none): the audit needs both, at least {posthoc.MIN_UNITS} records in all")
     man = posthoc.split_manifest(ins, outs, seed, guess_fraction)
     loaded = ck.__class__(ck.path, ck.card, man, ck.run, base_model=ck.base_model)
-    got = scoring.score(loaded, model, tok, scoring.ScoringSettings(("loss",), batch_size, ck.context_len,
+    got = scoring.score(loaded, model, tok, scoring.ScoringSettings(("loss",), batch_size, limit,
                                                                     framing="tokenizer"))
     info = posthoc.Posthoc(
         kind="stated random split",
         assumption=("each record was put in the training data or held out by an independent fair coin before "
                     "training (stated by the user, not verified: a split by date, source or length gives no valid bound)"),
         sources={"members": str(members), "members_sha256": d_in, "non_members": str(non_members),
-                 "non_members_sha256": d_out, "fair_coin_p": p}, dropped={})
+                 "non_members_sha256": d_out, "fair_coin_p": p, "max_tokens": limit},
+        dropped={"records of one token (nothing to score)": short_in + short_out,
+                 f"records cut to their first {limit} tokens (scored, not left out)": cut_in + cut_out})
     _finish(checkpoint, man, got.scores["loss"], info, confidence, out)
 
 
@@ -126,6 +134,7 @@ def _prepare(checkpoint, out, device_name, quiet):
     out = check_out(out, [checkpoint])
     ck = posthoc.load_without_manifest(checkpoint)
     model, tok = ck.load_model()
+    posthoc.check_language_model(model, checkpoint)
     return out, ck, model.to(target), tok
 
 

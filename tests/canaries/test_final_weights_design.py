@@ -58,6 +58,12 @@ def test_the_default_plan_adds_the_final_weights_score_only_where_canaries_own_z
     assert man.plan.evaluation["attacks"][-1] == "final_weights"
 
 
+def test_the_default_plan_names_exposure_only_where_the_design_has_a_space_to_rank_in():
+    assert "exposure" not in default_attacks(PLAN)  # new tokens: each secret is its own tokens
+    assert "exposure" in default_attacks(CanaryPlan(m=20))
+    assert "exposure" in default_attacks(None)
+
+
 def _tiny():
     from transformers import GPT2Config, GPT2LMHeadModel
 

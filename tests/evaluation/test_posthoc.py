@@ -253,3 +253,58 @@ def test_training_data_is_read_as_every_task_source_is(tmp_path, capsys):
     (tmp_path / "d.json").write_text('{"text": "x"}\n')
     with pytest.raises(DpauditError, match="rename it"):
         posthoc.read_texts(tmp_path / "d.json")
+
+
+def test_records_and_contexts_longer_than_the_model_are_fitted_to_it_not_refused_or_crashed(memorised, tmp_path):
+    """A 64-position model: an identifier after 60 words of context (IndexError, exit 3, before), a split record of
+    400 tokens (refused with advice for planted canaries) and a one-token record (nothing to score). The context is
+    cut from the left for both sides of a pair; a long record is cut to its first 64 tokens; a one-token record is
+    left out. All three rules read the text alone, never the coin; the report counts them."""
+    from dpaudit.tasks.models import public_bpe_tokenizer
+
+    model, _, texts = memorised
+    rng = random.Random(4)
+    long = [" ".join(rng.choice(("the", "customer", "asked", "again")) for _ in range(60)) + f" {t}" for t in texts]
+    (tmp_path / "long.txt").write_text("\n".join(long))
+    assert main(["audit", "identifiers", str(model), "--training-data", str(tmp_path / "long.txt"), "--format",
+                 "uuid4", "--out", str(tmp_path / "ri"), "--guess-fraction", "0.5", "--quiet"]) == 0
+    r = json.loads((tmp_path / "ri" / "report.json").read_text())
+    assert r["posthoc"]["sources"]["pairs"] == 60 and r["attacks"]["loss"]["auc"] > 0.6  # still scored on the identifier
+    tok = public_bpe_tokenizer(512)
+    single = next(w for w in ("a", "e", "x", ".") if len(tok(w).input_ids) == 1)
+    ins = [single] + [" ".join(["word"] * 200)] + texts[:28]
+    (tmp_path / "in.txt").write_text("\n".join(ins))
+    (tmp_path / "out.txt").write_text("\n".join(_records(30, 9)))
+    assert main(["audit", "split", str(model), "--members", str(tmp_path / "in.txt"), "--non-members",
+                 str(tmp_path / "out.txt"), "--fair-coin", "--out", str(tmp_path / "rs"), "--quiet"]) == 0
+    r = json.loads((tmp_path / "rs" / "report.json").read_text())
+    assert r["canary_plan"]["m"] == 59 and r["posthoc"]["sources"]["max_tokens"] == 64
+    assert list(r["posthoc"]["dropped"].values()) == [1, 1]
+    kept, cut, short = posthoc.fit_records(tok, ins, 64)
+    assert (cut, short) == (1, 1) and len(tok(kept[0]).input_ids) <= 64 and kept[0].startswith("word word")
+
+
+def test_a_classifier_is_refused_by_both_post_hoc_audits_in_one_line(memorised, tmp_path, capsys):
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    from dpaudit.claim.card import Claim, PrivacyCard
+    from dpaudit.tasks.models import public_bpe_tokenizer
+
+    _, data, texts = memorised
+    tok = public_bpe_tokenizer(512)
+    folder = tmp_path / "cls"
+    GPT2ForSequenceClassification(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                                             pad_token_id=tok.eos_token_id)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    PrivacyCard(claim=Claim(epsilon=None, delta=0.0, accountant="none"), method="non_private").save(
+        folder / "privacy_card.json")
+    (tmp_path / "in.txt").write_text("\n".join(texts[:30]))
+    (tmp_path / "out.txt").write_text("\n".join(_records(30, 9)))
+    capsys.readouterr()
+    for args in (["identifiers", "--training-data", str(data), "--format", "uuid4"],
+                 ["split", "--members", str(tmp_path / "in.txt"), "--non-members", str(tmp_path / "out.txt"),
+                  "--fair-coin"]):
+        assert main(["audit", args[0], str(folder), *args[1:], "--out", str(tmp_path / "r"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "sequence classifier" in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "r").exists()
