@@ -240,7 +240,8 @@ def load(path: Path, base_model: Path | str | None = None, manifest: Manifest | 
                            "or one with model/, privacy_card.json and canaries.json")
     if not ((path / "model").is_dir() or (path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
         raise DpauditError(f"checkpoint {path} has no model/ folder and no model files (config.json or "
-                           "adapter_config.json) at its root; " + (_nearby(path) or "save the model with save_pretrained"))
+                           "adapter_config.json) at its root; " + (_nearby(path) or _model_below(path)
+                                                                   or "save the model with save_pretrained"))
     check_contained(path, "checkpoint")  # no symlink out of it, no FIFO: the report describes what it ships
     near = None if (path / "privacy_card.json").is_file() else _nearby(path)
     if near:
@@ -259,6 +260,17 @@ def load(path: Path, base_model: Path | str | None = None, manifest: Manifest | 
     if base_model is not None and not (ck.model_dir / "adapter_config.json").is_file():
         raise DpauditError(f"--base-model is for a LoRA adapter's base, and {path} holds a whole model; leave it out")
     return ck
+
+
+def _model_below(path: Path) -> str | None:
+    """A model saved one folder below ``path`` under another name than model/ (a loop's ``final/``, a Trainer's
+    ``checkpoint-500/``), named as the fix; None when there is none."""
+    found = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.is_symlink()
+                   and ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()))[:3]
+    if not found:
+        return None
+    return (f"a model lies in {found[0]}/" + (f" (and {', '.join(found[1:])})" if found[1:] else "") +
+            ": name the one the card describes model/, or move privacy_card.json and canaries.json beside its weights")
 
 
 def _nearby(path: Path) -> str | None:

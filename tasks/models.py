@@ -246,6 +246,11 @@ def load_tokenizer(path: Path):
             tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - a damaged tokenizer folder is bad input
         raise DpauditError(f"cannot load the tokenizer at {path}: {first_line(e)}") from None
+    if not tok("a text to tokenize", add_special_tokens=False).input_ids:  # transformers 5 builds an empty
+        # tokenizer from config.json alone where no tokenizer file is saved: every text would be no tokens
+        raise DpauditError(f"{path} holds no usable tokenizer (it tokenizes text to nothing: no tokenizer.json or "
+                           "vocabulary files beside config.json); save the tokenizer the model was trained with "
+                           "beside it (tokenizer.save_pretrained)")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -277,6 +282,7 @@ def load_dir(path: Path):
     except Exception as e:  # noqa: BLE001 - any failure to read a hostile or damaged folder is bad input
         raise DpauditError(f"cannot load the model at {path}: {first_line(e)}; check that the folder was written "
                            "by save_pretrained and is complete") from None
+    _refuse_wrapped(path, info)
     for what, keys in (("has no weights for", info.get("missing_keys")), ("has weights the model does not have:",
                                                                            info.get("unexpected_keys")),
                        ("has weights of the wrong shape for", info.get("mismatched_keys"))):
@@ -287,6 +293,24 @@ def load_dir(path: Path):
                                "with save_pretrained")
     check_model(model, tok, path)
     return model.eval(), tok
+
+
+# prefixes a training wrapper puts before every weight name when its own state_dict is saved instead of the model's
+WRAPPER_PREFIXES = {"_module.": "an Opacus GradSampleModule (save model._module)",
+                    "_orig_mod.": "torch.compile (save model._orig_mod)",
+                    "module.": "DistributedDataParallel or DataParallel (save model.module)"}
+
+
+def _refuse_wrapped(path: Path, info: dict) -> None:
+    """Name the wrapper whose state_dict was saved in place of the model's: every unexpected weight carries its
+    prefix and, stripped of it, is a weight the model misses."""
+    unexpected = [str(k) for k in info.get("unexpected_keys") or []]
+    missing = {str(k) for k in info.get("missing_keys") or []}
+    for prefix, who in WRAPPER_PREFIXES.items():
+        if unexpected and all(k.startswith(prefix) for k in unexpected) and \
+                {k[len(prefix):] for k in unexpected} & missing:
+            raise DpauditError(f"{path}: every weight name starts with {prefix!r}, the state_dict of {who}; save the "
+                               "inner model with save_pretrained (the names then match its architecture)")
 
 
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")

@@ -270,7 +270,29 @@ def _record_named(name):
     return damage
 
 
+def _prefixed(prefix):
+    """The weights saved from a training wrapper's state_dict: every name behind ``prefix``."""
+    def edit(t):
+        for k in list(t):
+            t[prefix + k] = t.pop(k)
+    return _tensors(edit)
+
+
+def _no_tokenizer_files(ck):
+    """The model saved without its tokenizer: transformers 5 builds an empty one from config.json alone."""
+    for f in (ck / "model").iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges")):
+            f.unlink()
+
+
 EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate options, needle)
+    # external shapes (a hostile round, 2026-12-01): an empty tokenizer scored every canary as no tokens and blamed
+    # the canaries' template; a wrapper's state_dict was "no weights for lm_head.weight"
+    ("model saved without its tokenizer", _no_tokenizer_files, [], "no usable tokenizer"),
+    ("weights of an Opacus GradSampleModule", _prefixed("_module."), [], "GradSampleModule"),
+    ("weights of a torch.compile module", _prefixed("_orig_mod."), [], "torch.compile"),
+    ("weights of a DistributedDataParallel module", _prefixed("module."), [], "DistributedDataParallel"),
+    ("model saved as final/, not model/", lambda ck: (ck / "model").rename(ck / "final"), [], "a model lies in final/"),
     ("a record's sign 1e308", _record_with(signs=[1e308] + [1, -1] * 9 + [1]), [], "'signs' (+1/-1)"),
     ("a record's online llr holding a string", _record_with(online={"llr": ["x"] * 20}), [], "online.llr"),
     ("a record whose file name carries markup", _record_named("gradient_canaries_**Verdict**<b>.json"), [],
