@@ -327,11 +327,11 @@ class ScoreAuditor:
 
 
 class _RightCounts:
-    """Right guesses of the k_pos highest and k_neg lowest scores, for any counts, from one stable sort: the same
-    guesses as :func:`dpaudit.audit.one_run.guess_from_scores` (ties broken by index)."""
+    """Right guesses of the k_pos highest and k_neg lowest scores, for any counts, from one sort: the same
+    guesses as :func:`dpaudit.audit.one_run.guess_from_scores` (ties by :func:`dpaudit.audit.one_run.rank_order`)."""
 
     def __init__(self, scores: np.ndarray, signs: np.ndarray):
-        s_sorted = signs[np.argsort(scores, kind="stable")]
+        s_sorted = signs[one_run.rank_order(scores)]
         self.top = np.cumsum(s_sorted[::-1] > 0)  # inserted among the k highest
         self.bottom = np.cumsum(s_sorted < 0)  # held out among the k lowest
 

@@ -190,11 +190,13 @@ def identifiers_manifest(pairs, seed: int, guess_fraction: float) -> tuple[Manif
 
 
 def split_manifest(members: list[str], held_out: list[str], seed: int, guess_fraction: float) -> Manifest:
-    """The stated split as canaries: members inserted once, held-out records not."""
+    """The stated split as canaries: members inserted once, held-out records not, in an order drawn from ``seed``
+    (never members first: nothing downstream may read membership from a position)."""
     canaries = [Canary(id=f"m{i}", text=t, secret=t, inserted=True, sign=1, repetitions=1) for i, t in enumerate(members)]
     canaries += [Canary(id=f"h{i}", text=t, secret=t, inserted=False, sign=-1, repetitions=0)
                  for i, t in enumerate(held_out)]
-    return Manifest(_plan(len(canaries), guess_fraction, seed), canaries)
+    order = np.random.default_rng([seed, 13]).permutation(len(canaries))
+    return Manifest(_plan(len(canaries), guess_fraction, seed), [canaries[i] for i in order])
 
 
 def token_limit(ck) -> int:

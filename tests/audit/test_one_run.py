@@ -38,6 +38,30 @@ def test_guesses_use_scores_only():
     assert list(g) == [-1, 1, 0, 0, 1]
 
 
+def test_without_ties_the_rank_is_the_plain_sorts():
+    x = np.random.default_rng(3).normal(size=1001)
+    assert (one_run.rank_order(x) == np.argsort(x, kind="stable")).all()
+
+
+@pytest.mark.parametrize("members_first", [True, False])
+@pytest.mark.parametrize("strategy", ["fixed", "search", "held-out", "median"])
+def test_tied_scores_in_a_file_sorted_by_membership_show_nothing(members_first, strategy):
+    """Scores that carry no signal (all equal: a constant attack, a saturated min-k, an untouched model), listed
+    members first or last (ScoreAuditor.from_groups, the {"inserted", "held_out"} file, a post-hoc split): an
+    index-order tie-break guessed by position, hence by membership, and showed epsilon >= 3.49 (fixed guesses,
+    200 canaries). Ties are broken by a permutation independent of the input's order."""
+    from dpaudit.audit import auditor
+
+    ins, out = np.zeros(100), np.zeros(100)
+    a = auditor.ScoreAuditor.from_groups(ins, out) if members_first else auditor.ScoreAuditor(
+        np.zeros(200), np.r_[-np.ones(100, dtype=int), np.ones(100, dtype=int)])
+    s = {"fixed": None, "search": auditor.Search(), "held-out": auditor.HeldOut(),
+         "median": auditor.MedianOfSplits(11)}[strategy]
+    assert a.audit(s).epsilon_lb == 0.0
+    q = np.r_[np.round(np.linspace(0, 1, 100), 1), np.round(np.linspace(0, 1, 100), 1)]  # coarse, tied across groups
+    assert auditor.ScoreAuditor.from_groups(q[:100], q[100:]).audit(s).epsilon_lb == 0.0
+
+
 def _rr_audit(eps, m, rng):
     """Randomised response on S_i: the tightest pure eps-DP mechanism for one-run guessing."""
     s = rng.choice([-1, 1], size=m)
