@@ -118,14 +118,22 @@ def results(r: dict) -> list[dict]:
              "metrics": metrics}] if metrics else []
 
 
+_OPEN = re.compile(r"\ufeff?\s*---[ \t]*\n")  # the Hub's rule (huggingface_hub: ^\s*---), a BOM before it allowed
+_CLOSE = re.compile(r"^---(\n|\Z)", re.MULTILINE)  # a line that is '---' alone, the end of the file allowed
+
+
 def _split_front_matter(text: str, where: Path) -> tuple[str, str]:
-    """(the YAML front matter's inner text, the body)."""
-    if not text.startswith("---\n"):
-        return "", text
-    end = text.find("\n---\n", 4)
-    if end < 0:
+    """(the YAML front matter's inner text, the body), the front matter found where the Hub finds it: after a
+    byte-order mark or blank lines, closed by a '---' line that may end the file. What precedes it is not kept
+    (the card is written with its front matter first, as the Hub reads it best)."""
+    opened = _OPEN.match(text)
+    if not opened:
+        return "", text[1:] if text.startswith("\ufeff") else text
+    rest = text[opened.end():]
+    close = _CLOSE.search(rest)
+    if close is None:
         raise DpauditError(f"{where} opens a YAML front matter ('---') that never closes; fix the card first")
-    return text[4:end + 1], text[end + 5:]
+    return rest[:close.start()], rest[close.end():]
 
 
 def _with_tags(front: str, results: list | None = None) -> str:

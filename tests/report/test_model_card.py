@@ -159,3 +159,21 @@ def test_the_front_matter_parses_with_the_hubs_loader_in_every_list_style(name, 
         assert data["model-index"][0]["results"][0]["metrics"] == [{"type": "perplexity", "value": 20.5}]
     assert main(["model-card", str(REPORT), "--to", str(card)]) == 0
     assert card.read_text() == text  # dpaudit's result replaced by itself, not added twice
+
+
+@pytest.mark.parametrize("raw", ["\ufeff---\nlicense: mit\n---\n# M\n", "\n\n---\nlicense: mit\n---\n# M\n",
+                                 "---\nlicense: mit\n---", "---\r\nlicense: mit\r\n---\r\n# M\r\n"],
+                         ids=["a byte-order mark", "blank lines first", "closed at the end of the file", "CRLF"])
+def test_a_front_matter_the_hub_reads_is_the_one_extended(raw, tmp_path):
+    """Where huggingface_hub finds a card's metadata (after blank lines; closed by '---' at the end of the file),
+    dpaudit finds it too (a BOM, which Windows editors write, is dropped): before, a second front matter was put
+    above it (the user's licence pushed into the body) or the card was refused as never closing."""
+    from huggingface_hub import ModelCard
+
+    card = tmp_path / "README.md"
+    card.write_bytes(raw.encode())
+    assert main(["model-card", str(REPORT), "--to", str(card)]) == 0
+    text = card.read_text(encoding="utf-8")
+    data = ModelCard(text).data.to_dict()
+    assert data["license"] == "mit" and data["tags"] == ["differential-privacy", "dpaudit"]
+    assert text.count("---\n") == 2 and text.startswith("---\n") and "license: mit" not in text.split("---\n", 2)[2]
