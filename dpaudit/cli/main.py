@@ -286,6 +286,9 @@ def check(report_json, policy, ckpt, rescore, summary_md):
     r = pol.load_report(report_json)
     fails = pol.check_any(r, p)
     scores_from = "the attack scores taken from the report"
+    if isinstance(r.get("posthoc"), dict):  # its units were never written: their membership is the report's
+        scores_from = ("the attack scores and each unit's membership taken from the report, natural identifiers' "
+                       "coins drawn again from its seed")
     if ckpt is not None:
         from dpaudit.gate import rederive
 

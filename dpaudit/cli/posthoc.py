@@ -60,13 +60,13 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
     man, coins = posthoc.identifiers_manifest(pairs, seed, guess_fraction)
     scores = posthoc.pair_scores(model, tok, pairs, coins, batch_size, "tokenizer", posthoc.token_limit(ck))
     info = posthoc.Posthoc(
-        kind="natural identifiers",
+        kind=posthoc.IDENTIFIER_KIND,
         assumption=(f"every {fmt} identifier in the training data was drawn uniformly at random from its format, "
                     "independently of the rest of the record and of the training; each pair (the identifier, a fresh "
                     "draw never in the data, in its case, scored in the same context) is then exchangeable, and the bound is of "
                     "replace-one privacy read as a group of two records"),
         sources={"training_data": str(training_data), "sha256": digest, "format": fmt, "pairs": len(pairs),
-                 "seed": seed}, dropped=dropped)
+                 "seed": seed, "guess_fraction": guess_fraction}, dropped=dropped)
     _finish(checkpoint, man, scores, info, confidence, out)
 
 
@@ -114,11 +114,12 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
     got = scoring.score(loaded, model, tok, scoring.ScoringSettings(("loss",), batch_size, limit,
                                                                     framing="tokenizer"))
     info = posthoc.Posthoc(
-        kind="stated random split",
+        kind=posthoc.SPLIT_KIND,
         assumption=("each record was put in the training data or held out by an independent fair coin before "
                     "training (stated by the user, not verified: a split by date, source or length gives no valid bound)"),
         sources={"members": str(members), "members_sha256": d_in, "non_members": str(non_members),
-                 "non_members_sha256": d_out, "fair_coin_p": p, "max_tokens": limit},
+                 "non_members_sha256": d_out, "fair_coin_p": p, "max_tokens": limit,
+                 "seed": seed, "guess_fraction": guess_fraction},
         dropped={"records of one token (nothing to score)": short_in + short_out,
                  f"records cut to their first {limit} tokens (scored, not left out)": cut_in + cut_out})
     _finish(checkpoint, man, got.scores["loss"], info, confidence, out)

@@ -42,6 +42,7 @@ FORMATS = {"uuid4": r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 FORMAT_HELP = "uuid4, hexN (N lowercase hex digits, 16 to 128) or digitsN (N decimal digits, 12 to 64)"
 CONTEXT_CHARS = 200  # characters of the record before an identifier that score it (the fresh draw in the same)
 MIN_UNITS = 20
+IDENTIFIER_KIND, SPLIT_KIND = "natural identifiers", "stated random split"  # report.json's posthoc.kind
 MAX_TOKENS = 512  # tokens a post-hoc record is scored on at most (a training loop cut records to its own length too)
 
 
@@ -286,6 +287,34 @@ def audit(ckpt_dir: Path, man: Manifest, scores: np.ndarray, posthoc: Posthoc, *
     r["posthoc"] = posthoc.to_dict()
     r["canary_plan"]["design"] = posthoc.kind
     return r
+
+
+def units_from_report(report: dict) -> Manifest:
+    """The audit units of a post-hoc report, rebuilt for ``dpaudit check --checkpoint`` (they were held in memory,
+    never written): one unit per score, its membership from the report's signs, its group size from the audit's
+    kind, the guess counts from the report's plan. For natural identifiers the coins are dpaudit's own draws, so
+    they are drawn again from the recorded seed and must be the report's; a stated split's membership is what the
+    user's files said (taken from the report: the files' digests are recorded beside it)."""
+    ph, plan = report.get("posthoc") or {}, report.get("canary_plan") or {}
+    loss = (report.get("attacks") or {}).get("loss") or {}
+    signs, m = loss.get("signs"), plan.get("m")
+    if ph.get("kind") not in (IDENTIFIER_KIND, SPLIT_KIND):
+        raise DpauditError(f"the report's post-hoc kind {ph.get('kind')!r} is not one dpaudit writes")
+    if not isinstance(m, int) or isinstance(m, bool) or not isinstance(signs, list) or len(signs) != m \
+            or any(s not in (1, -1) or isinstance(s, bool) for s in signs):
+        raise DpauditError("the report's loss signs are not one +1/-1 per audit unit of its plan")
+    k = plan.get("k_pos", 0) + plan.get("k_neg", 0) if isinstance(plan.get("k_pos"), int) else 0
+    seed = (ph.get("sources") or {}).get("seed", 0)
+    if ph["kind"] == IDENTIFIER_KIND:
+        coins = np.random.default_rng([seed, 11]).integers(0, 2, size=m).astype(bool) \
+            if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else None
+        if coins is None or (np.where(coins, 1, -1) != np.asarray(signs)).any():
+            raise DpauditError(f"the report's membership signs are not the coins its seed {seed!r} draws for {m} "
+                               "identifier pairs: the report was edited after it was written")
+    reps = 2 if ph["kind"] == IDENTIFIER_KIND else 1
+    units = [Canary(id=f"u{i}", text=f"unit {i}", secret=f"unit {i}", inserted=s > 0, sign=int(s),
+                    repetitions=reps if s > 0 else 0) for i, s in enumerate(signs)]
+    return Manifest(_plan(m, k / m if m else 0.0, seed if isinstance(seed, int) else 0), units)
 
 
 def check_language_model(model, path) -> None:

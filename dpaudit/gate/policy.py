@@ -232,8 +232,11 @@ def summary(r: dict) -> str:
     s = claim_strength(r)
     strength = (f"; at the claim these canaries show {s['top']['epsilon_lb']:.2g} for a mechanism exactly at it"
                 if s else "")
+    ph = r.get("posthoc") if isinstance(r.get("posthoc"), dict) else None
+    posthoc = (f"; post-hoc audit ({ph.get('kind')}): the empirical side holds only under its stated "
+               "assumption (REPORT.md)") if ph else ""
     return (f"{name}: claim epsilon {claim:g}; accounting {acc['status']}; empirical {emp.status} "
-            f"(tested up to epsilon {emp.ceiling:.3g}{strength})")
+            f"(tested up to epsilon {emp.ceiling:.3g}{strength}){posthoc}")
 
 
 def summaries(r: dict) -> list[str]:

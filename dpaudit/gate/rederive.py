@@ -45,13 +45,16 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
                            "variant's VARIANT/report/report.json with its VARIANT/checkpoint")
     posthoc = isinstance(report.get("posthoc"), dict)  # no canaries.json: its units came from the stated files
     if posthoc:
-        from dpaudit.canaries.manifest import CanaryPlan, Manifest
+        from dpaudit.evaluation import posthoc as post_hoc
 
         if (Path(ckpt) / "canaries.json").exists():
             raise DpauditError(f"the report is a post-hoc audit but {ckpt} has planted canaries (canaries.json): "
                                "it was not made from this folder; check the report `dpaudit evaluate` wrote")
-        empty = Manifest(CanaryPlan(m=2), [])
-        ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"), manifest=empty)
+        try:
+            units = post_hoc.units_from_report(report)
+        except DpauditError as e:
+            return [str(e)]
+        ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"), manifest=units)
     else:
         ck = checkpoint.load(Path(ckpt), report["checkpoint"].get("base_model"))  # the base it recorded, if outside
     out = []
@@ -85,8 +88,7 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
         a, b = got.get(key), getattr(acct, key)
         if (a != b) if key == "status" else not _close(a, b):
             out.append(f"the report's accounting {key} {a!r} is not the card's re-derived {b!r}")
-    if not posthoc:
-        out += _evidence(report, ck, acct)
+    out += _evidence(report, ck, acct, design=report["posthoc"].get("kind") if posthoc else None)
     plan = None if posthoc else ck.manifest.plan.evaluation  # a post-hoc audit's plan is its command's
     entry = report.get("audit_plan") or {}
     if plan is not None:
@@ -129,7 +131,7 @@ def _statuses(entries) -> list:
     return out
 
 
-def _evidence(report: dict, ck, acct: ClaimAccounting) -> list[str]:
+def _evidence(report: dict, ck, acct: ClaimAccounting, design: str | None = None) -> list[str]:
     """The report's evidence and verdict, re-derived: the evaluation's own audit step
     (:func:`dpaudit.evaluation.evidence.gather_units`) run again on the report's attack scores (one per audit unit,
     as it keeps them) and the folder's white-box records (they need no model: dpaudit/probe/readback.py), then the
@@ -162,6 +164,8 @@ def _evidence(report: dict, ck, acct: ClaimAccounting) -> list[str]:
                 f"({units}): the report was not made from these canaries"]
     ev = evidence.gather_units(card, ck.manifest, scores, None, wb, card.audited_mechanism(), confidence, rule_name)
     want = report_build.evidence_sections(ev, confidence, ck.manifest, report.get("notes") or ())
+    if design is not None and isinstance(want.get("canary_plan"), dict):  # a post-hoc audit names its kind there
+        want["canary_plan"]["design"] = design
     got = {k: report.get(k) for k in want}
     plan_said = got.get("canary_plan")
     if isinstance(plan_said, dict):  # the framing, compared below, is how the model was scored

@@ -48,10 +48,14 @@ def section(r: dict, report_path: str, shipped: bool = False) -> str:
         interval = (f"true ε in [{lo:.4g}, {cert:.4g}]" if lo is not None and cert is not None else
                     f"true ε ≤ {cert:.4g}" if cert is not None else "no accountant bounds it")
         lines.append(f"- **Accounting**: `{a.get('status')}` — {interval} ({a.get('reason', '')}).")
+    ph = r.get("posthoc") if isinstance(r.get("posthoc"), dict) else None
     if b:
+        units = f"{ph['kind']}, {b['m']:,} audit units" if ph else f"m = {b['m']:,} canaries"
         lines.append(f"- **Best empirical lower bound**: ε ≥ {b['epsilon_lb']:.3g} at {percent(b['family_confidence'])} "
-                     f"confidence ({b['attack']}, m = {b['m']:,} canaries), the most this test could show: "
-                     f"{b['ceiling']:.3g}.")
+                     f"confidence ({b['attack']}, {units}), the most this test could show: {b['ceiling']:.3g}.")
+    if ph:  # the bound's assumption travels with it
+        lines.append(f"- **Post-hoc audit** (no canaries were planted): every bound above holds **only if** "
+                     f"{ph.get('assumption')}.")
     for e in r.get("mechanism_checks") or []:
         checks = ", ".join(f"{x['check']} {x['status']}" for x in e["checks"])
         lines.append(f"- **Mechanism checks** (probe on {e.get('optimizer') or 'the optimizer'}): {checks}.")
@@ -112,9 +116,11 @@ def results(r: dict) -> list[dict]:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             metrics.append({"type": kind, "value": round(float(value), 6), "name": name})
     m = (r.get("canary_plan") or {}).get("m")
+    ph = r.get("posthoc") if isinstance(r.get("posthoc"), dict) else None
+    what = f"audit units of a post-hoc audit ({ph.get('kind')}, valid only under its stated assumption)" if ph \
+        else "planted canaries"
     return [{"task": {"type": "privacy-audit", "name": "Differential-privacy audit"},
-             "dataset": {"type": "dpaudit-canaries", "name": f"{m} planted canaries" if isinstance(m, int) else
-                         "planted canaries"},
+             "dataset": {"type": "dpaudit-canaries", "name": f"{m} {what}" if isinstance(m, int) else what},
              "metrics": metrics}] if metrics else []
 
 

@@ -308,3 +308,47 @@ def test_a_classifier_is_refused_by_both_post_hoc_audits_in_one_line(memorised, 
         err = capsys.readouterr().err
         assert "sequence classifier" in err and len(err.strip().splitlines()) == 1
         assert not (tmp_path / "r").exists()
+
+
+def test_the_gate_rederives_a_post_hoc_verdict_and_refuses_one_edited_to_pass(tmp_path, capsys):
+    """A memorising model under a DP card: its identifiers show the violation. The report edited to hide it (every
+    bound 0, verdict underpowered) passed `check --checkpoint` before (the post-hoc evidence was not re-derived);
+    the signs flipped to other coins than the seed draws are caught by name."""
+    texts = _records(60, 3)
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    model = _train(tmp_path / "model", texts, 12, epsilon=1.0)
+    assert main(["audit", "identifiers", str(model), "--training-data", str(tmp_path / "train.jsonl"), "--format",
+                 "uuid4", "--out", str(tmp_path / "r"), "--guess-fraction", "0.5", "--quiet"]) == 0
+    report = tmp_path / "r" / "report.json"
+    r = json.loads(report.read_text())
+    assert r["verdict"]["status"] == "violated"
+    capsys.readouterr()
+    assert main(["check", str(report), "--checkpoint", str(model)]) == 1  # the policy fails a violation
+    out = capsys.readouterr().out
+    assert "violated" in out and "re-derived from" not in out  # ... and nothing re-derived differs
+    hidden = json.loads(report.read_text())
+    for row in hidden["empirical"] + [hidden["empirical_best"]]:
+        row["epsilon_lb"] = 0.0
+    hidden["verdict"]["status"] = "underpowered"
+    (tmp_path / "hidden.json").write_text(json.dumps(hidden))
+    assert main(["check", str(tmp_path / "hidden.json"), "--checkpoint", str(model)]) == 1
+    assert "re-derived from" in capsys.readouterr().out
+    flipped = json.loads(report.read_text())
+    flipped["attacks"]["loss"]["signs"] = [-s for s in flipped["attacks"]["loss"]["signs"]]
+    (tmp_path / "flipped.json").write_text(json.dumps(flipped))
+    assert main(["check", str(tmp_path / "flipped.json"), "--checkpoint", str(model)]) == 1
+    assert "not the coins its seed" in capsys.readouterr().out
+
+
+def test_the_assumption_travels_with_the_bound_to_the_model_card_and_the_gate(tmp_path, capsys):
+    texts = _records(60, 6)
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    model = _train(tmp_path / "model", texts, 0, epsilon=1.0)
+    assert main(["audit", "identifiers", str(model), "--training-data", str(tmp_path / "train.jsonl"), "--format",
+                 "uuid4", "--out", str(tmp_path / "r"), "--guess-fraction", "0.5", "--quiet"]) == 0
+    assert main(["model-card", str(tmp_path / "r" / "report.json"), "--to", str(tmp_path / "README.md")]) == 0
+    card = (tmp_path / "README.md").read_text()
+    assert "holds **only if** every uuid4 identifier" in card and "planted canaries" not in card
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "r" / "report.json")]) == 0
+    assert "post-hoc audit (natural identifiers)" in capsys.readouterr().out
