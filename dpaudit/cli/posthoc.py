@@ -100,8 +100,9 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
     if p < 1e-3:
         raise DpauditError(f"{len(ins)} members against {len(outs)} non-members: a fair coin gives a split this uneven "
                            f"with probability {p:.1g}; this split was not drawn by a fair coin, so it gives no bound")
-    if set(ins) & set(outs):
-        raise DpauditError("a record is both a member and a non-member; each record is in or out")
+    if set(ins) == set(outs):
+        raise DpauditError("--members and --non-members hold the same records; each record is in or out")
+    ins, outs, repeated = posthoc.drop_repeated(ins, outs)
     out, ck, model, tok = _prepare(checkpoint, out, device_name, quiet)
     limit = posthoc.token_limit(ck)
     ins, cut_in, short_in = posthoc.fit_records(tok, ins, limit)
@@ -120,7 +121,8 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
         sources={"members": str(members), "members_sha256": d_in, "non_members": str(non_members),
                  "non_members_sha256": d_out, "fair_coin_p": p, "max_tokens": limit,
                  "seed": seed, "guess_fraction": guess_fraction},
-        dropped={"records of one token (nothing to score)": short_in + short_out,
+        dropped={"repeated records (a group, not one record)": repeated,
+                 "records of one token (nothing to score)": short_in + short_out,
                  f"records cut to their first {limit} tokens (scored, not left out)": cut_in + cut_out})
     _finish(checkpoint, man, got.scores["loss"], info, confidence, out)
 

@@ -210,6 +210,18 @@ def _n_tokens(tok, text: str) -> int:
     return len(tok(text).input_ids)  # the "tokenizer" framing: with the special tokens the tokenizer adds itself
 
 
+def drop_repeated(members: list[str], held_out: list[str]) -> tuple[list[str], list[str], int]:
+    """(members, held-out records, how many were left out): a record whose text occurs more than once in the two
+    files together is left out wherever it occurs. Two copies share one text, so one coin would move both scores:
+    a group, not one record. The rule reads the pool of texts alone (both sides together), never which side a copy
+    fell on, so the records kept are a fair coin's as the records given were."""
+    from collections import Counter
+
+    count = Counter(members + held_out)
+    keep = [t for t in members if count[t] == 1], [t for t in held_out if count[t] == 1]
+    return keep[0], keep[1], len(members) + len(held_out) - len(keep[0]) - len(keep[1])
+
+
 def fit_records(tok, texts: list[str], limit: int) -> tuple[list[str], int, int]:
     """(the records fitted to ``limit`` tokens, how many were cut, how many were left out): a record longer than
     the context is cut to its first ``limit`` tokens (as a training loop's truncation cuts it), a record with no

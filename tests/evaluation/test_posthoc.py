@@ -279,7 +279,7 @@ def test_records_and_contexts_longer_than_the_model_are_fitted_to_it_not_refused
                  str(tmp_path / "out.txt"), "--fair-coin", "--out", str(tmp_path / "rs"), "--quiet"]) == 0
     r = json.loads((tmp_path / "rs" / "report.json").read_text())
     assert r["canary_plan"]["m"] == 59 and r["posthoc"]["sources"]["max_tokens"] == 64
-    assert list(r["posthoc"]["dropped"].values()) == [1, 1]
+    assert list(r["posthoc"]["dropped"].values()) == [0, 1, 1]  # none repeated, one of one token, one cut
     kept, cut, short = posthoc.fit_records(tok, ins, 64)
     assert (cut, short) == (1, 1) and len(tok(kept[0]).input_ids) <= 64 and kept[0].startswith("word word")
 
@@ -352,3 +352,22 @@ def test_the_assumption_travels_with_the_bound_to_the_model_card_and_the_gate(tm
     capsys.readouterr()
     assert main(["check", str(tmp_path / "r" / "report.json")]) == 0
     assert "post-hoc audit (natural identifiers)" in capsys.readouterr().out
+
+
+def test_a_repeated_record_is_left_out_of_the_split_wherever_it_fell(memorised, tmp_path, capsys):
+    """A text twice in the pool is a group (one coin moves both copies' scores): left out on both sides by a rule on
+    the pool, never on the side a copy fell on. Before, a copy on each side refused the whole split, two copies in
+    the members were counted as two independent units."""
+    model, _, texts = memorised
+    ins, outs = texts[:30] + [texts[0], texts[1]], _records(30, 9) + [texts[2]]
+    pins, pouts, n = posthoc.drop_repeated(ins, outs)
+    assert n == 6 and texts[0] not in pins and texts[2] not in pins + pouts and len(pins) == 27 and len(pouts) == 30
+    (tmp_path / "in.txt").write_text("\n".join(ins))
+    (tmp_path / "out.txt").write_text("\n".join(outs))
+    args = ["audit", "split", str(model), "--members", str(tmp_path / "in.txt"), "--fair-coin", "--quiet"]
+    assert main([*args, "--non-members", str(tmp_path / "out.txt"), "--out", str(tmp_path / "r")]) == 0
+    r = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert r["canary_plan"]["m"] == 57 and r["posthoc"]["dropped"]["repeated records (a group, not one record)"] == 6
+    capsys.readouterr()
+    assert main([*args, "--non-members", str(tmp_path / "in.txt"), "--out", str(tmp_path / "r2")]) == 2
+    assert "hold the same records" in capsys.readouterr().err and not (tmp_path / "r2").exists()
