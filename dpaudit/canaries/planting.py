@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from dpaudit.canaries.manifest import Manifest
-from dpaudit.errors import DpauditError
+from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import write_atomic
 
 
@@ -43,6 +43,10 @@ def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dic
     if column not in dataset.column_names:
         raise DpauditError(f"the dataset has no column {column!r} (columns: {', '.join(dataset.column_names)}); "
                            "pass column= naming the text column")
+    kind = getattr(dataset.features[column], "dtype", None)
+    if kind not in ("string", "large_string"):
+        raise DpauditError(f"the dataset's column {column!r} is not text ({dataset.features[column]}); insert the "
+                           "canaries into the text column before tokenizing (dataset.map(tokenize) afterwards)")
     fill = dict(fill or {})
     if manifest.plan.labels:
         if not label_column or label_column not in dataset.column_names:
@@ -63,7 +67,12 @@ def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dic
     rows = [{**r, **fill} for r in recs]
     if not rows:
         return dataset.shuffle(seed=seed)
-    extra = Dataset.from_list(rows, features=dataset.features)
+    try:
+        extra = Dataset.from_list(rows, features=dataset.features)
+    except Exception as e:  # noqa: BLE001 - arrow's casts raise ValueError, TypeError or ArrowInvalid
+        types = ", ".join(f"{k}: {v}" for k, v in list(dataset.features.items())[:6])
+        raise DpauditError(f"the canary rows do not fit the dataset's column types ({types}): {first_line(e)}; "
+                           "pass fill= values of each column's type (and a string text column)") from None
     return concatenate_datasets([dataset, extra]).shuffle(seed=seed)
 
 

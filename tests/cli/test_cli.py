@@ -209,6 +209,11 @@ def test_insert_canaries_into_a_dataset():
     out = insert_canaries(cls, labelled, column="sentence", label_column="label")
     assert sorted(zip(out["sentence"], out["label"]))[:0] == [] and len(out) == 2 + len(labelled.inserted)
     assert {(c.text, c.label) for c in labelled.inserted} <= set(zip(out["sentence"], out["label"]))
+    # the types of the user's columns: one line each, never arrow's traceback (a hostile round, 2026-12-01)
+    with pytest.raises(DpauditError, match="do not fit the dataset's column types"):
+        insert_canaries(Dataset.from_dict({"text": ["a"], "n": [1]}), man, fill={"n": "not a number"})
+    with pytest.raises(DpauditError, match="before tokenizing"):
+        insert_canaries(Dataset.from_dict({"text": [[1, 2]]}), man)
 
 
 def test_run_train_only_writes_checkpoints_that_evaluate_audits_later(tmp_path, capsys):
