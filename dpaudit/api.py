@@ -201,7 +201,14 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
     if options is not None and settings:
         raise DpauditError("pass either options or keyword settings to evaluate, not both")
     if options is None:
+        from dataclasses import fields
+
+        known = {f.name for f in fields(EvalOptions)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise DpauditError(f"evaluate has no setting {unknown[0]!r}; the settings are {', '.join(sorted(known))}")
         options = EvalOptions(**{"framing": "tokenizer", "device": None, **settings})
+    _check_objects(model, tokenizer, max_len)
 
     if isinstance(card, (str, Path)):
         card = load_card(Path(card))
@@ -211,7 +218,10 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
         raise DpauditError("evaluate needs a PrivacyCard and a Manifest (or paths to privacy_card.json and "
                            "canaries.json)")
     if probe is not None and not isinstance(probe, (str, Path)):
-        probe = getattr(probe, "saved_to", None)
+        if not hasattr(probe, "saved_to"):
+            raise DpauditError(f"probe must be the folder probe.save() wrote into, or the probe itself; got "
+                               f"{type(probe).__name__}")
+        probe = probe.saved_to
         if probe is None:
             raise DpauditError("the probe has not been saved; call probe.save(folder) after training, then evaluate")
     if probe is not None and not Path(probe).is_dir():
@@ -219,6 +229,20 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
     ck = Checkpoint(path=None, card=card, manifest=manifest, run={}, objects=(model.eval(), tokenizer),
                     max_len=max_len, whitebox_dir=None if probe is None else Path(probe))
     return evaluate_checkpoint(ck, options)
+
+
+def _check_objects(model, tokenizer, max_len) -> None:
+    """The objects :func:`evaluate` audits, checked at the boundary: a Hugging Face model, a tokenizer, a length."""
+    if isinstance(model, (str, Path)):
+        raise DpauditError(f"evaluate audits a model held as an object; for the folder {model} run "
+                           "`dpaudit evaluate FOLDER` (or load it with from_pretrained first)")
+    if not hasattr(model, "config") or not callable(getattr(model, "eval", None)):
+        raise DpauditError(f"evaluate needs a Hugging Face model (a PreTrainedModel with its config), got "
+                           f"{type(model).__name__}")
+    if not callable(tokenizer) or not hasattr(tokenizer, "get_vocab"):
+        raise DpauditError(f"evaluate needs the model's Hugging Face tokenizer, got {type(tokenizer).__name__}")
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 2 <= max_len <= 1_000_000:
+        raise DpauditError(f"max_len must be an integer of at least 2 (tokens per scored sequence), got {max_len!r}")
 
 
 def register_accountant(name: str, accountant):

@@ -234,3 +234,30 @@ def test_run_train_only_writes_checkpoints_that_evaluate_audits_later(tmp_path, 
     assert code == 0 and json.loads((out / "dp" / "report" / "report.json").read_text())["verdict"]["status"]
     code, _, err = run_cli(["run", str(p), "--out", str(tmp_path / "o2"), "--train-only", "--resume"], capsys)
     assert code == 2 and "--train-only cannot be combined with --resume" in err and not (tmp_path / "o2").exists()
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda m, t, c, g: api_evaluate(m, None, c, g), "tokenizer"),
+    (lambda m, t, c, g: api_evaluate(__import__("torch").nn.Linear(2, 2), t, c, g), "Hugging Face model"),
+    (lambda m, t, c, g: api_evaluate("some/folder", t, c, g), "dpaudit evaluate FOLDER"),
+    (lambda m, t, c, g: api_evaluate(m, t, c, g, colour=1), "no setting 'colour'"),
+    (lambda m, t, c, g: api_evaluate(m, t, c, g, max_len=0), "max_len"),
+    (lambda m, t, c, g: api_evaluate(m, t, c, g, probe=5), "probe must be"),
+], ids=["no tokenizer", "a plain module", "a folder path", "an unknown setting", "max_len 0", "a probe of no kind"])
+def test_the_python_evaluate_checks_its_objects_in_one_line(call, needle, tiny_model_factory):
+    """Before: AttributeError / TypeError tracebacks, and max_len=0 silently read as 64 (a hostile round,
+    2026-12-01)."""
+    from dpaudit.canaries.making import new
+    from dpaudit.claim.card import Claim, PrivacyCard
+    from dpaudit.errors import DpauditError
+
+    model, tok = tiny_model_factory()
+    card = PrivacyCard(claim=Claim(epsilon=None, delta=0.0, accountant="none"), method="non_private")
+    with pytest.raises(DpauditError, match=needle):
+        call(model, tok, card, new(m=20, seed=1))
+
+
+def api_evaluate(*args, **kwargs):
+    from dpaudit import api
+
+    return api.evaluate(*args, **kwargs)
