@@ -55,9 +55,17 @@ def canary_labels(input_ids, tokenizer, manifest: Manifest) -> list[int]:
     Raises:
         DpauditError: the tokenizer lacks the new tokens, or the record holds none of them.
     """
+    from dpaudit import checks
     from dpaudit.canaries import new_tokens
+    from dpaudit.canaries.manifest import as_manifest
 
-    ids = [int(i) for i in input_ids]
+    manifest = as_manifest(manifest, "canary_labels")
+    checks.hf_tokenizer(tokenizer, "canary_labels")
+    try:
+        ids = [int(i) for i in input_ids]
+    except (TypeError, ValueError):
+        raise DpauditError(f"canary_labels needs one canary record's token ids (a list of integers), got "
+                           f"{type(input_ids).__name__}") from None
     return new_tokens.secret_only(ids, ids, new_tokens.token_ids(tokenizer, manifest))
 
 
@@ -233,14 +241,13 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
 
 def _check_objects(model, tokenizer, max_len) -> None:
     """The objects :func:`evaluate` audits, checked at the boundary: a Hugging Face model, a tokenizer, a length."""
+    from dpaudit import checks
+
     if isinstance(model, (str, Path)):
         raise DpauditError(f"evaluate audits a model held as an object; for the folder {model} run "
                            "`dpaudit evaluate FOLDER` (or load it with from_pretrained first)")
-    if not hasattr(model, "config") or not callable(getattr(model, "eval", None)):
-        raise DpauditError(f"evaluate needs a Hugging Face model (a PreTrainedModel with its config), got "
-                           f"{type(model).__name__}")
-    if not callable(tokenizer) or not hasattr(tokenizer, "get_vocab"):
-        raise DpauditError(f"evaluate needs the model's Hugging Face tokenizer, got {type(tokenizer).__name__}")
+    checks.hf_model(model, "evaluate")
+    checks.hf_tokenizer(tokenizer, "evaluate")
     if isinstance(max_len, bool) or not isinstance(max_len, int) or not 2 <= max_len <= 1_000_000:
         raise DpauditError(f"max_len must be an integer of at least 2 (tokens per scored sequence), got {max_len!r}")
 
@@ -278,5 +285,9 @@ def write_report(report: dict, out: str | Path, redact: bool = False) -> Path:
     """
     from dpaudit.report import write as rep
 
+    if not isinstance(report, dict) or report.get("kind") not in ("evaluation", "comparison"):
+        raise DpauditError(f"write_report needs the report dict dpaudit.api.evaluate returned, got "
+                           f"{type(report).__name__}" + (f" of kind {report.get('kind')!r}" if isinstance(report, dict)
+                                                          else ""))
     rep.write(report, Path(out), redact=redact)
     return Path(out) / "REPORT.md"

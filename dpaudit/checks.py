@@ -79,3 +79,17 @@ def schema_validator(schema: dict):
     base = jsonschema.Draft202012Validator
     strict = base.TYPE_CHECKER.redefine("integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
     return jsonschema.validators.extend(base, type_checker=strict)(schema)
+
+
+def hf_model(model, what: str) -> None:
+    """Refuse, in one line, an argument that is not a Hugging Face model (``what``: the function asking)."""
+    if not hasattr(model, "config") or not callable(getattr(model, "get_input_embeddings", None)):
+        raise DpauditError(f"{what} needs a Hugging Face model (a PreTrainedModel with its config), got "
+                           f"{type(model).__name__}")
+
+
+def hf_tokenizer(tokenizer, what: str) -> None:
+    """Refuse, in one line, an argument that is not a Hugging Face tokenizer."""
+    if not callable(tokenizer) or not hasattr(tokenizer, "get_vocab"):
+        raise DpauditError(f"{what} needs the model's Hugging Face tokenizer, got {type(tokenizer).__name__}")
+

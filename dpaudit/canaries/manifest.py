@@ -328,3 +328,15 @@ def load_manifest(path: Path) -> Manifest:
 def regenerate(manifest: Manifest) -> bool:
     """True when the manifest's canaries are exactly what its seed and plan produce."""
     return generate(manifest.plan).canaries == manifest.canaries
+
+
+def as_manifest(value, what: str) -> Manifest:
+    """The canary manifest ``value`` names: a Manifest as it is, a path loaded; anything else refused in one line
+    (``what``: the function asking)."""
+    if isinstance(value, (str, Path)):
+        return load_manifest(Path(value))
+    if not isinstance(value, Manifest):
+        raise DpauditError(f"{what} needs the canaries' Manifest (dpaudit.api.new_canaries) or the path of its "
+                           f"canaries.json, got {type(value).__name__}")
+    return value
+

@@ -40,6 +40,12 @@ def add(model, tokenizer, manifest) -> int:
     """
     import torch
 
+    from dpaudit import checks
+    from dpaudit.canaries.manifest import as_manifest
+
+    manifest = as_manifest(manifest, "add_canary_tokens")
+    checks.hf_model(model, "add_canary_tokens")
+    checks.hf_tokenizer(tokenizer, "add_canary_tokens")
     tokens = manifest.new_tokens()
     if not tokens:
         return 0

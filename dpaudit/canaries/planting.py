@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dpaudit.canaries.manifest import Manifest
+from dpaudit.canaries.manifest import Manifest, as_manifest
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import write_atomic
 
@@ -37,6 +37,7 @@ def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dic
     """
     from datasets import Dataset, concatenate_datasets
 
+    manifest = as_manifest(manifest, "insert_canaries")
     if not isinstance(dataset, Dataset):
         raise DpauditError(f"insert_canaries needs a datasets.Dataset, got {type(dataset).__name__}; for a list of "
                            "texts add manifest.training_texts() and shuffle")
@@ -88,7 +89,7 @@ def write_records(manifest: Manifest, path: Path, column: str = "text") -> int:
     Returns:
         How many records were written.
     """
-    save, n = records_writer(manifest, column)
+    save, n = records_writer(as_manifest(manifest, "write_records"), column)
     write_atomic(Path(path), save)
     return n
 

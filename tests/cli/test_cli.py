@@ -261,3 +261,28 @@ def api_evaluate(*args, **kwargs):
     from dpaudit import api
 
     return api.evaluate(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name,args,needle", [
+    ("add_canary_tokens", ("NONE", "TOK", "MAN"), "Hugging Face model"),
+    ("add_canary_tokens", ("MODEL", "NONE", "MAN"), "tokenizer"),
+    ("add_canary_tokens", ("MODEL", "TOK", 5), "canaries' Manifest"),
+    ("canary_labels", ("Code x", "TOK", "MAN"), "token ids"),
+    ("canary_labels", ([1, 2], "NONE", "MAN"), "tokenizer"),
+    ("write_report", ({"x": 1}, "OUT"), "report dict"),
+    ("write_report", ([1], "OUT"), "report dict"),
+    ("write_records", ("NONE", "OUT"), "canaries' Manifest"),
+    ("insert_canaries", ("NONE", "NONE"), "canaries' Manifest"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_every_public_function_refuses_objects_of_the_wrong_kind_in_one_line(name, args, needle, tmp_path,
+                                                                             tiny_model_factory):
+    """AttributeError, KeyError and TypeError tracebacks before (a hostile round on the Python API, 2026-12-01)."""
+    from dpaudit import api
+    from dpaudit.errors import DpauditError
+
+    model, tok = tiny_model_factory()
+    man = api.new_canaries(m=10, seed=1, template="Code {secret}", design="new-token", length=1, init="zero")
+    given = {"NONE": None, "TOK": tok, "MAN": man, "MODEL": model, "OUT": tmp_path / "out"}
+    with pytest.raises(DpauditError, match=needle):
+        getattr(api, name)(*[given.get(a, a) if isinstance(a, str) else a for a in args])
+    assert not (tmp_path / "out").exists()
