@@ -90,7 +90,9 @@ def sample_canaries_at_rate(dp_loader, is_canary, manifest: Manifest):
         not hold one flag per row.
     """
     from dpaudit.canaries import sampling
+    from dpaudit.canaries.manifest import as_manifest
 
+    manifest = as_manifest(manifest, "sample_canaries_at_rate")
     rate = manifest.plan.sample_rate
     if rate is None:
         raise DpauditError("this manifest fixes no sampling rate of the canaries' own: make it with "

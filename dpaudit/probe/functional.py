@@ -194,9 +194,12 @@ def _shapes(shapes):
     for s in shapes:
         shape = tuple(s.shape) if hasattr(s, "shape") else s
         try:
+            if isinstance(shape, (str, bytes)) or any(isinstance(d, (str, bytes, float, bool)) for d in shape):
+                raise TypeError
             shape = tuple(int(d) for d in shape)
-        except TypeError:
-            raise DpauditError(f"not a shape, tensor or array: {s!r}") from None
+        except (TypeError, ValueError):
+            raise DpauditError(f"not a shape, tensor or array: {str(s)[:80]!r}; pass each tensor's shape as a "
+                               "tuple of integers, or the tensors themselves") from None
         if any(d < 0 for d in shape):
             raise DpauditError(f"not a shape: {shape}")
         out.append(shape)

@@ -286,3 +286,15 @@ def test_every_public_function_refuses_objects_of_the_wrong_kind_in_one_line(nam
     with pytest.raises(DpauditError, match=needle):
         getattr(api, name)(*[given.get(a, a) if isinstance(a, str) else a for a in args])
     assert not (tmp_path / "out").exists()
+
+
+def test_the_probe_and_sampling_api_refuse_objects_of_the_wrong_kind_in_one_line():
+    from dpaudit import api
+    from dpaudit.errors import DpauditError
+
+    kw = dict(clipping_norm=1.0, noise_multiplier=1.0, expected_batch_size=10, sample_rate=0.1)
+    for shapes in ([("a",)], [(2.5, 2)], ["64"]):
+        with pytest.raises(DpauditError, match="not a shape"):
+            api.functional_probe(shapes, **kw)
+    with pytest.raises(DpauditError, match="canaries' Manifest"):
+        api.sample_canaries_at_rate(None, None, None)
