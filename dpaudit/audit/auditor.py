@@ -168,6 +168,25 @@ def bounds_from_counts(m: int, k_pos: int, k_neg: int, v: int, delta: float, con
                        confidence=float(confidence), group_size=int(group_size))
 
 
+FAIR_COIN_P = 1e-3  # a membership split less likely than this under a fair coin is refused (as `audit split` does)
+
+
+def check_fair_coins(signs) -> None:
+    """Refuse (ValueError) a membership a fair coin gives with probability below :data:`FAIR_COIN_P`: the one-run
+    analysis needs every canary inserted by an independent fair coin, and a lopsided split lets uninformative scores
+    show a bound (the prior alone makes the majority guess right)."""
+    from scipy.stats import binomtest
+
+    s = np.asarray(signs)
+    n_in, m = int((s > 0).sum()), int(s.size)
+    p = float(binomtest(n_in, m, 0.5).pvalue) if m else 1.0
+    if p < FAIR_COIN_P:
+        raise ValueError(f"{n_in} of {m} canaries inserted: a fair coin gives a split this uneven with probability "
+                         f"{p:.1g}, and the one-run bound holds only for canaries each inserted by an independent "
+                         "fair coin; insert each canary by a coin before training (dpaudit canaries new), or use "
+                         "--strategy two-sample, whose rates do not rest on the balance")
+
+
 class ScoreAuditor:
     """Audits of membership scores: the one-run bounds (:meth:`audit`), TPR at a low FPR and the AUC, each with its
     interval.
@@ -176,12 +195,18 @@ class ScoreAuditor:
         scores: One score per canary, higher = more likely inserted.
         signs: +1 inserted, -1 held out (or booleans), one per canary; :meth:`from_groups` takes the inserted and
             held-out scores apart instead.
+        fair_coins_checked: False (the default for membership you bring): :meth:`audit` refuses a membership a
+            fair coin rarely gives (two-sided exact binomial p below :data:`FAIR_COIN_P`). The one-run bounds hold
+            only for canaries each inserted by an independent fair coin: with 950 of 1,000 inserted, uninformative
+            scores showed ε ≥ 2.0 (search), 1.5 (held-out, median), since guessing "inserted" is then right 95% of
+            the time. dpaudit's own manifests, whose coins it draws, pass True.
 
     Raises:
         ValueError: Lengths that differ, a NaN score, or fewer than two canaries.
     """
 
-    def __init__(self, scores, signs):
+    def __init__(self, scores, signs, fair_coins_checked: bool = False):
+        self.fair_coins_checked = bool(fair_coins_checked)
         self.scores = np.asarray(scores, dtype=float)
         self.signs = one_run._as_signs(signs)
         if self.scores.ndim != 1 or self.scores.size != self.signs.size:
@@ -222,6 +247,8 @@ class ScoreAuditor:
             raise ValueError(f"confidence must be in (0, 1), got {confidence}")
         if not 0.0 <= delta < 1.0:
             raise ValueError(f"delta must be in [0, 1), got {delta}")
+        if not self.fair_coins_checked:
+            check_fair_coins(self.signs)
         strategy = strategy if strategy is not None else Fixed(self.m // 4, self.m // 4)
         if isinstance(strategy, Fixed):
             return self._fixed(strategy.k_pos, strategy.k_neg, delta, confidence, strategy.describe(),

@@ -26,7 +26,7 @@ def bonferroni(scores: dict[str, np.ndarray], signs, k_pos: int, k_neg: int, del
     conf = 1 - (1 - confidence) / n
     out = {}
     for name, sc in scores.items():
-        r = ScoreAuditor(sc, signs).audit(Fixed(k_pos, k_neg), delta=delta, confidence=conf, group_size=group_size)
+        r = ScoreAuditor(sc, signs, fair_coins_checked=True).audit(Fixed(k_pos, k_neg), delta=delta, confidence=conf, group_size=group_size)
         out[name] = _result(r, f"bonferroni over {n} tests; guesses fixed in the manifest")
     return out
 
@@ -35,7 +35,7 @@ def held_out(scores: dict[str, np.ndarray], signs, delta: float, confidence: flo
              group_size: int = 1, grid=GRID) -> tuple[str, one_run.OneRunResult]:
     """The public auditor's HeldOut (dpaudit/audit/auditor.py) over several attacks: the attack too is chosen on
     the tuning half."""
-    auditors = {name: ScoreAuditor(sc, signs) for name, sc in scores.items()}
+    auditors = {name: ScoreAuditor(sc, signs, fair_coins_checked=True) for name, sc in scores.items()}
     tune_idx, audit_idx = next(iter(auditors.values())).split(seed)  # the same coin for every attack
     best = None
     for name, a in auditors.items():

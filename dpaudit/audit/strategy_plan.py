@@ -31,7 +31,7 @@ def bounds(mech: Simulated, m: int, strategy, delta: float, confidence: float, s
     out = []
     for sd in seeds:
         scores, signs = mech.draw(np.random.default_rng(sd), m)
-        out.append(ScoreAuditor(scores, signs).audit(strategy, delta=delta, confidence=confidence).epsilon_lb)
+        out.append(ScoreAuditor(scores, signs, fair_coins_checked=True).audit(strategy, delta=delta, confidence=confidence).epsilon_lb)
         if done is not None:
             done()
     return out

@@ -44,7 +44,7 @@ def test_every_strategy_keeps_its_level(strategy, mechanism):
     above, bounds, ceilings = 0, [], []
     for _ in range(RUNS):
         scores, signs, truth = MECHANISMS[mechanism](rng)
-        r = ScoreAuditor(scores, signs).audit(strategy, delta=DELTA, confidence=0.95)
+        r = ScoreAuditor(scores, signs, fair_coins_checked=True).audit(strategy, delta=DELTA, confidence=0.95)  # drawn fair
         assert r.epsilon_lb <= r.ceiling + 1e-9
         above += r.epsilon_lb > truth + 1e-9
         bounds.append(r.epsilon_lb)
@@ -67,7 +67,8 @@ def test_a_bound_inflated_by_10_percent_fails_the_level_test(strategy, m, runs):
     mech = simulated.parse("rr:2")
     truth = mech.true_epsilon(DELTA, pld_epsilon)
     rng = np.random.default_rng([11, m])
-    bounds = [ScoreAuditor(*mech.draw(rng, m)).audit(strategy, delta=DELTA).epsilon_lb for _ in range(runs)]
+    bounds = [ScoreAuditor(*mech.draw(rng, m), fair_coins_checked=True).audit(strategy, delta=DELTA).epsilon_lb
+              for _ in range(runs)]
     assert_valid_and_sharp(bounds, truth)
 
 

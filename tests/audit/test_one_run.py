@@ -139,3 +139,35 @@ def test_a_gaussian_mechanism_below_the_ceiling_gets_a_valid_bound_with_power():
         lbs.append(one_run.audit(rng.normal(np.where(s > 0, mu, 0.0), 1.0), s, 25, 25, delta=delta).epsilon_lb)
     assert above(lbs, true_eps) <= allowed(1000)
     assert np.mean(lbs) > 0  # and it has some power
+
+
+@pytest.mark.parametrize("strategy", ["fixed", "search", "held-out", "median"])
+def test_a_membership_no_fair_coin_gives_is_refused_not_audited(strategy):
+    """950 of 1,000 canaries inserted, scores that carry nothing: guessing "inserted" is right 95% of the time by
+    the prior alone, and search showed epsilon >= 2.0, held-out 1.5 (a hostile round, 2026-12-01). The one-run
+    analysis needs fair coins: refused, as `audit split` refuses such a split; balanced coins still audit."""
+    from dpaudit.audit import auditor
+
+    rng = np.random.default_rng(0)
+    s = {"fixed": None, "search": auditor.Search(), "held-out": auditor.HeldOut(),
+         "median": auditor.MedianOfSplits(11)}[strategy]
+    lopsided = auditor.ScoreAuditor(rng.random(1000), np.r_[np.ones(950, dtype=int), -np.ones(50, dtype=int)])
+    with pytest.raises(ValueError, match="fair coin"):
+        lopsided.audit(s)
+    assert lopsided.two_sample(0.0, 0.95).epsilon_lb == 0.0  # rates within each class do not rest on the balance
+    fair = auditor.ScoreAuditor(rng.random(1000), rng.choice([-1, 1], size=1000))
+    assert fair.audit(s).epsilon_lb == 0.0
+
+
+def test_audit_scores_refuses_a_lopsided_membership_in_one_line(tmp_path, capsys):
+    import json
+
+    from dpaudit.cli import main
+
+    rng = np.random.default_rng(1)
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"scores": rng.random(1000).tolist(), "inserted": [True] * 950 + [False] * 50}))
+    assert main(["audit", "scores", str(f), "--strategy", "search"]) == 2
+    err = capsys.readouterr().err
+    assert "fair coin" in err and len(err.strip().splitlines()) == 1
+    assert main(["audit", "scores", str(f), "--strategy", "two-sample"]) == 0
