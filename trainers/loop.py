@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from dpaudit import progress
-from dpaudit.trainers import distributed
+from dpaudit.trainers import distributed, step_failure
 from dpaudit.trainers.clip_stats import ClipStats, module_norms
 
 
@@ -33,10 +33,17 @@ def run(model, optimizer, batches: Iterable, unit_step: Callable[[object], tuple
         if done >= steps:
             break
         optimizer.zero_grad(set_to_none=True)
-        loss_sum, n = unit_step(batch)
-        if stats is not None and n:
-            stats.observe(module_norms(model, trainable))
-        optimizer.step()
+        try:
+            loss_sum, n = unit_step(batch)
+            if stats is not None and n:
+                stats.observe(module_norms(model, trainable))
+            optimizer.step()
+        except Exception as e:  # noqa: BLE001 - the first step on an architecture the machinery cannot serve
+            told = step_failure.explained(e, "the first training step") if done == start and not losses[start:] \
+                else None
+            if told is None:
+                raise
+            raise told from None
         part_sum, part_n = part_sum + loss_sum, part_n + n
         if getattr(optimizer, "_is_last_step_skipped", False):
             continue  # a physical part of a logical batch: no noise, no step yet

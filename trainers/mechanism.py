@@ -23,6 +23,7 @@ from dpaudit import opacus_private as op
 from dpaudit.errors import DpauditError
 from dpaudit.tokens import model_device
 from dpaudit.trainers import noise as noise_axis
+from dpaudit.trainers import step_failure
 from dpaudit.trainers.clip_stats import unit_norms
 
 
@@ -44,10 +45,16 @@ def record_level(model: nn.Module, optimizer, loader, *, sigma: float, clipping_
     engine = PrivacyEngine(accountant="prv", secure_mode=False)  # our accounting is separate (dpaudit.accounting)
     device = model_device(model)
     crit = nn.CrossEntropyLoss(ignore_index=-100, reduction="mean")
-    out = engine.make_private(module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
-                              max_grad_norm=clipping_norm, poisson_sampling=True, loss_reduction="mean",
-                              grad_sample_mode=opacus_mode, criterion=crit,
-                              noise_generator=noise_generator(seed, device))
+    try:
+        out = engine.make_private(module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
+                                  max_grad_norm=clipping_norm, poisson_sampling=True, loss_reduction="mean",
+                                  grad_sample_mode=opacus_mode, criterion=crit,
+                                  noise_generator=noise_generator(seed, device))
+    except Exception as e:  # noqa: BLE001 - Opacus refusing a layer when it wraps the model (trainable buffers)
+        told = step_failure.explained(e, f"wrapping the model for per-sample gradients ({opacus_mode} mode)")
+        if told is None:
+            raise
+        raise told from None
     module, dp_opt, crit, dp_loader = out if opacus_mode == "ghost" else (*out[:2], None, out[2])
     if bk:  # Opacus' ghost optimizer, loader and noise; the clipped sum from one book-keeping backward instead
         from dpaudit.trainers.bk_clipping import BKLoss, BookKeeping, optimizer_like
@@ -133,7 +140,13 @@ def user_level(model: nn.Module, optimizer, *, sigma: float, clipping_norm: floa
                              generator=noise_generator(seed, device))
         noise_axis.install(dp_opt, noise)
         return BookKeeping(model, clipping_norm), dp_opt
-    gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum")
+    try:
+        gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum")
+    except Exception as e:  # noqa: BLE001 - as in record_level
+        told = step_failure.explained(e, "wrapping the model for per-sample gradients (hooks mode)")
+        if told is None:
+            raise
+        raise told from None
     dp_opt = UserDPOptimizer(optimizer, noise_multiplier=sigma, max_grad_norm=clipping_norm,
                              expected_batch_size=expected_users, loss_reduction="mean",
                              generator=noise_generator(seed, device))

@@ -203,3 +203,39 @@ def test_docs_configs_parse_with_a_stand_in_model(folders):
         methods |= {v.trainer.method for v in cfg.variants}
         assert cfg.model.name == "local"
     assert methods == {"dp_adam", "user_dp_sgd", "group_privacy", "dp_frost", "lmo_dp", "pmixed"}
+
+
+def test_an_architecture_the_per_sample_machinery_cannot_serve_is_one_line_and_lora_trains_it(tmp_path, capsys):
+    """OPT's learned positions are called with an integer that Opacus' hooks and ghost clipping take for a tensor:
+    the first step failed with AttributeError (exit 3, a "dpaudit bug"). Now one line naming the machinery and the
+    ways round it, nothing written; its own advice (LoRA, the positions frozen) trains it."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    tok = models.public_bpe_tokenizer(512)
+    torch.manual_seed(0)
+    OPTForCausalLM(OPTConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             ffn_dim=64, max_position_embeddings=64, word_embed_proj_dim=32)).save_pretrained(tmp_path / "opt")
+    tok.save_pretrained(tmp_path / "opt")
+    base = SENTIMENT.format(path=tmp_path / "opt")
+    cfg = tmp_path / "hooks.toml"
+    cfg.write_text(base.replace("[train]\n", '[train]\ngrad_sample_mode = "hooks"\n')
+                   + '[[variants]]\nname = "dp"\ntarget_epsilon = 4.0\n')
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--out", str(tmp_path / "hooks"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the first training step failed in Opacus' per-sample gradients" in err and "trainable = 'lora'" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "hooks").exists()
+    reps = _run(tmp_path, base.replace("[train]\n", '[train]\ngrad_sample_mode = "hooks"\ntrainable = "lora"\n')
+                + '[[variants]]\nname = "dp"\ntarget_epsilon = 4.0\n', "lora")
+    assert reps["dp"]["verdict"]["accounting"]["status"] == "verified"
+
+
+def test_a_failure_outside_the_per_sample_machinery_stays_an_internal_error():
+    from dpaudit.trainers import step_failure
+
+    def ours():
+        raise AttributeError("a dpaudit bug")
+    try:
+        ours()
+    except AttributeError as e:
+        assert step_failure.where(e) is None and step_failure.explained(e, "the first training step") is None
