@@ -172,9 +172,16 @@ FAIR_COIN_P = 1e-3  # a membership split less likely than this under a fair coin
 
 
 def check_fair_coins(signs) -> None:
-    """Refuse (ValueError) a membership a fair coin gives with probability below :data:`FAIR_COIN_P`: the one-run
-    analysis needs every canary inserted by an independent fair coin, and a lopsided split lets uninformative scores
-    show a bound (the prior alone makes the majority guess right)."""
+    """Refuse a membership a fair coin gives with probability below :data:`FAIR_COIN_P`: the one-run analysis needs
+    every canary inserted by an independent fair coin, and a lopsided split lets uninformative scores show a bound
+    (the prior alone makes the majority guess right).
+
+    Args:
+        signs: +1 inserted, -1 held out, one per canary.
+
+    Raises:
+        ValueError: The two-sided exact binomial p-value of the inserted count is below :data:`FAIR_COIN_P`.
+    """
     from scipy.stats import binomtest
 
     s = np.asarray(signs)

@@ -48,7 +48,7 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
     in the identifier's own context; a fair coin drawn here labels each pair. Valid if every identifier was drawn
     uniformly from its format, independently of everything else: the report states it. The bound is of the record
     level claim through replace-one (a group of two records). Exit 0 once the report is written, 2 on bad input."""
-    from dpaudit.evaluation import posthoc
+    from dpaudit.evaluation import posthoc, posthoc_fit
 
     posthoc.pattern(fmt)  # the format before any work
     out, ck, model, tok = _prepare(checkpoint, out, device_name, quiet)
@@ -58,7 +58,7 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
         raise DpauditError(f"{training_data} holds {len(pairs)} {fmt} identifiers that occur once (at least "
                            f"{posthoc.MIN_UNITS} are needed for a bound); check --format, or audit with `dpaudit audit split`")
     man, coins = posthoc.identifiers_manifest(pairs, seed, guess_fraction)
-    scores = posthoc.pair_scores(model, tok, pairs, coins, batch_size, "tokenizer", posthoc.token_limit(ck))
+    scores = posthoc.pair_scores(model, tok, pairs, coins, batch_size, "tokenizer", posthoc_fit.token_limit(ck))
     info = posthoc.Posthoc(
         kind=posthoc.IDENTIFIER_KIND,
         assumption=(f"every {fmt} identifier in the training data was drawn uniformly at random from its format, "
@@ -86,7 +86,7 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
     you state was drawn by a fair coin per record before training: its records are the one-run game's canaries.
     A split by date, source or size is not a coin and gives no bound. Exit 0 once the report is written, 2 on bad
     input (a split far from half and half is refused: a fair coin rarely gives it)."""
-    from dpaudit.evaluation import posthoc, scoring
+    from dpaudit.evaluation import posthoc, posthoc_fit, scoring
 
     if not fair_coin:
         raise DpauditError("the split audit is valid only if a fair coin put each record in or out before training; "
@@ -102,11 +102,11 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
                            f"with probability {p:.1g}; this split was not drawn by a fair coin, so it gives no bound")
     if set(ins) == set(outs):
         raise DpauditError("--members and --non-members hold the same records; each record is in or out")
-    ins, outs, repeated = posthoc.drop_repeated(ins, outs)
+    ins, outs, repeated = posthoc_fit.drop_repeated(ins, outs)
     out, ck, model, tok = _prepare(checkpoint, out, device_name, quiet)
-    limit = posthoc.token_limit(ck)
-    ins, cut_in, short_in = posthoc.fit_records(tok, ins, limit)
-    outs, cut_out, short_out = posthoc.fit_records(tok, outs, limit)
+    limit = posthoc_fit.token_limit(ck)
+    ins, cut_in, short_in = posthoc_fit.fit_records(tok, ins, limit)
+    outs, cut_out, short_out = posthoc_fit.fit_records(tok, outs, limit)
     if len(ins) + len(outs) < posthoc.MIN_UNITS or not ins or not outs:
         raise DpauditError(f"{len(ins)} members and {len(outs)} non-members have a token to score (a record of one "
                            f"token has none): the audit needs both, at least {posthoc.MIN_UNITS} records in all")

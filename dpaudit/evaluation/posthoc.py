@@ -37,13 +37,13 @@ from dpaudit import checkpoint
 from dpaudit.canaries.design import Canary, CanaryPlan
 from dpaudit.canaries.manifest import Manifest
 from dpaudit.errors import DpauditError
+from dpaudit.evaluation import posthoc_fit as fitting
 
 FORMATS = {"uuid4": r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"}
 FORMAT_HELP = "uuid4, hexN (N lowercase hex digits, 16 to 128) or digitsN (N decimal digits, 12 to 64)"
 CONTEXT_CHARS = 200  # characters of the record before an identifier that score it (the fresh draw in the same)
 MIN_UNITS = 20
 IDENTIFIER_KIND, SPLIT_KIND = "natural identifiers", "stated random split"  # report.json's posthoc.kind
-MAX_TOKENS = 512  # tokens a post-hoc record is scored on at most (a training loop cut records to its own length too)
 
 
 @dataclass(frozen=True)
@@ -200,62 +200,6 @@ def split_manifest(members: list[str], held_out: list[str], seed: int, guess_fra
     return Manifest(_plan(len(canaries), guess_fraction, seed), [canaries[i] for i in order])
 
 
-def token_limit(ck) -> int:
-    """Tokens a post-hoc audit scores a sequence on: the model's positions, at most :data:`MAX_TOKENS` (a folder
-    that does not state its positions: MAX_TOKENS)."""
-    return min(ck.positions() or MAX_TOKENS, MAX_TOKENS)
-
-
-def _n_tokens(tok, text: str) -> int:
-    return len(tok(text).input_ids)  # the "tokenizer" framing: with the special tokens the tokenizer adds itself
-
-
-def drop_repeated(members: list[str], held_out: list[str]) -> tuple[list[str], list[str], int]:
-    """(members, held-out records, how many were left out): a record whose text occurs more than once in the two
-    files together is left out wherever it occurs. Two copies share one text, so one coin would move both scores:
-    a group, not one record. The rule reads the pool of texts alone (both sides together), never which side a copy
-    fell on, so the records kept are a fair coin's as the records given were."""
-    from collections import Counter
-
-    count = Counter(members + held_out)
-    keep = [t for t in members if count[t] == 1], [t for t in held_out if count[t] == 1]
-    return keep[0], keep[1], len(members) + len(held_out) - len(keep[0]) - len(keep[1])
-
-
-def fit_records(tok, texts: list[str], limit: int) -> tuple[list[str], int, int]:
-    """(the records fitted to ``limit`` tokens, how many were cut, how many were left out): a record longer than
-    the context is cut to its first ``limit`` tokens (as a training loop's truncation cuts it), a record with no
-    token after its first is left out (a causal LM predicts nothing of it). Both rules read a record's text alone,
-    never its membership, so the records kept are a fair coin's as the records given were."""
-    enc = tok(texts, return_offsets_mapping=True)
-    kept, cut, dropped = [], 0, 0
-    for text, ids, offs in zip(texts, enc["input_ids"], enc["offset_mapping"]):
-        if len(ids) < 2:
-            dropped += 1
-            continue
-        if len(ids) > limit:
-            end = max([e for _, e in offs[:limit]] + [1])
-            while end > 1 and _n_tokens(tok, text[:end]) > limit:  # a boundary token may re-split: shrink
-                end -= 1
-            text, cut = text[:end], cut + 1
-        kept.append(text)
-    return kept, cut, dropped
-
-
-def _fit_context(tok, ctx: str, a: str, b: str, limit: int) -> str:
-    """``ctx`` cut from the left until both ``ctx + a`` and ``ctx + b`` fit in ``limit`` tokens (the identifier and
-    its fresh draw keep the same context); refused when the identifier alone does not fit."""
-    while ctx and max(_n_tokens(tok, ctx + a), _n_tokens(tok, ctx + b)) > limit:
-        over = max(_n_tokens(tok, ctx + a), _n_tokens(tok, ctx + b)) - limit
-        offs = tok(ctx, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        start = offs[min(over, len(offs) - 1)][0] if offs else len(ctx)
-        ctx = ctx[max(start, 1):]
-    if max(_n_tokens(tok, ctx + a), _n_tokens(tok, ctx + b)) > limit:
-        raise DpauditError(f"an identifier alone is longer than the model's context of {limit} tokens; audit a "
-                           "shorter --format")
-    return ctx
-
-
 def fair_coin_p(n_in: int, n_out: int) -> float:
     """Two-sided exact binomial p-value of n_in members out of n_in + n_out under a fair coin."""
     from dpaudit.report.paired import mcnemar_p
@@ -263,7 +207,7 @@ def fair_coin_p(n_in: int, n_out: int) -> float:
     return mcnemar_p(n_in, n_out)  # the exact two-sided binomial test at 1/2
 
 
-def pair_scores(model, tok, pairs, coins, batch_size: int, framing: str, limit: int = MAX_TOKENS) -> np.ndarray:
+def pair_scores(model, tok, pairs, coins, batch_size: int, framing: str, limit: int = fitting.MAX_TOKENS) -> np.ndarray:
     """Per pair: A's mean log-probability minus B's, each scored on the identifier's tokens in the same context
     (cut from the left where the two would not fit in ``limit`` tokens)."""
     from dpaudit.attacks.scoring import token_features
@@ -272,7 +216,7 @@ def pair_scores(model, tok, pairs, coins, batch_size: int, framing: str, limit: 
     b = [fresh if c else real for (_, real, fresh), c in zip(pairs, coins)]
     texts, spans = [], []
     for (ctx, _, _), x, y in zip(pairs, a, b):
-        ctx = _fit_context(tok, ctx, x, y, limit)
+        ctx = fitting.fit_context(tok, ctx, x, y, limit)
         texts += [ctx + x, ctx + y]
         spans += [(len(ctx), len(ctx) + len(x)), (len(ctx), len(ctx) + len(y))]
     feats = token_features(model, tok, texts, batch_size=batch_size, framing=framing, spans=spans)

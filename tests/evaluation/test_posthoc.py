@@ -15,7 +15,7 @@ import torch
 
 from dpaudit.audit import one_run
 from dpaudit.cli import main
-from dpaudit.evaluation import posthoc
+from dpaudit.evaluation import posthoc, posthoc_fit
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))
@@ -280,7 +280,7 @@ def test_records_and_contexts_longer_than_the_model_are_fitted_to_it_not_refused
     r = json.loads((tmp_path / "rs" / "report.json").read_text())
     assert r["canary_plan"]["m"] == 59 and r["posthoc"]["sources"]["max_tokens"] == 64
     assert list(r["posthoc"]["dropped"].values()) == [0, 1, 1]  # none repeated, one of one token, one cut
-    kept, cut, short = posthoc.fit_records(tok, ins, 64)
+    kept, cut, short = posthoc_fit.fit_records(tok, ins, 64)
     assert (cut, short) == (1, 1) and len(tok(kept[0]).input_ids) <= 64 and kept[0].startswith("word word")
 
 
@@ -360,7 +360,7 @@ def test_a_repeated_record_is_left_out_of_the_split_wherever_it_fell(memorised, 
     the members were counted as two independent units."""
     model, _, texts = memorised
     ins, outs = texts[:30] + [texts[0], texts[1]], _records(30, 9) + [texts[2]]
-    pins, pouts, n = posthoc.drop_repeated(ins, outs)
+    pins, pouts, n = posthoc_fit.drop_repeated(ins, outs)
     assert n == 6 and texts[0] not in pins and texts[2] not in pins + pouts and len(pins) == 27 and len(pouts) == 30
     (tmp_path / "in.txt").write_text("\n".join(ins))
     (tmp_path / "out.txt").write_text("\n".join(outs))
