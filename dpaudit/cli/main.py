@@ -271,7 +271,8 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
               help="With --checkpoint: also recompute the attack scores from the model (loss, zlib, min_k, "
                    "min_k_plus, final_weights, exposure; reference when the checkpoint's own base calibrated it), each "
                    "equal to the report's to float rounding; needs the training install (torch). A reference "
-                   "attack calibrated by another model is still taken from the report.")
+                   "attack calibrated by another model is still taken from the report. A post-hoc audit's report "
+                   "(audit identifiers, audit split) is rescored from the files it names, read again.")
 @summary_option("the result (passed or failed, each FAIL, the headline, what was checked)")
 def check(report_json, policy, ckpt, rescore, summary_md):
     """CI gate: exit 0 when REPORT_JSON satisfies every policy rule, 1 when one fails, 2 on bad input."""
@@ -299,6 +300,7 @@ def check(report_json, policy, ckpt, rescore, summary_md):
         wrong, redone, kept = rescoring.mismatches(r, ckpt)
         fails = [f"rescored from {ckpt}: {m}" for m in wrong] + fails
         scores_from = (f"the scores of {', '.join(redone) or 'no attack'} recomputed from the model"
+                       + (" and the files the report names" if isinstance(r.get("posthoc"), dict) else "")
                        + (f" ({', '.join(kept)} taken from the report)" if kept else ""))
     if ckpt is not None:
         checked = f"hash, claim, accounting, plan, evidence and verdict re-derived from {ckpt}; {scores_from}"

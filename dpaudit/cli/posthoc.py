@@ -66,7 +66,7 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
                     "draw never in the data, in its case, scored in the same context) is then exchangeable, and the bound is of "
                     "replace-one privacy read as a group of two records"),
         sources={"training_data": str(training_data), "sha256": digest, "format": fmt, "pairs": len(pairs),
-                 "seed": seed, "guess_fraction": guess_fraction}, dropped=dropped)
+                 "seed": seed, "guess_fraction": guess_fraction, "text_column": text_column}, dropped=dropped)
     _finish(checkpoint, man, scores, info, confidence, out)
 
 
@@ -120,7 +120,7 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
                     "training (stated by the user, not verified: a split by date, source or length gives no valid bound)"),
         sources={"members": str(members), "members_sha256": d_in, "non_members": str(non_members),
                  "non_members_sha256": d_out, "fair_coin_p": p, "max_tokens": limit,
-                 "seed": seed, "guess_fraction": guess_fraction},
+                 "seed": seed, "guess_fraction": guess_fraction, "text_column": text_column},
         dropped={"repeated records (a group, not one record)": repeated,
                  "records of one token (nothing to score)": short_in + short_out,
                  f"records cut to their first {limit} tokens (scored, not left out)": cut_in + cut_out})

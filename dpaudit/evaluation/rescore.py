@@ -32,9 +32,17 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
     from dpaudit.evaluation import evidence, scoring
     from dpaudit.evaluation.options import EvalOptions
 
-    if report.get("kind") != "evaluation" or isinstance(report.get("posthoc"), dict):
-        raise DpauditError("--rescore recomputes the attack scores of one evaluation with planted canaries; check each "
-                           "variant's report with its checkpoint (a post-hoc audit's units are not in the folder)")
+    if report.get("kind") == "evaluation" and isinstance(report.get("posthoc"), dict):
+        from dpaudit.evaluation import posthoc_rescore
+
+        got, out = posthoc_rescore.loss_scores(report, Path(ckpt))  # its units from the files the report names
+        if got is None:
+            return out, [], ["loss"]
+        return _differ("loss scores", ((report.get("attacks") or {}).get("loss") or {}).get("scores"), got,
+                       "audit unit"), ["loss"], []
+    if report.get("kind") != "evaluation":
+        raise DpauditError("--rescore recomputes the attack scores of one evaluation; check each variant's report "
+                           "with its checkpoint")
     if report["checkpoint"].get("path") is None:
         raise DpauditError("--rescore needs a report `dpaudit evaluate` made from the checkpoint folder: one made "
                            "through the Python API does not record the context its scores were read at; evaluate the "

@@ -371,3 +371,28 @@ def test_a_repeated_record_is_left_out_of_the_split_wherever_it_fell(memorised, 
     capsys.readouterr()
     assert main([*args, "--non-members", str(tmp_path / "in.txt"), "--out", str(tmp_path / "r2")]) == 2
     assert "hold the same records" in capsys.readouterr().err and not (tmp_path / "r2").exists()
+
+
+def test_rescore_reads_the_named_files_again_and_catches_scores_forged_consistently(memorised, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """A report whose identifier scores were replaced before its evidence was derived (consistent: every bound
+    follows from the forged scores) passes `check --checkpoint`, which takes the scores from the report; `--rescore`
+    reads the training data again (its digest checked), rebuilds the pairs by the same seed and scores them with the
+    model. Before, --rescore refused every post-hoc report."""
+    model, data, _ = memorised
+    args = ["audit", "identifiers", str(model), "--training-data", str(data), "--format", "uuid4",
+            "--guess-fraction", "0.5", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "honest")]) == 0
+    real = posthoc.pair_scores
+    monkeypatch.setattr(posthoc, "pair_scores", lambda *a, **k: np.random.default_rng(0).normal(size=len(a[2])))
+    assert main([*args, "--out", str(tmp_path / "forged")]) == 0
+    monkeypatch.setattr(posthoc, "pair_scores", real)
+    forged = tmp_path / "forged" / "report.json"
+    check = ["check", str(forged), "--checkpoint", str(model)]
+    capsys.readouterr()
+    assert main(check) == 1 and "re-derived from" not in capsys.readouterr().out  # consistent: only the policy
+    assert main([*check, "--rescore"]) == 1
+    assert "of the report's 60 loss scores are not the model's" in capsys.readouterr().out
+    assert main(["check", str(tmp_path / "honest" / "report.json"), "--checkpoint", str(model), "--rescore"]) == 1
+    out = capsys.readouterr().out
+    assert "rescored from" not in out and "re-derived from" not in out  # the honest one fails the policy only

@@ -1,0 +1,79 @@
+"""``dpaudit check REPORT --checkpoint CKPT --rescore`` on a post-hoc audit's report: its scores recomputed from the
+model and the files the report names.
+
+A post-hoc audit's units were never written: they come from the training data (natural identifiers) or the two
+files of a stated split, whose paths and SHA-256 digests the report records. ``--checkpoint`` re-derives the
+evidence from the report's scores (dpaudit/gate/rederive.py); with ``--rescore`` the files are read again (each
+must still have its recorded digest), the units rebuilt by the same rules and seed
+(dpaudit/evaluation/posthoc.py, posthoc_fit.py), scored by the model, and each unit's score must equal the report's
+to float rounding (the tolerances of dpaudit/evaluation/rescore.py). Needs the training install (torch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dpaudit.errors import DpauditError
+
+BATCH = 32
+
+
+def loss_scores(report: dict, ckpt: Path) -> tuple[list | None, list[str]]:
+    """(each audit unit's loss score as the model gives it, or None; what already differs) for post-hoc ``report``
+    of ``ckpt``: None with a line where a file is not the one the report read."""
+    from dpaudit.evaluation import posthoc, posthoc_fit
+
+    ph = report["posthoc"]
+    src = ph.get("sources") or {}
+    ck = posthoc.load_without_manifest(Path(ckpt))
+    model, tok = ck.load_model()
+    posthoc.check_language_model(model, ckpt)
+    limit = posthoc_fit.token_limit(ck)
+    column = src.get("text_column") or "text"
+    seed = src.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        return None, [f"the report's post-hoc seed {seed!r} is not one dpaudit draws with"]
+    out: list[str] = []
+    if ph["kind"] == posthoc.IDENTIFIER_KIND:
+        texts = _read(posthoc, src.get("training_data"), src.get("sha256"), column, "training data", out)
+        if texts is None:
+            return None, out
+        fmt = src.get("format")
+        posthoc.pattern(fmt)  # a format the report cannot have been made with: one line
+        pairs, _ = posthoc.identifier_pairs(texts, fmt, seed)
+        man, coins = posthoc.identifiers_manifest(pairs, seed, 0.1)
+        scores = posthoc.pair_scores(model, tok, pairs, coins, BATCH, "tokenizer", limit) if pairs else []
+    else:
+        ins = _read(posthoc, src.get("members"), src.get("members_sha256"), column, "members", out)
+        outs = _read(posthoc, src.get("non_members"), src.get("non_members_sha256"), column, "non-members", out)
+        if ins is None or outs is None:
+            return None, out
+        ins, outs, _ = posthoc_fit.drop_repeated(ins, outs)
+        ins, outs = posthoc_fit.fit_records(tok, ins, limit)[0], posthoc_fit.fit_records(tok, outs, limit)[0]
+        scores = _split_scores(posthoc, ck, model, tok, ins, outs, seed, limit)
+    return list(scores), out
+
+
+def _read(posthoc, path, digest, column: str, what: str, out: list[str]):
+    """The texts of the file the report names, or None (with a line in ``out``) when it is not the file read then."""
+    if not isinstance(path, str) or not path:
+        out.append(f"the report names no {what} file to read again")
+        return None
+    if not Path(path).exists():
+        raise DpauditError(f"--rescore reads the {what} the report names again, and {path} is not there; run it where "
+                           "the audit ran, or check without --rescore")
+    texts, got = posthoc.read_texts(Path(path), column)
+    if got != digest:
+        out.append(f"the {what} at {path} is not the file the report read (sha256 {str(digest)[:12]}…, now "
+                   f"{got[:12]}…)")
+        return None
+    return texts
+
+
+def _split_scores(posthoc, ck, model, tok, ins, outs, seed: int, limit: int):
+    from dpaudit.evaluation import scoring
+
+    man = posthoc.split_manifest(ins, outs, seed, 0.1)
+    loaded = ck.__class__(ck.path, ck.card, man, ck.run, base_model=ck.base_model)
+    got = scoring.score(loaded, model, tok, scoring.ScoringSettings(("loss",), BATCH, limit, framing="tokenizer"))
+    return got.scores["loss"]
