@@ -84,9 +84,10 @@ def _estimate(res) -> str:
               help="Report the TPR at this FPR, with Clopper-Pearson intervals.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: the audit, tpr, fpr and auc.")
 def scores_cmd(scores_file, strategy, guesses, splits, seed, threshold, delta, confidence, fpr, as_json):
-    """Every bound from membership scores: SCORES is a JSON file ({"scores": [...], "inserted": [true, false, ...]}
-    or {"inserted": [scores], "held_out": [scores]}) or a CSV with columns score,inserted, one row per canary, each
-    inserted with probability 1/2 before training. Prints the f-DP ε lower bound and its ceiling, the Steinke et
+    """Every bound from membership scores: SCORES is a JSON file ({"scores": [...], "inserted": [true, false, ...]},
+    {"inserted": [scores], "held_out": [scores]}, or a list of {"score", "inserted"} records), a .jsonl file of such
+    records, or a CSV/TSV with columns score and inserted (semicolons and decimal commas read too), one per canary,
+    each inserted by a fair coin before training (a split no fair coin gives is refused). Prints the f-DP ε lower bound and its ceiling, the Steinke et
     al. bound of the same guesses, the Gaussian-DP reading (an estimate), TPR at --fpr and AUC with intervals
     (dpaudit/audit/auditor.py: the same auditor as a Python object). At most 10^6 canaries, every strategy (median:
     canaries × splits at most 1.1 × 10^7)."""
@@ -173,19 +174,14 @@ def _read_scores(path: Path):
         raise DpauditError(f"scores file not found at {path}; write one with scores and inserted flags")
     if path.stat().st_size > MAX_JSON_BYTES:
         raise DpauditError(f"{path} is {path.stat().st_size:,} bytes, more than a scores file of 10^6 canaries")
-    if path.suffix.lower() == ".csv":
-        import csv
-
-        try:
-            with open(path, newline="", encoding="utf-8-sig") as fh:  # a BOM (Excel) is not part of the header
-                rows = list(csv.DictReader(fh))
-        except (UnicodeDecodeError, csv.Error) as e:
-            raise DpauditError(f"cannot read {path} as CSV: {e}") from None
-        if not rows or not {"score", "inserted"} <= set(rows[0]):
-            raise DpauditError(f"{path}: a CSV needs the columns score,inserted (one row per canary)")
-        d = {"scores": [r["score"] for r in rows], "inserted": [r["inserted"] for r in rows]}
+    if path.suffix.lower() in (".csv", ".tsv"):
+        d = _table_rows(path)
+    elif path.suffix.lower() == ".jsonl":
+        d = _columns(path, _jsonl_rows(path))
     else:
         d = read_json(path, "scores file", "write {\"scores\": [...], \"inserted\": [...]}")
+        if isinstance(d, list):  # pandas' to_json(orient="records"): one {"score", "inserted"} object per canary
+            d = _columns(path, d)
         if not isinstance(d, dict):
             raise DpauditError(f"{path} must hold a JSON object with scores and inserted, or inserted and held_out")
     try:
@@ -214,7 +210,53 @@ def _flag(x) -> bool:
         return True
     if t in ("false", "0", "-1", "no", "out", "held_out", "held out"):
         return False
+    try:  # a flag column written as floats (pandas, NumPy): 1.0 inserted, 0.0 or -1.0 held out
+        v = float(t)
+    except ValueError:
+        v = None
+    if v in (1.0, 0.0, -1.0):
+        return v == 1.0
     raise ValueError(f"{x!r} is not a flag")
+
+
+def _table_rows(path: Path) -> dict:
+    """The score and inserted columns of a CSV (comma, or semicolon with decimal commas as European spreadsheets
+    write it) or TSV file; column names read without case or surrounding spaces."""
+    import csv
+
+    kind = "TSV" if path.suffix.lower() == ".tsv" else "CSV"
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # a BOM (Excel) is not part of the header
+            head = fh.readline()
+            delim = "\t" if kind == "TSV" else ";" if ";" in head and "," not in head else ","
+            fh.seek(0)
+            rows = list(csv.reader(fh, delimiter=delim))
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise DpauditError(f"cannot read {path} as {kind} (UTF-8 text): {e}") from None
+    names = [c.strip().lower() for c in rows[0]] if rows else []
+    if "score" not in names or "inserted" not in names:
+        raise DpauditError(f"{path}: a {kind} needs the columns score and inserted (one row per canary)")
+    i, j = names.index("score"), names.index("inserted")
+    body = [r for r in rows[1:] if any(c.strip() for c in r)]
+    if any(len(r) <= max(i, j) for r in body):
+        raise DpauditError(f"{path}: a row has fewer fields than the header; one score and one flag per row")
+    comma = delim == ";"
+    return {"scores": [r[i].strip().replace(",", ".") if comma else r[i] for r in body],
+            "inserted": [r[j] for r in body]}
+
+
+def _jsonl_rows(path: Path) -> list:
+    from dpaudit.tasks.files import read_rows
+
+    return read_rows(path, "scores file", "one {\"score\": ..., \"inserted\": ...} object per line")
+
+
+def _columns(path: Path, rows: list) -> dict:
+    """One {"score", "inserted"} object per canary, as columns."""
+    if not all(isinstance(r, dict) and "score" in r and "inserted" in r for r in rows):
+        raise DpauditError(f"{path}: each record needs a score and an inserted flag ({{\"score\": ..., "
+                           "\"inserted\": ...}})")
+    return {"scores": [r["score"] for r in rows], "inserted": [r["inserted"] for r in rows]}
 
 
 @audit.command("plan")

@@ -176,8 +176,18 @@ def test_audit_scores_command(tmp_path, capsys):
     (tmp_path / "s.json").write_text(json.dumps({"scores": scores.tolist(), "inserted": (signs > 0).tolist()}))
     (tmp_path / "s.csv").write_text("score,inserted\n" + "".join(f"{a},{int(b > 0)}\n" for a, b in zip(scores, signs)))
     (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "s.csv").read_bytes())  # saved by Excel
+    # what other tools write (a hostile round, 2026-12-01: each was refused): pandas' records and lines, a TSV, a
+    # European spreadsheet's semicolons and decimal commas, a header in capitals with spaces, float flags
+    recs = [{"score": float(a), "inserted": bool(b > 0)} for a, b in zip(scores, signs)]
+    (tmp_path / "r.json").write_text(json.dumps(recs))
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (tmp_path / "s.tsv").write_text("score\tinserted\n" + "".join(f"{a}\t{int(b > 0)}\n" for a, b in zip(scores, signs)))
+    (tmp_path / "eu.csv").write_text("score;inserted\n" + "".join(f"{repr(float(a)).replace('.', ',')};{int(b > 0)}\n"
+                                                                   for a, b in zip(scores, signs)))
+    (tmp_path / "caps.csv").write_text(" Score , Inserted \n" + "".join(f"{a},{float(b > 0)}\n"
+                                                                         for a, b in zip(scores, signs)))
     want = ScoreAuditor(scores, signs).audit(HeldOut(seed=4), delta=DELTA)
-    for f in ("s.json", "s.csv", "bom.csv"):
+    for f in ("s.json", "s.csv", "bom.csv", "r.json", "r.jsonl", "s.tsv", "eu.csv", "caps.csv"):
         assert main(["audit", "scores", str(tmp_path / f), "--strategy", "held-out", "--seed", "4", "--delta",
                      str(DELTA), "--json"]) == 0
         out = json.loads(capsys.readouterr().out)
