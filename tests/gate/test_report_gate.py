@@ -160,6 +160,22 @@ def test_compare_shows_the_accounting_interval_that_decides_not_a_loose_upper_bo
     assert n >= 1 and "**regressed**" in next(ln for ln in md.splitlines() if "true ε at most" in ln)
 
 
+def test_compare_never_flags_the_empirical_rows_of_two_different_audits():
+    """A planted-canary report against a post-hoc one (a hostile round, 2026-12-01): the ceiling moved and was
+    flagged as an `exact` regression, as if one test had been read twice. The rows are shown, the note says why
+    none is flagged; the claim, accounting and verdict rows keep their tests."""
+    demo = _load(Path(__file__).resolve().parents[2] / "reports" / "demo" / "dp-eps8" / "report" / "report.json")
+    other = json.loads(json.dumps(demo))
+    other["posthoc"] = {"kind": "stated random split", "assumption": "a fair coin", "sources": {}, "dropped": {}}
+    other["verdict"]["empirical"]["ceiling"] = demo["verdict"]["empirical"]["ceiling"] / 2
+    md, n = compare(demo, other)
+    assert n == 0 and "compare different audits (old: planted canaries, new: a post-hoc audit" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| audit ceiling"))
+    assert "| none |" in row and "regressed" not in row
+    md, n = compare(demo, json.loads(json.dumps(demo)) | {"verdict": other["verdict"]})  # the same audit: flagged
+    assert n >= 1 and "**regressed**" in next(ln for ln in md.splitlines() if ln.startswith("| audit ceiling"))
+
+
 def test_one_word_one_meaning_older_reports_and_policies_keep_theirs(tmp_path, capsys):
     """The headline "accounting verified, audit could not reach the claim" is `underpowered` (the empirical check's
     own word, and the empirical check's `consistent` the headline's). An older report's headline `not-refuted` and an
