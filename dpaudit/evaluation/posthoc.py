@@ -118,6 +118,10 @@ def read_texts(path: Path, column: str = "text") -> tuple[list[str], str]:
 def _text_of(row: dict, column: str, where: str) -> str:
     from dpaudit.tasks.data_source import column_names
 
+    if column in row and not isinstance(row[column], str):
+        raise DpauditError(f"{where}: its field {column!r} is not text (a {type(row[column]).__name__}); the post-hoc "
+                           "audits read one text field per record: write chat messages or token ids out as the text "
+                           "the model was trained on, in a column of their own")
     if not isinstance(row.get(column), str):
         raise DpauditError(f"{where} has no text field {column!r} (its fields: {column_names(list(row))}); pass "
                            "--text-column naming it")

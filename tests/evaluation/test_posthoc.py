@@ -250,6 +250,9 @@ def test_training_data_is_read_as_every_task_source_is(tmp_path, capsys):
     (tmp_path / "deep.jsonl").write_text("[" * 100000 + "\n")
     with pytest.raises(DpauditError, match="line 1 is not valid JSON"):
         posthoc.read_texts(tmp_path / "deep.jsonl")
+    (tmp_path / "chat.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    with pytest.raises(DpauditError, match="'messages' is not text"):
+        posthoc.read_texts(tmp_path / "chat.jsonl", "messages")
     (tmp_path / "d.json").write_text('{"text": "x"}\n')
     with pytest.raises(DpauditError, match="rename it"):
         posthoc.read_texts(tmp_path / "d.json")
