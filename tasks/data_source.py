@@ -139,6 +139,9 @@ def _resolve(fields, columns, have: list[str], where: str) -> dict[str, str]:
     return out
 
 
+TEXT_FIELDS = ("text", "table", "reference")  # the fields a model reads as text: a list or a number is refused
+
+
 def _rename(rows, fields, columns, where: str, have: list[str] | None = None) -> list[dict]:
     """``rows`` (dicts, or a datasets.Dataset) with the task's fields only, under their own names."""
     if len(rows) == 0:
@@ -153,6 +156,10 @@ def _rename(rows, fields, columns, where: str, have: list[str] | None = None) ->
             v = r.get(col)
             if v is None or (isinstance(v, str) and not v.strip()):
                 raise DpauditError(f"{where}: row {i} has no {field} (column {col!r} is empty); fill it or drop the row")
+            if field in TEXT_FIELDS and not isinstance(v, str):  # str() of it would train on a Python repr
+                raise DpauditError(f"{where}: row {i}'s {field} (column {col!r}) is not text but a {type(v).__name__}; "
+                                   "write it out as the text the model should train on (chat messages through "
+                                   "your chat template, one reference per row)")
             row[field] = v
         out.append(row)
     return out

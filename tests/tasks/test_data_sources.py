@@ -96,6 +96,13 @@ def test_bad_data_is_one_line_before_training(tmp_path):
     _write(tmp_path / "gap.jsonl", [{"text": "a", "label": 0}, {"text": "", "label": 1}])
     with pytest.raises(DpauditError, match="row 1 has no text"):
         sentiment.load(str(tmp_path / "gap.jsonl"))
+    # a text field holding chat messages or a number trained on its Python repr (a hostile round, 2026-12-01)
+    _write(tmp_path / "chat.jsonl", [{"text": [{"role": "user", "content": "hi"}], "label": 0}])
+    with pytest.raises(DpauditError, match="row 0's text .* is not text but a list"):
+        sentiment.load(str(tmp_path / "chat.jsonl"))
+    _write(tmp_path / "num.jsonl", [{"user": 7, "text": 12345}])
+    with pytest.raises(DpauditError, match="not text but a int"):
+        userlm.load(str(tmp_path / "num.jsonl"))
     _write(tmp_path / "frac.jsonl", [{"text": "a", "label": 0.5}])
     with pytest.raises(DpauditError, match="non-integer label"):
         sentiment.load(str(tmp_path / "frac.jsonl"))
