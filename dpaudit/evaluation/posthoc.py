@@ -37,6 +37,7 @@ from dpaudit import checkpoint
 from dpaudit.canaries.design import Canary, CanaryPlan
 from dpaudit.canaries.manifest import Manifest
 from dpaudit.errors import DpauditError
+from dpaudit.evaluation import identifier_checks
 from dpaudit.evaluation import posthoc_fit as fitting
 
 FORMATS = {"uuid4": r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"}
@@ -160,6 +161,7 @@ def identifier_pairs(texts: list[str], fmt: str, seed: int) -> tuple[list[tuple[
     for i, t in enumerate(texts):  # matched in the text itself: its positions are the record's (no lower() copy)
         for m in rx.finditer(t):
             found.setdefault(m.group(0).lower(), []).append((i, m.start(), m.group(0)))
+    identifier_checks.check_uniform(fmt, list(found))  # before any score: only uniform draws of the format
     once = {k: v[0] for k, v in found.items() if len(v) == 1}
     mixed = {k for k, (_, _, raw) in once.items() if raw != raw.lower() and raw != raw.upper()}
     rng = random.Random(seed)

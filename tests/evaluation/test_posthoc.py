@@ -399,3 +399,28 @@ def test_rescore_reads_the_named_files_again_and_catches_scores_forged_consisten
     assert main(["check", str(tmp_path / "honest" / "report.json"), "--checkpoint", str(model), "--rescore"]) == 1
     out = capsys.readouterr().out
     assert "rescored from" not in out and "re-derived from" not in out  # the honest one fails the policy only
+
+
+def test_identifiers_that_are_not_uniform_draws_are_refused_before_any_score():
+    """Card numbers (a Luhn check digit, an issuer prefix), phone numbers and sequential ids are not uniform draws
+    of digitsN: a model that learnt their structure prefers every real one over a fresh uniform draw, an honest model
+    accused. Refused from the identifiers alone (never their membership); uniform sets pass (0 of 100 refused)."""
+    from dpaudit.errors import DpauditError
+    from dpaudit.evaluation import identifier_checks as ic
+
+    rng = random.Random(0)
+
+    def luhn(prefix):
+        return next(prefix + d for d in "0123456789" if ic.luhn_valid(prefix + d))
+    cards = [luhn("".join(rng.choice("0123456789") for _ in range(15))) for _ in range(200)]  # no fixed prefix
+    texts = [f"paid with {c} today" for c in cards]
+    with pytest.raises(DpauditError, match="pass the Luhn check"):
+        posthoc.identifier_pairs(texts, "digits16", seed=0)
+    with pytest.raises(DpauditError, match="character 1 is '1'"):
+        ic.check_uniform("digits12", ["1555" + "".join(rng.choice("0123456789") for _ in range(8)) for _ in range(200)])
+    with pytest.raises(DpauditError, match="not uniform draws"):
+        ic.check_uniform("digits12", [f"{i:012d}" for i in range(5000, 5200)])
+    for t in range(100):
+        r = random.Random(t)
+        ic.check_uniform("uuid4", [posthoc.draw("uuid4", r) for _ in range(400)])
+        ic.check_uniform("digits16", [posthoc.draw("digits16", r) for _ in range(200)])
