@@ -127,6 +127,9 @@ def canaries_new(m, repetitions, seed, template, design, pool, base_model, token
         click.echo("note: each canary's secret starts its record, so only a loop that feeds a BOS token first can "
                    "train or score it (GPT-2's tokenizer adds none); --random-prefix 40 or a template prefix serves "
                    "every loop")
+    if any(ch in man.plan.prefix + man.plan.suffix for ch in "\n\r"):  # a text-file pipeline splits such records
+        click.echo("note: the template holds a line break, so a pipeline that reads one record per line splits each "
+                   "canary in two; insert them as JSONL (--records) or through dpaudit.api.insert_canaries")
     click.echo(f"{out}: {m} canaries, {len(man.inserted)} to insert x {repetitions} (seed {man.plan.seed}); "
                f"audit plan fixed: {k_pos} member + {k_neg} non-member guesses; evaluation: {attacks}, {rule}, "
                f"confidence {confidence:g}, {n_references} references")

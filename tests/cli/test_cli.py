@@ -139,6 +139,10 @@ def test_canaries_new_writes_manifest_and_records(tmp_path, capsys):
     # no seed: a fresh one, recorded
     assert main(["canaries", "new", "--m", "40", "--out", str(tmp_path / "b.json")]) == 0
     assert regenerate(load_manifest(tmp_path / "b.json"))
+    assert "line break" not in capsys.readouterr().out
+    # a template over two lines: a one-record-per-line pipeline would split each canary (said, not refused)
+    assert main(["canaries", "new", "--m", "40", "--template", "Note:\n{secret}", "--out", str(tmp_path / "c.json")]) == 0
+    assert "holds a line break" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args,needle", [
