@@ -171,6 +171,21 @@ def bounds_from_counts(m: int, k_pos: int, k_neg: int, v: int, delta: float, con
 FAIR_COIN_P = 1e-3  # a membership split less likely than this under a fair coin is refused (as `audit split` does)
 
 
+def fair_coin_p(n_in: int, n_out: int) -> float:
+    """Two-sided exact binomial p-value of ``n_in`` inserted out of ``n_in + n_out`` under a fair coin.
+
+    Args:
+        n_in: Canaries (or records) inserted.
+        n_out: Canaries held out.
+
+    Returns:
+        The p-value (1.0 for no canaries).
+    """
+    from scipy.stats import binomtest
+
+    return float(binomtest(n_in, n_in + n_out, 0.5).pvalue) if n_in + n_out else 1.0
+
+
 def check_fair_coins(signs) -> None:
     """Refuse a membership a fair coin gives with probability below :data:`FAIR_COIN_P`: the one-run analysis needs
     every canary inserted by an independent fair coin, and a lopsided split lets uninformative scores show a bound
@@ -182,11 +197,9 @@ def check_fair_coins(signs) -> None:
     Raises:
         ValueError: The two-sided exact binomial p-value of the inserted count is below :data:`FAIR_COIN_P`.
     """
-    from scipy.stats import binomtest
-
     s = np.asarray(signs)
     n_in, m = int((s > 0).sum()), int(s.size)
-    p = float(binomtest(n_in, m, 0.5).pvalue) if m else 1.0
+    p = fair_coin_p(n_in, m - n_in)
     if p < FAIR_COIN_P:
         raise ValueError(f"{n_in} of {m} canaries inserted: a fair coin gives a split this uneven with probability "
                          f"{p:.1g}, and the one-run bound holds only for canaries each inserted by an independent "

@@ -66,7 +66,7 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
                     "draw never in the data, in its case, scored in the same context) is then exchangeable, and the bound is of "
                     "replace-one privacy read as a group of two records"),
         sources={"training_data": str(training_data), "sha256": digest, "format": fmt, "pairs": len(pairs),
-                 "seed": seed, "guess_fraction": guess_fraction, "text_column": text_column}, dropped=dropped)
+                 "seed": seed, "text_column": text_column}, dropped=dropped)
     _finish(checkpoint, man, scores, info, confidence, out)
 
 
@@ -86,7 +86,8 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
     you state was drawn by a fair coin per record before training: its records are the one-run game's canaries.
     A split by date, source or size is not a coin and gives no bound. Exit 0 once the report is written, 2 on bad
     input (a split far from half and half is refused: a fair coin rarely gives it)."""
-    from dpaudit.evaluation import posthoc, posthoc_fit, scoring
+    from dpaudit.audit import auditor
+    from dpaudit.evaluation import posthoc, posthoc_fit
 
     if not fair_coin:
         raise DpauditError("the split audit is valid only if a fair coin put each record in or out before training; "
@@ -96,35 +97,29 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
     if len(ins) + len(outs) < posthoc.MIN_UNITS or not ins or not outs:
         raise DpauditError(f"{len(ins)} members and {len(outs)} non-members: the audit needs both, at least "
                            f"{posthoc.MIN_UNITS} records in all")
-    p = posthoc.fair_coin_p(len(ins), len(outs))
-    if p < 1e-3:
+    p = auditor.fair_coin_p(len(ins), len(outs))
+    if p < auditor.FAIR_COIN_P:
         raise DpauditError(f"{len(ins)} members against {len(outs)} non-members: a fair coin gives a split this uneven "
                            f"with probability {p:.1g}; this split was not drawn by a fair coin, so it gives no bound")
     if set(ins) == set(outs):
         raise DpauditError("--members and --non-members hold the same records; each record is in or out")
-    ins, outs, repeated = posthoc_fit.drop_repeated(ins, outs)
     out, ck, model, tok = _prepare(checkpoint, out, device_name, quiet)
     limit = posthoc_fit.token_limit(ck)
-    ins, cut_in, short_in = posthoc_fit.fit_records(tok, ins, limit)
-    outs, cut_out, short_out = posthoc_fit.fit_records(tok, outs, limit)
+    ins, outs, dropped = posthoc_fit.fit_split(tok, ins, outs, limit)
     if len(ins) + len(outs) < posthoc.MIN_UNITS or not ins or not outs:
-        raise DpauditError(f"{len(ins)} members and {len(outs)} non-members have a token to score (a record of one "
-                           f"token has none): the audit needs both, at least {posthoc.MIN_UNITS} records in all")
+        raise DpauditError(f"{len(ins)} members and {len(outs)} non-members are left to score (repeated records and "
+                           f"records of one token are left out): the audit needs both, at least {posthoc.MIN_UNITS} "
+                           "records in all")
     man = posthoc.split_manifest(ins, outs, seed, guess_fraction)
-    loaded = ck.__class__(ck.path, ck.card, man, ck.run, base_model=ck.base_model)
-    got = scoring.score(loaded, model, tok, scoring.ScoringSettings(("loss",), batch_size, limit,
-                                                                    framing="tokenizer"))
+    scores = posthoc.split_scores(ck, model, tok, man, batch_size, limit)
     info = posthoc.Posthoc(
         kind=posthoc.SPLIT_KIND,
         assumption=("each record was put in the training data or held out by an independent fair coin before "
                     "training (stated by the user, not verified: a split by date, source or length gives no valid bound)"),
         sources={"members": str(members), "members_sha256": d_in, "non_members": str(non_members),
-                 "non_members_sha256": d_out, "fair_coin_p": p, "max_tokens": limit,
-                 "seed": seed, "guess_fraction": guess_fraction, "text_column": text_column},
-        dropped={"repeated records (a group, not one record)": repeated,
-                 "records of one token (nothing to score)": short_in + short_out,
-                 f"records cut to their first {limit} tokens (scored, not left out)": cut_in + cut_out})
-    _finish(checkpoint, man, got.scores["loss"], info, confidence, out)
+                 "non_members_sha256": d_out, "fair_coin_p": p, "max_tokens": limit, "seed": seed,
+                 "text_column": text_column}, dropped=dropped)
+    _finish(checkpoint, man, scores, info, confidence, out)
 
 
 def _prepare(checkpoint, out, device_name, quiet):

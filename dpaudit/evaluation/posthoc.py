@@ -206,11 +206,13 @@ def split_manifest(members: list[str], held_out: list[str], seed: int, guess_fra
     return Manifest(_plan(len(canaries), guess_fraction, seed), [canaries[i] for i in order])
 
 
-def fair_coin_p(n_in: int, n_out: int) -> float:
-    """Two-sided exact binomial p-value of n_in members out of n_in + n_out under a fair coin."""
-    from dpaudit.report.paired import mcnemar_p
+def split_scores(ck, model, tok, man: Manifest, batch_size: int, limit: int) -> np.ndarray:
+    """Each unit's LOSS score of the split manifest ``man``, as ``audit split`` and its ``--rescore`` read it."""
+    from dpaudit.evaluation import scoring
 
-    return mcnemar_p(n_in, n_out)  # the exact two-sided binomial test at 1/2
+    loaded = checkpoint.Checkpoint(ck.path, ck.card, man, ck.run, base_model=ck.base_model)
+    settings = scoring.ScoringSettings(("loss",), batch_size, limit, framing="tokenizer")
+    return scoring.score(loaded, model, tok, settings).scores["loss"]
 
 
 def pair_scores(model, tok, pairs, coins, batch_size: int, framing: str, limit: int = fitting.MAX_TOKENS) -> np.ndarray:

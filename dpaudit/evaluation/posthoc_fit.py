@@ -68,3 +68,14 @@ def fit_context(tok, ctx: str, a: str, b: str, limit: int) -> str:
         raise DpauditError(f"an identifier alone is longer than the model's context of {limit} tokens; audit a "
                            "shorter --format")
     return ctx
+
+
+def fit_split(tok, members: list[str], held_out: list[str], limit: int) -> tuple[list[str], list[str], dict]:
+    """The stated split's records after every rule above, and what each rule left out or cut (the report's
+    ``posthoc.dropped``): ``audit split`` and its ``--rescore`` build their units through this one function."""
+    members, held_out, repeated = drop_repeated(members, held_out)
+    members, cut_in, short_in = fit_records(tok, members, limit)
+    held_out, cut_out, short_out = fit_records(tok, held_out, limit)
+    return members, held_out, {"repeated records (a group, not one record)": repeated,
+                               "records of one token (nothing to score)": short_in + short_out,
+                               f"records cut to their first {limit} tokens (scored, not left out)": cut_in + cut_out}

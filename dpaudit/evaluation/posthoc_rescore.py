@@ -48,9 +48,8 @@ def loss_scores(report: dict, ckpt: Path) -> tuple[list | None, list[str]]:
         outs = _read(posthoc, src.get("non_members"), src.get("non_members_sha256"), column, "non-members", out)
         if ins is None or outs is None:
             return None, out
-        ins, outs, _ = posthoc_fit.drop_repeated(ins, outs)
-        ins, outs = posthoc_fit.fit_records(tok, ins, limit)[0], posthoc_fit.fit_records(tok, outs, limit)[0]
-        scores = _split_scores(posthoc, ck, model, tok, ins, outs, seed, limit)
+        ins, outs, _ = posthoc_fit.fit_split(tok, ins, outs, limit)
+        scores = posthoc.split_scores(ck, model, tok, posthoc.split_manifest(ins, outs, seed, 0.1), BATCH, limit)
     return list(scores), out
 
 
@@ -69,11 +68,3 @@ def _read(posthoc, path, digest, column: str, what: str, out: list[str]):
         return None
     return texts
 
-
-def _split_scores(posthoc, ck, model, tok, ins, outs, seed: int, limit: int):
-    from dpaudit.evaluation import scoring
-
-    man = posthoc.split_manifest(ins, outs, seed, 0.1)
-    loaded = ck.__class__(ck.path, ck.card, man, ck.run, base_model=ck.base_model)
-    got = scoring.score(loaded, model, tok, scoring.ScoringSettings(("loss",), BATCH, limit, framing="tokenizer"))
-    return got.scores["loss"]
