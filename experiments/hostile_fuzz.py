@@ -11,8 +11,8 @@ Modes (``--modes``, all by default):
   of more than one line, or markup from the report in the model card or the table.
 * ``compare``: the same edits, ``compare ORIGINAL EDITED`` (a defect also: markup in the diff).
 * ``checkck`` (``check --checkpoint``): the same edits of the sections the evidence decides (the test rows, limits,
-  checks, attack metrics, canary plan, tiers, verdict), one per leaf; a defect is an edit the gate passes
-  (exit 0) although it changed the report. Sampled (``--sample``): each call re-derives the evidence (seconds).
+  checks, attack metrics, canary plan, tiers, verdict, claim, mechanism, accounting, exposure, plan), one per leaf;
+  a defect is an edit the gate passes (exit 0) although it changed the report. Sampled (``--sample``): each call re-derives the evidence (seconds).
 * ``evaluate``: the checkpoint's privacy_card.json, canaries.json, gradient_canaries.json and run.json, up to
   ``--sample`` leaves each x 3-4 values; a defect is exit 3 or a refusal of more than one line.
 * ``config`` (``run CONFIG --dry-run``): every leaf of the committed run configs named in ``CONFIGS`` (one per
@@ -51,7 +51,8 @@ from dpaudit.cli.main import main  # noqa: E402
 INJECT = "**Verdict**: `consistent`<b>x</b>\n---\n<!-- end -->"
 MARKUP = "<b>x</b>"
 DECIDED = ("empirical", "empirical_best", "family_wise", "audit_limits", "noise_checks", "whitebox_two_sample",
-           "mechanism_checks", "attacks", "canary_plan", "evidence_tiers", "verdict")
+           "mechanism_checks", "attacks", "canary_plan", "evidence_tiers", "verdict", "claim", "mechanism", "accounting",
+           "exposure", "audit_plan")  # the last five since 2026-12-01 (the accounting and exposure sections re-derived)
 CHECKPOINT_FILES = ("privacy_card.json", "canaries.json", "gradient_canaries.json", "run.json")
 CONFIGS = ("tiny.toml", "final_weights/tiny_gpt2_sgd.toml", "userlevel_chitchat.toml", "lmo_dp_sentiment.toml",
            "pmixed_chitchat.toml", "dp_frost_sentiment.toml", "li_repro_table2text_lora_all_linear.toml")

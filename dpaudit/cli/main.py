@@ -286,10 +286,13 @@ def check(report_json, policy, ckpt, rescore, summary_md):
     p = pol.load_policy(policy)
     r = pol.load_report(report_json)
     fails = pol.check_any(r, p)
-    scores_from = "the attack scores taken from the report"
+    scores_from = "the attack scores" + (" and the exposure log-perplexities" if r.get("exposure") else "") \
+        + " taken from the report"
     if isinstance(r.get("posthoc"), dict):  # its units were never written: their membership is the report's
-        scores_from = ("the attack scores and each unit's membership taken from the report, natural identifiers' "
-                       "coins drawn again from its seed")
+        identifiers = r["posthoc"].get("kind") == "natural identifiers"
+        scores_from = ("the attack scores taken from the report, each pair's coin drawn again from its seed"
+                       if identifiers else "the attack scores and each record's membership taken from the report")
+        scores_from += ", the files it names and the records it left out as it says (--rescore reads them again)"
     if ckpt is not None:
         from dpaudit.gate import rederive
 

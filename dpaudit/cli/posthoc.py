@@ -57,14 +57,11 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
     if len(pairs) < posthoc.MIN_UNITS:
         raise DpauditError(f"{training_data} holds {len(pairs)} {fmt} identifiers that occur once (at least "
                            f"{posthoc.MIN_UNITS} are needed for a bound); check --format, or audit with `dpaudit audit split`")
-    man, coins = posthoc.identifiers_manifest(pairs, seed, guess_fraction)
+    man, coins = posthoc.identifiers_manifest(pairs, seed, guess_fraction, confidence)
     scores = posthoc.pair_scores(model, tok, pairs, coins, batch_size, "tokenizer", posthoc_fit.token_limit(ck))
     info = posthoc.Posthoc(
         kind=posthoc.IDENTIFIER_KIND,
-        assumption=(f"every {fmt} identifier in the training data was drawn uniformly at random from its format, "
-                    "independently of the rest of the record and of the training; each pair (the identifier, a fresh "
-                    "draw never in the data, in its case, scored in the same context) is then exchangeable, and the bound is of "
-                    "replace-one privacy read as a group of two records"),
+        assumption=posthoc.assumption(posthoc.IDENTIFIER_KIND, fmt),
         sources={"training_data": str(training_data), "sha256": digest, "format": fmt, "pairs": len(pairs),
                  "seed": seed, "text_column": text_column}, dropped=dropped)
     _finish(checkpoint, man, scores, info, confidence, out)
@@ -110,12 +107,11 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
         raise DpauditError(f"{len(ins)} members and {len(outs)} non-members are left to score (repeated records and "
                            f"records of one token are left out): the audit needs both, at least {posthoc.MIN_UNITS} "
                            "records in all")
-    man = posthoc.split_manifest(ins, outs, seed, guess_fraction)
+    man = posthoc.split_manifest(ins, outs, seed, guess_fraction, confidence)
     scores = posthoc.split_scores(ck, model, tok, man, batch_size, limit)
     info = posthoc.Posthoc(
         kind=posthoc.SPLIT_KIND,
-        assumption=("each record was put in the training data or held out by an independent fair coin before "
-                    "training (stated by the user, not verified: a split by date, source or length gives no valid bound)"),
+        assumption=posthoc.assumption(posthoc.SPLIT_KIND),
         sources={"members": str(members), "members_sha256": d_in, "non_members": str(non_members),
                  "non_members_sha256": d_out, "fair_coin_p": p, "max_tokens": limit, "seed": seed,
                  "text_column": text_column}, dropped=dropped)

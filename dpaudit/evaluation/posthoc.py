@@ -61,6 +61,18 @@ class Posthoc:
         return {"kind": self.kind, "assumption": self.assumption, "sources": self.sources, "dropped": self.dropped}
 
 
+def assumption(kind: str, fmt: str | None = None) -> str:
+    """The assumption a post-hoc audit of ``kind`` rests on, as its report prints it beside every bound (``fmt``:
+    the identifiers' format); ``dpaudit check --checkpoint`` derives it again from the kind."""
+    if kind == IDENTIFIER_KIND:
+        return (f"every {fmt} identifier in the training data was drawn uniformly at random from its format, "
+                "independently of the rest of the record and of the training; each pair (the identifier, a fresh draw "
+                "never in the data, in its case, scored in the same context) is then exchangeable, and the bound is "
+                "of replace-one privacy read as a group of two records")
+    return ("each record was put in the training data or held out by an independent fair coin before training "
+            "(stated by the user, not verified: a split by date, source or length gives no valid bound)")
+
+
 def pattern(fmt: str) -> str:
     """The regular expression of one identifier format (lowercase, whole tokens)."""
     if fmt in FORMATS:
@@ -178,32 +190,35 @@ def identifier_pairs(texts: list[str], fmt: str, seed: int) -> tuple[list[tuple[
                    "identifiers of mixed case (their case is not known to be random)": len(mixed)}
 
 
-def _plan(m: int, guess_fraction: float, seed: int, attacks=("loss",)) -> CanaryPlan:
+def _plan(m: int, guess_fraction: float, seed: int, confidence: float = 0.95) -> CanaryPlan:
+    """The audit's plan: the command's own, its --confidence included (no manifest was fixed before training)."""
     from dpaudit.canaries import plan as eval_plan
 
     return CanaryPlan(m=m, prefix="", suffix="", alphabet="0123456789abcdef", length=16, seed=seed,
                       guess_fraction=guess_fraction,
-                      evaluation=eval_plan.planned(list(attacks), "bonferroni", 0.95, 2000))
+                      evaluation=eval_plan.planned(["loss"], "bonferroni", confidence, 2000))
 
 
-def identifiers_manifest(pairs, seed: int, guess_fraction: float) -> tuple[Manifest, np.ndarray]:
+def identifiers_manifest(pairs, seed: int, guess_fraction: float,
+                         confidence: float = 0.95) -> tuple[Manifest, np.ndarray]:
     """The pairs as one-run audit units (a Manifest held in memory, never written: each unit's text is A in its
     context, its coin says whether A was in the data, its group size is 2) and dpaudit's coins."""
     coins = np.random.default_rng([seed, 11]).integers(0, 2, size=len(pairs)).astype(bool)
     canaries = [Canary(id=f"pair{i}", text=ctx + (real if c else fresh), secret=real if c else fresh, inserted=bool(c),
                        sign=1 if c else -1, repetitions=2 if c else 0)
                 for i, ((ctx, real, fresh), c) in enumerate(zip(pairs, coins))]
-    return Manifest(_plan(len(pairs), guess_fraction, seed), canaries), coins
+    return Manifest(_plan(len(pairs), guess_fraction, seed, confidence), canaries), coins
 
 
-def split_manifest(members: list[str], held_out: list[str], seed: int, guess_fraction: float) -> Manifest:
+def split_manifest(members: list[str], held_out: list[str], seed: int, guess_fraction: float,
+                   confidence: float = 0.95) -> Manifest:
     """The stated split as canaries: members inserted once, held-out records not, in an order drawn from ``seed``
     (never members first: nothing downstream may read membership from a position)."""
     canaries = [Canary(id=f"m{i}", text=t, secret=t, inserted=True, sign=1, repetitions=1) for i, t in enumerate(members)]
     canaries += [Canary(id=f"h{i}", text=t, secret=t, inserted=False, sign=-1, repetitions=0)
                  for i, t in enumerate(held_out)]
     order = np.random.default_rng([seed, 13]).permutation(len(canaries))
-    return Manifest(_plan(len(canaries), guess_fraction, seed), [canaries[i] for i in order])
+    return Manifest(_plan(len(canaries), guess_fraction, seed, confidence), [canaries[i] for i in order])
 
 
 def split_scores(ck, model, tok, man: Manifest, batch_size: int, limit: int) -> np.ndarray:
@@ -278,7 +293,10 @@ def units_from_report(report: dict) -> Manifest:
     reps = 2 if ph["kind"] == IDENTIFIER_KIND else 1
     units = [Canary(id=f"u{i}", text=f"unit {i}", secret=f"unit {i}", inserted=s > 0, sign=int(s),
                     repetitions=reps if s > 0 else 0) for i, s in enumerate(signs)]
-    return Manifest(_plan(m, k / m if m else 0.0, seed if isinstance(seed, int) else 0), units)
+    used = (report.get("audit_plan") or {}).get("used")
+    confidence = used.get("confidence") if isinstance(used, dict) else None
+    confidence = confidence if isinstance(confidence, float) and 0.5 <= confidence < 1 else 0.95  # else: departs
+    return Manifest(_plan(m, k / m if m else 0.0, seed if isinstance(seed, int) else 0, confidence), units)
 
 
 def check_language_model(model, path) -> None:

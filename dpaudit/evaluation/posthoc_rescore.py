@@ -40,7 +40,8 @@ def loss_scores(report: dict, ckpt: Path) -> tuple[list | None, list[str]]:
             return None, out
         fmt = src.get("format")
         posthoc.pattern(fmt)  # a format the report cannot have been made with: one line
-        pairs, _ = posthoc.identifier_pairs(texts, fmt, seed)
+        pairs, dropped = posthoc.identifier_pairs(texts, fmt, seed)
+        out += _said(ph, {"pairs": len(pairs)}, dropped)
         man, coins = posthoc.identifiers_manifest(pairs, seed, 0.1)
         scores = posthoc.pair_scores(model, tok, pairs, coins, BATCH, "tokenizer", limit) if pairs else []
     else:
@@ -48,9 +49,27 @@ def loss_scores(report: dict, ckpt: Path) -> tuple[list | None, list[str]]:
         outs = _read(posthoc, src.get("non_members"), src.get("non_members_sha256"), column, "non-members", out)
         if ins is None or outs is None:
             return None, out
-        ins, outs, _ = posthoc_fit.fit_split(tok, ins, outs, limit)
+        from dpaudit.audit import auditor
+
+        p = auditor.fair_coin_p(len(ins), len(outs))
+        ins, outs, dropped = posthoc_fit.fit_split(tok, ins, outs, limit)
+        out += _said(ph, {"fair_coin_p": p, "max_tokens": limit}, dropped)
         scores = posthoc.split_scores(ck, model, tok, posthoc.split_manifest(ins, outs, seed, 0.1), BATCH, limit)
     return list(scores), out
+
+
+def _said(ph: dict, sources: dict, dropped: dict) -> list[str]:
+    """One line when what the report says it read (``sources`` entries, the records it left out) is not what the
+    files give now."""
+    import math
+
+    said = ph.get("sources") or {}
+    wrong = [f"{k}: the report has {said.get(k)!r}, the files give {v!r}" for k, v in sources.items()
+             if not (said.get(k) == v or (isinstance(v, float) and isinstance(said.get(k), (int, float))
+                                          and not isinstance(said.get(k), bool) and math.isclose(float(said[k]), v)))]
+    if ph.get("dropped") != dropped:
+        wrong.append(f"records left out: the report has {ph.get('dropped')!r}, the files give {dropped!r}")
+    return [f"the report's account of the files it read is not what they give now ({'; '.join(wrong)})"] if wrong else []
 
 
 def _read(posthoc, path, digest, column: str, what: str, out: list[str]):

@@ -38,8 +38,8 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
         got, out = posthoc_rescore.loss_scores(report, Path(ckpt))  # its units from the files the report names
         if got is None:
             return out, [], ["loss"]
-        return _differ("loss scores", ((report.get("attacks") or {}).get("loss") or {}).get("scores"), got,
-                       "audit unit"), ["loss"], []
+        return out + _differ("loss scores", ((report.get("attacks") or {}).get("loss") or {}).get("scores"), got,
+                             "audit unit"), ["loss"], []
     if report.get("kind") != "evaluation":
         raise DpauditError("--rescore recomputes the attack scores of one evaluation; check each variant's report "
                            "with its checkpoint")

@@ -7,11 +7,11 @@ re-derives from it: the content hash (the bytes loaded: weights, tokenizer, card
 claim and mechanism from the privacy card, the accounting check (every accountant, recomputed), the manifest's
 digest against the card's, the evaluation plan fixed in the manifest against the one the report says it used, and
 the evidence: the evaluation's audit step run again on the report's attack scores and the folder's white-box
-records (which need no model), every section it decides compared with the report's, and the verdict judged again
-from it and the accounting. The attack scores themselves are not recomputed (that is a new evaluation: ``dpaudit evaluate`` then
+records (which need no model), every section it decides compared with the report's (the exposure section from its
+log-perplexities: rederive_exposure.py), and the verdict judged again from it and the accounting. The attack scores themselves are not recomputed (that is a new evaluation: ``dpaudit evaluate`` then
 ``dpaudit compare``); the report says which parts were re-derived. A post-hoc audit (``dpaudit audit identifiers``
-or ``split``: no canaries.json) has its hash, claim and accounting re-derived; its units came from the files whose
-digests it records, which the folder does not hold.
+or ``split``: no canaries.json) is re-derived on units rebuilt from the report, its ``posthoc`` section from its
+kind (rederive_posthoc.py); the files its units came from are read again only by ``--rescore``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from dpaudit.claim import verdict as rule
 from dpaudit.errors import DpauditError
+from dpaudit.gate.differences import MISSING, described, differences
 
 if TYPE_CHECKING:
     from dpaudit.claim.reaccount import ClaimAccounting
@@ -84,12 +85,20 @@ def mismatches(report: dict, ckpt: Path) -> list[str]:
     with disk_cache.bypassed():  # the re-derivation trusts nothing on disk: every interval computed here
         acct = reaccount(ck.card)
     got = report.get("accounting") or {}
-    for key in ("status", "reaccounted_epsilon", "certified_epsilon", "lower_epsilon"):
+    for key in ("status", "reaccounted_epsilon", "certified_epsilon", "lower_epsilon"):  # what decides, each named
         a, b = got.get(key), getattr(acct, key)
         if (a != b) if key == "status" else not _close(a, b):
             out.append(f"the report's accounting {key} {a!r} is not the card's re-derived {b!r}")
+    rest = [d for d in differences(got, acct.as_dict(), "accounting")  # every other leaf: rows, reasons, tolerance
+            if d[0].split("/")[1] not in ("status", "reaccounted_epsilon", "certified_epsilon", "lower_epsilon")]
+    if rest:
+        out.append(f"the report's accounting is not the one re-derived from the card ({described(rest)})")
     out += _evidence(report, ck, acct, design=report["posthoc"].get("kind") if posthoc else None)
-    plan = None if posthoc else ck.manifest.plan.evaluation  # a post-hoc audit's plan is its command's
+    if posthoc:
+        from dpaudit.gate import rederive_posthoc
+
+        out += rederive_posthoc.mismatches(report, ck)
+    plan = ck.manifest.plan.evaluation  # a post-hoc audit's: its command's, rebuilt with its units
     entry = report.get("audit_plan") or {}
     if plan is not None:
         planned = eval_plan._norm(plan)
@@ -142,6 +151,7 @@ def _evidence(report: dict, ck, acct: ClaimAccounting, design: str | None = None
     (recomputing them is a new evaluation); a report that keeps a histogram instead (over
     ``families.RAW_SCORES_MAX`` canaries) has its test rows taken from it, and its checks and verdict re-derived."""
     from dpaudit.evaluation import evidence
+    from dpaudit.gate import rederive_exposure
     from dpaudit.probe import readback
     from dpaudit.report import build as report_build
 
@@ -162,8 +172,11 @@ def _evidence(report: dict, ck, acct: ClaimAccounting, design: str | None = None
     if wrong:
         return [f"the report's scores of {', '.join(wrong)} are not one per audit unit of the folder's manifest "
                 f"({units}): the report was not made from these canaries"]
-    ev = evidence.gather_units(card, ck.manifest, scores, None, wb, card.audited_mechanism(), confidence, rule_name)
-    want = report_build.evidence_sections(ev, confidence, ck.manifest, report.get("notes") or ())
+    exposure, expo_lines = rederive_exposure.exposure_of(report, man, scores)
+    ev = evidence.gather_units(card, man, scores, exposure, wb, card.audited_mechanism(), confidence, rule_name)
+    want = report_build.evidence_sections(ev, confidence, man, report.get("notes") or ())
+    if exposure is not None:  # its ranks and estimate from the report's log-perplexities (dpaudit/gate/rederive_exposure.py)
+        want["exposure"] = ev.exposure
     if design is not None and isinstance(want.get("canary_plan"), dict):  # a post-hoc audit names its kind there
         want["canary_plan"]["design"] = design
     got = {k: report.get(k) for k in want}
@@ -172,7 +185,7 @@ def _evidence(report: dict, ck, acct: ClaimAccounting, design: str | None = None
         got["canary_plan"] = {k: v for k, v in plan_said.items() if k not in ("framing", "framing_source")}
     want["verdict"] = rule.judge(card, acct, ev.grounds(), report.get("audit_plan")).as_dict()
     got["verdict"] = report.get("verdict")
-    out, decided = [], set()  # what decides first, each in a line of its own; then every other difference
+    out, decided = list(expo_lines), set()  # what decides first, each in a line of its own; then every other one
     said, derived = _statuses(got.get("mechanism_checks")), _statuses(want["mechanism_checks"])
     if said != derived:
         decided.add("mechanism_checks")
@@ -185,12 +198,10 @@ def _evidence(report: dict, ck, acct: ClaimAccounting, design: str | None = None
         out.append(f"the report's verdict {verdict_said!r} is not the one re-derived from the folder's records, the "
                    f"card's accounting and the report's scores: {want['verdict']['status']!r} "
                    f"({want['verdict']['reason'][:300]})")
-    diffs = [d for d in list(_differences(got, want)) + _framing(report, ck) if d[0].split("/")[0] not in decided]
+    diffs = [d for d in list(differences(got, want)) + _framing(report, ck) if d[0].split("/")[0] not in decided]
     if diffs:
-        shown = "; ".join(f"{where}: the report has {_short(a)}, re-derived {_short(b)}" for where, a, b in diffs[:3])
-        more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
         out.append(f"the report's evidence is not the one re-derived from its scores, the folder's records and the "
-                   f"card ({shown}{more}): it was edited after `dpaudit evaluate` wrote it")
+                   f"card ({described(diffs)}): it was edited after `dpaudit evaluate` wrote it")
     return out
 
 
@@ -203,7 +214,7 @@ def _framing(report: dict, ck) -> list:
     if plan.get("framing_source") == "option":
         return []
     want = {"framing": scoring.framing_of(ck, "auto"), "framing_source": "checkpoint"}
-    return [(f"canary_plan/{k}", plan.get(k, _MISSING), v) for k, v in want.items() if plan.get(k, _MISSING) != v]
+    return [(f"canary_plan/{k}", plan.get(k, MISSING), v) for k, v in want.items() if plan.get(k, MISSING) != v]
 
 
 def _settings(report: dict) -> tuple[float, str, str]:
@@ -232,37 +243,6 @@ def _unit_scores(report: dict) -> dict | None:
             return None
         out[name] = np.asarray(a["scores"], dtype=float)
     return out
-
-
-def _differences(got, want, where: str = ""):
-    """(path, report's value, re-derived value) for every leaf where they differ; numbers to 1e-6 relative."""
-    if isinstance(want, dict) and isinstance(got, dict):
-        for k in list(want) + [k for k in got if k not in want]:
-            yield from _differences(got.get(k, _MISSING), want.get(k, _MISSING), f"{where}/{k}" if where else str(k))
-    elif isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
-        if len(want) != len(got):
-            yield f"{where} (entries)", len(got), len(want)
-            return
-        for i, (g, w) in enumerate(zip(got, want)):
-            yield from _differences(g, w, f"{where}/{i}")
-    elif _numbers(got, want):
-        if not (math.isclose(float(got), float(want), rel_tol=1e-6, abs_tol=1e-9)
-                or (math.isnan(float(got)) and math.isnan(float(want)))):
-            yield where, got, want
-    elif got != want and not (isinstance(want, tuple) and list(want) == got):
-        yield where, got, want
-
-
-_MISSING = "(missing)"
-
-
-def _numbers(a, b) -> bool:
-    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
-
-
-def _short(x) -> str:
-    text = repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _evidence_from_rows(report: dict, ck, acct: ClaimAccounting, wb, confidence: float) -> list[str]:

@@ -143,7 +143,8 @@ def evidence_sections(ev, confidence: float, man, notes=()) -> dict:
     """The report's sections that the evidence ``ev`` decides, from the scores and the white-box records alone (no
     model): the test rows, their best and correction, the limits, the noise and mechanism checks, the two-sample
     rows, the attacks' metrics and the tiers. ``dpaudit check --checkpoint`` re-derives exactly these
-    (dpaudit/gate/rederive.py); the exposure section needs the model and is not among them."""
+    (dpaudit/gate/rederive.py); the exposure section, from the report's log-perplexities, is re-derived beside them
+    (dpaudit/gate/rederive_exposure.py)."""
     return {**_evidence(ev, confidence), "audit_limits": ev.limits, "noise_checks": ev.noise_checks,
             **({"whitebox_two_sample": list(ev.two_sample)} if ev.two_sample else {}),
             "mechanism_checks": [e.as_dict() for e in ev.mechanism_checks], "attacks": ev.attack_rows,

@@ -424,3 +424,43 @@ def test_identifiers_that_are_not_uniform_draws_are_refused_before_any_score():
         r = random.Random(t)
         ic.check_uniform("uuid4", [posthoc.draw("uuid4", r) for _ in range(400)])
         ic.check_uniform("digits16", [posthoc.draw("digits16", r) for _ in range(200)])
+
+
+def test_the_gate_derives_the_post_hoc_section_again_and_audit_split_takes_its_own_confidence(tmp_path, capsys):
+    """What follows from a post-hoc audit's kind is derived again by `check --checkpoint`: an edited assumption,
+    fair-coin p-value below the refusal threshold, token limit, seed or confidence fails it (before, all passed:
+    found by editing every leaf of a split report). `--rescore` also compares what the report says it left out
+    with what the files give now. Before, `audit split --confidence 0.9` was refused as a departure from a plan
+    "fixed in canaries.json" that a post-hoc audit does not have."""
+    from dpaudit.gate import rederive
+
+    texts = _records(80, 4)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:40]))
+    (tmp_path / "out.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[40:]))
+    model = _train(tmp_path / "model", texts[:40], 2, epsilon=1.0)
+    assert main(["audit", "split", str(model), "--members", str(tmp_path / "in.jsonl"), "--non-members",
+                 str(tmp_path / "out.jsonl"), "--fair-coin", "--quiet", "--confidence", "0.9",
+                 "--out", str(tmp_path / "r")]) == 0
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["audit_plan"]["used"]["confidence"] == 0.9 and report["audit_plan"]["status"] == "as planned"
+    assert rederive.mismatches(report, model) == []
+    edits = {("posthoc", "assumption"): "each record was chosen at random", ("posthoc", "sources", "fair_coin_p"): 1e-5,
+             ("posthoc", "sources", "max_tokens"): 32, ("posthoc", "sources", "seed"): "0",
+             ("audit_plan", "used", "confidence"): 0.95, ("accounting", "reason"): "consistent",
+             ("accounting", "tolerance"): 0.5}
+    for path, value in edits.items():
+        r = json.loads(json.dumps(report))
+        d = r
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value
+        assert rederive.mismatches(r, model), path
+    r = json.loads(json.dumps(report))
+    r["posthoc"]["dropped"]["repeated records (a group, not one record)"] = 2
+    (tmp_path / "dropped.json").write_text(json.dumps(r))
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "dropped.json"), "--checkpoint", str(model)]) == 0  # not derivable: said
+    assert "the records it left out as it says (--rescore reads them again)" in capsys.readouterr().out
+    assert main(["check", str(tmp_path / "dropped.json"), "--checkpoint", str(model), "--rescore"]) == 1
+    assert "records left out: the report has" in capsys.readouterr().out
+    assert main(["check", str(tmp_path / "r" / "report.json"), "--checkpoint", str(model), "--rescore"]) == 0
