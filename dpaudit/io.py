@@ -24,7 +24,8 @@ def read_json(path: Path, what: str, fix: str) -> dict:
     if path.is_dir():
         raise DpauditError(f"{what} at {path} is a folder, not a file; {fix}")
     if not path.is_file():
-        raise DpauditError(f"{what} not found at {path}; {fix}")
+        raise DpauditError((f"{what} at {path} is not a regular file (a device, a pipe or a socket)"
+                            if path.exists() else f"{what} not found at {path}") + f"; {fix}")
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:
         raise DpauditError(f"{what} {path} is {size:,} bytes, more than any dpaudit file ({MAX_JSON_BYTES:,}); it is "

@@ -171,7 +171,8 @@ def _read_scores(path: Path):
     from dpaudit.io import MAX_JSON_BYTES, read_json
 
     if not path.is_file():
-        raise DpauditError(f"scores file not found at {path}; write one with scores and inserted flags")
+        raise DpauditError((f"scores file {path} is not a regular file (a folder, a device or a pipe)" if path.exists()
+                            else f"scores file not found at {path}") + "; write one with scores and inserted flags")
     if path.stat().st_size > MAX_JSON_BYTES:
         raise DpauditError(f"{path} is {path.stat().st_size:,} bytes, more than a scores file of 10^6 canaries")
     if path.suffix.lower() in (".csv", ".tsv"):

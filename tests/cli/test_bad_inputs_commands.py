@@ -5,6 +5,7 @@ table): each case exits 2 with one line naming the problem, quickly, and leaves 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -83,6 +84,12 @@ CASES = [
     ("table: run.json not JSON", _bad_run_json, "not valid JSON"),
     ("table: a 20 GB report.json", _huge_report, "more than any dpaudit file"),
     ("table: a report off its schema", _auc_ci_empty, "does not match the report schema at attacks/loss/auc_ci"),
+    ("check a pipe", lambda w: os.mkfifo(w / "r.json") or ["check", w / "r.json"], "is not a regular file"),
+    ("check a device", lambda w: ["check", "/dev/null"], "/dev/null is not a regular file"),
+    ("compare a pipe", lambda w: os.mkfifo(w / "r.json") or ["compare", w / "r.json", w / "r.json"],
+     "is not a regular file"),
+    ("audit scores a pipe", lambda w: os.mkfifo(w / "s.json") or ["audit", "scores", w / "s.json"],
+     "is not a regular file"),
 ]
 
 
