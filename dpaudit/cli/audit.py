@@ -187,20 +187,34 @@ def _read_scores(path: Path):
             raise DpauditError(f"{path} must hold a JSON object with scores and inserted, or inserted and held_out")
     try:
         if "scores" in d:
+            if "inserted" not in d:
+                raise DpauditError(f"{path}: scores but no inserted flags{_found(d)}; add \"inserted\": one true/false "
+                                   f"per score (true: the canary was in the training data){_RENAME}")
             sc = np.asarray([float(x) for x in d["scores"]], dtype=float)
-            flags = [_flag(x) for x in d.get("inserted", [])]
+            flags = [_flag(x) for x in d["inserted"]]
             signs = np.where(np.asarray(flags, dtype=bool), 1, -1)
         elif "inserted" in d and "held_out" in d:
             ins = np.asarray([float(x) for x in d["inserted"]], dtype=float)
             out = np.asarray([float(x) for x in d["held_out"]], dtype=float)
             sc, signs = np.r_[ins, out], np.r_[np.ones(ins.size, dtype=int), -np.ones(out.size, dtype=int)]
         else:
-            raise DpauditError(f"{path}: give scores and inserted (one flag per score), or inserted and held_out")
+            raise DpauditError(f"{path}: give scores and inserted (one flag per score), or inserted and held_out"
+                               f"{_found(d)}{_RENAME}")
     except (TypeError, ValueError, OverflowError) as e:  # OverflowError: an integer beyond any float
         raise DpauditError(f"{path}: the scores must be numbers and the flags true/false ({e})") from None
     if sc.size != signs.size:
         raise DpauditError(f"{path}: {sc.size} scores but {signs.size} inserted flags: one of each per canary")
     return sc, signs
+
+
+_RENAME = ("; another tool's membership labels are not guessed: rename its member flag (or member scores) to "
+           "inserted, its non-member scores to held_out")
+
+
+def _found(d) -> str:
+    """" (it has: a, b)": the keys or columns a score file holds, cut short (names from the file: shown escaped)."""
+    names = [str(k)[:30] for k in list(d)[:8]]
+    return f" (it has: {', '.join(names) or 'nothing'}{', ...' if len(d) > 8 else ''})"
 
 
 def _flag(x) -> bool:
@@ -236,7 +250,8 @@ def _table_rows(path: Path) -> dict:
         raise DpauditError(f"cannot read {path} as {kind} (UTF-8 text): {e}") from None
     names = [c.strip().lower() for c in rows[0]] if rows else []
     if "score" not in names or "inserted" not in names:
-        raise DpauditError(f"{path}: a {kind} needs the columns score and inserted (one row per canary)")
+        raise DpauditError(f"{path}: a {kind} needs the columns score and inserted (one row per canary)"
+                           f"{_found(dict.fromkeys(names))}{_RENAME}")
     i, j = names.index("score"), names.index("inserted")
     body = [r for r in rows[1:] if any(c.strip() for c in r)]
     if any(len(r) <= max(i, j) for r in body):
@@ -254,9 +269,10 @@ def _jsonl_rows(path: Path) -> list:
 
 def _columns(path: Path, rows: list) -> dict:
     """One {"score", "inserted"} object per canary, as columns."""
-    if not all(isinstance(r, dict) and "score" in r and "inserted" in r for r in rows):
+    bad = next((r for r in rows if not (isinstance(r, dict) and "score" in r and "inserted" in r)), None)
+    if bad is not None:
         raise DpauditError(f"{path}: each record needs a score and an inserted flag ({{\"score\": ..., "
-                           "\"inserted\": ...}})")
+                           f"\"inserted\": ...}}){_found(bad) if isinstance(bad, dict) else ''}{_RENAME}")
     return {"scores": [r["score"] for r in rows], "inserted": [r["inserted"] for r in rows]}
 
 

@@ -206,6 +206,26 @@ def test_audit_scores_command(tmp_path, capsys):
     assert main(["audit", "scores", str(tmp_path / "s.json"), "--strategy", "search", "--guesses", "1,1"]) == 2
 
 
+def test_another_tools_labels_are_named_not_guessed(tmp_path, capsys):
+    """Score files in other tools' shapes (mimir's member/nonmember lists, a label or is_member column, records with
+    a label, scores beside labels): membership is never guessed from another name (a label may mean either side),
+    and the one-line refusal names what the file holds and the rename. Before, they read as "0 inserted flags" or
+    without the keys found (a stray brace in one message)."""
+    import json
+
+    from dpaudit.cli import main
+
+    files = {"mimir.json": json.dumps({"member": [0.1, 0.2], "nonmember": [0.3]}),
+             "label.csv": "score,label\n0.1,1\n0.2,0\n", "member.tsv": "score\tis_member\n0.1\t1\n0.2\t0\n",
+             "recs.json": json.dumps([{"score": 0.1, "label": 1}, {"score": 0.2, "label": 0}]),
+             "labels.json": json.dumps({"scores": [0.1, 0.2], "labels": [1, 0]})}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        assert main(["audit", "scores", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "(it has: " in err and "rename" in err and "}}" not in err, err
+
+
 def test_the_power_table_is_its_results():
     """reports/score_auditor/README.md's cells are results.json's medians and counts (written by
     experiments/score_auditor_power.py), and every median is the median of its recorded bounds."""
