@@ -10,6 +10,8 @@ from dpaudit import accounting, checks, device
 from dpaudit.errors import DpauditError
 from dpaudit.options import AUTOCAST, GRAD_SAMPLE_MODES, GRADIENT_CANARY_KINDS, OPTIMIZERS
 
+CLIPPING_NORM_MAX = 1e6  # beyond it sigma x C swamps (or, past float32's 3.4e38, overflows) every noisy update
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -68,8 +70,11 @@ class EngineConfig:
             raise DpauditError(f"train.head_lr must be > 0 (or left out to use train.lr), got {self.head_lr!r}")
         if self.optimizer not in OPTIMIZERS:
             raise DpauditError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if not self.clipping_norm > 0:
-            raise DpauditError(f"train.clipping_norm must be > 0, got {self.clipping_norm}")
+        if not 0 < self.clipping_norm <= CLIPPING_NORM_MAX:
+            raise DpauditError(f"train.clipping_norm must be in (0, {CLIPPING_NORM_MAX:g}], got {self.clipping_norm:g}"
+                               + (": the noise (sigma x C) would swamp or overflow every update; per-sample gradient "
+                                  "norms are far below it (clipping norms of 0.1 to 10 are the field's)"
+                                  if self.clipping_norm > 0 else ""))
         if self.accountant not in accounting.GAUSSIAN_ACCOUNTANTS:
             raise DpauditError(f"train.accountant {self.accountant!r} unknown; choose one of "
                                f"{', '.join(accounting.GAUSSIAN_ACCOUNTANTS)}")

@@ -57,6 +57,8 @@ def test_config_errors_exit_2(tmp_path, capsys):
     bad = [("[train]\nepochz = 1\n", "unknown key 'train.epochz'"),
            ("[[variants]]\nname = 'x'\ntarget_epsilon = -1.0\n", "target_epsilon must be > 0"),
            ("[train]\ndelta = 0.0\n", "delta"),
+           ("[train]\nclipping_norm = 1e308\n", "clipping_norm must be in (0, 1e+06]"),  # sigma x C overflowed
+           ("[train]\nclipping_norm = 0.0\n", "clipping_norm must be in (0, 1e+06]"),
            ("[task]\nsource = '%s'\n", "empty")]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
