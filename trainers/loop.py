@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from dpaudit import progress
+from dpaudit.errors import DpauditError
 from dpaudit.trainers import distributed, step_failure
 from dpaudit.trainers.clip_stats import ClipStats, module_norms
 
@@ -48,6 +49,11 @@ def run(model, optimizer, batches: Iterable, unit_step: Callable[[object], tuple
         if getattr(optimizer, "_is_last_step_skipped", False):
             continue  # a physical part of a logical batch: no noise, no step yet
         losses.append(part_sum / part_n if part_n else math.nan)
+        if part_n and not math.isfinite(losses[-1]):  # the weights are already broken: every later step is lost too
+            bar.close()
+            raise DpauditError(f"training diverged: the loss of step {done + 1} of {steps} is {losses[-1]}; lower "
+                               "train.lr (or, in a DP run, look at train.clipping_norm and the noise), and check the "
+                               "data for records the model cannot score")
         part_sum, part_n = 0.0, 0
         if stats is not None:
             stats.end_step()

@@ -116,3 +116,15 @@ def test_selected_parameters_are_the_only_ones_trained(tiny_model_factory):
         trainable.select(model, ["no.such.weight"])
     with pytest.raises(DpauditError, match="empty parameter selection"):
         trainable.select(model, [])
+
+
+@pytest.mark.parametrize("private", [False, True])
+def test_a_diverging_run_stops_at_its_first_non_finite_loss(tiny_model_factory, private):
+    """A learning rate that breaks the weights stops the one loop at the first non-finite loss, in one line naming
+    the step and the settings to look at. Before, the run trained to its end on NaN weights, wrote the checkpoint
+    and failed at evaluation on "white-box canary scores must be finite", naming the record, not the cause."""
+    model, tok = tiny_model_factory()
+    cfg = engine.EngineConfig(target_epsilon=8.0 if private else math.inf, delta=1e-3, epochs=3, batch_size=4,
+                              lr=1e308, seed=0)
+    with pytest.raises(DpauditError, match=r"training diverged: the loss of step \d+ of \d+ is nan; lower train.lr"):
+        engine.train(model, _records(tok), cfg, tok.pad_token_id, 32)
