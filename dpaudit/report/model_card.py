@@ -220,8 +220,18 @@ def write(report: dict, report_path: str, card_path: Path, ship: bytes | None = 
 
     card_path = Path(card_path)
     text = update(card_path, section(report, report_path, shipped=ship is not None), results(report))
-    files = [(card_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))]
+    if _crlf(card_path):  # a card written on Windows keeps its line endings: the diff is the section alone
+        text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+    files = [(card_path, lambda tmp: tmp.write_bytes(text.encode("utf-8")))]
     if ship is not None:
         files.append((card_path.parent / SHIPPED_REPORT, lambda tmp: tmp.write_bytes(ship)))
     write_atomic_all(files)
     return card_path
+
+
+def _crlf(card_path: Path) -> bool:
+    """Whether most lines of the existing card at ``card_path`` end in CRLF (read after :func:`update` checked it)."""
+    if not card_path.is_file():
+        return False
+    raw = card_path.read_bytes()
+    return raw.count(b"\r\n") * 2 > raw.count(b"\n")

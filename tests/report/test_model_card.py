@@ -177,3 +177,18 @@ def test_a_front_matter_the_hub_reads_is_the_one_extended(raw, tmp_path):
     data = ModelCard(text).data.to_dict()
     assert data["license"] == "mit" and data["tags"] == ["differential-privacy", "dpaudit"]
     assert text.count("---\n") == 2 and text.startswith("---\n") and "license: mit" not in text.split("---\n", 2)[2]
+
+
+def test_a_card_written_on_windows_keeps_its_line_endings(tmp_path):
+    """A CRLF card gets its section in CRLF and keeps every other line's ending: before, the whole card came back
+    in LF, a diff of every line in the user's repository. An LF card stays LF."""
+    crlf, lf = tmp_path / "crlf.md", tmp_path / "lf.md"
+    crlf.write_bytes(CARD.replace("\n", "\r\n").encode())
+    lf.write_bytes(CARD.encode())
+    for card in (crlf, lf, crlf):
+        assert main(["model-card", str(REPORT), "--to", str(card)]) == 0
+    raw = crlf.read_bytes()
+    assert raw.count(b"\r\n") == raw.count(b"\n") > 20 and b"\r\r" not in raw
+    assert raw.startswith(CARD.replace("\n", "\r\n").split("tags:")[0].encode())
+    assert b"\r" not in lf.read_bytes()
+    assert crlf.read_bytes().replace(b"\r\n", b"\n") == lf.read_bytes()
