@@ -270,7 +270,8 @@ def _sharded(ctx, checkpoint, out, shard, merge_parts, redact, opts):
 @click.option("--rescore", is_flag=True,
               help="With --checkpoint: also recompute the attack scores from the model (loss, zlib, min_k, "
                    "min_k_plus, final_weights, exposure; reference when the checkpoint's own base calibrated it), each "
-                   "equal to the report's to float rounding; needs the training install (torch). A reference "
+                   "equal to the report's to float rounding, and measure the task metrics again (min_accuracy reads "
+                   "them); needs the training install (torch). A reference "
                    "attack calibrated by another model is still taken from the report. A post-hoc audit's report "
                    "(audit identifiers, audit split) is rescored from the files it names, read again.")
 @summary_option("the result (passed or failed, each FAIL, the headline, what was checked)")
@@ -286,8 +287,9 @@ def check(report_json, policy, ckpt, rescore, summary_md):
     p = pol.load_policy(policy)
     r = pol.load_report(report_json)
     fails = pol.check_any(r, p)
-    scores_from = "the attack scores" + (" and the exposure log-perplexities" if r.get("exposure") else "") \
-        + " taken from the report"
+    taken = ["the attack scores"] + (["the exposure log-perplexities"] if r.get("exposure") else []) \
+        + (["the task metrics"] if r.get("metrics") else [])
+    scores_from = ", ".join(taken[:-1]) + (" and " if len(taken) > 1 else "") + taken[-1] + " taken from the report"
     if isinstance(r.get("posthoc"), dict):  # its units were never written: their membership is the report's
         identifiers = r["posthoc"].get("kind") == "natural identifiers"
         scores_from = ("the attack scores taken from the report, each pair's coin drawn again from its seed"
@@ -302,7 +304,9 @@ def check(report_json, policy, ckpt, rescore, summary_md):
 
         wrong, redone, kept = rescoring.mismatches(r, ckpt)
         fails = [f"rescored from {ckpt}: {m}" for m in wrong] + fails
-        scores_from = (f"the scores of {', '.join(redone) or 'no attack'} recomputed from the model"
+        attacks = [a for a in redone if a != "task metrics"]
+        scores_from = (f"the scores of {', '.join(attacks) or 'no attack'}"
+                       + (" and the task metrics" if "task metrics" in redone else "") + " recomputed from the model"
                        + (" and the files the report names" if isinstance(r.get("posthoc"), dict) else "")
                        + (f" ({', '.join(kept)} taken from the report)" if kept else ""))
     if ckpt is not None:

@@ -9,7 +9,8 @@ audit unit's score must equal the report's to float rounding (:data:`RTOL`, :dat
 device or batch size). ``exposure`` is rescored against the references its section records (sampled, or the
 whole space), its canaries' and references' log-perplexities compared too. The other attacks (``reference``
 calibrated by a model given to ``evaluate``, or in a report that predates the record of it; a registered attack) are
-named as taken from the report. Needs the training install (torch).
+named as taken from the report. The task metrics are measured again too (dpaudit/evaluation/rescore_metrics.py).
+Needs the training install (torch).
 """
 
 from __future__ import annotations
@@ -61,10 +62,17 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
             and isinstance(attacks[a].get("scores"), list)]
     kept = [a for a in black_box if a not in redo]
     kept += ["exposure"] if expo and "exposure" not in redo and "exposure" not in kept else []
-    if not redo:
+    task = bool((ck.run.get("task") or {}).get("name")) and bool(report.get("metrics"))
+    if not redo and not task:
         return [], [], kept
     framing = (report.get("canary_plan") or {}).get("framing") or scoring.framing_of(ck)
     model, tok = ck.load_model()
+    from dpaudit.evaluation import rescore_metrics
+
+    out, measured = rescore_metrics.mismatches(report, ck, model, tok, EvalOptions().batch_size)
+    done = ["task metrics"] if measured else []
+    if not redo:
+        return out, done, kept
     n_refs, limit = (expo["n_references"], int(expo.get("space_size") or 0) if expo["enumerated"] else 0) \
         if "exposure" in redo else (0, 0)
     settings = scoring.ScoringSettings(tuple(redo), EvalOptions().batch_size, ck.context_len, None, n_refs, limit,
@@ -75,7 +83,7 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
         raise DpauditError(f"--rescore cannot recompute {', '.join(missing)} from {ckpt}: "
                            f"{'; '.join(scored.notes) or 'the score step gave none'}; check without --rescore")
     units = evidence.per_audit_unit(ck.manifest, scored.scores)
-    out = [d for a in redo for d in _differ(f"{a} scores", attacks[a]["scores"], units[a], "audit unit")]
+    out += [d for a in redo for d in _differ(f"{a} scores", attacks[a]["scores"], units[a], "audit unit")]
     if "exposure" in redo and scored.exposure is not None:  # the section's own numbers, canary by canary
         out += _differ("exposure canaries' log-perplexities", [c.get("log_perplexity_bits") for c in expo["canaries"]],
                        scored.exposure.canary_bits, "canary")
@@ -83,7 +91,7 @@ def mismatches(report: dict, ckpt: Path) -> tuple[list[str], list[str], list[str
             want = expo["reference_log_perplexity_bits"]
             out += _differ("exposure references' log-perplexities", want, scored.exposure.reference_bits[:len(want)],
                            "reference")
-    return out, redo, kept
+    return out, redo + done, kept
 
 
 def _differ(what: str, want, got, unit: str) -> list[str]:

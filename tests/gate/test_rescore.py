@@ -18,12 +18,12 @@ def test_an_honest_report_passes_with_its_scores_recomputed(run_dir, variant, ca
     r = json.loads(report.read_text())
     assert r["checkpoint"]["reference_model"] == "base"  # calibrated by the checkpoint's own base: rescored too
     wrong, redone, kept = rescore.mismatches(r, ckpt)
-    assert wrong == [] and {"loss", "reference", "exposure"} <= set(redone) and kept == []
+    assert wrong == [] and {"loss", "reference", "exposure", "task metrics"} <= set(redone) and kept == []
     assert main(["check", str(report), "--checkpoint", str(ckpt), "--rescore"]) in (0, 1)  # the policy may fail
     out = capsys.readouterr().out
     assert not [line for line in out.splitlines() if line.startswith("FAIL") and "from" in line], out
     if "ok:" in out:
-        assert "reference, exposure recomputed from the model)" in out, out
+        assert "reference, exposure and the task metrics recomputed from the model)" in out, out
     del r["checkpoint"]["reference_model"]  # a report from before the record: its reference model is unknown
     wrong, redone, kept = rescore.mismatches(r, ckpt)
     assert wrong == [] and "reference" in kept and "reference" not in redone
@@ -70,3 +70,33 @@ def test_a_report_made_through_the_python_api_is_refused_in_words(run_dir):
     report["checkpoint"]["path"] = None
     with pytest.raises(DpauditError, match="Python API .* evaluate the folder"):
         rescore.mismatches(report, run_dir / "dp" / "checkpoint")
+
+
+def test_task_metrics_edited_are_measured_again(run_dir, capsys):
+    """The policy's min_accuracy reads metrics.accuracy, which `--checkpoint` takes from the report (and says so);
+    `--rescore` measures the task again on the model (dpaudit/evaluation/rescore_metrics.py): an accuracy or a
+    per-example outcome string edited fails, a flip at the boundary (within FLIPS examples) does not."""
+    from dpaudit.evaluation import rescore_metrics
+
+    report = json.loads((run_dir / "dp" / "report" / "report.json").read_text())
+    ckpt = run_dir / "dp" / "checkpoint"
+    m = report["metrics"]
+    edits = [("accuracy", min(1.0, m["accuracy"] + 0.3)), ("n_test", m["n_test"] + 1), ("task", "table2text"),
+             ("correct", "".join("1" if c == "0" else "0" for c in m["correct"]))]
+    for key, value in edits:
+        r = json.loads(json.dumps(report))
+        r["metrics"][key] = value
+        wrong, _, _ = rescore.mismatches(r, ckpt)
+        assert len(wrong) == 1 and "task metrics are not the model's" in wrong[0] and key in wrong[0], (key, wrong)
+    r = json.loads(json.dumps(report))
+    flipped = list(m["correct"])
+    flipped[0] = "1" if flipped[0] == "0" else "0"
+    r["metrics"]["correct"] = "".join(flipped)
+    r["metrics"]["accuracy"] = flipped.count("1") / len(flipped)
+    assert rescore_metrics.FLIPS >= 1 and rescore.mismatches(r, ckpt)[0] == []
+    capsys.readouterr()
+    assert main(["check", str(run_dir / "dp" / "report" / "report.json"), "--checkpoint", str(ckpt)]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "FAIL re-derived" not in out
+    if "ok:" in out:
+        assert "and the task metrics taken from the report" in out, out
