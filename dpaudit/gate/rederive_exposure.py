@@ -10,9 +10,9 @@ has its canaries' identities and memberships checked against the manifest, and i
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+
+from dpaudit.checks import finite
 
 MAX_KEPT = 5000  # reference log-perplexities report.json keeps (dpaudit/audit/families.py, exposure_report)
 
@@ -41,10 +41,10 @@ def exposure_of(report: dict, man, scores: dict):
         return None, ["the report's exposure section is not an object"]
     canaries, refs = expo.get("canaries"), expo.get("reference_log_perplexity_bits")
     if not isinstance(canaries, list) or len(canaries) != len(man.canaries) \
-            or not all(isinstance(c, dict) and _number(c.get("log_perplexity_bits")) for c in canaries):
+            or not all(isinstance(c, dict) and finite(c.get("log_perplexity_bits")) for c in canaries):
         return None, [f"the report's exposure canaries are not one log-perplexity per canary of the folder's manifest "
                       f"({len(man.canaries)}): the report was not made from these canaries"]
-    if not isinstance(refs, list) or not refs or not all(_number(x) for x in refs) \
+    if not isinstance(refs, list) or not refs or not all(finite(x) for x in refs) \
             or not all(isinstance(expo.get(k, True), bool) for k in ("enumerated", "suffix_scored")):
         return None, ["the report's exposure references are not the log-perplexities of its reference secrets"]
     bits = np.array([float(c["log_perplexity_bits"]) for c in canaries])
@@ -89,6 +89,3 @@ def _references(report: dict, expo: dict, man, n_refs) -> list[str]:
                 f"evaluation used (it says {n_refs!r}, suffix scored {expo.get('suffix_scored', True)!r})"]
     return []
 
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

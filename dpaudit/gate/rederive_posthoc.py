@@ -11,8 +11,7 @@ files again and derives those (dpaudit/evaluation/posthoc_rescore.py).
 
 from __future__ import annotations
 
-import math
-
+from dpaudit.checks import finite
 from dpaudit.errors import DpauditError
 
 
@@ -42,8 +41,7 @@ def mismatches(report: dict, ck) -> list[str]:
             out.append(f"the report says {src.get('pairs')!r} identifier pairs but scores {len(ck.manifest.canaries)}")
     else:
         p = src.get("fair_coin_p")
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) \
-                or not auditor.FAIR_COIN_P <= p <= 1:
+        if not (finite(p) and auditor.FAIR_COIN_P <= float(p) <= 1):  # type: ignore[arg-type]
             out.append(f"the report's fair-coin p-value {p!r} is not one `audit split` accepts (a split a fair coin "
                        f"gives with probability at least {auditor.FAIR_COIN_P:g})")
         if src.get("max_tokens") != posthoc_fit.token_limit(ck):
