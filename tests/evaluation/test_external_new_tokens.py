@@ -1,7 +1,7 @@
 """New-token canaries in checkpoints trained outside dpaudit, in the shapes users save them: a vocabulary padded
 beyond its tokenizer (Pythia, Qwen, Phi), a base model saved before the canaries' tokens were added (base_model/,
 --reference-model: the reference attack and seeded initial rows read it), a LoRA adapter that trains the output
-rows (peft's modules_to_save), and canaries whose secret is the record's first token (nothing predicts it)."""
+rows (peft's modules_to_save, or trainable_token_indices under tied embeddings), and canaries whose secret is the record's first token (nothing predicts it)."""
 
 from __future__ import annotations
 
@@ -175,6 +175,31 @@ def test_a_lora_adapter_that_trains_the_output_rows_is_read_from_its_final_weigh
     out = tmp_path / "r"
     assert main(["evaluate", str(ck), "--out", str(out)]) == 0, capsys.readouterr().err
     assert "final weights: ε ≥" in (out / "REPORT.md").read_text()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_peft_trainable_token_indices_trains_the_rows_under_tied_embeddings_only(tied, tmp_path, capsys):
+    """peft's trainable_token_indices on the input embedding (docs/canary_designs.md): under tied embeddings the
+    canary rows it trains are the output rows too, read like a full fine-tune's; untied, the output rows never
+    move and the final-weights test is skipped, saying why."""
+    from peft import LoraConfig, get_peft_model
+
+    tok = _tok()
+    model = _model(tok, tied=tied)
+    ck = tmp_path / "lora"
+    (ck / "base_model").mkdir(parents=True)
+    model.save_pretrained(ck / "base_model")
+    tok.save_pretrained(ck / "base_model")
+    man = _manifest(**ZERO)
+    new_tokens.add(model, tok, man)
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True,
+                                             trainable_token_indices={"wte": new_tokens.token_ids(tok, man)}))
+    _save(ck, _train(model, tok, man), tok, man)
+    out = tmp_path / "r"
+    assert main(["evaluate", str(ck), "--out", str(out)]) == 0, capsys.readouterr().err
+    text = (out / "REPORT.md").read_text()
+    assert ("final weights: ε ≥" in text) == tied
+    assert ("no new token's output row moved in training" in text) == (not tied)
 
 
 def test_canaries_with_nothing_before_their_secret_are_refused_in_one_line(tmp_path, capsys):
