@@ -2,7 +2,7 @@
 
 The canary prefix is the same for every candidate secret, so it is run through the model once and
 its key/value cache is reused for every batch of candidates: only the secret and suffix tokens are
-computed per candidate. That is what makes exact enumeration of a 10^6 randomness space feasible.
+computed per candidate (where the cache serves: attacks/prefix_cache.py; else each whole sequence). That is what makes exact enumeration of a 10^6 randomness space feasible.
 Rank/exposure statistics live in :mod:`dpaudit.audit.exposure` (pure NumPy); this module scores.
 """
 
@@ -16,6 +16,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from dpaudit.attacks import prefix_cache
 from dpaudit.attacks.scoring import encode, owns
 from dpaudit.tokens import model_device, pad_id
 
@@ -43,14 +44,21 @@ def log_perplexities(model, tokenizer, prefix: str, secrets: list[str], suffix: 
             groups[tuple(s[:first])].append((start + j, s[first:]))
     for shared, members in groups.items():
         P = len(shared)
-        pre = model(input_ids=torch.tensor([shared], device=device),
-                    attention_mask=torch.ones((1, P), dtype=torch.long, device=device), use_cache=True)
-        cache0 = pre.past_key_values
+        cached, pre = prefix_cache.serves(model, list(shared), device)
+        cache0 = pre.past_key_values if cached else None
         first_logp = torch.log_softmax(pre.logits[0, -1].float(), -1)
         for start in range(0, len(members), batch_size):
             chunk = members[start:start + batch_size]
             chunk_no += 1
             if not owns(shard, chunk_no):
+                continue
+            if not cached:  # a model whose cache cannot be reused (Mamba): each candidate's whole sequence
+                total = prefix_cache.full_log_probs(model, list(shared), [r for _, r in chunk], pad_id(tokenizer),
+                                                    device, batch_size)
+                for j, (i, _) in enumerate(chunk):
+                    out[i] = -float(total[j]) / math.log(2)
+                if progress is not None:
+                    progress(len(chunk))
                 continue
             S = max(len(r) for _, r in chunk)
             ids = torch.full((len(chunk), S), pad_id(tokenizer), dtype=torch.long)

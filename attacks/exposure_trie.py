@@ -5,7 +5,8 @@ the secret ends (the first scored token as in :func:`dpaudit.attacks.scoring.enc
 secret's end and the suffix is kept, the tokens after it are not). The secrets' token paths form a trie under
 the shared (unscored) prefix. The probability of a node's every child is in the node's logits, so a forward
 pass is needed only for *internal* nodes (one new token each, on top of its parent's key/value cache, batched
-level by level, depth first so that at most one chunk per level is held), never for leaves: about
+level by level, depth first so that at most one chunk per level is held; where the cache serves:
+attacks/prefix_cache.py, else every secret's whole sequence), never for leaves: about
 |space| / |alphabet| passes instead of |space| x (tokens per candidate). **The suffix is not scored**: this gives
 log2 P(secret tokens | prefix), the quantity exposure ranks when ``suffix_scored`` is False in the report.
 
@@ -20,8 +21,9 @@ import math
 import numpy as np
 import torch
 
+from dpaudit.attacks import prefix_cache
 from dpaudit.attacks.scoring import owns
-from dpaudit.tokens import bos_id, model_device
+from dpaudit.tokens import bos_id, model_device, pad_id
 
 
 def secret_paths(tokenizer, prefix: str, secrets: list[str], suffix: str, framing: str = "bos_eos",
@@ -114,11 +116,17 @@ def log_probs(model, tokenizer, prefix: str, secrets: list[str], suffix: str, ba
         if on_total is not None and shard is None:  # the forward passes this group adds (a progress bar's total)
             on_total(trie.internal_nodes)
         total = np.zeros(len(idx))
-        pre = model(input_ids=torch.tensor([key], device=device), use_cache=True)
-        _read(trie, 0, 0, torch.log_softmax(pre.logits[:, -1].float(), -1), total)
-        if progress is not None:
-            progress(1)
-        if len(trie.count) > 1:
+        cached, pre = prefix_cache.serves(model, list(key), device)
+        if not cached:  # a model whose cache cannot be reused (Mamba): every secret's whole sequence, same numbers
+            total = prefix_cache.full_log_probs(model, list(key), [[int(t) for t in p if t >= 0] for p in paths[idx]],
+                                                pad_id(tokenizer), device, batch_size).numpy()
+            if progress is not None:
+                progress(trie.internal_nodes)
+        else:
+            _read(trie, 0, 0, torch.log_softmax(pre.logits[:, -1].float(), -1), total)
+            if progress is not None:
+                progress(1)
+        if cached and len(trie.count) > 1:
             _expand(model, trie, 1, 0, trie.count[1], pre.past_key_values, np.zeros(trie.count[1], dtype=np.int64),
                     len(key), total, batch_size, device, progress, shard)
         mine = _owned(trie, shard, batch_size)

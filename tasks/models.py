@@ -292,6 +292,10 @@ def load_dir(path: Path):
                                f"{f' (and {len(keys) - 1} more)' if len(keys) > 1 else ''}; save the model whole "
                                "with save_pretrained")
     check_model(model, tok, path)
+    if auto is AutoModelForCausalLM:
+        from dpaudit.tasks.causal_check import check_causal
+
+        check_causal(model, tok, str(path))
     return model.eval(), tok
 
 

@@ -88,6 +88,7 @@ def _trained_by_dpaudit(ck) -> bool:
 def score(ck, model, tok, settings: ScoringSettings, shard: tuple[int, int] | None = None) -> CanaryScores:
     """Every canary's scores under ``settings``; ``shard = (i, n)`` computes only shard i's batches (NaN elsewhere,
     :mod:`dpaudit.evaluation.shards`)."""
+    from dpaudit.tasks.causal_check import check_causal
     from dpaudit.tasks.models import is_classifier
 
     texts = [c.text for c in ck.manifest.canaries]
@@ -95,6 +96,7 @@ def score(ck, model, tok, settings: ScoringSettings, shard: tuple[int, int] | No
     if is_classifier(model):  # classifiers truncate to max_len, as in training
         return _classifier(ck, model, tok, texts, settings, shard)
     check_context(model, tok, ck.manifest, texts, settings.framing)
+    check_causal(model, tok, "the audited model")  # also a model given to the Python API, not read from a folder
     return _causal_lm(ck, model, tok, texts, settings, shard)
 
 
