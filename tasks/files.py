@@ -13,6 +13,21 @@ MAX_FIELD = 10 * 2 ** 20  # characters of one CSV field (csv's default is 128 Ki
 MAX_LINE = 2 * MAX_FIELD  # characters of one JSONL line (a record's fields and their JSON escapes)
 
 
+def lines(text: str) -> list[str]:
+    """The lines of a JSONL or text file: split at ``\n`` only (a ``\r`` before it dropped), never at the other
+    breaks ``str.splitlines`` knows (U+2028, U+2029, NEL, form feed), which JSON strings written with
+    ``ensure_ascii=False`` (pandas, most scrapers) hold raw inside one record.
+
+    Args:
+        text: The file's decoded text.
+
+    Returns:
+        Its lines, without their line ends (no empty last line for a final ``\n``).
+    """
+    out = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
+    return out[:-1] if out and out[-1] == "" else out
+
+
 def read_rows(path: Path, what: str, hint: str) -> list[dict]:
     """Rows of a .jsonl/.csv/.tsv file; ``what`` names the data, ``hint`` says what else is accepted. Errors name
     the line, never its content (a training text is private)."""
@@ -27,7 +42,7 @@ def read_rows(path: Path, what: str, hint: str) -> list[dict]:
         raise DpauditError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     if path.suffix == ".jsonl":
         rows = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(lines(text), 1):
             if not line.strip():
                 continue
             if len(line) > MAX_LINE:  # a record the tokenizer would try to hold whole (a 1 GB line aborted in Rust)

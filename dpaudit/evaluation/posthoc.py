@@ -108,7 +108,7 @@ def read_texts(path: Path, column: str = "text") -> tuple[list[str], str]:
     """(the records' texts, the sha256 of what was read): field ``column`` of each row of a .jsonl/.csv/.tsv file
     (dpaudit.tasks.files.read_rows, the reader of every task's data) or of a ``datasets.save_to_disk`` folder (its
     train split; the digest is of its texts), else each line of a text file."""
-    from dpaudit.tasks.files import read_rows
+    from dpaudit.tasks.files import lines, read_rows
 
     path = Path(path)
     if path.is_dir() and any((path / f).exists() for f in ("dataset_dict.json", "dataset_info.json")):
@@ -125,7 +125,7 @@ def read_texts(path: Path, column: str = "text") -> tuple[list[str], str]:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError:
         raise DpauditError(f"{path} is not UTF-8 text; save it as UTF-8") from None
-    return [ln for ln in text.splitlines() if ln.strip()], digest
+    return [ln for ln in lines(text) if ln.strip()], digest
 
 
 def _text_of(row: dict, column: str, where: str) -> str:

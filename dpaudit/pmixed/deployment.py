@@ -183,7 +183,7 @@ class Deployment:
 
 def read_transcript(path: Path) -> list[dict]:
     f = Path(path) / TRANSCRIPT
-    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
+    return [json.loads(line) for line in f.read_text().split("\n") if line.strip()] if f.exists() else []
 
 
 def write_spec(folder: Path, spec: PMixedSpec, adapters: list[str]) -> None:

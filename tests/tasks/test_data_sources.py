@@ -52,6 +52,25 @@ def test_a_leading_byte_order_mark_is_not_data(tmp_path, suffix):
     assert bom.fingerprint() == plain.fingerprint() and len(bom.train) == 30
 
 
+@pytest.mark.parametrize("brk", ["\u2028", "\u2029", "\x85", "\x0c", "\x1e"])
+def test_a_jsonl_text_holding_a_unicode_line_separator_is_one_record(tmp_path, brk):
+    """json.dumps(..., ensure_ascii=False) (pandas' force_ascii=False, most scrapers) writes U+2028, U+2029 and NEL
+    raw inside a string: str.splitlines broke such a record in two ("line 3 is not valid JSON"). Lines end at
+    \\n (or \\r\\n) only, in every reader of records (the tasks' data, the post-hoc audit's texts)."""
+    from dpaudit.evaluation import posthoc
+    from dpaudit.tasks.files import read_rows
+
+    rows = [{"review": f"film {i} was{brk}{'good' if i % 2 else 'bad'}", "stars": i % 2} for i in range(40)]
+    f = tmp_path / "d.jsonl"
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows), encoding="utf-8", newline="")
+    assert (brk in f.read_text(encoding="utf-8")) == (brk >= "\x80")  # JSON escapes control characters only
+    assert read_rows(f, "data", "") == rows
+    assert posthoc.read_texts(f, "review")[0] == [r["review"] for r in rows]
+    txt = tmp_path / "d.txt"
+    txt.write_text("".join(r["review"] + "\n" for r in rows), encoding="utf-8", newline="")
+    assert posthoc.read_texts(txt)[0] == [r["review"] for r in rows]
+
+
 def test_save_to_disk_folders_for_every_task(tmp_path):
     import datasets
 
