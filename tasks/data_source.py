@@ -1,7 +1,8 @@
 """A task's data from wherever the user keeps it, read into rows with the task's named columns.
 
 ``source`` (``[task] source``) is one of
-* a file: ``.jsonl``, ``.csv`` or ``.tsv`` (one split; the task splits it with its seed);
+* a file: ``.jsonl``, ``.json`` (an array, or JSON Lines), ``.csv``, ``.tsv`` or ``.parquet`` (one split; the task
+  splits it with its seed);
 * a folder of files ``train.*`` and ``validation.*`` / ``dev.*`` / ``test.*`` (two splits, kept);
 * a ``datasets.save_to_disk`` folder: a ``DatasetDict`` (``train`` and ``validation``/``test``/``dev`` kept) or
   one ``Dataset``;
@@ -21,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
-from dpaudit.tasks.files import read_rows
+from dpaudit.tasks.files import NAMES, SUFFIXES, read_rows
 
-SUFFIXES = (".jsonl", ".csv", ".tsv")
 TRAIN_SPLITS = ("train",)
 TEST_SPLITS = ("validation", "dev", "test")
 OFFLINE_VARS = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
@@ -61,16 +61,22 @@ def read(source: str, fields: dict[str, tuple[str, ...]], columns: dict | None, 
     return _from_hub(source, fields, columns, what)
 
 
-_HINT = "give a .jsonl/.csv/.tsv file, a folder with train and validation files, a save_to_disk folder or a hub dataset"
+_HINT = f"give a {NAMES} file, a folder with train and validation files, a save_to_disk folder or a hub dataset"
 
 
 def _from_folder(path: Path, fields, columns) -> Rows:
-    files = {f.stem: f for f in sorted(path.iterdir()) if f.suffix in SUFFIXES and f.is_file()}
+    files: dict[str, Path] = {}
+    for f in sorted(path.iterdir()):
+        if f.suffix in SUFFIXES and f.is_file():
+            if f.stem in files and f.stem in TRAIN_SPLITS + TEST_SPLITS:
+                raise DpauditError(f"{path} holds two {f.stem} files ({files[f.stem].name}, {f.name}); keep the one "
+                                   "the model was trained on")
+            files[f.stem] = f
     tr = next((files[s] for s in TRAIN_SPLITS if s in files), None)
     te = next((files[s] for s in TEST_SPLITS if s in files), None)
     if tr is None or te is None:
-        raise DpauditError(f"{path}: expected train.(jsonl|csv|tsv) and a validation, dev or test file beside it "
-                           "(or a datasets.save_to_disk folder)")
+        raise DpauditError(f"{path}: expected train.(jsonl|json|csv|tsv|parquet) and a validation, dev or test file "
+                           "beside it (or a datasets.save_to_disk folder)")
     return Rows(_rename(read_rows(tr, "data", _HINT), fields, columns, str(tr)),
                 _rename(read_rows(te, "data", _HINT), fields, columns, str(te)), "folder")
 

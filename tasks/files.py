@@ -28,38 +28,50 @@ def lines(text: str) -> list[str]:
     return out[:-1] if out and out[-1] == "" else out
 
 
+SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
+NAMES = ".jsonl/.json/.csv/.tsv/.parquet"
+
+
 def read_rows(path: Path, what: str, hint: str) -> list[dict]:
-    """Rows of a .jsonl/.csv/.tsv file; ``what`` names the data, ``hint`` says what else is accepted. Errors name
-    the line, never its content (a training text is private)."""
+    """Rows of a data file, by its suffix: ``.jsonl`` (one object per line), ``.json`` (an array of objects, or
+    JSON Lines as ``datasets``' ``to_json`` writes them), ``.csv``/``.tsv`` with a header, ``.parquet``. Errors name
+    the line, never its content (a training text is private).
+
+    Args:
+        path: The file.
+        what: What the data is, for the errors.
+        hint: What else is accepted, for the errors.
+
+    Returns:
+        One dict per record.
+
+    Raises:
+        DpauditError: A missing, unreadable or malformed file, in one line.
+    """
     path = Path(path)
     if not path.is_file():
         raise DpauditError(f"{what} {path} not found; {hint}")
-    if path.suffix not in (".jsonl", ".csv", ".tsv"):
-        raise DpauditError(f"{path}: unsupported data file; use .jsonl, .csv or .tsv ({hint})")
+    if path.suffix not in SUFFIXES:
+        raise DpauditError(f"{path}: unsupported data file; use {NAMES} ({hint})")
+    if path.suffix == ".parquet":
+        return _parquet(path)
     try:
         text = path.read_text(encoding="utf-8-sig")  # a leading BOM (Excel, Notepad) is not data
     except UnicodeDecodeError as e:
         raise DpauditError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
-    if path.suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(lines(text), 1):
-            if not line.strip():
-                continue
-            if len(line) > MAX_LINE:  # a record the tokenizer would try to hold whole (a 1 GB line aborted in Rust)
-                raise DpauditError(f"{path}: line {n} holds {len(line):,} characters, more than one record may "
-                                   f"({MAX_LINE:,}); split the document into records")
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as e:
-                why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
-                raise DpauditError(f"{path}: line {n} is not valid JSON ({why}); each line must be one object") \
-                    from None
-            if not isinstance(row, dict):
-                kind = {type(None): "null", list: "list", str: "string", bool: "boolean"}.get(type(row), "number")
-                raise DpauditError(f"{path}: line {n} is a JSON {kind}, not an object; each line must be "
-                                   'one object such as {"text": ..., "label": ...}')
-            rows.append(row)
-        return rows
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        return _json_array(path, text)
+    if path.suffix == ".json" and "\n" in text.strip():
+        try:
+            whole = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            whole = None  # JSON Lines (several values): read line by line
+        if isinstance(whole, dict):
+            raise DpauditError(f"{path} holds one JSON object over several lines, not records; a .json data file is "
+                               "an array of objects or one object per line (the records under one of its keys: "
+                               "save them as such an array)")
+    if path.suffix in (".jsonl", ".json"):
+        return _json_lines(path, text)
     limit = csv.field_size_limit()
     csv.field_size_limit(MAX_FIELD)
     try:
@@ -69,3 +81,57 @@ def read_rows(path: Path, what: str, hint: str) -> list[dict]:
                            f"{MAX_FIELD:,} characters, one record per row") from None
     finally:
         csv.field_size_limit(limit)
+
+
+def _json_lines(path: Path, text: str) -> list[dict]:
+    """The objects of a JSON Lines text, one per non-empty line."""
+    rows = []
+    for n, line in enumerate(lines(text), 1):
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE:  # a record the tokenizer would try to hold whole (a 1 GB line aborted in Rust)
+            raise DpauditError(f"{path}: line {n} holds {len(line):,} characters, more than one record may "
+                               f"({MAX_LINE:,}); split the document into records")
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e:
+            why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+            raise DpauditError(f"{path}: line {n} is not valid JSON ({why}); each line must be one object") from None
+        if not isinstance(row, dict):
+            raise DpauditError(f"{path}: line {n} is a JSON {_kind(row)}, not an object; each line must be "
+                               'one object such as {"text": ..., "label": ...}')
+        rows.append(row)
+    return rows
+
+
+def _kind(value) -> str:
+    return {type(None): "null", list: "list", str: "string", bool: "boolean", dict: "object"}.get(type(value), "number")
+
+
+def _json_array(path: Path, text: str) -> list[dict]:
+    """The objects of a JSON array (Alpaca-style instruction data, pandas' ``to_json(orient="records")``)."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        why = f"{e.msg}, line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+        raise DpauditError(f"{path} is not valid JSON ({why}); a .json data file is one array of objects, or one "
+                           "object per line") from None
+    bad = next((i for i, row in enumerate(data, 1) if not isinstance(row, dict)), None)
+    if bad is not None:
+        raise DpauditError(f"{path}: item {bad} of the array is a JSON {_kind(data[bad - 1])}, not an object; each "
+                           'record must be one object such as {"text": ..., "label": ...}')
+    return data
+
+
+def _parquet(path: Path) -> list[dict]:
+    """The rows of a Parquet file (``datasets``' ``to_parquet``, pandas, the hub's own format), through pyarrow."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DpauditError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow, or dpaudit[train]); or save "
+                           "the data as .jsonl or .csv") from None
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as e:  # noqa: BLE001 - a damaged or foreign file is bad input
+        why = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        raise DpauditError(f"{path} is not a readable Parquet file ({why}); save it again with to_parquet") from None

@@ -37,7 +37,7 @@ def common(f):
 @click.command("identifiers")
 @common
 @click.option("--training-data", required=True, type=click.Path(path_type=Path),
-              help="The data the model was trained on: a .jsonl/.csv/.tsv file, a datasets.save_to_disk folder (its "
+              help="The data the model was trained on: a .jsonl/.json/.csv/.tsv/.parquet file, a datasets.save_to_disk folder (its "
                    "train split), or plain text (one record per line).")
 @click.option("--format", "fmt", required=True,
               help="The identifiers' format, random by construction: uuid4, hexN (e.g. hex32) or digitsN (e.g. digits16).")

@@ -100,25 +100,23 @@ def draw(fmt: str, rng: random.Random) -> str:
     return "".join(rng.choice(alphabet) for _ in range(int(n)))
 
 
-DATA_HINT = ("pass the training data as a .jsonl/.csv/.tsv file with a text column (--text-column), a "
+DATA_HINT = ("pass the training data as a .jsonl/.json/.csv/.tsv/.parquet file with a text column (--text-column), a "
              "datasets.save_to_disk folder, or plain text (one record per line)")
 
 
 def read_texts(path: Path, column: str = "text") -> tuple[list[str], str]:
-    """(the records' texts, the sha256 of what was read): field ``column`` of each row of a .jsonl/.csv/.tsv file
+    """(the records' texts, the sha256 of what was read): field ``column`` of each row of a .jsonl/.json/.csv/.tsv/.parquet file
     (dpaudit.tasks.files.read_rows, the reader of every task's data) or of a ``datasets.save_to_disk`` folder (its
     train split; the digest is of its texts), else each line of a text file."""
-    from dpaudit.tasks.files import lines, read_rows
+    from dpaudit.tasks.files import SUFFIXES, lines, read_rows
 
     path = Path(path)
     if path.is_dir() and any((path / f).exists() for f in ("dataset_dict.json", "dataset_info.json")):
         return _texts_of_dataset(path, column)
     if not path.is_file():
         raise DpauditError(f"{path} is not a file; {DATA_HINT}")
-    if path.suffix == ".json":
-        raise DpauditError(f"{path}: records one JSON object per line go in a .jsonl file; rename it")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if path.suffix in (".jsonl", ".csv", ".tsv"):
+    if path.suffix in SUFFIXES:
         rows = read_rows(path, "training data", DATA_HINT)
         return [_text_of(row, column, f"{path}: row {i}") for i, row in enumerate(rows, 1)], digest
     try:

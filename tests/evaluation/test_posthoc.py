@@ -253,9 +253,11 @@ def test_training_data_is_read_as_every_task_source_is(tmp_path, capsys):
     (tmp_path / "chat.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
     with pytest.raises(DpauditError, match="'messages' is not text"):
         posthoc.read_texts(tmp_path / "chat.jsonl", "messages")
-    (tmp_path / "d.json").write_text('{"text": "x"}\n')
-    with pytest.raises(DpauditError, match="rename it"):
-        posthoc.read_texts(tmp_path / "d.json")
+    (tmp_path / "d.json").write_text('{"text": "x"}\n')  # JSON Lines in a .json file (datasets' to_json)
+    assert posthoc.read_texts(tmp_path / "d.json")[0] == ["x"]
+    (tmp_path / "deep.json").write_text("[" * 100000 + "\n")
+    with pytest.raises(DpauditError, match="not valid JSON .nested too deeply"):
+        posthoc.read_texts(tmp_path / "deep.json")
 
 
 def test_records_and_contexts_longer_than_the_model_are_fitted_to_it_not_refused_or_crashed(memorised, tmp_path):

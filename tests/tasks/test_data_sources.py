@@ -71,6 +71,42 @@ def test_a_jsonl_text_holding_a_unicode_line_separator_is_one_record(tmp_path, b
     assert posthoc.read_texts(txt)[0] == [r["review"] for r in rows]
 
 
+def test_json_arrays_json_lines_and_parquet_read_as_the_same_rows(tmp_path):
+    """The formats other tools write: an Alpaca-style JSON array, datasets' to_json (JSON Lines in a .json file),
+    pandas' to_json(orient="records"), datasets' to_parquet. The same rows, split and hash as the .jsonl file;
+    the post-hoc audit's reader takes them too. A pretty-printed single object, an array of non-objects and a
+    damaged Parquet file are one line each; a folder with two train files is refused, not one picked."""
+    import datasets
+
+    from dpaudit.evaluation import posthoc
+
+    rows = [{"text": r["review"], "label": r["stars"]} for r in _reviews()]
+    _write(tmp_path / "d.jsonl", rows)
+    (tmp_path / "array.json").write_text(json.dumps(rows, indent=2))
+    ds = datasets.Dataset.from_list(rows)
+    ds.to_json(str(tmp_path / "lines.json"))
+    ds.to_parquet(str(tmp_path / "d.parquet"))
+    want = sentiment.load(str(tmp_path / "d.jsonl"), test_fraction=0.25).fingerprint()
+    for name in ("array.json", "lines.json", "d.parquet"):
+        assert sentiment.load(str(tmp_path / name), test_fraction=0.25).fingerprint() == want, name
+        assert posthoc.read_texts(tmp_path / name)[0] == [r["text"] for r in rows], name
+    (tmp_path / "one.json").write_text(json.dumps({"data": rows}, indent=2))
+    (tmp_path / "ints.json").write_text("[1, 2]")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    for name, needle in (("one.json", "one JSON object over several lines"), ("ints.json", "item 1 of the array is a "
+                                                                                           "JSON number"),
+                         ("bad.parquet", "not a readable Parquet file")):
+        with pytest.raises(DpauditError, match=needle) as e:
+            sentiment.load(str(tmp_path / name))
+        assert "\n" not in str(e.value)
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for name in ("train.json", "train.jsonl", "test.jsonl"):
+        (folder / name).write_text((tmp_path / "d.jsonl").read_text())
+    with pytest.raises(DpauditError, match="holds two train files"):
+        sentiment.load(str(folder))
+
+
 def test_save_to_disk_folders_for_every_task(tmp_path):
     import datasets
 
