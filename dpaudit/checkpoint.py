@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dpaudit.canaries.manifest import Manifest, load_manifest
 from dpaudit.claim.card import PrivacyCard, load_card
-from dpaudit.errors import DpauditError
+from dpaudit.errors import DpauditError, first_line
 from dpaudit.folders import staged_folder
 from dpaudit.io import check_contained, jsonable, read_json
 from dpaudit.options import SHIPPED_REPORT
@@ -97,7 +97,12 @@ class Checkpoint:
             base = new_tokens.base_as_trained(base, tok, self.manifest)  # the rows the adapter was trained on
             if (mdir / "tokenizer_config.json").exists():
                 tok = models.load_tokenizer(mdir)
-            model = models.load_adapters(base, [mdir], ["default"]).merge_and_unload()  # adapter weights only, no code
+            loaded = models.load_adapters(base, [mdir], ["default"])  # adapter weights only, no code
+            try:
+                model = loaded.merge_and_unload()
+            except (AttributeError, NotImplementedError, ValueError, TypeError, RuntimeError) as e:
+                raise DpauditError(f"cannot merge the adapter at {mdir} into its base ({first_line(e)}); dpaudit "
+                                   "scores the merged model: audit the full model saved with save_pretrained") from None
             models.check_model(model, tok, mdir)
             return model.eval(), tok
         return models.load_dir(mdir)

@@ -450,6 +450,13 @@ def load_adapters(base, paths: list[Path], names: list[str]):
     except Exception as e:  # noqa: BLE001 - a damaged adapter folder is bad input
         where = paths[0] if len(paths) == 1 else paths[0].parent
         raise DpauditError(f"cannot load the LoRA adapter at {where}: {first_line(e)}") from None
+    for p, n in zip(paths, names):
+        cfg = model.peft_config[n]
+        if getattr(cfg, "is_prompt_learning", False) or getattr(cfg, "is_adaption_prompt", False):
+            kind = str(getattr(cfg.peft_type, "value", cfg.peft_type)).lower()
+            raise DpauditError(f"the adapter at {p} is {kind} (virtual tokens before every input), which cannot be "
+                               "merged into the weights that dpaudit scores token by token; audit a weight adapter "
+                               "(LoRA, DoRA, IA3, VeRA) or the full model")
     return model
 
 
