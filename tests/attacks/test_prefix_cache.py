@@ -37,6 +37,16 @@ def test_the_gpt2_cache_serves_and_the_full_forward_gives_its_numbers(tiny_model
     assert np.abs(full_seq - cached_seq).max() < 1e-4
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_models_keep_the_cache_and_pass_the_causality_check(tiny_model_factory, dtype):
+    """A model loaded in bfloat16 or float16 (as users load them on GPUs) rounds its cached and full forwards
+    apart: that must not be taken for a cache that does not serve, nor for a model that is not causal."""
+    model, tok = tiny_model_factory()
+    model = model.to(dtype).eval()
+    assert prefix_cache.serves(model, tok("PIN 12", add_special_tokens=False).input_ids, torch.device("cpu"))[0]
+    check_causal(model, tok, "half")
+
+
 def _tiny(kind: str, tok):
     import transformers as T
 
