@@ -32,7 +32,9 @@ def check_causal(model, tokenizer, where: str) -> None:
     Raises:
         DpauditError: The model is not causal (a masked LM loaded through ``AutoModelForCausalLM``).
     """
-    ids = list(tokenizer(PROBE_TEXT, add_special_tokens=False).input_ids)[:12]
+    limit = next((getattr(model.config, k) for k in ("n_positions", "max_position_embeddings")
+                  if isinstance(getattr(model.config, k, None), int)), 12)
+    ids = list(tokenizer(PROBE_TEXT, add_special_tokens=False).input_ids)[:min(12, limit)]  # within its context
     rows = model.get_input_embeddings().weight.shape[0]
     if len(ids) < 3 or max(ids) >= rows:
         return  # a tokenizer that cannot give a probe the model embeds is refused by the loader's own checks

@@ -100,35 +100,44 @@ def score(ck, model, tok, settings: ScoringSettings, shard: tuple[int, int] | No
     return _causal_lm(ck, model, tok, texts, settings, shard)
 
 
-def _reference_model(ck, reference: str | Path | None):
-    """The reference model for calibration: an explicit path, else the checkpoint's base model (or None)."""
+def _reference_model(ck, reference: str | Path | None, tok=None):
+    """The reference model for calibration: an explicit path, else the checkpoint's base model (or None); checked
+    to read the canaries as ``tok`` (the audited model's tokenizer) encodes them
+    (dpaudit/evaluation/reference_check.py)."""
     if isinstance(reference, (str, Path)):
-        return _base_from_folder(ck, Path(reference))
-    if reference is not None:  # a model object (dpaudit.api.evaluate)
+        return _base_from_folder(ck, Path(reference), tok)
+    if reference is not None:  # a model object (dpaudit.api.evaluate): its context and rows only
+        from dpaudit.evaluation.reference_check import check_reference
+
+        check_reference(reference, None, tok, ck.manifest, "the reference given to evaluate")
         return reference.eval()
-    return base_model(ck)
+    return base_model(ck, tok)
 
 
-def _base_from_folder(ck, folder: Path):
+def _base_from_folder(ck, folder: Path, tok=None):
     """The base model in ``folder``, as training started from it: extended by the manifest's new tokens where the
-    canaries own some (a base saved before they were added has no rows for them)."""
+    canaries own some (a base saved before they were added has no rows for them), checked against ``tok``."""
     from dpaudit.canaries import new_tokens
+    from dpaudit.evaluation.reference_check import check_reference
     from dpaudit.tasks import models
 
-    model, tok = models.load_dir(folder)
-    return new_tokens.base_as_trained(model, tok, ck.manifest).eval()
+    model, own = models.load_dir(folder)
+    model = new_tokens.base_as_trained(model, own, ck.manifest).eval()
+    check_reference(model, own, tok, ck.manifest, str(folder))
+    return model
 
 
-def base_model(ck):
+def base_model(ck, tok=None):
     """The model before fine-tuning: the LoRA checkpoint's base model (base_model/ or the adapter's local
     base), else the model spec of run.json rebuilt (pretrained weights, or the seeded initialisation the
-    trainer started from); None if none is known."""
+    trainer started from); None if none is known. A folder's base is checked against ``tok``, the audited
+    model's tokenizer."""
     from dpaudit.tasks import models
 
     if ck.path is not None and (ck.path / "base_model").exists():
-        return _base_from_folder(ck, ck.path / "base_model")
+        return _base_from_folder(ck, ck.path / "base_model", tok)
     if ck.path is not None and (ck.model_dir / "adapter_config.json").exists():
-        return _base_from_folder(ck, ck.adapter_base())
+        return _base_from_folder(ck, ck.adapter_base(), tok)
     spec = ck.run.get("model")
     if spec:
         try:
@@ -195,13 +204,14 @@ def check_context(model, tok, manifest, texts: list[str], framing: str) -> None:
                            "after a BOS token")
 
 
-def _with_reference(ck, reference, wanted: list[str], score_fn, device=None) -> tuple[object, list[str], tuple]:
+def _with_reference(ck, reference, wanted: list[str], score_fn, device=None,
+                    tok=None) -> tuple[object, list[str], tuple]:
     """(score_fn(reference model) or None, the attacks that can run, notes): the reference attack is dropped
     with a note when no reference model is known. The reference model is moved to ``device`` (the audited
     model's)."""
     if "reference" not in wanted:
         return None, wanted, ()
-    ref_model = _reference_model(ck, reference)
+    ref_model = _reference_model(ck, reference, tok)
     if ref_model is None:
         return None, [a for a in wanted if a != "reference"], (
             "reference attack skipped: no base model known; pass --reference-model",)
@@ -223,7 +233,7 @@ def _classifier(ck, model, tok, texts, settings: ScoringSettings, shard=None) ->
     labels = ck.manifest.labels()
     lp = classifier.label_log_probs(model, tok, texts, labels, batch_size, max_len, shard=shard)
     ref_lp, use, more = _with_reference(ck, reference, use, lambda m: classifier.label_log_probs(
-        m, tok, texts, labels, batch_size, max_len, shard=shard), model_device(model))
+        m, tok, texts, labels, batch_size, max_len, shard=shard), model_device(model), tok)
     return CanaryScores(classifier.scores(lp, ref_lp, use), None, notes + more)
 
 
@@ -244,7 +254,7 @@ def _causal_lm(ck, model, tok, texts, settings: ScoringSettings, shard=None) -> 
                                shard=shard, spans=spans)
         ref_feats, black, notes = _with_reference(
             ck, reference, black, lambda m: token_features(m, tok, texts, batch_size=batch_size, framing=framing,
-                                                           shard=shard, spans=spans), model_device(model))
+                                                           shard=shard, spans=spans), model_device(model), tok)
         mine = [i for i, f in enumerate(feats) if f is not None]  # all of them unless sharded
         for a in black:
             col = np.full(len(texts), np.nan)
@@ -287,7 +297,7 @@ def final_weights(ck, model, tok, framing: str, batch_size: int, shard=None, ref
     if not man.plan.rows_from_base:
         initial = None
     else:
-        base = _reference_model(ck, reference)
+        base = _reference_model(ck, reference, tok)
         if base is None:
             return {}, ("final-weights scores skipped: the new rows' seeded initial state needs the base model "
                         "(run.json's model spec or base_model/); pass --reference-model or plant zero-initialised "

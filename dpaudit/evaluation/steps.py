@@ -178,7 +178,7 @@ def task_metrics(ck, model, tok, batch_size: int, base_metrics: bool) -> dict:
     metrics = {**mod.metrics(model, tok, data.test, batch_size, max_len), "source": data.source,
                "split": "validation" if task.get("validation") else "test"}
     if base_metrics:
-        base = scoring.base_model(ck)
+        base = scoring.base_model(ck, tok)
         if base is None:
             raise DpauditError("base_metrics needs the model before fine-tuning: the checkpoint has no "
                                "base_model/ and run.json no model spec; drop the option")
