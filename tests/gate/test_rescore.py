@@ -100,3 +100,18 @@ def test_task_metrics_edited_are_measured_again(run_dir, capsys):
     assert "FAIL re-derived" not in out
     if "ok:" in out:
         assert "and the task metrics taken from the report" in out, out
+
+
+def test_the_base_models_metrics_are_measured_again_too(run_dir, tmp_path, capsys):
+    """metrics.base_model (`evaluate --base-metrics`: the utility the fine-tune is read against) passed --rescore
+    edited; now the base the report was made with is measured again and each of its metrics compared."""
+    ckpt = run_dir / "dp" / "checkpoint"
+    out = tmp_path / "r"
+    assert main(["evaluate", str(ckpt), "--out", str(out), "--base-metrics", "--quiet"]) == 0, capsys.readouterr().err
+    report = json.loads((out / "report.json").read_text())
+    assert isinstance(report["metrics"]["base_model"], dict)
+    assert rescore.mismatches(report, ckpt)[0] == []
+    r = json.loads(json.dumps(report))
+    r["metrics"]["base_model"]["accuracy"] = min(1.0, r["metrics"]["base_model"]["accuracy"] + 0.3)
+    wrong = rescore.mismatches(r, ckpt)[0]
+    assert len(wrong) == 1 and "base_model.accuracy" in wrong[0], wrong
