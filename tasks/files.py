@@ -53,6 +53,7 @@ def read_rows(path: Path, what: str, hint: str) -> list[dict]:
         raise DpauditError(f"{what} {path} not found; {hint}")
     if path.suffix not in SUFFIXES:
         raise DpauditError(f"{path}: unsupported data file; use {NAMES} ({hint})")
+    _fits(path)
     if path.suffix == ".parquet":
         return _parquet(path)
     try:
@@ -135,3 +136,18 @@ def _parquet(path: Path) -> list[dict]:
     except Exception as e:  # noqa: BLE001 - a damaged or foreign file is bad input
         why = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
         raise DpauditError(f"{path} is not a readable Parquet file ({why}); save it again with to_parquet") from None
+
+
+MEMORY_PER_BYTE = 10  # Python's rows (str objects, dicts) of a text file take about this many times its size
+
+
+def _fits(path: Path) -> None:
+    """Refuse, before reading, a file whose rows would not fit in this machine's memory (a file is read whole)."""
+    from dpaudit.tasks.model_spec import available_memory
+
+    size, avail = path.stat().st_size, available_memory()
+    factor = MEMORY_PER_BYTE * (4 if path.suffix == ".parquet" else 1)  # a compressed column store expands
+    if avail and size * factor > avail:
+        raise DpauditError(f"{path} is {size / 2**30:.1f} GiB: its rows would need about {size * factor / 2**30:.0f} "
+                           f"GiB, more than this machine's {avail / 2**30:.0f} GiB; give a sample of the records, or "
+                           "split the data and audit each part")

@@ -232,3 +232,18 @@ def test_docs_blocks_dry_run_on_data_of_those_shapes(tmp_path, monkeypatch, caps
     assert main(["run", "c.toml", "--dry-run", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "no column 'body' (task.columns.text)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_file_larger_than_memory_allows_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """Every reader of records reads a file whole: one whose rows would not fit is refused in one line, by its size,
+    before any byte is read (the machine's memory pretended small)."""
+    from dpaudit.tasks import model_spec
+    from dpaudit.tasks.files import read_rows
+
+    f = tmp_path / "d.jsonl"
+    _write(f, _reviews())
+    monkeypatch.setattr(model_spec, "available_memory", lambda: f.stat().st_size * 5)
+    with pytest.raises(DpauditError, match="its rows would need about .* more than this machine's"):
+        read_rows(f, "data", "")
+    monkeypatch.setattr(model_spec, "available_memory", lambda: f.stat().st_size * 50)
+    assert len(read_rows(f, "data", "")) == 40
