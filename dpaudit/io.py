@@ -338,3 +338,31 @@ def shown_path(path) -> str:
         except ValueError:
             pass
     return str(p)
+
+
+KINDS = (("a report (report.json)", lambda d: any(k in d for k in ("kind", "verdict", "variants"))),
+         ("a privacy card (privacy_card.json)", lambda d: "claim" in d and ("mechanism" in d or "events" in d)),
+         ("a canary manifest (canaries.json)", lambda d: "canaries" in d and "template" in d))
+
+
+def refuse_other_kind(d, path: Path, want: str) -> None:
+    """Refuse, in one line, a JSON file of another of dpaudit's kinds given where ``want`` (the start of one of
+    :data:`KINDS`' names, e.g. ``"a privacy card"``) is expected: a swapped argument names what it is, rather than
+    the first field the expected kind misses.
+
+    Args:
+        d: The parsed file.
+        path: Its path, for the message.
+        want: The kind expected.
+
+    Raises:
+        DpauditError: ``d`` looks like another kind than ``want``.
+    """
+    if not isinstance(d, dict):
+        return
+    for name, looks in KINDS:  # the first that fits: a report holds a card's claim and mechanism too
+        if looks(d):
+            if not name.startswith(want):
+                raise DpauditError(f"{path} is {name}, not {want}; check which file each argument names")
+            return
+

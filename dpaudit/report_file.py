@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dpaudit import checks, options
 from dpaudit.errors import DpauditError
-from dpaudit.io import read_json
+from dpaudit.io import read_json, refuse_other_kind
 
 SCHEMA_VERSION = 1  # bumped on any incompatible change of report.json (dpaudit/report/write.py's stability rules)
 
@@ -21,6 +21,7 @@ def load(path: Path) -> dict:
     r = read_json(path, "report", "pass the report.json written by `dpaudit evaluate`")
     if not isinstance(r, dict):
         raise DpauditError(f"report {path} must hold a JSON object, not a {type(r).__name__}")
+    refuse_other_kind(r, path, "a report")
     check(r, path)
     return r
 

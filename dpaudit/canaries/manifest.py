@@ -321,8 +321,11 @@ def load_manifest(path: Path) -> Manifest:
     Raises:
         DpauditError: A missing, unreadable or malformed file, in one line naming the fix.
     """
-    return manifest_from_dict(read_json(path, "canary manifest", "every checkpoint needs canaries.json"),
-                              str(path))
+    from dpaudit.io import refuse_other_kind
+
+    d = read_json(path, "canary manifest", "every checkpoint needs canaries.json")
+    refuse_other_kind(d, path, "a canary manifest")
+    return manifest_from_dict(d, str(path))
 
 
 def regenerate(manifest: Manifest) -> bool:

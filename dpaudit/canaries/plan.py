@@ -79,8 +79,8 @@ def resolve(plan: dict | None, off_plan: bool = False, **given) -> tuple[dict, d
     if departures and not off_plan:
         k = next(k for k in DEFAULTS if _norm(used)[k] != _norm(plan)[k])
         raise DpauditError(f"this evaluation departs from the plan fixed in canaries.json before training "
-                           f"({departures[0]}); drop {FLAGS[k]} to use the plan, or pass --off-plan to mark the "
-                           "report exploratory")
+                           f"({departures[0]}); drop {FLAGS[k]} ({k}= in the Python API) to use the plan, or pass "
+                           "--off-plan (off_plan=True) to mark the report exploratory")
     return used, {"status": "off-plan" if departures else "as planned", "planned": _norm(plan),
                   "used": _norm(used), "departures": departures}
 

@@ -228,7 +228,11 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
 
 
 def load_card(path: Path) -> PrivacyCard:
-    return card_from_dict(read_json(path, "privacy card", "write one with `dpaudit card`"), str(path))
+    from dpaudit.io import refuse_other_kind
+
+    d = read_json(path, "privacy card", "write one with `dpaudit card`")
+    refuse_other_kind(d, path, "a privacy card")
+    return card_from_dict(d, str(path))
 
 
 def _need(d: dict, key: str, source: str, typ):

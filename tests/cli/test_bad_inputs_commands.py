@@ -192,3 +192,33 @@ def test_canaries_new_on_a_full_disk_leaves_neither_file(fail_on, tmp_path, caps
                  "--records", str(tmp_path / "r.jsonl")]) == 2
     assert "nothing partial was kept" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_of_another_kind_is_named_for_what_it_is(tmp_path, capsys):
+    """A swapped argument (a manifest where a card goes, a card where a report goes) was refused by the first field
+    the expected kind lacks ("field 'claim' is missing", "has kind None"): now by what the file is, in one line,
+    for every reader of the three kinds (the CLI's and the Python API's)."""
+    from dpaudit import api
+    from dpaudit.canaries.manifest import load_manifest
+    from dpaudit.claim.card import load_card
+    from dpaudit.errors import DpauditError
+
+    run = _run(tmp_path)
+    card = run / "dp-eps8" / "checkpoint" / "privacy_card.json"
+    man = run / "dp-eps8" / "checkpoint" / "canaries.json"
+    report = run / "dp-eps8" / "report" / "report.json"
+    for argv, needle in ((["check", str(card)], "is a privacy card (privacy_card.json), not a report"),
+                         (["check", str(man)], "is a canary manifest (canaries.json), not a report"),
+                         (["model-card", str(card), "--to", str(tmp_path / "README.md")], "is a privacy card"),
+                         (["compare", str(report), str(man)], "is a canary manifest")):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err, (argv, err)
+    for fn, path, needle in ((load_card, man, "not a privacy card"), (load_card, report, "is a report"),
+                             (load_manifest, card, "not a canary manifest"), (load_manifest, report, "is a report")):
+        with pytest.raises(DpauditError, match=needle):
+            fn(path)
+    assert load_card(card) and load_manifest(man)  # each kind reads as itself
+    with pytest.raises(DpauditError, match="is a privacy card"):
+        api.load_manifest(card)
