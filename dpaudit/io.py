@@ -17,15 +17,32 @@ from dpaudit.errors import DpauditError, first_line
 MAX_JSON_BYTES = 256 * 2 ** 20  # the largest dpaudit JSON file read (a 10^6-canary white-box record is ~50 MB)
 
 
+def regular_file(path: Path, what: str, fix: str) -> None:
+    """Refuse, in one line, a path that is not a regular file, saying what it is: missing, a folder, or a device,
+    pipe or socket (read whole, those can be endless: /dev/zero, a pipe whose writer never closes).
+
+    Args:
+        path: The path given.
+        what: What the file is meant to be, for the message.
+        fix: What to do instead.
+
+    Raises:
+        DpauditError: The path is not a regular file.
+    """
+    path = Path(path)
+    if path.is_file():
+        return
+    if path.is_dir():
+        raise DpauditError(f"{what} at {path} is a folder, not a file; {fix}")
+    raise DpauditError((f"{what} at {path} is not a regular file (a device, a pipe or a socket: write it to a file "
+                        "first)" if path.exists() else f"{what} not found at {path}") + f"; {fix}")
+
+
 def read_json(path: Path, what: str, fix: str) -> dict:
     """A JSON file, or a one-line DpauditError (missing file, unreadable, invalid JSON, larger than
     :data:`MAX_JSON_BYTES`: refused before it is read)."""
     path = Path(path)
-    if path.is_dir():
-        raise DpauditError(f"{what} at {path} is a folder, not a file; {fix}")
-    if not path.is_file():
-        raise DpauditError((f"{what} at {path} is not a regular file (a device, a pipe or a socket)"
-                            if path.exists() else f"{what} not found at {path}") + f"; {fix}")
+    regular_file(path, what, fix)
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:
         raise DpauditError(f"{what} {path} is {size:,} bytes, more than any dpaudit file ({MAX_JSON_BYTES:,}); it is "
@@ -61,8 +78,7 @@ def read_toml(path: Path, what: str, fix: str) -> dict:
     import tomllib
 
     path = Path(path)
-    if not path.is_file():
-        raise DpauditError(f"{what} {path} not found; {fix}")
+    regular_file(path, what, fix)
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:

@@ -11,7 +11,9 @@ What an input string can no longer do once escaped (docs/security.md, "One rende
 - escape one of the escapes (a backslash is doubled first), add a table column (``|``), leave or open a code span (a backtick becomes ``'``), make a link or an image
   (``](`` / ``][`` / ``]:``), or emphasise text (``*``, ``_`` outside a word, ``~~``).
 
-Text dpaudit writes itself (its verdict words, numbers, the fixed sentences) is left as it is; ordinary input text
+Inside a fenced code block (:func:`fenced`: the report's reproducibility lines) nothing is read as markdown, so
+input text goes in as it is, one line each, under a fence no line can close. Text dpaudit writes itself (its
+verdict words, numbers, the fixed sentences) is left as it is; ordinary input text
 (``dp_adam``, ``epsilon <= 7.99``, ``name[The Eagle]``) reads the same after escaping.
 """
 
@@ -41,6 +43,26 @@ def md_code(text) -> str:
     """``text`` safe inside a single-backtick code span outside a table (where markdown and HTML are not read): one
     line, and no backtick to close the span (shown as ``'``). Use :func:`md` for anything else."""
     return printable(text).replace("`", "'")
+
+
+def fenced(lines: list[str], info: str = "") -> list[str]:
+    """The lines of a fenced code block holding ``lines`` as they are: nothing inside a fence is read as markdown or
+    HTML, so an input string is shown unescaped (a command's path with a ``|``, an ``_``, a ``*`` or a backtick
+    copies back as it was typed; ``<`` before a letter, ``/``, ``!`` or ``?`` alone stays ``&lt;``), each on one line (control characters as escapes, :func:`dpaudit.io.printable`), under a fence
+    of more backticks than any run in them, so that no line can close it.
+
+    Args:
+        lines: The raw text lines (from the report before :func:`md_tree`).
+        info: The fence's info string (``json``).
+
+    Returns:
+        The block's lines, its fences included.
+    """
+    body = [_TAG.sub("&lt;", printable(x)) for x in lines]  # the one exception: no tag or comment opener, raw
+    # (inert in a fence, but the model card's section markers are found by text, and no <script appears anywhere)
+    longest = max((len(run) for x in body for run in re.findall(r"`+", x)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, *body, fence]
 
 
 def md_tree(obj):

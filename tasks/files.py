@@ -48,9 +48,10 @@ def read_rows(path: Path, what: str, hint: str) -> list[dict]:
     Raises:
         DpauditError: A missing, unreadable or malformed file, in one line.
     """
+    from dpaudit.io import regular_file
+
     path = Path(path)
-    if not path.is_file():
-        raise DpauditError(f"{what} {path} not found; {hint}")
+    regular_file(path, what, hint)
     if path.suffix not in SUFFIXES:
         raise DpauditError(f"{path}: unsupported data file; use {NAMES} ({hint})")
     _fits(path)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from dpaudit.io import jsonable
-from dpaudit.markup import md_tree, probability
+from dpaudit.markup import fenced, md_tree, probability
 from dpaudit.report import markdown as common
 
 LIMITATIONS = [
@@ -23,6 +23,7 @@ LIMITATIONS = [
 
 
 def render(r: dict) -> str:
+    raw = r["reproducibility"]  # shown in a code block, where nothing is read as markdown: unescaped (fenced)
     r = md_tree(r)  # every input string escaped (dpaudit.markup)
     p = r["pmixed"]
     s, ex = p["spec"], p["exact"]
@@ -71,10 +72,13 @@ def render(r: dict) -> str:
     L += ["", "## Black-box canary audit", "", *common.attack_rows(r), "",
           f"- {p['canary_queries']} queries (one per secret token of {r['canary_plan']['m']} canaries); score = secret "
           "tokens emitted; bound at group size 2 (inserting a canary replaces one partition's model).", ""]
-    rep = r["reproducibility"]
-    L += ["## Reproducibility", "", "```", f"command: {rep.get('command')}", f"deployment hash: {rep.get('checkpoint_hash')}",
-          f"seeds: {json.dumps(rep.get('seeds'))}", f"evaluation seed: {p['seed']}", f"data: {json.dumps(rep.get('data'))}",
-          f"versions: {json.dumps(rep.get('versions'))}", f"machine: {json.dumps(rep.get('machine'))}", "```", "",
+    rep = raw
+    L += ["## Reproducibility", "", *fenced([f"command: {rep.get('command')}",
+                                            f"deployment hash: {rep.get('checkpoint_hash')}",
+                                            f"seeds: {json.dumps(rep.get('seeds'))}", f"evaluation seed: {p['seed']}",
+                                            f"data: {json.dumps(rep.get('data'))}",
+                                            f"versions: {json.dumps(rep.get('versions'))}",
+                                            f"machine: {json.dumps(rep.get('machine'))}"]), "",
           "## Limitations", "", *[f"- {x}" for x in LIMITATIONS]]
     return "\n".join(L) + "\n"
 

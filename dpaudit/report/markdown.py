@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from dpaudit.markup import md_tree, percent, probability
+from dpaudit.markup import fenced, md_tree, percent, probability
 from dpaudit.options import TASK_METRICS, current_words, evidence_tier, verdict_name
 from dpaudit.report import mechanism as report_checks
 
@@ -423,6 +423,7 @@ def training_lines(tr: dict | None) -> list[str]:
 def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
     """REPORT.md of report ``r``: every string of ``r`` is escaped first (:func:`dpaudit.markup.md_tree`), so no
     input text can add a line, a link, HTML or a column."""
+    raw = r["reproducibility"]  # shown in code blocks, where nothing is read as markdown: unescaped (fenced)
     r = md_tree(r)  # a copy: an older report's words are then read as today's (docs/verdicts.md)
     current_words(r)
     ck = r["checkpoint"]
@@ -505,12 +506,15 @@ def render_markdown(r: dict, plots: list[str], redact: bool = False) -> str:
         sec = "▇" * len(c["secret"]) if redact else c["secret"]
         L.append(f"| {c['id']} | {'yes' if c['inserted'] else 'no'} | {c['repetitions']} | {sec} | "
                  f"{c['exposure']:.2f} | {c['exposure_extrapolated']:.2f} |")
-    rep = r["reproducibility"]
-    L += ["", "## Reproducibility", "", "```", f"command: {rep.get('command')}",
-          f"checkpoint hash: {rep.get('checkpoint_hash')}", f"seeds: {json.dumps(rep.get('seeds'))}",
-          f"data: {json.dumps(rep.get('data'))}", f"versions: {json.dumps(rep.get('versions'))}",
-          f"machine: {json.dumps(rep.get('machine'))}", "```", "", "Config:", "", "```json",
-          json.dumps(rep.get("config"), indent=1), "```", "", *_rng_line(r), "## Limitations", ""]
+    rep = raw
+    L += ["", "## Reproducibility", "", *fenced([f"command: {rep.get('command')}",
+                                                 f"checkpoint hash: {rep.get('checkpoint_hash')}",
+                                                 f"seeds: {json.dumps(rep.get('seeds'))}",
+                                                 f"data: {json.dumps(rep.get('data'))}",
+                                                 f"versions: {json.dumps(rep.get('versions'))}",
+                                                 f"machine: {json.dumps(rep.get('machine'))}"]),
+          "", "Config:", "", *fenced(json.dumps(rep.get("config"), indent=1).split("\n"), "json"), "",
+          *_rng_line(r), "## Limitations", ""]
     L += [f"- {x}" for x in LIMITATIONS]
     return "\n".join(L) + "\n"
 

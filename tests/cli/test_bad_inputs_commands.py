@@ -222,3 +222,22 @@ def test_a_file_of_another_kind_is_named_for_what_it_is(tmp_path, capsys):
     assert load_card(card) and load_manifest(man)  # each kind reads as itself
     with pytest.raises(DpauditError, match="is a privacy card"):
         api.load_manifest(card)
+
+
+def test_a_pipe_given_for_a_policy_or_data_file_is_named_as_a_pipe(tmp_path, capsys):
+    """`--policy <(...)` (a pipe) read "policy ... not found": every reader of a file (JSON, TOML, data) now says
+    the path is not a regular file, in one line, without reading it."""
+    from dpaudit.errors import DpauditError
+    from dpaudit.tasks.files import read_rows
+
+    run = _run(tmp_path)
+    fifo = tmp_path / "policy.toml"
+    os.mkfifo(fifo)
+    capsys.readouterr()
+    assert main(["check", str(run / "dp-eps8" / "report" / "report.json"), "--policy", str(fifo)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is not a regular file (a device, a pipe or a socket" in err, err
+    data = tmp_path / "d.jsonl"
+    os.mkfifo(data)
+    with pytest.raises(DpauditError, match="not a regular file"):
+        read_rows(data, "data", "")

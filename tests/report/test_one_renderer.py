@@ -192,3 +192,26 @@ def test_a_run_records_numbers_render_as_question_marks_where_they_are_not_numbe
     lines = training_lines(tr)
     assert lines[0] == "- 45 steps over ? units at sampling rate q = ?, noise multiplier σ = 1; ? s."
     assert "(first step ?, last ?)" in lines[1] and "median norm 2× C" in lines[2]
+
+
+def test_the_reproducibility_block_shows_the_command_as_it_was_typed():
+    """Inside a fenced code block nothing is read as markdown, so the command and config go in unescaped: a path
+    with a pipe, edge underscores, a star and a backtick copies back as typed (it read '\\|', '\\_', '\\*' and "'"
+    before); a line break is shown as an escape and a run of backticks cannot close the fence."""
+    from dpaudit.report.markdown import render_markdown
+
+    r = json.loads(REPORT.read_text())
+    command = "dpaudit evaluate '/data/_my model|v2*' --out 'out `x` ````' --quiet"
+    r["reproducibility"]["command"] = command
+    r["reproducibility"]["config"] = {"train": {"method": "dp_adam", "note": "_edge_ * | `tick`"}}
+    text = render_markdown(r, [])
+    assert f"command: {command}" in text.splitlines()
+    assert any(command in t.content for t in PARSER.parse(text) if t.type == "fence")  # inside its block
+    assert '"note": "_edge_ * | `tick`"' in text
+    r["reproducibility"]["command"] = "dpaudit evaluate x\n## Fake heading"
+    text = render_markdown(r, [])
+    assert "command: dpaudit evaluate x\\n## Fake heading" in text
+    blocks = [t for t in PARSER.parse(text) if t.type == "fence"]
+    assert any("## Fake heading" in t.content for t in blocks)
+    assert not [t for t in PARSER.parse(text) if t.type == "heading_open" and t.map and
+                "Fake" in text.splitlines()[t.map[0]]]
