@@ -219,10 +219,15 @@ def number(x):
     return math.inf if x == "inf" else x
 
 
-def check_out(out, protected=(), what: str = "--out") -> Path:
+REPORT_FILES = ("report.json", "REPORT.md", "roc.png", "scores.png", "exposure.png", "clipping.png")
+
+
+def check_out(out, protected=(), what: str = "--out", outputs: tuple = ()) -> Path:
     """``out`` as an absolute folder path, refused before any work when it cannot take a report: an existing file
     (or a file on its way), a folder inside (or equal to) one of ``protected`` (the checkpoint being audited:
-    writing there would change its hash), or a place that cannot be written."""
+    writing there would change its hash), a place that cannot be written, or a folder that holds one of
+    ``outputs`` (the names the command writes, replacing their namesakes) without being a dpaudit report's
+    folder (its report.json dpaudit's own): a user's REPORT.md or report.json is never overwritten."""
     import os
 
     out = Path(out).expanduser().absolute()
@@ -244,7 +249,21 @@ def check_out(out, protected=(), what: str = "--out") -> Path:
         if out == p or p in out.parents or real == rp or rp in real.parents:
             raise DpauditError(f"{what} {out} is inside the checkpoint {p} (it would change what is audited); write "
                                "the report elsewhere")
+    present = [n for n in outputs if (out / n).exists() or (out / n).is_symlink()]
+    if present and out.is_dir() and not _dpaudit_report(out / "report.json"):
+        raise DpauditError(f"{what} {out} holds {present[0]} but no report.json of dpaudit's: the file is not "
+                           "dpaudit's to replace; pass a new folder, or one dpaudit wrote a report into")
     return out
+
+
+def _dpaudit_report(path: Path) -> bool:
+    """Whether ``path`` is a report.json dpaudit wrote (an evaluation or comparison report of a known schema)."""
+    try:
+        d = read_json(path, "report", "")
+    except DpauditError:
+        return False
+    return isinstance(d, dict) and d.get("kind") in ("evaluation", "comparison") and \
+        isinstance(d.get("schema_version"), int)
 
 
 @contextmanager

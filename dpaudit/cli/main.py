@@ -18,7 +18,7 @@ import click
 from dpaudit import options
 from dpaudit.cli.help import summary_option
 from dpaudit.errors import DpauditError, first_line
-from dpaudit.io import check_out, printable
+from dpaudit.io import REPORT_FILES, check_out, printable
 
 # the import names of pyproject.toml's [train] extra: what the lighter installs leave out
 TRAIN_STACK = frozenset({"torch", "transformers", "peft", "opacus", "datasets", "sklearn", "safetensors", "matplotlib",
@@ -205,7 +205,7 @@ def evaluate(ctx, checkpoint, out, attacks, rule, n_references, enumerate_limit,
 
     progress.set_quiet(quiet)
     device.resolve(device_name, "--device")  # before any work
-    out = check_out(out, [checkpoint, *merge_parts, *([base_model] if base_model else [])])
+    out = check_out(out, [checkpoint, *merge_parts, *([base_model] if base_model else [])], outputs=REPORT_FILES)
     opts = EvalOptions(attacks=attacks, rule=rule, confidence=confidence, n_references=n_references,
                        enumerate_limit=enumerate_limit, batch_size=batch_size, framing=framing,
                        reference=reference_model, base_metrics=base_metrics, off_plan=off_plan,

@@ -121,11 +121,11 @@ def split_cmd(checkpoint, out, text_column, guess_fraction, confidence, seed, ba
 def _prepare(checkpoint, out, device_name, quiet):
     from dpaudit import device, progress
     from dpaudit.evaluation import posthoc
-    from dpaudit.io import check_out
+    from dpaudit.io import REPORT_FILES, check_out
 
     progress.set_quiet(quiet)
     target = device.resolve(device_name, "--device")
-    out = check_out(out, [checkpoint])
+    out = check_out(out, [checkpoint], outputs=REPORT_FILES)
     ck = posthoc.load_without_manifest(checkpoint)
     model, tok = ck.load_model()
     posthoc.check_language_model(model, checkpoint)

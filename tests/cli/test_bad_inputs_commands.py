@@ -241,3 +241,30 @@ def test_a_pipe_given_for_a_policy_or_data_file_is_named_as_a_pipe(tmp_path, cap
     os.mkfifo(data)
     with pytest.raises(DpauditError, match="not a regular file"):
         read_rows(data, "data", "")
+
+
+def test_a_users_own_report_files_are_never_replaced(tmp_path, capsys):
+    """`evaluate --out DIR` replaces the files it writes (report.json, REPORT.md, the plots) and keeps the rest:
+    in a folder that is not a dpaudit report's (no report.json of dpaudit's), a user's REPORT.md or roc.png was
+    overwritten. Now refused before any work, in one line; a dpaudit report folder is still redone in place."""
+    from dpaudit.errors import DpauditError
+    from dpaudit.io import REPORT_FILES, check_out
+
+    run = _run(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "REPORT.md").write_text("# my own notes\n")
+    (mine / "notes.txt").write_text("kept\n")
+    capsys.readouterr()
+    assert main(["evaluate", str(run / "dp-eps8" / "checkpoint"), "--out", str(mine)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds REPORT.md but no report.json of dpaudit's" in err, err
+    assert (mine / "REPORT.md").read_text() == "# my own notes\n"
+    for name in ("roc.png", "report.json"):
+        other = tmp_path / f"other-{name}"
+        other.mkdir()
+        (other / name).write_text("{}\n")
+        with pytest.raises(DpauditError, match=f"holds {name}"):
+            check_out(other, outputs=REPORT_FILES)
+    assert check_out(run / "dp-eps8" / "report", outputs=REPORT_FILES)  # dpaudit's own report folder
+    assert check_out(tmp_path / "notes-only", outputs=REPORT_FILES)  # new, or holding none of the names
