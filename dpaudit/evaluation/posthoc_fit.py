@@ -41,6 +41,8 @@ def fit_records(tok, texts: list[str], limit: int) -> tuple[list[str], int, int]
     the context is cut to its first ``limit`` tokens (as a training loop's truncation cuts it), a record with no
     token after its first is left out (a causal LM predicts nothing of it). Both rules read a record's text alone,
     never its membership, so the records kept are a fair coin's as the records given were."""
+    if not texts:  # every record of a side repeated (a tokenizer given no text fails inside transformers)
+        return [], 0, 0
     enc = tok(texts, return_offsets_mapping=True)
     kept, cut, dropped = [], 0, 0
     for text, ids, offs in zip(texts, enc["input_ids"], enc["offset_mapping"]):

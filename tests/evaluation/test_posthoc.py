@@ -376,6 +376,10 @@ def test_a_repeated_record_is_left_out_of_the_split_wherever_it_fell(memorised, 
     capsys.readouterr()
     assert main([*args, "--non-members", str(tmp_path / "in.txt"), "--out", str(tmp_path / "r2")]) == 2
     assert "hold the same records" in capsys.readouterr().err and not (tmp_path / "r2").exists()
+    (tmp_path / "twice.txt").write_text("\n".join(texts[:30] * 2))  # every member repeated (an IndexError, exit 3)
+    assert main([*args, "--members", str(tmp_path / "twice.txt"), "--non-members", str(tmp_path / "out.txt"),
+                 "--out", str(tmp_path / "r3")]) == 2
+    assert "0 members and 30 non-members are left to score" in capsys.readouterr().err  # texts[2]: a group
 
 
 def test_rescore_reads_the_named_files_again_and_catches_scores_forged_consistently(memorised, tmp_path, monkeypatch,
