@@ -55,8 +55,10 @@ def identifiers_cmd(checkpoint, out, text_column, guess_fraction, confidence, se
     texts, digest = posthoc.read_texts(training_data, text_column)
     pairs, dropped = posthoc.identifier_pairs(texts, fmt, seed)
     if len(pairs) < posthoc.MIN_UNITS:
-        raise DpauditError(f"{training_data} holds {len(pairs)} {fmt} identifiers that occur once (at least "
-                           f"{posthoc.MIN_UNITS} are needed for a bound); check --format, or audit with `dpaudit audit split`")
+        left = "; ".join(f"{n} {why}" for why, n in dropped.items() if n)
+        raise DpauditError(f"{training_data} holds {len(pairs)} {fmt} identifiers to pair (at least "
+                           f"{posthoc.MIN_UNITS} are needed for a bound{f'; left out: {left}' if left else ''}); "
+                           "check --format, or audit with `dpaudit audit split`")
     man, coins = posthoc.identifiers_manifest(pairs, seed, guess_fraction, confidence)
     scores = posthoc.pair_scores(model, tok, pairs, coins, batch_size, "tokenizer", posthoc_fit.token_limit(ck))
     info = posthoc.Posthoc(

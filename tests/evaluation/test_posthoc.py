@@ -470,3 +470,20 @@ def test_the_gate_derives_the_post_hoc_section_again_and_audit_split_takes_its_o
     assert main(["check", str(tmp_path / "dropped.json"), "--checkpoint", str(model), "--rescore"]) == 1
     assert "records left out: the report has" in capsys.readouterr().out
     assert main(["check", str(tmp_path / "r" / "report.json"), "--checkpoint", str(model), "--rescore"]) == 0
+
+
+def test_too_few_identifiers_to_pair_says_what_was_left_out(memorised, tmp_path, capsys):
+    """Identifiers that all repeat, or are all of mixed case, leave none to pair: the refusal says which rule left
+    them out (it read "0 identifiers that occur once" for 30 that each occurred once in mixed case)."""
+    model, _, _ = memorised
+    rng = random.Random(2)
+    ids = [posthoc.draw("uuid4", rng) for _ in range(30)]
+    for name, rows, needle in (("twice", ids + ids, "30 repeated identifiers"),
+                               ("mixed", [u[:8].upper() + u[8:] for u in ids], "identifiers of mixed case")):
+        f = tmp_path / f"{name}.txt"
+        f.write_text("".join(f"ticket {u} opened\n" for u in rows))
+        capsys.readouterr()
+        assert main(["audit", "identifiers", str(model), "--training-data", str(f), "--format", "uuid4", "--out",
+                     str(tmp_path / name), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "uuid4 identifiers to pair (at least 20" in err and needle in err and not (tmp_path / name).exists()
