@@ -240,6 +240,9 @@ def load(path: Path, base_model: Path | str | None = None, manifest: Manifest | 
     :meth:`Checkpoint.adapter_base`); ``manifest``: audit units held in memory instead of the folder's canaries.json
     (the post-hoc audits of dpaudit/evaluation/posthoc.py)."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise DpauditError(f"checkpoint {path} is a file; pass the folder that holds it ({path.parent}), with "
+                           "privacy_card.json and canaries.json beside the weights")
     if not path.is_dir():
         raise DpauditError(f"checkpoint directory {path} not found; pass a folder written by `dpaudit run` "
                            "or one with model/, privacy_card.json and canaries.json")
@@ -284,8 +287,12 @@ def _nearby(path: Path) -> str | None:
     below = [path / "checkpoint"] + sorted(p for p in path.iterdir() if p.is_dir() and p.name != "checkpoint")[:50] \
         if path.is_dir() else []
     below += [q / "checkpoint" for q in below[1:] if (q / "checkpoint").is_dir()]
+    holds_model = path.is_dir() and ((path / "config.json").is_file() or (path / "adapter_config.json").is_file())
     for cand in [*below, path.parent]:
         if cand != path and (cand / "privacy_card.json").is_file():
+            if cand == path.parent and holds_model and path.name != "model":  # a Trainer's output_dir/ with the card, checkpoint-N/ given
+                return (f"the card is one folder up, in {cand}: copy privacy_card.json and canaries.json into {path}, "
+                        "beside the weights the card describes")
             return f"the checkpoint looks one folder off: pass {cand} (it holds privacy_card.json)"
     return None
 

@@ -58,6 +58,15 @@ def test_a_checkpoint_one_folder_off_gets_the_right_fix(tmp_path):
     for off in (ck.parent, ck / "model"):
         with pytest.raises(DpauditError, match=f"one folder off: pass {ck}"):
             checkpoint.load(off)
+    trainer = tmp_path / "output_dir"  # a Trainer's output_dir/ holding the card, its checkpoint-N/ the weights
+    (trainer / "checkpoint-5").mkdir(parents=True)
+    for f in ("privacy_card.json", "canaries.json"):
+        (trainer / f).write_bytes((ck / f).read_bytes())
+    (trainer / "checkpoint-5" / "config.json").write_text("{}")
+    with pytest.raises(DpauditError, match="the card is one folder up, in .*output_dir: copy privacy_card.json"):
+        checkpoint.load(trainer / "checkpoint-5")
+    with pytest.raises(DpauditError, match="is a file; pass the folder that holds it"):
+        checkpoint.load(trainer / "checkpoint-5" / "config.json")
 
 
 def test_compare_flags_an_auc_only_when_its_interval_clears_the_old_one():
