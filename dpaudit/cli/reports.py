@@ -52,12 +52,14 @@ def compare(old_json, new_json, fail_on_regression, summary_md):
 def table_cmd(run_dirs, columns, variants, differences):
     """One markdown row per variant of each RUN (the --out of `dpaudit run`; several: their rows in order), from
     the committed report.json, run.json and privacy_card.json files: the tables of reports/*/README.md come from
-    here."""
+    here. A RUN may also be the --out of `dpaudit evaluate` (or its report.json): one row, named after the
+    folder, for a checkpoint trained anywhere."""
+    from dpaudit.report.report_folder import ReportFolder
     from dpaudit.report.table import differences as diff_table
     from dpaudit.report.table import table
     from dpaudit.run_folder import RunFolder
 
-    runs = [RunFolder(d) for d in run_dirs]
+    runs = [ReportFolder(d) if ReportFolder.holds_one(d) else RunFolder(d) for d in run_dirs]
     pairs = [tuple(p.split(":")) for p in differences.split(",") if p.strip()]
     if any(len(p) != 2 or not all(p) for p in pairs):
         raise DpauditError(f"--differences takes pairs A:B separated by commas, got {differences!r}")

@@ -268,7 +268,7 @@ def md_cell(text) -> str:
 def table(runs, columns: list[str], variants: list[str] | None = None) -> str:
     """The markdown table of ``columns``: one row per variant of each run folder in ``runs`` (a RunFolder or a
     list of them, in order), ``variants`` only when given (default: every variant with a report, by name)."""
-    runs = [runs] if isinstance(runs, RunFolder) else list(runs)
+    runs = [runs] if isinstance(runs, RunFolder) else list(runs)  # or ReportFolders (dpaudit/report/report_folder.py)
     unknown = [c for c in columns if c not in COLUMNS]
     if unknown or not columns:
         raise DpauditError(f"unknown column {unknown[0] if unknown else None!r}; choose from {', '.join(COLUMNS)}")
