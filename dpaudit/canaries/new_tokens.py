@@ -34,8 +34,8 @@ def add(model, tokenizer, manifest) -> int:
         How many tokens were added (0 when the pair already holds all of them: a checkpoint's own).
 
     Raises:
-        DpauditError: A tokenizer that holds some of the tokens already, or one with more tokens than the model
-            embeds. A vocabulary padded beyond the tokenizer (Pythia, Qwen, Phi) gives its spare rows to the new
+        DpauditError: A tokenizer that holds some of the tokens already, one with more tokens than the model
+            embeds, or a model peft has wrapped already. A vocabulary padded beyond the tokenizer (Pythia, Qwen, Phi) gives its spare rows to the new
             tokens first and grows only where they do not suffice.
     """
     import torch
@@ -57,6 +57,9 @@ def add(model, tokenizer, manifest) -> int:
             return 0  # already extended (a checkpoint's own tokenizer and model)
         raise DpauditError(f"the tokenizer already holds {len(present)} of the manifest's {len(tokens)} new tokens; "
                            "extend the base model's own tokenizer once, with every canary's tokens")
+    if hasattr(model, "peft_config"):  # its embeddings are wrapped (modules_to_save, trainable tokens): no resize
+        raise DpauditError("add_canary_tokens needs the model before peft wraps it: call it before get_peft_model, so "
+                           "that the adapter (and modules_to_save) is built on the extended embeddings")
     known = len(tokenizer)  # the rows beyond it, where a vocabulary is padded (Pythia, Qwen, Phi), embed no token
     if known > rows:
         raise DpauditError(f"the tokenizer has {known} tokens but the model embeds {rows}; new-token canaries need "

@@ -108,6 +108,18 @@ def test_a_tokenizer_larger_than_the_embedding_is_refused():
         new_tokens.add(model, tok, _manifest(**ZERO))
 
 
+def test_tokens_added_after_peft_wrapped_the_model_are_refused_in_words():
+    """get_peft_model first, add_canary_tokens second: transformers' resize failed on peft's wrapper with a
+    TypeError; now one DpauditError naming the order that works."""
+    from peft import LoraConfig, get_peft_model
+
+    tok = _tok()
+    model = get_peft_model(_model(tok), LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True,
+                                                   modules_to_save=["lm_head"]))
+    with pytest.raises(DpauditError, match="call it before get_peft_model"):
+        api.add_canary_tokens(model, tok, _manifest(**ZERO))
+
+
 def test_a_canary_label_on_the_first_token_only_is_refused():
     tok = _tok()
     model = _model(tok)
