@@ -50,6 +50,17 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
     ``target_epsilon`` given to ``make_private_with_epsilon``): recorded as ``extra.intended``, so a run that spent
     more than intended (a bug that lowered the noise) fails the gate although its card is honest.
     Over 8 parameters: the engine, loader and optimizer, then keyword options of a public call, each documented."""
+    from dpaudit import checks
+
+    if not checks.finite(delta) or not 0 < delta < 1:
+        raise DpauditError(f"card_from_opacus: delta must be in (0, 1) (a Gaussian mechanism's claim needs one; e.g. "
+                           f"1e-5, below 1 / dataset size), got {delta!r}")
+    if epsilon is not None and (not checks.finite(epsilon) or epsilon <= 0):
+        raise DpauditError(f"card_from_opacus: epsilon must be a positive finite number (or None: the engine's "
+                           f"accountant's), got {epsilon!r}")
+    if not hasattr(privacy_engine, "accountant"):
+        raise DpauditError(f"card_from_opacus needs the Opacus PrivacyEngine that trained the model, got "
+                           f"{type(privacy_engine).__name__}")
     acc = getattr(privacy_engine, "accountant", None)
     history = list(getattr(acc, "history", None) or [])
     if not history:

@@ -71,3 +71,18 @@ def test_samplers_and_untrained_engine():
     engine, model, opt, loader = _private()
     with pytest.raises(DpauditError, match="no steps"):
         card_from_opacus(engine, loader, opt, delta=1e-5)
+
+
+@pytest.mark.parametrize("kw,needle", [(dict(delta=0), "delta must be in \\(0, 1\\)"), (dict(delta=2.0), "delta must be"),
+                                       (dict(delta=float("nan")), "delta must be"),
+                                       (dict(delta=1e-5, epsilon=-1.0), "epsilon must be a positive"),
+                                       (dict(delta=1e-5, epsilon=float("inf")), "epsilon must be a positive")])
+def test_a_delta_or_epsilon_no_gaussian_claim_has_is_refused_in_words(kw, needle):
+    """delta = 0 divided by zero inside the accountant (ZeroDivisionError) and delta = 2 was Opacus' bare
+    RuntimeError 'Cannot compute epsilon'; a non-engine was 'recorded no steps'. Each is one DpauditError now."""
+    engine, model, opt, loader = _private()
+    _steps(model, opt, loader, 3)
+    with pytest.raises(DpauditError, match=needle):
+        card_from_opacus(engine, loader, opt, **kw)
+    with pytest.raises(DpauditError, match="needs the Opacus PrivacyEngine that trained the model, got object"):
+        card_from_opacus(object(), loader, opt, delta=1e-5)
