@@ -10,6 +10,9 @@
       gradient_canaries.json  white-box canary plan and scores (optional; dpaudit/probe/probe.py);
                               gradient_canaries_<kind>.json for a further kind of the same run;
                               <that name>.steps.npy: every update's projection on each canary, (steps, m)
+
+(A little over 300 lines: reading, checking and hashing this layout sit with the fixes its refusals name for a
+folder given one level off, which read the same layout; the fixes are the part to split out when it grows.)
 """
 
 from __future__ import annotations
