@@ -279,7 +279,8 @@ def write_report(report: dict, out: str | Path, redact: bool = False) -> Path:
 
     Args:
         report: The dict :func:`evaluate` returned.
-        out: The folder (created; refused when it holds files that are not a report's).
+        out: The folder (created; refused when it holds a REPORT.md, report.json or plot but no report of
+            dpaudit's).
         redact: Leave secrets and paths out of the written files.
 
     Returns:
@@ -291,5 +292,8 @@ def write_report(report: dict, out: str | Path, redact: bool = False) -> Path:
         raise DpauditError(f"write_report needs the report dict dpaudit.api.evaluate returned, got "
                            f"{type(report).__name__}" + (f" of kind {report.get('kind')!r}" if isinstance(report, dict)
                                                           else ""))
-    rep.write(report, Path(out), redact=redact)
-    return Path(out) / "REPORT.md"
+    from dpaudit.io import REPORT_FILES, check_out
+
+    out = check_out(out, outputs=REPORT_FILES, what="write_report's out")  # a user's own REPORT.md is never replaced
+    rep.write(report, out, redact=redact)
+    return out / "REPORT.md"

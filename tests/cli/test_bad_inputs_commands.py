@@ -266,5 +266,12 @@ def test_a_users_own_report_files_are_never_replaced(tmp_path, capsys):
         (other / name).write_text("{}\n")
         with pytest.raises(DpauditError, match=f"holds {name}"):
             check_out(other, outputs=REPORT_FILES)
+    from dpaudit import api
+
+    report = json.loads((run / "dp-eps8" / "report" / "report.json").read_text())
+    with pytest.raises(DpauditError, match="holds REPORT.md but no report.json of dpaudit's"):
+        api.write_report(report, mine)  # the Python API's writer too
+    assert (mine / "REPORT.md").read_text() == "# my own notes\n"
+    assert api.write_report(report, tmp_path / "fresh") == (tmp_path / "fresh" / "REPORT.md").absolute()
     assert check_out(run / "dp-eps8" / "report", outputs=REPORT_FILES)  # dpaudit's own report folder
     assert check_out(tmp_path / "notes-only", outputs=REPORT_FILES)  # new, or holding none of the names
