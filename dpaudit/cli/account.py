@@ -145,6 +145,9 @@ def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, u
     from dpaudit.accounting.events import SubsampledGaussian
     from dpaudit.claim import card as cardmod
 
+    if out.is_dir():
+        raise DpauditError(f"{out} is a folder; name the file to write in it ({out / 'privacy_card.json'}: the name "
+                           "dpaudit evaluate reads)")
     if not out.parent.is_dir():
         raise DpauditError(f"folder {out.parent} does not exist; create it first")
     c = cardmod.PrivacyCard(

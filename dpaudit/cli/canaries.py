@@ -91,7 +91,9 @@ def canaries_new(m, repetitions, seed, template, design, pool, base_model, token
     if design == "bigram" and base_model is None and tokenizer_dir is None:
         raise DpauditError("--design bigram needs the tokenizer of the model you will train: pass --base-model or "
                            "--tokenizer")
-    for path in (out, records):
+    for path, name in ((out, "canaries.json"), (records, "canary_records.jsonl")):
+        if path is not None and path.is_dir():
+            raise DpauditError(f"{path} is a folder; name the file to write in it ({path / name})")
         if path is not None and path.exists() and not force:
             raise DpauditError(f"{path} exists; a canary manifest must not change once a model trained on it "
                                "(pass --force to overwrite)")

@@ -275,3 +275,20 @@ def test_a_users_own_report_files_are_never_replaced(tmp_path, capsys):
     assert api.write_report(report, tmp_path / "fresh") == (tmp_path / "fresh" / "REPORT.md").absolute()
     assert check_out(run / "dp-eps8" / "report", outputs=REPORT_FILES)  # dpaudit's own report folder
     assert check_out(tmp_path / "notes-only", outputs=REPORT_FILES)  # new, or holding none of the names
+
+
+def test_a_folder_given_where_a_file_is_written_names_the_file_to_write(tmp_path, capsys):
+    """`card --out my-model` and `canaries new --out my-model` (the checkpoint folder, not the file in it): the
+    refusal names the file evaluate reads there, and nothing is written."""
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    for argv, name in ((["card", "--epsilon", "8", "--delta", "1e-5", "--sigma", "0.6", "--sample-rate", "0.01",
+                         "--steps", "3000", "--out", str(folder)], "privacy_card.json"),
+                       (["canaries", "new", "--m", "20", "--seed", "1", "--out", str(folder)], "canaries.json"),
+                       (["canaries", "new", "--m", "20", "--seed", "1", "--out", str(folder / "c.json"), "--records",
+                         str(folder)], "canary_records.jsonl")):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"is a folder; name the file to write in it ({folder / name}" in err
+    assert list(folder.iterdir()) == []
