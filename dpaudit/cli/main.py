@@ -133,7 +133,9 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
 
 @cli.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path))
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder for REPORT.md, report.json, plots.")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Folder for REPORT.md, report.json, plots (created; other files there are kept; a folder holding "
+                   "one of those names but no report of dpaudit's is refused).")
 @click.option("--attacks", default=None,
               help="Comma-separated attacks to run on the canaries (each scores every canary; higher = member). "
                    f"Default: the manifest's evaluation plan, else the outputs-only ones ({','.join(options.OUTPUT_ATTACKS)}); "
@@ -151,7 +153,9 @@ def run(config_path, out, variants, resume, snapshot_every, redact, quiet, dry_r
                    "among --references sampled secrets; the exact pass costs a forward pass per trie node (minutes on "
                    "a CPU) and its exposure numbers never enter the verdict.")
 @click.option("--reference-model", type=click.Path(path_type=Path),
-              help="HF model folder for the reference attack (default: the checkpoint's base model).")
+              help="HF model folder for the reference attack (default: the checkpoint's base model): the base the "
+                   "checkpoint was fine-tuned from, reading the canaries as its tokenizer does (another tokenizer "
+                   "or a shorter context is refused).")
 @click.option("--base-model", type=click.Path(path_type=Path), default=None,
               help="The base model folder of a LoRA adapter checkpoint that does not ship it under base_model/ "
                    "(the adapter's base_model_name_or_path is never followed outside the checkpoint on its own): "
