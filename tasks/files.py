@@ -1,4 +1,4 @@
-"""Reading local data files (JSONL, CSV, TSV) into rows, with one-line errors."""
+"""Reading local data files (JSONL, JSON, CSV, TSV, Parquet) into rows, with one-line errors."""
 
 from __future__ import annotations
 
