@@ -80,7 +80,7 @@ def read_toml(path: Path, what: str, fix: str) -> dict:
     path = Path(path)
     regular_file(path, what, fix)
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a leading BOM (Notepad) is not TOML
     except tomllib.TOMLDecodeError as e:
         raise DpauditError(f"{what} {path} is not valid TOML: {e}") from None
     except UnicodeDecodeError as e:

@@ -292,3 +292,17 @@ def test_a_folder_given_where_a_file_is_written_names_the_file_to_write(tmp_path
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"is a folder; name the file to write in it ({folder / name}" in err
     assert list(folder.iterdir()) == []
+
+
+def test_a_toml_file_saved_with_a_byte_order_mark_reads_as_without_it(tmp_path, capsys):
+    """A policy (or run config) saved by Windows Notepad as "UTF-8 with BOM", CRLF line ends: it was "not valid
+    TOML: Invalid statement (at line 1, column 1)"; data files already read the same way."""
+    run = _run(tmp_path)
+    report = str(run / "dp-eps8" / "report" / "report.json")
+    plain, bom = tmp_path / "plain.toml", tmp_path / "bom.toml"
+    text = '[rules]\r\nrequire_claim = false\r\nallowed_verdicts = ["underpowered", "consistent"]\r\n'
+    plain.write_bytes(text.encode())
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    capsys.readouterr()
+    assert main(["check", report, "--policy", str(plain)]) == 0
+    assert main(["check", report, "--policy", str(bom)]) == 0, capsys.readouterr().err
