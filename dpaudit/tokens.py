@@ -37,6 +37,14 @@ def frame_text(tokenizer, text: str) -> list[int]:
     return frame(tokenizer, tokenizer(text, add_special_tokens=False).input_ids)
 
 
+def context_limit(model, default=None):
+    """The model's context in tokens: its config's ``n_positions`` or ``max_position_embeddings`` (the names
+    transformers' configs use), else ``default`` (a model with no fixed limit, such as a recurrent one)."""
+    cfg = getattr(model, "config", None)
+    return next((getattr(cfg, k) for k in ("n_positions", "max_position_embeddings")
+                 if isinstance(getattr(cfg, k, None), int)), default)
+
+
 def model_device(model) -> torch.device:
     return next(p for p in model.parameters()).device
 

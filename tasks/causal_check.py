@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from dpaudit.errors import DpauditError
+from dpaudit.tokens import context_limit
 
 PROBE_TEXT = "The audit reads every record once, and nothing else."
 TOLERANCE = 1e-5  # relative to the logits' scale: a causal LM computes the two rows' shared positions identically
@@ -32,8 +33,7 @@ def check_causal(model, tokenizer, where: str) -> None:
     Raises:
         DpauditError: The model is not causal (a masked LM loaded through ``AutoModelForCausalLM``).
     """
-    limit = next((getattr(model.config, k) for k in ("n_positions", "max_position_embeddings")
-                  if isinstance(getattr(model.config, k, None), int)), 12)
+    limit = context_limit(model, 12)
     ids = list(tokenizer(PROBE_TEXT, add_special_tokens=False).input_ids)[:min(12, limit)]  # within its context
     rows = model.get_input_embeddings().weight.shape[0]
     if len(ids) < 3 or max(ids) >= rows:

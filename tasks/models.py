@@ -50,6 +50,7 @@ from dpaudit.tasks.model_spec import (  # noqa: F401 - the spec is read here too
     POOLINGS,
     ModelSpec,
 )
+from dpaudit.tokens import context_limit
 
 EOS = "<|endoftext|>"
 
@@ -176,8 +177,7 @@ def _local(spec: ModelSpec):
     if kind == "classifier" and getattr(model.config, "num_labels", N_LABELS) != N_LABELS:
         raise DpauditError(f"the classifier at {path} has {model.config.num_labels} labels; dpaudit's tasks are binary "
                            "(2 labels)")
-    limit = next((getattr(model.config, k) for k in ("n_positions", "max_position_embeddings")
-                  if isinstance(getattr(model.config, k, None), int)), None)
+    limit = context_limit(model, None)
     if limit is not None and spec.max_len > limit:
         raise DpauditError(f"model.max_len = {spec.max_len} exceeds the context of the model at {path} ({limit}); "
                            "lower model.max_len")

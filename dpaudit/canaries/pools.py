@@ -81,16 +81,14 @@ def _rarest(model, tokenizer, words, texts, n):
     """The n word tokens with the lowest mean next-token probability under ``model`` over ``texts``."""
     import torch
 
-    from dpaudit.tokens import frame, model_device, pad_batch, pad_id
+    from dpaudit.tokens import context_limit, frame, model_device, pad_batch, pad_id
 
     model.eval()
     device = model_device(model)
     vocab = model.get_output_embeddings().weight.shape[0]
     total = torch.zeros(vocab, dtype=torch.float64)
     count = 0
-    cfg = model.config
-    context = next((getattr(cfg, k) for k in ("n_positions", "max_position_embeddings")
-                    if isinstance(getattr(cfg, k, None), int)), PUBLIC_TOKENS)
+    context = context_limit(model, PUBLIC_TOKENS)
     keep = min(PUBLIC_TOKENS, context)
     seqs = [frame(tokenizer, tokenizer(t, add_special_tokens=False).input_ids)[:keep] for t in texts if t]
     with torch.inference_mode():

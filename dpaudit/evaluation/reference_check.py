@@ -10,6 +10,7 @@ on them (an IndexError, exit 3). Checked once, before any score, in one line nam
 from __future__ import annotations
 
 from dpaudit.errors import DpauditError
+from dpaudit.tokens import context_limit
 
 
 def check_reference(model, ref_tok, tok, manifest, where: str) -> None:
@@ -40,8 +41,7 @@ def check_reference(model, ref_tok, tok, manifest, where: str) -> None:
     from dpaudit.tasks.models import is_classifier
 
     longest = 0 if is_classifier(model) else max(len(s) for s in ids) + 2  # classifiers truncate; LMs add BOS, EOS
-    limit = next((getattr(model.config, k) for k in ("n_positions", "max_position_embeddings")
-                  if isinstance(getattr(model.config, k, None), int)), None)
+    limit = context_limit(model, None)
     if limit is not None and longest > limit:
         raise DpauditError(f"the reference model at {where} has a context of {limit} tokens, shorter than a canary "
                            f"({longest} with BOS and EOS); pass the base model the checkpoint was fine-tuned from")

@@ -19,7 +19,7 @@ import numpy as np
 from dpaudit import options, progress
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.probe import readback
-from dpaudit.tokens import model_device, pad_id
+from dpaudit.tokens import context_limit, model_device, pad_id
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,7 @@ def check_context(model, tok, manifest, texts: list[str], framing: str) -> None:
     if not texts:
         return
     seqs, masks = encode(tok, texts, None, None, framing, secret_spans(manifest))
-    limit = next((getattr(model.config, k) for k in ("n_positions", "max_position_embeddings")
-                  if isinstance(getattr(model.config, k, None), int)), None)
+    limit = context_limit(model, None)
     longest = max(len(s) for s in seqs)
     if limit is not None and longest > limit:
         raise DpauditError(f"a canary is {longest} tokens long but the model's context is {limit}; make the canary "
