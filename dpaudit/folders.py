@@ -38,8 +38,28 @@ def staged_folder(dest, replace: bool = True):
             dest.unlink()  # a link is replaced, never written through
         else:
             shutil.rmtree(dest)
+    share(stage)
     os.replace(stage, dest)
-    os.chmod(dest, 0o755)  # mkdtemp makes it private
+
+
+def share(root: Path) -> None:
+    """Give a finished stage the permissions an ordinary write would have: folders ``0o777`` and files ``0o666``
+    less the umask. ``mkdtemp`` makes the stage private, and safetensors (0.8.1 on, safetensors issue #782) saves
+    every ``*.safetensors`` as 0o600, so a checkpoint would otherwise be readable by its writer alone (a colleague,
+    a serving container's user)."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(root, 0o777 & ~mask)
+    for where, dirs, files in os.walk(root):
+        for name in dirs:
+            if not os.path.islink(os.path.join(where, name)):
+                os.chmod(os.path.join(where, name), 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(where, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~mask)
 
 
 OWNER = ".dpaudit-owner"  # inside a partial folder: the pid of the process writing it
@@ -130,14 +150,16 @@ class atomic_folder:
             remove_if_empty(self.created)
             return False
         (self.tmp / OWNER).unlink(missing_ok=True)
+        share(self.tmp)
         if not self.out.exists():
             os.replace(self.tmp, self.out)
-            os.chmod(self.out, 0o755)  # mkdtemp makes it private
             return False
         for f in sorted(self.tmp.iterdir()):
             dest = self.out / f.name
             if dest.is_symlink():
                 dest.unlink()  # a link planted under an output's name is replaced, never written through
+            elif dest.is_file() and f.is_file():
+                os.chmod(f, dest.stat().st_mode & 0o7777)  # a replaced file keeps its permissions
             elif dest.is_dir():
                 shutil.rmtree(dest)
             os.replace(f, dest)

@@ -73,6 +73,31 @@ def test_permissions_are_kept_and_new_files_get_the_default(tmp_path):
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~mask  # not mkstemp's private 0o600
 
 
+def test_folders_come_out_readable_like_ordinary_writes(tmp_path):
+    """safetensors (0.8.1 on) saves every file 0o600 and mkdtemp makes a stage 0o700: a checkpoint came out
+    readable by its writer alone (a colleague, a serving container's user got "permission denied")."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    from dpaudit.folders import atomic_folder, staged_folder
+
+    mask = os.umask(0)
+    os.umask(mask)
+    with staged_folder(tmp_path / "ckpt") as stage:
+        (stage / "model").mkdir()
+        save_file({"w": torch.zeros(2)}, str(stage / "model" / "model.safetensors"))
+    assert stat.S_IMODE((tmp_path / "ckpt" / "model" / "model.safetensors").stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE((tmp_path / "ckpt").stat().st_mode) == 0o777 & ~mask
+    kept = tmp_path / "ckpt" / "report.json"
+    kept.write_text("{}")
+    kept.chmod(0o640)
+    with atomic_folder(tmp_path / "ckpt") as tmp:
+        save_file({"w": torch.zeros(2)}, str(tmp / "scores.safetensors"))
+        (tmp / "report.json").write_text("{}")
+    assert stat.S_IMODE((tmp_path / "ckpt" / "scores.safetensors").stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640  # a replaced file keeps its permissions
+
+
 def test_a_read_only_file_is_refused_not_replaced(tmp_path):
     ro = tmp_path / "README.md"
     ro.write_text("keep")
