@@ -70,7 +70,7 @@ class ModelSpec:
                                    f"{self.n_layer}) need about {need / 2**30:.1f} GiB for the weights alone, more than "
                                    f"this machine's {avail / 2**30:.1f} GiB; choose smaller sizes")
         checks.seed("model.init_seed", self.init_seed)
-        if not isinstance(self.pretrain_steps, int) or self.pretrain_steps < 0:
+        if not isinstance(self.pretrain_steps, int) or isinstance(self.pretrain_steps, bool) or self.pretrain_steps < 0:
             raise DpauditError(f"model.pretrain_steps must be an integer >= 0, got {self.pretrain_steps!r}")
         for field, names in APPLIES_TO.items():
             if self.name not in names and getattr(self, field) != _DEFAULTS[field]:

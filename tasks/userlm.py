@@ -137,7 +137,7 @@ def _ppl(model, tok, texts: list[str], max_len: int) -> np.ndarray:
 def select(by_user: dict[str, list[str]], k: int, strategy: str = "random", seed: int = 0, model=None, tok=None,
            max_len: int = 64) -> dict[str, list[str]]:
     """At most k records per user, chosen by ``strategy``."""
-    if not isinstance(k, int) or k < 1:
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise DpauditError(f"the per-user cap k must be an integer >= 1, got {k!r}")
     if strategy not in SELECTIONS:
         raise DpauditError(f"unknown record selection {strategy!r}; choose one of {', '.join(SELECTIONS)}")

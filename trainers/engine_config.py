@@ -62,11 +62,11 @@ class EngineConfig:
             accounting.validate_delta(self.delta)
         if not self.epochs > 0:
             raise DpauditError(f"train.epochs must be > 0, got {self.epochs}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
             raise DpauditError(f"train.batch_size must be an integer >= 1, got {self.batch_size}")
         if not self.lr > 0:
             raise DpauditError(f"train.lr must be > 0, got {self.lr}")
-        if self.head_lr is not None and not (isinstance(self.head_lr, (int, float)) and self.head_lr > 0):
+        if self.head_lr is not None and not (isinstance(self.head_lr, (int, float)) and not isinstance(self.head_lr, bool) and self.head_lr > 0):
             raise DpauditError(f"train.head_lr must be > 0 (or left out to use train.lr), got {self.head_lr!r}")
         if self.optimizer not in OPTIMIZERS:
             raise DpauditError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
@@ -81,9 +81,10 @@ class EngineConfig:
         if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
             raise DpauditError(f"train.grad_sample_mode must be one of {GRAD_SAMPLE_MODES}")
         if self.max_physical_batch_size is not None and (not isinstance(self.max_physical_batch_size, int)
+                                                         or isinstance(self.max_physical_batch_size, bool)
                                                          or self.max_physical_batch_size < 1):
             raise DpauditError(f"train.max_physical_batch_size must be an integer >= 1, got {self.max_physical_batch_size!r}")
-        if not isinstance(self.gradient_canaries, int) or self.gradient_canaries < 0 or self.gradient_canaries == 1:
+        if not isinstance(self.gradient_canaries, int) or isinstance(self.gradient_canaries, bool) or self.gradient_canaries < 0 or self.gradient_canaries == 1:
             raise DpauditError(f"train.gradient_canaries must be 0 or an integer >= 2, got {self.gradient_canaries!r}")
         checks.seed("train.seed", self.seed)
         device.check(self.device, "train.device")

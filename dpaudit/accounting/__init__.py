@@ -247,7 +247,7 @@ def _calibrate_sigma(target_epsilon: float, delta: float, sample_rate: float, st
                      accountant: str = "prv", tol: float = 1e-3, sampler: str = "poisson") -> float:
     _check_accountant(accountant, GAUSSIAN_ACCOUNTANTS)
     _require_opacus(accountant)  # never another accountant's answer under this one's name
-    if not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0 or math.isinf(target_epsilon):
+    if not isinstance(target_epsilon, (int, float)) or isinstance(target_epsilon, bool) or not target_epsilon > 0 or math.isinf(target_epsilon):
         raise DpauditError(f"target epsilon must be a finite number > 0, got {target_epsilon}")
     check_target_floor(target_epsilon)
     if target_epsilon > CALIBRATE_MAX:

@@ -28,7 +28,7 @@ def cp_upper(k: int, n: int, alpha: float) -> float:
 
 def _check(tp, fn, fp, tn):
     for name, v in (("tp", tp), ("fn", fn), ("fp", fp), ("tn", tn)):
-        if not isinstance(v, int) or v < 0:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
     if tp + fn == 0 or fp + tn == 0:
         raise ValueError("need at least one member run and one non-member run")

@@ -93,11 +93,12 @@ class CanaryPlan:
         if self.resolved and self.space_size is not None and self.space_size < 10 * self.m * self.records_per_user:
             raise DpauditError("canary randomness space is too small for m canaries; raise canaries.length"
                                + (" or canaries.pool" if self.design in POOL_DESIGNS else ""))
-        if not isinstance(self.records_per_user, int) or self.records_per_user < 1:
+        if not isinstance(self.records_per_user, int) or isinstance(self.records_per_user, bool) or self.records_per_user < 1:
             raise DpauditError(f"canaries.records_per_user must be an integer >= 1, got {self.records_per_user!r}")
-        if not isinstance(self.labels, int) or self.labels < 0 or self.labels == 1:
+        if not isinstance(self.labels, int) or isinstance(self.labels, bool) or self.labels < 0 or self.labels == 1:
             raise DpauditError(f"canaries.labels must be 0 (text canaries) or an integer >= 2, got {self.labels!r}")
-        if not isinstance(self.guess_fraction, (int, float)) or not 0 < self.guess_fraction <= 1:
+        if not isinstance(self.guess_fraction, (int, float)) or isinstance(self.guess_fraction, bool) \
+                or not 0 < self.guess_fraction <= 1:
             raise DpauditError(f"canaries.guess_fraction must be in (0, 1], got {self.guess_fraction}")
         if self.evaluation is not None:
             eval_plan.check(self.evaluation, "canaries.json audit_plan.evaluation")
@@ -130,7 +131,7 @@ class CanaryPlan:
                 or len(set(self.symbols)) != len(self.symbols):
             raise DpauditError("canaries: the pool's symbols must be distinct words of letters")
         n = len(self.symbols)
-        if not all(len(p) == 2 and all(isinstance(i, int) and 0 <= i < n for i in p) for p in self.excluded_pairs):
+        if not all(len(p) == 2 and all(type(i) is int and 0 <= i < n for i in p) for p in self.excluded_pairs):
             raise DpauditError("canaries: excluded_pairs must be pairs of indices into the pool's symbols")
         if self.excluded_pairs and self.design != "bigram":
             raise DpauditError("canaries: excluded_pairs belong to the bigram design only")

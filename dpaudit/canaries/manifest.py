@@ -251,9 +251,12 @@ def manifest_from_dict(d: dict, source: str = "canary manifest") -> Manifest:
         raise DpauditError(f"{source}: lists {len(canaries)} canaries but m x records_per_user = "
                            f"{plan.m * plan.records_per_user}")
     for c in canaries:
+        if type(c.sign) is not int or type(c.inserted) is not bool:  # noqa: E721 - true is no sign, 1 no flag
+            raise DpauditError(f"{source}: canary {c.id} needs 'sign' -1 or 1 and 'inserted' true or false, got "
+                               f"{c.sign!r} and {c.inserted!r}")
         if c.sign not in (-1, 1) or c.inserted != (c.sign > 0):
             raise DpauditError(f"{source}: canary {c.id} has inconsistent 'inserted'/'sign'")
-        if plan.labels and not (isinstance(c.label, int) and 0 <= c.label < plan.labels):
+        if plan.labels and not (type(c.label) is int and 0 <= c.label < plan.labels):  # noqa: E721
             raise DpauditError(f"{source}: canary {c.id} needs a label in 0..{plan.labels - 1} (labels = {plan.labels})")
     _check_canaries(plan, canaries, d["audit_plan"], source)
     return Manifest(plan, canaries)

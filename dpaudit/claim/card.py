@@ -168,7 +168,7 @@ def _check_extra(extra: dict, source: str) -> None:
 def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     if not isinstance(d, dict):
         raise DpauditError(f"{source}: expected a JSON object")
-    if d.get("schema_version") != SCHEMA_VERSION:
+    if d.get("schema_version") != SCHEMA_VERSION or isinstance(d.get("schema_version"), bool):
         raise DpauditError(f"{source}: schema_version {d.get('schema_version')!r} is not supported "
                            f"(this dpaudit reads {SCHEMA_VERSION})")
     c = _need(d, "claim", source, dict)
@@ -195,7 +195,12 @@ def card_from_dict(d: dict, source: str = "privacy card") -> PrivacyCard:
     if not isinstance(raw, list) or len(raw) > MAX_EVENTS:
         raise DpauditError(f"{source}: mechanism.events must be a list of at most {MAX_EVENTS} events (each with its "
                            "own steps); merge repeated identical phases into one event with more steps")
-    events = [event_from_dict(e) for e in raw]
+    events = []
+    for i, e in enumerate(raw):
+        try:
+            events.append(event_from_dict(e))
+        except DpauditError as err:  # the event's own check, told which file and which event it was
+            raise DpauditError(f"{source}: mechanism.events[{i}]: {err}") from None
     if eps is not None and not events:
         raise DpauditError(f"{source}: a finite epsilon needs mechanism.events describing the noise")
     group = m.get("group_size", 1)

@@ -33,7 +33,7 @@ class PMixedSpec:
     def __post_init__(self):
         if isinstance(self.n_models, bool) or not isinstance(self.n_models, int) or self.n_models < 1:
             raise DpauditError(f"pmixed.n_models (N) must be an integer >= 1, got {self.n_models!r}")
-        if not (isinstance(self.epsilon, (int, float)) and 0 < self.epsilon < math.inf):
+        if not (isinstance(self.epsilon, (int, float)) and not isinstance(self.epsilon, bool) and 0 < self.epsilon < math.inf):
             raise DpauditError(f"pmixed epsilon_G must be a finite number > 0, got {self.epsilon!r}")
         if not 0 < self.delta < 1:
             raise DpauditError(f"pmixed delta must be in (0, 1), got {self.delta!r}")
@@ -41,7 +41,7 @@ class PMixedSpec:
             raise DpauditError(f"pmixed.alpha must be an integer >= 2 (the paper's Thm C.4 needs one), got {self.alpha!r}")
         if isinstance(self.queries, bool) or not isinstance(self.queries, int) or self.queries < 1:
             raise DpauditError(f"pmixed.queries (T) must be an integer >= 1, got {self.queries!r}")
-        if not (isinstance(self.sample_rate, (int, float)) and 0 < self.sample_rate <= 1):
+        if not (isinstance(self.sample_rate, (int, float)) and not isinstance(self.sample_rate, bool) and 0 < self.sample_rate <= 1):
             raise DpauditError(f"pmixed.sample_rate (q) must be in (0, 1], got {self.sample_rate!r}")
         if self.reading not in pmixed_rdp.READINGS:
             raise DpauditError(f"pmixed.reading must be one of {', '.join(pmixed_rdp.READINGS)}, got {self.reading!r}")

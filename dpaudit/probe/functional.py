@@ -66,9 +66,10 @@ class FunctionalProbe(ProbeCore):
         sample_rate, m, kind, seed = s.sample_rate, s.m, s.kind, s.seed
         on_fail, dataset_size, sampler = s.on_fail, s.dataset_size, s.sampler
         for what, v in (("clipping_norm", clipping_norm), ("expected_batch_size", expected_batch_size)):
-            if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v > 0):
                 raise DpauditError(f"the functional probe needs {what} > 0 (the C and divisor your step uses), got {v!r}")
-        if not (isinstance(noise_multiplier, (int, float)) and np.isfinite(noise_multiplier) and noise_multiplier >= 0):
+        if not (isinstance(noise_multiplier, (int, float)) and not isinstance(noise_multiplier, bool)
+                and np.isfinite(noise_multiplier) and noise_multiplier >= 0):
             raise DpauditError(f"noise_multiplier must be the sigma your step adds (>= 0), got {noise_multiplier!r}")
         self.sampler = sampler
         self.keys, shapes = _shapes(shapes)

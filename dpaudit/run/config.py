@@ -64,7 +64,7 @@ class TrainerConfig:
     def __post_init__(self):
         if self.method not in options.METHODS:
             raise DpauditError(f"train.method {self.method!r} unknown; available: {', '.join(options.METHODS)}")
-        if not isinstance(self.user_cap, int) or self.user_cap < 1:
+        if not isinstance(self.user_cap, int) or isinstance(self.user_cap, bool) or self.user_cap < 1:
             raise DpauditError(f"train.user_cap (k) must be an integer >= 1, got {self.user_cap!r}")
         for key, allowed in (("selection", options.SELECTIONS), ("tied_embeddings", options.TIED_EMBEDDINGS),
                              ("lora_targets", options.LORA_TARGETS), ("trainable", options.TRAINABLES),

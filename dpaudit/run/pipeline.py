@@ -115,7 +115,7 @@ def run(cfg_path: Path, out: Path, command: str, redact: bool = False,
     """Train, audit and compare every variant of the config at ``cfg_path`` into ``out``; snapshots every
     ``snapshot_every`` logical steps (0: none); ``resume`` continues an interrupted run in ``out``. ``train_only``:
     write the checkpoints and stop (no report, no comparison); returns {variant: checkpoint folder} then."""
-    if not isinstance(snapshot_every, int) or snapshot_every < 0:
+    if not isinstance(snapshot_every, int) or isinstance(snapshot_every, bool) or snapshot_every < 0:
         raise DpauditError(f"--snapshot-every must be an integer >= 0, got {snapshot_every!r}")
     if train_only and resume:
         raise DpauditError("--train-only cannot be combined with --resume yet; resume the interrupted run, then audit "

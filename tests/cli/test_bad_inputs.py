@@ -346,6 +346,14 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("audit_plan k_pos ignored", _set("canaries.json", ["audit_plan", "k_pos"], 3), [], "k_pos/k_neg"),
     ("manifest m huge", _set("canaries.json", ["m"], 10 ** 9), [], "canaries.m"),
     ("manifest NaN", _raw("canaries.json", '{"schema_version": 1, "m": NaN}'), [], "non-finite"),
+    # true where a number belongs: Python's bool is an int (true == 1), so a type check that forgets it passes
+    ("canary sign true", _canaries(_first_inserted(lambda c, d: c.update(sign=True))), [], "'sign' -1 or 1"),
+    ("canary inserted 1", _canaries(_first_inserted(lambda c, d: c.update(inserted=1))), [], "'inserted' true or false"),
+    ("manifest guess_fraction true", _set("canaries.json", ["audit_plan", "guess_fraction"], True), [],
+     "guess_fraction"),
+    ("card steps true", _set("privacy_card.json", ["mechanism", "events", 0, "steps"], True), [],
+     "mechanism.events[0]: steps"),
+    ("card schema_version true", _set("privacy_card.json", ["schema_version"], True), [], "schema_version"),
     ("canary text edited", _canaries(lambda d: d["canaries"][0].update(text="something else")), [], "template"),
     ("evaluation plan edited after training", _canaries(_plan_edited), [], "not the manifest this model was trained with"),
     ("card epsilon Infinity", _raw("privacy_card.json", '{"schema_version": 1, "claim": {"epsilon": Infinity, '
@@ -706,6 +714,10 @@ RUN = [
      'target_epsilon = inf\n', "needs a finite target_epsilon"),
     ("a later LMO target under its analysis' floor", RUN_BASE + '[[variants]]\nname = "bad"\nmethod = "lmo_dp"\n'
      'target_epsilon = 0.1\ndelta = 1e-10\n', "the smallest the balle conversion can give"),
+    # true where a number belongs (Python's bool is an int): batch_size = true trained with batches of 1
+    ("batch_size true", RUN_BASE.replace("epochs = 1", "epochs = 1\nbatch_size = true"), "train.batch_size"),
+    ("a later variant's batch_size true", RUN_BASE + '[[variants]]\nname = "bad"\ntarget_epsilon = 3\n'
+     'batch_size = true\n', "train.batch_size"),
     ("a negative task seed", RUN_BASE.replace("[task]", "[task]\nseed = -1"), "task.seed"),
     ("a train seed past 2**64", RUN_BASE.replace("epochs = 1", "epochs = 1\nseed = 18446744073709551616"),
      "train.seed"),
