@@ -91,7 +91,7 @@ def values(v, few=False):
         out += [("flip", not v), ("string", "true")]
     elif isinstance(v, (int, float)):
         out += ([("x2", v * 2 if v else 1)] if not few else []) + [("negative", -abs(v) - 1), ("1e308", 1e308)]
-        out += [] if few else [("nan", float("nan")), ("string", str(v))]
+        out += [] if few else [("nan", float("nan")), ("string", str(v)), ("true", True)]  # bool is an int
     elif isinstance(v, str):
         out += [("number", 1.5)] + ([] if few else [("empty", "")])
     elif isinstance(v, list):
