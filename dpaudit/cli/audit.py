@@ -499,6 +499,9 @@ MAX_PLAN_CANARIES = 10 ** 6  # audit plan: a simulated audit per size (about 20 
 MAX_PLAN_SIZES = 20
 
 
+MAX_COUNT = 10 ** 12  # runs or canaries an audit could have counted
+
+
 def _audit_params(delta: float, confidence: float, **counts: int) -> None:
     """The hypothesis and confidence of an audit bound, and its counts, before any work: a bound at an invalid δ
     or at a confidence outside [0.5, 1) would be printed as if it were valid."""
@@ -508,3 +511,6 @@ def _audit_params(delta: float, confidence: float, **counts: int) -> None:
     for name, n in counts.items():
         if n < 0:
             raise DpauditError(f"--{name} must be >= 0, got {n}")
+        if n > MAX_COUNT:  # SciPy's beta quantiles take no integer past 2**63 (a TypeError, exit 3, before)
+            raise DpauditError(f"--{name} {n} is past {MAX_COUNT:.0e}: no audit trains or plants that many; pass the "
+                               "counts the audit made")

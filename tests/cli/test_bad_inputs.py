@@ -592,6 +592,9 @@ NUMERIC = [
      "confidence"),
     (["audit", "many-run", "--tp", "-1", "--fn", "0", "--fp", "0", "--tn", "50"], "tp"),
     (["audit", "many-run", "--tp", "0", "--fn", "0", "--fp", "0", "--tn", "0"], "runs"),
+    # past 2**63 SciPy's beta quantiles take no integer (a TypeError, exit 3, before)
+    (["audit", "many-run", "--tp", "9" * 30, "--fn", "0", "--fp", "0", "--tn", "50"], "--tp"),
+    (["audit", "many-run", "--tp", "5", "--fn", "0", "--fp", "0", "--tn", "9" * 30], "--tn"),
     (["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "40", "--delta", "2"], "delta"),
     (["audit", "one-run", "--canaries", "100", "--guesses", "50", "--correct", "40", "--confidence", "1"],
      "confidence"),
