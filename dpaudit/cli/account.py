@@ -161,5 +161,29 @@ def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, u
 
         c = probe_record.bind(c, [probe_record.run_id_of(f) for f in probe_records])
     c = cardmod.card_from_dict(c.to_dict(), "the card")  # every check a reader applies, before anything is written
+    status = _claim_checked(c)
     write_atomic(out, lambda tmp: tmp.write_text(c.json_text()))
-    click.echo(f"{out}: claim ε = {epsilon:g} at δ = {probability(delta)}; check it with `dpaudit account --card {out}`")
+    click.echo(f"{out}: claim ε = {epsilon:g} at δ = {probability(delta)}; {status}")
+
+
+def _claim_checked(c) -> str:
+    """The card's claim accounted before it is written: a claim its own mechanism refutes (the accountants' lower
+    value above it) is refused, never written for a gate to find later; otherwise the accounting's status, to say."""
+    if not c.is_private:
+        return "no claim (non-private)"
+    try:
+        from dpaudit.claim.reaccount import reaccount
+
+        acct = reaccount(c)
+    except ModuleNotFoundError:  # the gate's install holds no accountant: the card is written, said unchecked
+        from dpaudit.install_hint import pip_command
+
+        return (f"NOT accounted (this install has no accountant: {pip_command('audit')}); check it with `dpaudit "
+                "account --card`")
+    if acct.status == "under-claim":
+        (e,) = c.events
+        raise DpauditError(f"--epsilon {c.claim.epsilon:g} is an under-claim: {acct.reason}; write the ε your "
+                           f"accountant gave for σ = {e.noise_multiplier:g}, q = {e.sample_rate:g}, T = {e.steps} "
+                           f"(`dpaudit account --sigma {e.noise_multiplier:g} --sample-rate {e.sample_rate:g} --steps "
+                           f"{e.steps} --delta {c.claim.delta:g}` gives every accountant's), or correct σ, q or T")
+    return f"accounting {acct.status} (`dpaudit account --card` shows every accountant's interval)"

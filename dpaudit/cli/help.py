@@ -12,7 +12,7 @@ EXAMPLES = {
     "evaluate": "dpaudit evaluate my-model --out my-model-report",
     "check": "dpaudit check my-model-report/report.json --policy configs/policy.toml --checkpoint my-model",
     "account": "dpaudit account --card my-model/privacy_card.json",
-    "card": "dpaudit card --epsilon 8 --delta 1e-5 --sigma 0.6 --sample-rate 0.01 --steps 3000 --intended-epsilon 8 "
+    "card": "dpaudit card --epsilon 8 --delta 1e-5 --sigma 0.7 --sample-rate 0.01 --steps 3000 --intended-epsilon 8 "
             "--out my-model/privacy_card.json",
     "canaries new": "dpaudit canaries new --m 1000 --out canaries.json --records canary_records.jsonl",
     "audit one-run": "dpaudit audit one-run --canaries 1000 --guesses 500 --correct 500 --delta 1e-5",

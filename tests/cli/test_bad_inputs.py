@@ -640,6 +640,9 @@ CARD = [
     (["--sample-rate", "5e-324"], "below 1e-300"),  # written, then `account --card` crashed in dp_accounting's PLD
     (["--steps", "0"], "steps"),
     (["--clipping-norm", "nan"], "clipping"),
+    # a claim its own mechanism refutes (σ = 0.6, q = 0.01, T = 3000 spends ε ≈ 12.0, the help's example claimed 8):
+    # written before, for the gate to find later
+    (["--sigma", "0.6", "--steps", "3000"], "--epsilon 8 is an under-claim"),
 ]
 
 

@@ -5,6 +5,7 @@ accountants saying "not applicable" with the extra to install; the commands of t
 (exit 2, nothing written). .ci/wheel_check.sh does the same from the built wheel in real venvs."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,8 @@ def light(*args, cwd=None, install="audit"):
             f"rc = main({list(map(str, args))!r})\n"
             f"assert not any(n in sys.modules for n in {blocked!r})\n"
             "sys.exit(rc)\n")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd or ROOT)
+    env = {**os.environ, "DPAUDIT_ACCOUNTING_CACHE": "0"}  # a value the full install cached is no light answer
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd or ROOT, env=env)
 
 
 def test_the_gates_install_checks_compares_tabulates_and_writes_the_model_card_without_scipy(tmp_path):
@@ -120,3 +122,13 @@ def test_commands_of_the_full_install_refuse_in_one_line(tmp_path):
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("error: this command needs ") and pip_command("train") in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_the_card_command_accounts_its_claim_where_an_accountant_is_installed(tmp_path):
+    args = ("card", "--epsilon", "8", "--delta", "1e-5", "--sample-rate", "0.01", "--steps", "3000")
+    r = light(*args, "--sigma", "0.6", "--out", tmp_path / "under.json")  # spends ε ≈ 12
+    assert r.returncode == 2 and "under-claim" in r.stderr and not (tmp_path / "under.json").exists(), r.stderr
+    r = light(*args, "--sigma", "0.7", "--out", tmp_path / "card.json")
+    assert r.returncode == 0 and "accounting verified" in r.stdout, r.stderr
+    r = light(*args, "--sigma", "0.6", "--out", tmp_path / "gate.json", install="gate")  # nothing to account with
+    assert r.returncode == 0 and "NOT accounted" in r.stdout and (tmp_path / "gate.json").is_file(), r.stderr

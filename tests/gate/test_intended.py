@@ -70,7 +70,7 @@ def test_half_the_noise_passes_on_its_honest_card_and_fails_on_the_intent():
 
 
 def test_the_card_command_records_the_intent_and_the_gate_reads_it(tmp_path, capsys):
-    args = ["card", "--epsilon", "2.785", "--delta", "1e-5", "--sigma", "0.5", "--sample-rate", "0.1", "--steps",
+    args = ["card", "--epsilon", "2.785", "--delta", "1e-5", "--sigma", "1.2", "--sample-rate", "0.1", "--steps",
             "20", "--intended-epsilon", "1", "--out", str(tmp_path / "card.json")]
     assert main(args) == 0
     card = card_from_dict(json.loads((tmp_path / "card.json").read_text()))
