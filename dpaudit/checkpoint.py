@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def content_hash(root: Path, files, skip=lambda f: False) -> str:
     h = hashlib.sha256()
     for f in sorted(files):
         if f.is_file() and f.suffix in (".safetensors", ".json") and not skip(f):
-            h.update(str(f.relative_to(root)).encode())
+            h.update(os.fsencode(f.relative_to(root)))  # a name's bytes as on disk (UTF-8 or not)
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
@@ -177,7 +178,7 @@ class Checkpoint:
             return None
         h = hashlib.sha256()
         for f in files:
-            h.update(f.name.encode() + b"\0")
+            h.update(os.fsencode(f.name) + b"\0")
             with open(f, "rb") as fh:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     h.update(chunk)

@@ -352,11 +352,12 @@ def check_contained(root: Path, what: str) -> None:
 def printable(text) -> str:
     """``text`` safe to print on one terminal line: control characters (ANSI escapes, line breaks, carriage
     returns, C1 codes) shown as escapes, so a string read from a report or checkpoint cannot print lines of its
-    own (a fake "ok" or "FAIL") or drive the terminal."""
+    own (a fake "ok" or "FAIL") or drive the terminal; a file name's bytes that were not UTF-8 shown as escapes too."""
     out = []
     for ch in str(text):
         o = ord(ch)
-        if o < 32 or o == 127 or 0x80 <= o < 0xA0 or ch in "\u2028\u2029":
+        if o < 32 or o == 127 or 0x80 <= o < 0xA0 or ch in "\u2028\u2029" or 0xD800 <= o < 0xE000:  # a surrogate:
+            # a name's byte that was not UTF-8 (no UTF-8 stream can print it)
             out.append(repr(ch)[1:-1] if ch in "\n\r\t" else f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}")
         else:
             out.append(ch)

@@ -127,9 +127,9 @@ def _code_digest(backend_module: str) -> str:
     h = hashlib.sha256(backend_module.encode())
     for f in sorted(here.glob("*.py")):  # every accountant's helpers too (lmo_vector reads lmo_noise, ...)
         try:
-            h.update(f.name.encode() + f.read_bytes())
+            h.update(os.fsencode(f.name) + f.read_bytes())
         except OSError:
-            h.update(f.name.encode())
+            h.update(os.fsencode(f.name))
     for dist in ("opacus", "dp-accounting"):
         try:
             h.update(f"{dist}={metadata.version(dist)}".encode())

@@ -367,6 +367,18 @@ for command in (identifiers_cmd, split_cmd):  # post-hoc audits of checkpoints w
 add_epilogs(cli)  # every command's --help ends with an example and its exit codes (dpaudit/cli/help.py)
 
 
+def _not_utf8(argv) -> str | None:
+    """The first argument Python decoded from bytes that are not UTF-8 (``surrogateescape``: lone surrogates), which
+    no report, JSON or tokenizer can hold (a UnicodeEncodeError, exit 3, where the first one was written)."""
+    for a in argv:
+        if isinstance(a, str):
+            try:
+                a.encode("utf-8")
+            except UnicodeEncodeError:
+                return a
+    return None
+
+
 def main(argv=None) -> int:
     from dpaudit import offline
 
@@ -374,6 +386,12 @@ def main(argv=None) -> int:
     if sys.stdout is None:  # started with fd 1 closed (`dpaudit ... >&-`): every result line would vanish silently
         click.echo("error: standard output is closed; dpaudit prints its results there: run it with stdout open "
                    "(redirect to a file or /dev/null to discard them)", err=True)
+        return 2
+    undecodable = _not_utf8(sys.argv[1:] if argv is None else argv)
+    if undecodable is not None:
+        click.echo(f"error: the argument {printable(undecodable)} holds bytes that are not UTF-8 (a file or folder "
+                   "name in another encoding); dpaudit writes names into UTF-8 reports: rename it, or pass another "
+                   "path", err=True)
         return 2
     try:
         cli.main(args=argv, standalone_mode=False)
@@ -393,6 +411,13 @@ def main(argv=None) -> int:
         if _stdout_broke():
             return 2
         return int(e.code or 0)
+    except UnicodeEncodeError as e:
+        if isinstance(e.object, str) and any("\udc80" <= ch <= "\udcff" for ch in e.object[e.start:e.end]):
+            # a file name on disk in another encoding than UTF-8, read and then written into a UTF-8 report
+            click.echo(f"error: a file or folder name among the inputs is not UTF-8 ({printable(e.object[:200])}); "
+                       "dpaudit writes names into UTF-8 reports: rename it (nothing partial was kept)", err=True)
+            return 2
+        return _internal(e)
     except OSError as e:  # the machine, not dpaudit: a full disk, a closed stdout, a file system limit
         import errno
 
