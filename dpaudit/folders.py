@@ -121,12 +121,13 @@ def remove_stale(where: Path, prefix: str) -> None:
 
 class atomic_folder:
     """``with atomic_folder(out) as tmp:`` write files into ``tmp``; on success they replace their namesakes in
-    ``out`` (other files there are kept), on failure ``tmp`` is removed and ``out`` is untouched. ``tmp`` lives
+    ``out`` (other files there are kept, except those of ``owned`` this write did not make), on failure ``tmp`` is removed and ``out`` is untouched. ``tmp`` lives
     inside ``out`` when it exists (same filesystem as the target even when ``out`` is a mount point), else beside
     it, so every move is a rename."""
 
-    def __init__(self, out):
+    def __init__(self, out, owned: tuple = ()):
         self.out = Path(out).expanduser().absolute()
+        self.owned = owned  # names of this writer's own outputs: one it did not write this time is removed
 
     def __enter__(self) -> Path:
         import tempfile
@@ -154,6 +155,11 @@ class atomic_folder:
         if not self.out.exists():
             os.replace(self.tmp, self.out)
             return False
+        written = {f.name for f in self.tmp.iterdir()}
+        for name in self.owned:  # an earlier report's plot (another model's clipping.png) never stays beside this one
+            stale = self.out / name
+            if name not in written and (stale.is_file() or stale.is_symlink()):
+                stale.unlink()
         for f in sorted(self.tmp.iterdir()):
             dest = self.out / f.name
             if dest.is_symlink():

@@ -85,8 +85,9 @@ def render(r: dict) -> str:
 
 def write(r: dict, out: Path, redact: bool = False) -> Path:
     from dpaudit.folders import atomic_folder
+    from dpaudit.io import REPORT_FILES
 
-    with atomic_folder(out) as tmp:
+    with atomic_folder(out, owned=REPORT_FILES) as tmp:  # an evaluation's plots left there are not this report's
         (tmp / "report.json").write_text(json.dumps(jsonable(r), indent=1) + "\n")
         (tmp / "REPORT.md").write_text(render(r))
     return Path(out)

@@ -31,8 +31,11 @@ def _redact_json(r: dict) -> dict:
 
 
 def write(report: dict, out: Path, redact: bool = False) -> Path:
-    """Write report.json, REPORT.md and plots into ``out`` (all or nothing: :class:`dpaudit.folders.atomic_folder`)."""
-    with atomic_folder(out) as tmp:
+    """Write report.json, REPORT.md and plots into ``out`` (all or nothing: :class:`dpaudit.folders.atomic_folder`);
+    a plot an earlier report left there that this one does not draw is removed."""
+    from dpaudit.io import REPORT_FILES
+
+    with atomic_folder(out, owned=REPORT_FILES) as tmp:
         body = _redact_json(report) if redact else report
         (tmp / "report.json").write_text(json.dumps(jsonable(body), indent=1) + "\n")
         files = plots.draw(report, tmp)

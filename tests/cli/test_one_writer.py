@@ -333,3 +333,21 @@ def _inside_a_writer(line: str) -> bool:
     with O_NOFOLLOW."""
     return bool(re.search(r"\b(tmp|stage)\b", line)) or "O_NOFOLLOW" in line
 
+
+
+def test_a_report_written_over_another_leaves_none_of_the_others_plots(tmp_path):
+    """`evaluate A --out r` then `evaluate B --out r`: B's report replaced A's, but A's clipping.png (B had no probe)
+    stayed beside it, a plot of another model's training in B's folder. A user's own file there is kept."""
+    pytest.importorskip("matplotlib")
+    from dpaudit.report.write import write
+
+    report = json.loads((Path(__file__).resolve().parents[2] / "reports/demo/non-private/report/report.json")
+                        .read_text())
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "clipping.png").write_bytes(b"another model's plot")
+    (out / "notes.txt").write_text("mine")
+    write(report, out)
+    names = {p.name for p in out.iterdir()}
+    assert "clipping.png" not in names and {"report.json", "REPORT.md", "notes.txt"} <= names
+    assert all((out / n).is_file() for n in names if n.endswith(".png"))
