@@ -20,7 +20,7 @@ EXAMPLES = {
     "audit plan": "dpaudit audit plan --sample-rate 0.01 --sigma 0.6 --steps 3000 --canaries 1000,10000",
     "audit strategy": "dpaudit audit strategy --mechanism auc:0.6 --canaries 1000 --sims 20",
     "audit many-run": "dpaudit audit many-run --tp 40 --fn 10 --fp 5 --tn 45 --delta 1e-5",
-    "audit checkpoints": "dpaudit audit checkpoints runs/in-1 runs/out-1 runs/in-2 runs/out-2 --canary 0",
+    "audit checkpoints": "dpaudit audit checkpoints runs/in-1 runs/out-1 runs/in-2 runs/out-2 --canary c000",
     "audit identifiers": "dpaudit audit identifiers my-model --training-data train.jsonl --format uuid4 --out ids-report",
     "audit split": "dpaudit audit split my-model --members members.jsonl --non-members held_out.jsonl --fair-coin "
                    "--out split-report",

@@ -27,11 +27,20 @@ def score_checkpoints(paths: list[Path], canary_id: str, attack: str = "loss") -
         raise DpauditError(f"attack {attack!r} cannot score checkpoints here; use one of "
                            f"{', '.join(a for a in BLACK_BOX if a != 'reference')}")
     scores, member, text = [], [], None
+    seen: dict = {}
     for p in paths:
         ck = checkpoint.load(p)
+        same = seen.get(Path(p).resolve()) or seen.get(ck.hash())
+        if same is not None:  # one training run counted twice would be two "independent" runs: an invalid bound
+            raise DpauditError(f"{p} is the same checkpoint as {same} (the same folder or the same weights, card and "
+                               "canaries); a many-run audit needs each checkpoint from its own training run: pass "
+                               "each once")
+        seen[Path(p).resolve()] = seen[ck.hash()] = p
         found = [c for c in ck.manifest.canaries if c.id == canary_id]
         if not found:
-            raise DpauditError(f"{p}: canary {canary_id!r} is not in its manifest")
+            ids = [c.id for c in ck.manifest.canaries]
+            raise DpauditError(f"{p}: canary {canary_id!r} is not in its manifest (its ids: {', '.join(ids[:3])}, ..., "
+                               f"{ids[-1]}); pass one of them with --canary")
         c = found[0]
         if text is None:
             text = c.text
@@ -55,6 +64,9 @@ def audit(scores: np.ndarray, member: np.ndarray, delta: float = 0.0, confidence
     n = scores.size
     if n < 4:
         raise DpauditError(f"a many-run audit needs at least 4 checkpoints, got {n}")
+    if member.all() or (~member).all():
+        raise DpauditError(f"the canary is {'in every one' if member.all() else 'in none'} of the {n} checkpoints; "
+                           "a many-run audit compares runs trained with it and runs trained without it")
     perm = np.random.default_rng([seed, 2718]).permutation(n)
     tune, test = perm[: n // 2], perm[n // 2:]
     for name, idx in (("tuning", tune), ("audit", test)):

@@ -54,5 +54,21 @@ def test_cli_and_errors(runs, capsys):
     assert "at least 4" in capsys.readouterr().err
     assert main(["audit", "checkpoints", *map(str, runs), "--canary", "c9"]) == 2
     assert "not in its manifest" in capsys.readouterr().err
-    with pytest.raises(DpauditError, match="only members"):
+    with pytest.raises(DpauditError, match="in every one of the 4"):
         checkpoint_audit.audit(np.arange(4.0), np.array([True, True, True, True]))
+    with pytest.raises(DpauditError, match="only members"):  # both sides overall, one side in a half
+        checkpoint_audit.audit(np.arange(4.0), np.array([True, True, False, False]), seed=next(
+            s for s in range(100) if len(set(np.array([1, 1, 0, 0])[np.random.default_rng([s, 2718]).permutation(4)[:2]])) == 1))
+
+
+def test_one_run_counted_twice_is_refused(runs, capsys):
+    """The same checkpoint passed twice (or a copy of it) is one training run, not two independent ones: counted
+    twice, its score would enter the bound as if a second run had confirmed it."""
+    import shutil
+
+    copy = runs[0].parent / "copy-of-run0"
+    shutil.copytree(runs[0], copy)
+    for dup in (runs[0], copy):
+        assert main(["audit", "checkpoints", *map(str, runs[:4]), str(dup), "--canary", "c0"]) == 2
+        err = capsys.readouterr().err
+        assert "is the same checkpoint as" in err and len(err.strip().splitlines()) == 1, err
