@@ -321,9 +321,22 @@ def contained(root: Path, name, what: str) -> Path:
     return real
 
 
+def _hub_blob(root: Path, real: Path) -> bool:
+    """Whether ``real`` is a file of the Hugging Face hub cache's own store for the snapshot ``root``: a snapshot
+    ``<cache>/models--ORG--NAME/snapshots/REV/`` holds links into ``<cache>/models--ORG--NAME/blobs/`` (the layout
+    ``snapshot_download`` and ``from_pretrained`` leave), so those links are the folder's own files; a link into
+    another repository's store, or anywhere else, is not."""
+    snap = Path(root).absolute()
+    repo = snap.parent.parent
+    if snap.parent.name != "snapshots" or not repo.name.startswith(("models--", "datasets--")):
+        return False
+    return real.parent == (repo / "blobs").resolve() and real.is_file()
+
+
 def check_contained(root: Path, what: str) -> None:
-    """Every entry under ``root``: a symlink must resolve inside ``root``, and nothing may be a FIFO, socket or
-    device: what is audited is what the folder ships (docs/security.md)."""
+    """Every entry under ``root``: a symlink must resolve inside ``root`` (or, for a hub cache's snapshot, into
+    its repository's blobs: :func:`_hub_blob`), and nothing may be a FIFO, socket or device: what is audited is
+    what the folder ships (docs/security.md)."""
     import os
     import stat
 
@@ -341,9 +354,10 @@ def check_contained(root: Path, what: str) -> None:
                 except (OSError, RuntimeError):
                     raise DpauditError(f"{what} {root}: {p.relative_to(root)} is a broken or looping symlink; "
                                        "replace it by the file itself") from None
-                if real != base and base not in real.parents:
+                if real != base and base not in real.parents and not _hub_blob(root, real):
                     raise DpauditError(f"{what} {root}: {p.relative_to(root)} is a symlink to {real}, outside the "
-                                       "folder; what is audited must be what the folder ships: copy the file in")
+                                       "folder; what is audited must be what the folder ships: copy the file in "
+                                       "(a hub download: `hf download REPO --local-dir FOLDER`)")
             elif not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
                 raise DpauditError(f"{what} {root}: {p.relative_to(root)} is not a regular file (a FIFO, socket or "
                                    "device); remove it")
