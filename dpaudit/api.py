@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from dpaudit.attacks import register_attack
@@ -237,31 +236,12 @@ def evaluate(model, tokenizer, card: PrivacyCard | str | Path, manifest: Manifes
             raise DpauditError("the probe has not been saved; call probe.save(folder) after training, then evaluate")
     if probe is not None and not Path(probe).is_dir():
         raise DpauditError(f"probe folder {probe} does not exist; pass the folder probe.save() wrote into")
-    with _as_given(model, options.reference):
+    from dpaudit.module_state import as_given
+
+    with as_given(model, options.reference):
         ck = Checkpoint(path=None, card=card, manifest=manifest, run={}, objects=(model.eval(), tokenizer),
                         max_len=max_len, whitebox_dir=None if probe is None else Path(probe))
         return evaluate_checkpoint(ck, options)
-
-
-@contextlib.contextmanager
-def _as_given(*modules):
-    """The user's modules back as they were after an evaluation: each submodule's train/eval mode (scoring runs in
-    eval mode; a model evaluated between epochs went on training with dropout off) and the device of its weights
-    (``device=`` moves them to score)."""
-    kept = []
-    for m in modules:
-        if hasattr(m, "modules") and hasattr(m, "parameters"):
-            first = next(iter(m.parameters()), None)
-            kept.append((m, {sub: sub.training for sub in m.modules()}, None if first is None else first.device))
-    try:
-        yield
-    finally:
-        for m, modes, device in kept:
-            first = next(iter(m.parameters()), None)
-            if device is not None and first is not None and first.device != device:
-                m.to(device)
-            for sub, training in modes.items():
-                sub.training = training
 
 
 def _check_objects(model, tokenizer, max_len) -> None:

@@ -79,6 +79,13 @@ def word_tokens(tokenizer, prefix: str, suffix: str) -> list[tuple[int, str]]:
 
 def _rarest(model, tokenizer, words, texts, n):
     """The n word tokens with the lowest mean next-token probability under ``model`` over ``texts``."""
+    from dpaudit.module_state import as_given
+
+    with as_given(model):  # a base model object given to new_canaries goes back in its own mode
+        return _rarest_scored(model, tokenizer, words, texts, n)
+
+
+def _rarest_scored(model, tokenizer, words, texts, n):
     import torch
 
     from dpaudit.tokens import context_limit, frame, model_device, pad_batch, pad_id

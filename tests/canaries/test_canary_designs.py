@@ -76,7 +76,10 @@ def test_bigram_secrets_never_hold_a_pair_seen_in_the_public_text(tiny):
 def test_rare_token_pool_is_the_base_models_least_likely_words(tiny):
     model, tok = tiny
     texts = ["the cat sat on the mat", "a dog ran in the park"]
+    model.train()  # a base model object handed over in training mode goes back in it (dpaudit.module_state)
     plan = canary_pools.resolve(_plan("rare-token", pool=10), tok, model, texts=texts)
+    assert model.training
+    model.eval()
     words = canary_pools.word_tokens(tok, plan.prefix, plan.suffix)
     # the mean next-token probability, computed here by a plain loop over the texts
     total, count = torch.zeros(len(tok), dtype=torch.float64), 0
