@@ -39,8 +39,12 @@ def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dic
 
     manifest = as_manifest(manifest, "insert_canaries")
     if not isinstance(dataset, Dataset):
-        raise DpauditError(f"insert_canaries needs a datasets.Dataset, got {type(dataset).__name__}; for a list of "
-                           "texts add manifest.training_texts() and shuffle")
+        name = type(dataset).__name__
+        hint = (f"pass its training split: insert_canaries(ds[{next(iter(dataset), 'train')!r}], ...)"
+                if name == "DatasetDict" else "load it without streaming=True (a streamed dataset cannot be "
+                "shuffled with the canaries as a whole)" if name.startswith("Iterable") else
+                "for a list of texts add manifest.training_texts() and shuffle")
+        raise DpauditError(f"insert_canaries needs a datasets.Dataset, got {name}; {hint}")
     if column not in dataset.column_names:
         raise DpauditError(f"the dataset has no column {column!r} (columns: {', '.join(dataset.column_names)}); "
                            "pass column= naming the text column")

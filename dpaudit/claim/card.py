@@ -152,6 +152,10 @@ def _check_extra(extra: dict, source: str) -> None:
     if rng is not None and not (isinstance(rng, dict) and isinstance(rng.get("mode"), str)):
         raise DpauditError(f"{source}: extra.rng must be {{\"mode\": \"secure\" or \"seeded\", ...}} (where the noise's "
                            f"randomness came from), got {str(rng)[:60]!r}")
+    seed = (rng or {}).get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise DpauditError(f"{source}: extra.rng.seed must be the noise's seed (an integer >= 0) or absent, got "
+                           f"{seed!r}")
     runs = extra.get("probe_runs")
     if runs is not None and not (isinstance(runs, list) and all(isinstance(x, str) for x in runs)):
         raise DpauditError(f"{source}: extra.probe_runs must be a list of probe run ids (strings), got {str(runs)[:60]!r}")

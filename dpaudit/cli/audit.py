@@ -190,12 +190,12 @@ def _read_scores(path: Path):
             if "inserted" not in d:
                 raise DpauditError(f"{path}: scores but no inserted flags{_found(d)}; add \"inserted\": one true/false "
                                    f"per score (true: the canary was in the training data){_RENAME}")
-            sc = np.asarray([float(x) for x in d["scores"]], dtype=float)
+            sc = np.asarray([_score(x) for x in d["scores"]], dtype=float)
             flags = [_flag(x) for x in d["inserted"]]
             signs = np.where(np.asarray(flags, dtype=bool), 1, -1)
         elif "inserted" in d and "held_out" in d:
-            ins = np.asarray([float(x) for x in d["inserted"]], dtype=float)
-            out = np.asarray([float(x) for x in d["held_out"]], dtype=float)
+            ins = np.asarray([_score(x) for x in d["inserted"]], dtype=float)
+            out = np.asarray([_score(x) for x in d["held_out"]], dtype=float)
             sc, signs = np.r_[ins, out], np.r_[np.ones(ins.size, dtype=int), -np.ones(out.size, dtype=int)]
         else:
             raise DpauditError(f"{path}: give scores and inserted (one flag per score), or inserted and held_out"
@@ -215,6 +215,13 @@ def _found(d) -> str:
     """" (it has: a, b)": the keys or columns a score file holds, cut short (names from the file: shown escaped)."""
     names = [str(k)[:30] for k in list(d)[:8]]
     return f" (it has: {', '.join(names) or 'nothing'}{', ...' if len(d) > 8 else ''})"
+
+
+def _score(x) -> float:
+    """A score as a float; true/false is a flag, not a score (Python's float(True) is 1.0)."""
+    if isinstance(x, bool):
+        raise ValueError(f"{x!r} is a flag, not a score")
+    return float(x)
 
 
 def _flag(x) -> bool:

@@ -354,6 +354,8 @@ EVALUATE = [  # (id, how the healthy checkpoint is damaged, extra evaluate optio
     ("card steps true", _set("privacy_card.json", ["mechanism", "events", 0, "steps"], True), [],
      "mechanism.events[0]: steps"),
     ("card schema_version true", _set("privacy_card.json", ["schema_version"], True), [], "schema_version"),
+    ("card rng seed true", _set("privacy_card.json", ["extra", "rng"], {"mode": "seeded", "seed": True}), [],
+     "extra.rng.seed"),
     ("canary text edited", _canaries(lambda d: d["canaries"][0].update(text="something else")), [], "template"),
     ("evaluation plan edited after training", _canaries(_plan_edited), [], "not the manifest this model was trained with"),
     ("card epsilon Infinity", _raw("privacy_card.json", '{"schema_version": 1, "claim": {"epsilon": Infinity, '

@@ -203,6 +203,12 @@ def test_insert_canaries_into_a_dataset():
         insert_canaries(ds, man)
     with pytest.raises(DpauditError, match="no column 'body'"):
         insert_canaries(ds, man, column="body")
+    from datasets import DatasetDict
+
+    with pytest.raises(DpauditError, match=r"insert_canaries\(ds\['train'\]"):  # load_dataset's usual return
+        insert_canaries(DatasetDict(train=ds, test=ds), man)
+    with pytest.raises(DpauditError, match="streaming=True"):
+        insert_canaries(ds.to_iterable_dataset(), man)
     mixed = insert_canaries(ds, man, fill={"source": "canary"}, seed=1)
     assert len(mixed) == 50 + 2 * len(man.inserted) and mixed.features == ds.features
     planted = [t for t, s in zip(mixed["text"], mixed["source"]) if s == "canary"]
