@@ -13,6 +13,9 @@ Modes (``--modes``, all by default):
 * ``checkck`` (``check --checkpoint``): the same edits of the sections the evidence decides (the test rows, limits,
   checks, attack metrics, canary plan, tiers, verdict, claim, mechanism, accounting, exposure, plan), one per leaf;
   a defect is an edit the gate passes (exit 0) although it changed the report. Sampled (``--sample``): each call re-derives the evidence (seconds).
+The modes policy, account and scores also put ``true`` where an input holds a number (config: tests/run/test_config_types.py);
+accepting it is a defect (the report modes try it without counting it).
+
 * ``evaluate``: the checkpoint's privacy_card.json, canaries.json, gradient_canaries.json and run.json, up to
   ``--sample`` leaves each x 3-4 values; a defect is exit 3 or a refusal of more than one line.
 * ``config`` (``run CONFIG --dry-run``): every leaf of the committed run configs named in ``CONFIGS`` (one per
@@ -111,12 +114,16 @@ def call(argv) -> tuple:
     return code, err.getvalue(), out.getvalue()
 
 
-def defect(code, err) -> str | None:
+def defect(code, err, value: str = "") -> str | None:
+    """``value``: the hostile value's name; ``true`` put where an input holds a number must be refused (Python's
+    bool is an int: a check that forgets it reads true as 1)."""
     lines = [ln for ln in err.strip().splitlines() if ln.strip() and not ln.startswith("warning")]
     if code not in (0, 1, 2):
         return f"exit {code}"
     if code == 2 and len(lines) != 1:
         return "a refusal of more than one line"
+    if value == "true" and code != 2:
+        return "true accepted where a number belongs"
     return None
 
 
@@ -190,7 +197,7 @@ def checkpoint_cases(run: Path, variant: str, work: Path, sample: int, rng) -> l
                 code, err, _ = call(["evaluate", work / "ck", "--out", work / "out", "--attacks", "loss",
                                      "--off-plan", "--quiet"])
                 out.append({"mode": "evaluate", "file": fname, "path": "/".join(map(str, at)), "value": name,
-                            "code": code, "defect": defect(code, err), "stderr": err.strip()[-300:]})
+                            "code": code, "defect": defect(code, err, name), "stderr": err.strip()[-300:]})
     return out
 
 
@@ -242,7 +249,7 @@ def file_cases(mode: str, orig, write, argv, work: Path, few: bool, sample: int,
             for args in argv(path):
                 code, err, _ = call(args)
                 out.append({"mode": mode, "file": label, "path": "/".join(map(str, at)), "value": name,
-                            "code": code, "defect": defect(code, err), "stderr": err.strip()[-300:]})
+                            "code": code, "defect": defect(code, err, name), "stderr": err.strip()[-300:]})
     return out
 
 
