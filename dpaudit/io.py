@@ -416,3 +416,13 @@ def refuse_other_kind(d, path: Path, want: str) -> None:
                 raise DpauditError(f"{path} is {name}, not {want}; check which file each argument names")
             return
 
+
+
+def env_folder(variable: str, default: str) -> Path:
+    """The folder an environment variable names (``DPAUDIT_CACHE``, ``DPAUDIT_STATE``), absolute, ``~`` expanded;
+    unset or empty, ``default`` under the home folder. An empty value (a CI job's ``DPAUDIT_CACHE: ${{ env.X }}``
+    with X unset) meant the working folder before: caches written into the user's checkout."""
+    import os
+
+    value = os.environ.get(variable, "").strip()
+    return Path(value or Path.home() / default).expanduser().absolute()

@@ -52,7 +52,9 @@ ASSETS = {
 def cache_dir() -> Path:
     """Where converted assets and trained tokenizers are kept (``DPAUDIT_CACHE``, else ~/.cache/dpaudit); a folder
     that cannot be made or written is one line of bad input naming the fix."""
-    d = Path(os.environ.get("DPAUDIT_CACHE", Path.home() / ".cache" / "dpaudit")).expanduser()
+    from dpaudit.io import env_folder
+
+    d = env_folder("DPAUDIT_CACHE", ".cache/dpaudit")
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -71,13 +71,16 @@ def enabled() -> bool:
 
 
 def folder() -> Path:
-    return Path(os.environ.get("DPAUDIT_CACHE", Path.home() / ".cache" / "dpaudit")).expanduser() / "accounting"
+    from dpaudit.io import env_folder
+
+    return env_folder("DPAUDIT_CACHE", ".cache/dpaudit") / "accounting"
 
 
 def key_file() -> Path:
     """The machine's secret, outside the cache folder (a CI job that restores the cache does not restore it)."""
-    return Path(os.environ.get("DPAUDIT_STATE", Path.home() / ".local" / "state" / "dpaudit")).expanduser() \
-        / "accounting-cache.key"
+    from dpaudit.io import env_folder
+
+    return env_folder("DPAUDIT_STATE", ".local/state/dpaudit") / "accounting-cache.key"
 
 
 def _secret(create: bool) -> bytes | None:

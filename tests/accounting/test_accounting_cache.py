@@ -136,3 +136,21 @@ def test_a_cached_card_is_accounted_without_torch(tmp_path):
     first, second = (r.stdout.strip().splitlines() for r in runs)
     assert first[:-1] == second[:-1]  # the same intervals and verdict
     assert second[-1] == "NO-TORCH 0", second[-1]
+
+
+def test_an_empty_cache_variable_is_unset_not_the_working_folder(tmp_path, monkeypatch):
+    """A CI job's `DPAUDIT_CACHE: ${{ env.X }}` with X unset sets it empty: that read as the working folder, so the
+    assets and accounting caches were written into the user's checkout."""
+    from dpaudit.accounting import disk_cache
+    from dpaudit.tasks.assets import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", "  "):
+        monkeypatch.setenv("DPAUDIT_CACHE", empty)
+        monkeypatch.setenv("DPAUDIT_STATE", empty)
+        assert cache_dir() == tmp_path / "home" / ".cache" / "dpaudit"
+        assert disk_cache.folder() == tmp_path / "home" / ".cache" / "dpaudit" / "accounting"
+        assert disk_cache.key_file().parent == tmp_path / "home" / ".local" / "state" / "dpaudit"
+    monkeypatch.setenv("DPAUDIT_CACHE", "relative/cache")
+    assert cache_dir() == tmp_path / "relative" / "cache"  # a relative value: from the working folder, made absolute
