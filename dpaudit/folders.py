@@ -143,6 +143,7 @@ class atomic_folder:
         return self.tmp
 
     def __exit__(self, kind, value, tb) -> bool:
+        import errno
         import os
         import shutil
 
@@ -153,8 +154,27 @@ class atomic_folder:
         (self.tmp / OWNER).unlink(missing_ok=True)
         share(self.tmp)
         if not self.out.exists():
-            os.replace(self.tmp, self.out)
-            return False
+            try:
+                os.replace(self.tmp, self.out)
+                return False
+            except OSError as e:  # another writer made ``out`` meanwhile: merge into it as into any folder
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        try:
+            if self.owned:
+                with _held(self.out):  # two reports' files never interleave: each replaces the other whole
+                    self._merge()
+            else:
+                self._merge()
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)  # what was not moved in is no debris either
+            raise
+        return False
+
+    def _merge(self) -> None:
+        import os
+        import shutil
+
         written = {f.name for f in self.tmp.iterdir()}
         for name in self.owned:  # an earlier report's plot (another model's clipping.png) never stays beside this one
             stale = self.out / name
@@ -170,4 +190,36 @@ class atomic_folder:
                 shutil.rmtree(dest)
             os.replace(f, dest)
         self.tmp.rmdir()
-        return False
+
+
+@contextmanager
+def _held(folder: Path, wait_s: float = 60.0):
+    """An exclusive ``flock`` on ``folder`` while a writer moves its files in (the kernel drops it when the process
+    ends): a second writer waits its turn, for at most ``wait_s`` (a folder a `dpaudit run` holds for its whole
+    run), then one line. Where the platform has no ``flock`` nothing is held."""
+    import os
+    import time
+
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > end:
+                    from dpaudit.errors import DpauditError
+                    from dpaudit.io import printable
+
+                    raise DpauditError(f"another dpaudit process is writing into {printable(folder)}; wait for it to "
+                                       "finish, or choose another --out") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)

@@ -351,3 +351,56 @@ def test_a_report_written_over_another_leaves_none_of_the_others_plots(tmp_path)
     names = {p.name for p in out.iterdir()}
     assert "clipping.png" not in names and {"report.json", "REPORT.md", "notes.txt"} <= names
     assert all((out / n).is_file() for n in names if n.endswith(".png"))
+
+
+def test_two_reports_committed_at_once_never_mix_their_files(tmp_path):
+    """Two evaluations into one --out: each report's files replace the other's whole (the second waits for the
+    first's lock on the folder), never report.json of one beside REPORT.md of the other."""
+    import threading
+
+    from dpaudit.folders import _held, atomic_folder
+    from dpaudit.io import REPORT_FILES
+
+    out = tmp_path / "r"
+    out.mkdir()
+    for name in ("report.json", "REPORT.md"):
+        (out / name).write_text("old")
+    with _held(out):  # the first writer is moving its files in
+        done = []
+
+        def second():
+            with atomic_folder(out, owned=REPORT_FILES) as tmp:
+                for name in ("report.json", "REPORT.md"):
+                    (tmp / name).write_text("second")
+            done.append(True)
+
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and {(out / n).read_text() for n in ("report.json", "REPORT.md")} == {"old"}
+    t.join(10)
+    assert done and {(out / n).read_text() for n in ("report.json", "REPORT.md")} == {"second"}
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_folder_made_by_another_writer_meanwhile_is_merged_into(tmp_path, monkeypatch):
+    """The target did not exist when the stage was made and another writer made it meanwhile: the rename of a
+    folder onto a non-empty one fails (ENOTEMPTY, exit 3 before); the files are moved in instead."""
+    from dpaudit.folders import atomic_folder
+    from dpaudit.io import REPORT_FILES
+
+    out = tmp_path / "r"
+    real_replace = os.replace
+
+    def racing(src, dst):  # the other writer wins the race between the check and the rename
+        if Path(dst) == out and not out.exists():
+            out.mkdir()
+            (out / "report.json").write_text("theirs")
+            (out / "notes.txt").write_text("kept")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", racing)
+    with atomic_folder(out, owned=REPORT_FILES) as tmp:
+        (tmp / "report.json").write_text("mine")
+    assert (out / "report.json").read_text() == "mine" and (out / "notes.txt").read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
