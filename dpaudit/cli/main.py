@@ -421,11 +421,13 @@ def main(argv=None) -> int:
     except OSError as e:  # the machine, not dpaudit: a full disk, a closed stdout, a file system limit
         import errno
 
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.ENAMETOOLONG, errno.EROFS, errno.EIO):
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.ENAMETOOLONG, errno.EROFS, errno.EIO,
+                       errno.EACCES, errno.EPERM):  # EACCES: a mount or ACL refusing what the mode bits allow
+            fix = ("pass a folder you can write" if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+                   else "free space, fix the output or pass another path")
             try:
-                click.echo(f"error: {e.strerror or e}{f' ({e.filename})' if e.filename else ''}; free space, fix the "
-                           "output or pass another path (nothing partial was kept: outputs are written whole or not "
-                           "at all)", err=True)
+                click.echo(f"error: {e.strerror or e}{f' ({printable(e.filename)})' if e.filename else ''}; {fix} "
+                           "(nothing partial was kept: outputs are written whole or not at all)", err=True)
             except OSError:
                 pass
             return 2

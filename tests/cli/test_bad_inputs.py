@@ -1064,8 +1064,14 @@ def test_a_tiny_sigma_is_accounted_by_rdp_in_seconds(capsys, monkeypatch):
     assert time.time() - t < 30 and "rdp      ε = 17046" in out and "prv      not applicable" in out
 
 
-def test_a_full_disk_is_one_line_exit_2_and_the_report_folder_is_kept(work, monkeypatch, capsys):
-    """ENOSPC while writing a report: exit 2 in one line naming the problem, the existing report folder as it was."""
+@pytest.mark.parametrize("code_name,text,fix", [("ENOSPC", "No space left on device", "free space"),
+                                                ("EACCES", "Permission denied", "a folder you can write"),
+                                                ("EPERM", "Operation not permitted", "a folder you can write")])
+def test_a_full_disk_is_one_line_exit_2_and_the_report_folder_is_kept(work, monkeypatch, capsys, code_name, text,
+                                                                      fix):
+    """ENOSPC while writing a report: exit 2 in one line naming the problem, the existing report folder as it was.
+    EACCES and EPERM too (a mount or ACL refusing what the mode bits allow, so the check before work passed): they
+    were exit 3."""
     import errno
 
     from dpaudit.report import write as report
@@ -1073,12 +1079,12 @@ def test_a_full_disk_is_one_line_exit_2_and_the_report_folder_is_kept(work, monk
     before = _tree(work / "report")
 
     def full(*a, **k):
-        raise OSError(errno.ENOSPC, "No space left on device")
+        raise OSError(getattr(errno, code_name), text)
 
     monkeypatch.setattr(report, "write", full)
     code = main(["evaluate", str(work / "ck"), "--out", str(work / "report"), "--quiet"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and "No space left on device" in err
+    assert code == 2 and len(err.splitlines()) == 1 and text in err and fix in err, err
     assert _tree(work / "report") == before
 
 
