@@ -423,8 +423,10 @@ def main(argv=None) -> int:
 
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.ENAMETOOLONG, errno.EROFS, errno.EIO,
                        errno.EACCES, errno.EPERM):  # EACCES: a mount or ACL refusing what the mode bits allow
-            fix = ("pass a folder you can write" if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
-                   else "free space, fix the output or pass another path")
+            fix = ("pass a folder you can write" if e.errno == errno.EROFS else
+                   "this user may not read or write it: fix its permissions (weights another user saved with "
+                   "safetensors are 0600: `chmod a+r` them) or pass a folder you can write"
+                   if e.errno in (errno.EACCES, errno.EPERM) else "free space, fix the output or pass another path")
             try:
                 click.echo(f"error: {e.strerror or e}{f' ({printable(e.filename)})' if e.filename else ''}; {fix} "
                            "(nothing partial was kept: outputs are written whole or not at all)", err=True)

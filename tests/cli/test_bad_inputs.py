@@ -1065,8 +1065,8 @@ def test_a_tiny_sigma_is_accounted_by_rdp_in_seconds(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("code_name,text,fix", [("ENOSPC", "No space left on device", "free space"),
-                                                ("EACCES", "Permission denied", "a folder you can write"),
-                                                ("EPERM", "Operation not permitted", "a folder you can write")])
+                                                ("EACCES", "Permission denied", "fix its permissions"),
+                                                ("EPERM", "Operation not permitted", "fix its permissions")])
 def test_a_full_disk_is_one_line_exit_2_and_the_report_folder_is_kept(work, monkeypatch, capsys, code_name, text,
                                                                       fix):
     """ENOSPC while writing a report: exit 2 in one line naming the problem, the existing report folder as it was.
