@@ -411,6 +411,12 @@ def main(argv=None) -> int:
         if _stdout_broke():
             return 2
         return int(e.code or 0)
+    except RuntimeError as e:
+        if str(e).startswith("Symlink loop"):  # pathlib's resolve() before Python 3.13 (OSError ELOOP after)
+            click.echo(f"error: {printable(e)}: links that point at each other; remove them or pass the real path",
+                       err=True)
+            return 2
+        return _internal(e)
     except UnicodeEncodeError as e:
         if isinstance(e.object, str) and any("\udc80" <= ch <= "\udcff" for ch in e.object[e.start:e.end]):
             # a file name on disk in another encoding than UTF-8, read and then written into a UTF-8 report
@@ -422,8 +428,9 @@ def main(argv=None) -> int:
         import errno
 
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.ENAMETOOLONG, errno.EROFS, errno.EIO,
-                       errno.EACCES, errno.EPERM):  # EACCES: a mount or ACL refusing what the mode bits allow
+                       errno.EACCES, errno.EPERM, errno.ELOOP):  # EACCES: a mount or ACL refusing what the mode bits allow
             fix = ("pass a folder you can write" if e.errno == errno.EROFS else
+                   "links that point at each other: remove them or pass the real path" if e.errno == errno.ELOOP else
                    "this user may not read or write it: fix its permissions (weights another user saved with "
                    "safetensors are 0600: `chmod a+r` them) or pass a folder you can write"
                    if e.errno in (errno.EACCES, errno.EPERM) else "free space, fix the output or pass another path")

@@ -411,7 +411,7 @@ def work(tmp_path, healthy):
 
 
 def _tree(d: Path) -> dict:
-    return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*")}
+    return {str(p.relative_to(d)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in d.rglob("*")}  # links as links
 
 
 def _expect_refused(argv, needle, work, capsys, before=None):

@@ -90,7 +90,17 @@ CASES = [
      "is not a regular file"),
     ("audit scores a pipe", lambda w: os.mkfifo(w / "s.json") or ["audit", "scores", w / "s.json"],
      "is not a regular file"),
+    # links that point at each other: pathlib's resolve() raised RuntimeError (exit 3) for --out and a checkpoint
+    ("evaluate --out through a symlink loop", lambda w: _loop(w) or ["evaluate", w, "--out", w / "la" / "r"],
+     "links that point at each other"),
+    ("evaluate a checkpoint that is a symlink loop", lambda w: _loop(w) or ["evaluate", w / "la", "--out", w / "r"],
+     "links that point at each other"),
 ]
+
+
+def _loop(w: Path) -> None:
+    os.symlink("lb", w / "la")
+    os.symlink("la", w / "lb")
 
 
 @pytest.mark.parametrize("name,argv,needle", CASES, ids=[c[0] for c in CASES])
