@@ -428,15 +428,22 @@ def main(argv=None) -> int:
         import errno
 
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.ENAMETOOLONG, errno.EROFS, errno.EIO,
-                       errno.EACCES, errno.EPERM, errno.ELOOP):  # EACCES: a mount or ACL refusing what the mode bits allow
-            fix = ("pass a folder you can write" if e.errno == errno.EROFS else
+                       errno.EACCES, errno.EPERM, errno.ELOOP) or (
+                e.errno in (errno.ENOENT, errno.EINVAL) and ".partial-" in str(e.filename or "")):
+            # EACCES: a mount or ACL refusing what the mode bits allow; ENOENT or EINVAL creating one of dpaudit's
+            # own temporary files: a folder that takes no new file (/proc, a pseudo file system)
+            fix = ("pass a folder you can write" if e.errno in (errno.EROFS, errno.ENOENT, errno.EINVAL) else
                    "links that point at each other: remove them or pass the real path" if e.errno == errno.ELOOP else
                    "this user may not read or write it: fix its permissions (weights another user saved with "
                    "safetensors are 0600: `chmod a+r` them) or pass a folder you can write"
                    if e.errno in (errno.EACCES, errno.EPERM) else "free space, fix the output or pass another path")
+            what = f"{e.strerror or e}{f' ({printable(e.filename)})' if e.filename else ''}"
+            if ".partial-" in str(e.filename or ""):  # one of dpaudit's temporary files: the folder is what failed
+                what = f"cannot create a file in {printable(Path(str(e.filename)).parent)} ({e.strerror or e})"
+                fix = fix if e.errno in (errno.ENOSPC, errno.EDQUOT) else "pass a folder you can write"
             try:
-                click.echo(f"error: {e.strerror or e}{f' ({printable(e.filename)})' if e.filename else ''}; {fix} "
-                           "(nothing partial was kept: outputs are written whole or not at all)", err=True)
+                click.echo(f"error: {what}; {fix} (nothing partial was kept: outputs are written whole or not at "
+                           "all)", err=True)
             except OSError:
                 pass
             return 2

@@ -95,6 +95,9 @@ CASES = [
      "links that point at each other"),
     ("evaluate a checkpoint that is a symlink loop", lambda w: _loop(w) or ["evaluate", w / "la", "--out", w / "r"],
      "links that point at each other"),
+    # a folder that takes no new file (a pseudo file system): creating the temporary file was ENOENT, exit 3
+    ("card into /proc", lambda w: ["card", "--epsilon", "1", *MECH[:4], "--delta", "1e-5", "--steps", "100", "--out",
+                                   "/proc/privacy_card.json"], "cannot create a file in /proc"),
 ]
 
 
