@@ -367,6 +367,16 @@ for command in (identifiers_cmd, split_cmd):  # post-hoc audits of checkpoints w
 add_epilogs(cli)  # every command's --help ends with an example and its exit codes (dpaudit/cli/help.py)
 
 
+def _uncreatable(name) -> bool:
+    """Whether an ENOENT or EINVAL on ``name`` was the creation of a new file or folder in an existing folder that
+    takes none (/proc, a pseudo file system): its folder is there, it is not. A file read is checked before it is
+    opened, so a missing input never reaches here."""
+    if not isinstance(name, (str, Path)) or not str(name):
+        return False
+    p = Path(name)
+    return p.parent.is_dir() and not p.exists() and not p.is_symlink()
+
+
 def _not_utf8(argv) -> str | None:
     """The first argument Python decoded from bytes that are not UTF-8 (``surrogateescape``: lone surrogates), which
     no report, JSON or tokenizer can hold (a UnicodeEncodeError, exit 3, where the first one was written)."""
@@ -429,7 +439,7 @@ def main(argv=None) -> int:
 
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.ENAMETOOLONG, errno.EROFS, errno.EIO,
                        errno.EACCES, errno.EPERM, errno.ELOOP) or (
-                e.errno in (errno.ENOENT, errno.EINVAL) and ".partial-" in str(e.filename or "")):
+                e.errno in (errno.ENOENT, errno.EINVAL) and _uncreatable(e.filename)):
             # EACCES: a mount or ACL refusing what the mode bits allow; ENOENT or EINVAL creating one of dpaudit's
             # own temporary files: a folder that takes no new file (/proc, a pseudo file system)
             fix = ("pass a folder you can write" if e.errno in (errno.EROFS, errno.ENOENT, errno.EINVAL) else
@@ -438,7 +448,7 @@ def main(argv=None) -> int:
                    "safetensors are 0600: `chmod a+r` them) or pass a folder you can write"
                    if e.errno in (errno.EACCES, errno.EPERM) else "free space, fix the output or pass another path")
             what = f"{e.strerror or e}{f' ({printable(e.filename)})' if e.filename else ''}"
-            if ".partial-" in str(e.filename or ""):  # one of dpaudit's temporary files: the folder is what failed
+            if _uncreatable(e.filename) or ".partial-" in str(e.filename or ""):  # the folder is what failed
                 what = f"cannot create a file in {printable(Path(str(e.filename)).parent)} ({e.strerror or e})"
                 fix = fix if e.errno in (errno.ENOSPC, errno.EDQUOT) else "pass a folder you can write"
             try:
