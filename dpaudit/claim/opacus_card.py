@@ -58,6 +58,9 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
     if epsilon is not None and (not checks.finite(epsilon) or epsilon <= 0):
         raise DpauditError(f"card_from_opacus: epsilon must be a positive finite number (or None: the engine's "
                            f"accountant's), got {epsilon!r}")
+    if intended_epsilon is not None and (not checks.finite(intended_epsilon) or intended_epsilon <= 0):
+        raise DpauditError(f"card_from_opacus: intended_epsilon must be the positive finite ε the run was meant to "
+                           f"spend (make_private_with_epsilon's target_epsilon), or None, got {intended_epsilon!r}")
     if not hasattr(privacy_engine, "accountant"):
         raise DpauditError(f"card_from_opacus needs the Opacus PrivacyEngine that trained the model, got "
                            f"{type(privacy_engine).__name__}")
@@ -95,7 +98,7 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
         method=method, trainable=trainable,
         extra={"source": "opacus PrivacyEngine", "opacus_accountant": source,
                **({"intended": {"epsilon": float(intended_epsilon),
-                                "source": "card_from_opacus(intended_epsilon=...)"}} if intended_epsilon else {}),
+                                "source": "card_from_opacus(intended_epsilon=...)"}} if intended_epsilon is not None else {}),
                **({"probe_runs": runs} if (runs := probe_runs(optimizer)) else {}),
                **({"sampling": {**own, "accounted": events[-1].sample_rate,
                                 "note": "Poisson sampling, records and canaries each at their own rate "

@@ -88,3 +88,12 @@ def test_a_malformed_intent_is_refused(bad):
     d["extra"]["intended"] = bad
     with pytest.raises(DpauditError, match="extra.intended"):
         card_from_dict(d)
+
+
+@pytest.mark.parametrize("bad", [True, 0.0, -1.0, float("nan"), "1"])
+def test_card_from_opacus_refuses_an_intent_that_is_no_epsilon(bad):
+    """intended_epsilon=True was recorded as ε = 1 (float(True)); 0 was dropped silently."""
+    from dpaudit.claim.opacus_card import card_from_opacus
+
+    with pytest.raises(DpauditError, match="intended_epsilon must be"):
+        card_from_opacus(object(), None, None, delta=1e-5, intended_epsilon=bad)
