@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from dpaudit import checks
 from dpaudit.errors import DpauditError
 
 COORDINATES = ("block", "model")  # a dedicated parameter block, or the model's trainable coordinates
@@ -58,8 +59,7 @@ class ProbeSettings:
             raise DpauditError(f"the probe's sample_rate must be the card's q in (0, 1], got {q!r}")
         if isinstance(self.m, bool) or not isinstance(self.m, int) or self.m < 2:
             raise DpauditError(f"the probe needs m >= 2 gradient canaries (an integer), got {self.m!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise DpauditError(f"the probe's seed must be an integer, got {self.seed!r}")
+        checks.seed("the probe's seed", self.seed)  # a negative one crashed NumPy's generator when it attached
         if self.kind not in GRADIENT_CANARY_KINDS:
             raise DpauditError(f"gradient canary kind must be one of {', '.join(GRADIENT_CANARY_KINDS)}, got "
                                f"{self.kind!r}")

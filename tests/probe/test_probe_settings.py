@@ -49,6 +49,8 @@ def test_every_adapter_takes_the_same_value_and_the_same_keywords():
     ({"sample_rate": 0.1, "sampler": "uniform"}, "sampler"), ({"sample_rate": 0.1, "kind": "wide"}, "kind"),
     ({"sample_rate": 0.1, "record_steps": "no"}, "record_steps"), ({"sample_rate": 0.1, "mm": 5}, "unknown probe setting 'mm'"),
     ({"m": 10}, "needs sample_rate"),
+    # a negative seed crashed NumPy's generator when the probe attached; true read as seed 1
+    ({"sample_rate": 0.1, "seed": -1}, "seed"), ({"sample_rate": 0.1, "seed": True}, "seed"),
 ])
 def test_a_bad_setting_is_one_line_naming_it_in_every_adapter(options, needle):
     for make in (lambda: api.attach_probe(_dp_optimizer()[1], **options), lambda: ProbeCallback(**options),
