@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dpaudit import checks
 from dpaudit.canaries.manifest import Manifest, as_manifest
 from dpaudit.errors import DpauditError, first_line
 from dpaudit.io import write_atomic
@@ -33,11 +34,13 @@ def insert_canaries(dataset, manifest: Manifest, column: str = "text", fill: dic
 
     Raises:
         DpauditError: Not a ``datasets.Dataset``; ``column`` missing; labelled canaries without
-            ``label_column``; another column without a value in ``fill``, or ``fill`` naming no column.
+            ``label_column``; another column without a value in ``fill``, or ``fill`` naming no column; a seed
+            outside 0..2**63-1.
     """
     from datasets import Dataset, concatenate_datasets
 
     manifest = as_manifest(manifest, "insert_canaries")
+    checks.seed("insert_canaries: seed", seed)  # a negative one crashed the shuffle's NumPy generator
     if not isinstance(dataset, Dataset):
         name = type(dataset).__name__
         hint = (f"pass its training split: insert_canaries(ds[{next(iter(dataset), 'train')!r}], ...)"

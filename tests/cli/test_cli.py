@@ -209,6 +209,9 @@ def test_insert_canaries_into_a_dataset():
         insert_canaries(DatasetDict(train=ds, test=ds), man)
     with pytest.raises(DpauditError, match="streaming=True"):
         insert_canaries(ds.to_iterable_dataset(), man)
+    for seed in (-1, 1.5, True):  # a negative seed crashed the shuffle's NumPy generator (ValueError)
+        with pytest.raises(DpauditError, match="seed"):
+            insert_canaries(ds, man, fill={"source": "canary"}, seed=seed)
     mixed = insert_canaries(ds, man, fill={"source": "canary"}, seed=1)
     assert len(mixed) == 50 + 2 * len(man.inserted) and mixed.features == ds.features
     planted = [t for t, s in zip(mixed["text"], mixed["source"]) if s == "canary"]
