@@ -14,6 +14,7 @@ def staged_folder(dest, replace: bool = True):
     the same filesystem); on success it becomes ``dest`` in one rename, a previous ``dest`` removed first (with
     ``replace=False`` the stage is dropped instead: a cache another process filled first). On failure the stage is
     removed and ``dest`` is as it was. Checkpoints, deployments and the asset caches are written this way."""
+    import errno
     import os
     import shutil
     import tempfile
@@ -30,16 +31,23 @@ def staged_folder(dest, replace: bool = True):
         remove_if_empty(created)
         raise
     (stage / OWNER).unlink(missing_ok=True)
-    if dest.exists() or dest.is_symlink():
-        if not replace:
-            shutil.rmtree(stage, ignore_errors=True)
-            return
-        if dest.is_symlink() or not dest.is_dir():
-            dest.unlink()  # a link is replaced, never written through
-        else:
-            shutil.rmtree(dest)
     share(stage)
-    os.replace(stage, dest)
+    for attempt in range(3):  # another writer may make ``dest`` between the removal and the rename: the last one wins
+        if dest.exists() or dest.is_symlink():
+            if not replace:
+                shutil.rmtree(stage, ignore_errors=True)
+                return
+            if dest.is_symlink() or not dest.is_dir():
+                dest.unlink()  # a link is replaced, never written through
+            else:
+                shutil.rmtree(dest, ignore_errors=attempt > 0)
+        try:
+            os.replace(stage, dest)
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or attempt == 2:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
 
 
 def share(root: Path) -> None:

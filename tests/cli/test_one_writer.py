@@ -404,3 +404,28 @@ def test_a_folder_made_by_another_writer_meanwhile_is_merged_into(tmp_path, monk
         (tmp / "report.json").write_text("mine")
     assert (out / "report.json").read_text() == "mine" and (out / "notes.txt").read_text() == "kept"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+@pytest.mark.parametrize("replace", [True, False])
+def test_a_whole_folder_another_writer_made_meanwhile_is_replaced_or_kept(tmp_path, monkeypatch, replace):
+    """A checkpoint (replace=True: the last writer wins) or a cache (replace=False: the first one filled stays) that
+    another process made between the removal of the old one and the rename: the rename onto it failed (ENOTEMPTY,
+    exit 3) and left the stage behind."""
+    from dpaudit.folders import staged_folder
+
+    dest = tmp_path / "ck"
+    real_replace = os.replace
+    raced = []
+
+    def racing(src, dst):
+        if Path(dst) == dest and not raced:
+            raced.append(True)
+            dest.mkdir()
+            (dest / "theirs.json").write_text("{}")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", racing)
+    with staged_folder(dest, replace=replace) as stage:
+        (stage / "mine.json").write_text("{}")
+    assert sorted(p.name for p in dest.iterdir()) == (["mine.json"] if replace else ["theirs.json"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]  # no stage left behind
