@@ -448,9 +448,13 @@ def main(argv=None) -> int:
                    "safetensors are 0600: `chmod a+r` them) or pass a folder you can write"
                    if e.errno in (errno.EACCES, errno.EPERM) else "free space, fix the output or pass another path")
             what = f"{e.strerror or e}{f' ({printable(e.filename)})' if e.filename else ''}"
-            if _uncreatable(e.filename) or ".partial-" in str(e.filename or ""):  # the folder is what failed
+            if ".partial-" in str(e.filename or ""):  # one of dpaudit's temporary files: the folder is what failed
                 what = f"cannot create a file in {printable(Path(str(e.filename)).parent)} ({e.strerror or e})"
                 fix = fix if e.errno in (errno.ENOSPC, errno.EDQUOT) else "pass a folder you can write"
+            elif e.errno in (errno.ENOENT, errno.EINVAL):  # a new path that could not be made, or a file that vanished
+                what = f"cannot create or find {printable(e.filename)} ({e.strerror or e})"
+                fix = ("pass a folder you can write (a pseudo file system such as /proc takes no new file), or restore "
+                       "the file if something removed it while dpaudit ran")
             try:
                 click.echo(f"error: {what}; {fix} (nothing partial was kept: outputs are written whole or not at "
                            "all)", err=True)

@@ -99,7 +99,7 @@ CASES = [
     ("card into /proc", lambda w: ["card", "--epsilon", "1", *MECH[:4], "--delta", "1e-5", "--steps", "100", "--out",
                                    "/proc/privacy_card.json"], "cannot create a file in /proc"),
     ("run into /proc", lambda w: ["run", Path(__file__).resolve().parents[2] / "configs" / "tiny.toml", "--out",
-                                  "/proc/dpaudit-run"], "cannot create a file in /proc"),
+                                  "/proc/dpaudit-run"], "cannot create or find /proc/dpaudit-run"),
 ]
 
 
