@@ -57,8 +57,9 @@ def share(root: Path) -> None:
     a serving container's user)."""
     import os
 
-    mask = os.umask(0)
-    os.umask(mask)
+    from dpaudit.io import umask
+
+    mask = umask()
     os.chmod(root, 0o777 & ~mask)
     for where, dirs, files in os.walk(root):
         for name in dirs:
@@ -202,9 +203,19 @@ class atomic_folder:
 
 @contextmanager
 def _held(folder: Path, wait_s: float = 60.0):
-    """An exclusive ``flock`` on ``folder`` while a writer moves its files in (the kernel drops it when the process
-    ends): a second writer waits its turn, for at most ``wait_s`` (a folder a `dpaudit run` holds for its whole
-    run), then one line. Where the platform has no ``flock`` nothing is held."""
+    """:func:`held` for a writer moving its files in: it waits its turn, at most ``wait_s``."""
+    from dpaudit.io import printable
+
+    with held(folder, wait_s, f"another dpaudit process is writing into {printable(folder)}; wait for it to finish, "
+                              "or choose another --out"):
+        yield
+
+
+@contextmanager
+def held(folder: Path, wait_s: float, busy: str):
+    """An exclusive ``flock`` on ``folder`` itself (no lock file: the kernel drops it when the process ends, even by
+    SIGKILL, so nothing stale is left): one holder at a time; another waits up to ``wait_s`` seconds (0: not at
+    all), then the one-line DpauditError ``busy``. Where the platform has no ``flock`` nothing is held."""
     import os
     import time
 
@@ -221,12 +232,10 @@ def _held(folder: Path, wait_s: float = 60.0):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError:
-                if time.monotonic() > end:
+                if time.monotonic() >= end:
                     from dpaudit.errors import DpauditError
-                    from dpaudit.io import printable
 
-                    raise DpauditError(f"another dpaudit process is writing into {printable(folder)}; wait for it to "
-                                       "finish, or choose another --out") from None
+                    raise DpauditError(busy) from None
                 time.sleep(0.05)
         yield
     finally:

@@ -105,17 +105,23 @@ def refuse_link(path: Path, what: str = "output") -> None:
                            "through links: remove the link, or name the file it points to")
 
 
+def umask() -> int:
+    """This process's umask (read by setting it and setting it back: the only way POSIX offers)."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _mode_for(path: Path) -> int:
     """The permissions the written file gets: those of the file it replaces, else the default for new files
     (0o666 less the umask), never the private 0o600 of a temporary file."""
-    import os
 
     try:
         return path.stat().st_mode & 0o7777
     except FileNotFoundError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
+        return 0o666 & ~umask()
 
 
 def _check_target(path: Path) -> None:

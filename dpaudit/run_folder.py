@@ -85,25 +85,12 @@ class RunFolder:
         itself (no lock file: the kernel drops it when the process ends, even by SIGKILL, so nothing stale is left). A
         second run into the same ``--out`` meanwhile is refused in one line instead of interleaving its variants
         with the first's. Where the platform has no ``flock`` the folder is not held."""
-        import os
-
+        from dpaudit.folders import held
         from dpaudit.io import printable
 
-        try:
-            import fcntl
-        except ImportError:  # not POSIX
+        with held(self.path, 0, f"another `dpaudit run` is writing into {printable(self.path)} (it holds the "
+                                "folder); wait for it to finish, or choose another --out"):
             yield
-            return
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                raise DpauditError(f"another `dpaudit run` is writing into {printable(self.path)} (it holds the folder); "
-                                   "wait for it to finish, or choose another --out") from e
-            yield
-        finally:
-            os.close(fd)
 
     def variants(self) -> list[str]:
         """The variants with a report, in name order."""
