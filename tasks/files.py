@@ -77,7 +77,11 @@ def read_rows(path: Path, what: str, hint: str) -> list[dict]:
     limit = csv.field_size_limit()
     csv.field_size_limit(MAX_FIELD)
     try:
-        return list(csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ","))
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ",")
+        twice = sorted({c for c in reader.fieldnames or () if list(reader.fieldnames or ()).count(c) > 1})
+        if twice:  # DictReader would keep the last such column without a word
+            raise DpauditError(f"{path}: the header names the column {twice[0]!r} twice; rename or remove one of them")
+        return list(reader)
     except csv.Error as e:
         raise DpauditError(f"{path}: not readable as {path.suffix[1:].upper()} ({str(e)[:120]}); fields of at most "
                            f"{MAX_FIELD:,} characters, one record per row") from None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import bz2
 import csv
 import io
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,18 +104,29 @@ def _rotten_tomatoes() -> list[dict]:
 def _normalise(rows: list[dict], source: str) -> list[dict]:
     out = []
     for i, r in enumerate(rows):
-        label = r["label"]
-        try:
-            if isinstance(label, float) and not label.is_integer():
-                raise ValueError
-            label = int(label)
-        except (TypeError, ValueError):
+        label = _label(r["label"])
+        if label is None:
             raise DpauditError(f"{source}: row {i} has a non-integer label {r['label']!r}; binary sentiment needs "
-                               "0 or 1") from None
+                               "0 or 1")
         if label not in (0, 1):
             raise DpauditError(f"{source}: row {i} has label {label}; binary sentiment needs 0 or 1")
         out.append({"sentence": str(r["text"]).strip(), "label": label})
     return out
+
+
+def _label(value) -> int | None:
+    """A class index as data files write it: 1, 1.0 (JSON, pandas), "1" or "1.0" (CSV); None for anything else,
+    a boolean included (true is no class index: write 1 or 0)."""
+    if isinstance(value, (bool, np.bool_)):  # NumPy's from a Parquet column too
+        return None
+    if isinstance(value, str):  # digits as a CSV writes them (float() also reads "1_0", "inf" and other scripts)
+        if not re.fullmatch(r"\s*[+-]?[0-9]+(\.0*)?\s*", value):
+            return None
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return int(as_float) if as_float.is_integer() else None
 
 
 def label_token_ids(tokenizer) -> list[int]:

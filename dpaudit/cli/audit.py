@@ -259,6 +259,9 @@ def _table_rows(path: Path) -> dict:
     if "score" not in names or "inserted" not in names:
         raise DpauditError(f"{path}: a {kind} needs the columns score and inserted (one row per canary)"
                            f"{_found(dict.fromkeys(names))}{_RENAME}")
+    twice = next((c for c in ("score", "inserted") if names.count(c) > 1), None)
+    if twice:
+        raise DpauditError(f"{path}: the header names the column {twice} twice; keep one")
     i, j = names.index("score"), names.index("inserted")
     body = [r for r in rows[1:] if any(c.strip() for c in r)]
     if any(len(r) <= max(i, j) for r in body):

@@ -200,9 +200,11 @@ def test_audit_scores_command(tmp_path, capsys):
     (tmp_path / "huge.json").write_text('{"scores": [1' + "0" * 400 + ', 2], "inserted": [true, false]}')
     (tmp_path / "flag.json").write_text(json.dumps({"scores": [0.3, True, 0.1], "inserted": [True, False, True]}))
     (tmp_path / "flag2.json").write_text(json.dumps({"inserted": [0.3, 0.2], "held_out": [False, 0.1]}))
+    (tmp_path / "twice.csv").write_text("score,inserted,Score\n0.1,1,9\n0.2,0,9\n")  # which score? (it took the first)
     for f, needle in (("bad.json", "must be numbers"), ("short.json", "3 scores but 2"), ("nan.csv", "finite"),
                       ("missing.json", "not found"), ("huge.json", "must be numbers"),
-                      ("flag.json", "is a flag, not a score"), ("flag2.json", "is a flag, not a score")):
+                      ("flag.json", "is a flag, not a score"), ("flag2.json", "is a flag, not a score"),
+                      ("twice.csv", "names the column score twice")):
         assert main(["audit", "scores", str(tmp_path / f)]) == 2
         err = capsys.readouterr().err.strip()
         assert needle in err and len(err.splitlines()) == 1, err

@@ -247,3 +247,33 @@ def test_a_file_larger_than_memory_allows_is_refused_before_it_is_read(tmp_path,
         read_rows(f, "data", "")
     monkeypatch.setattr(model_spec, "available_memory", lambda: f.stat().st_size * 50)
     assert len(read_rows(f, "data", "")) == 40
+
+
+def test_labels_as_other_tools_write_them_read_as_the_same_classes(tmp_path):
+    """pandas writes an int column that once held NaN as 1.0 in CSV and JSON alike; a CSV's "1.0" was refused while
+    JSON's 1.0 was taken. Every such spelling is the same class and the same split; true/false (no class index),
+    fractions, other scripts' digits and float()'s own extras ("1_0", "inf") are refused in one line."""
+    rows = [{"text": f"film {i}", "label": i % 2} for i in range(20)]
+    _write(tmp_path / "int.csv", rows)
+    want = sentiment.load(str(tmp_path / "int.csv"), test_fraction=0.25).fingerprint()
+    for name, spell in [("float.csv", lambda y: f"{y}.0"), ("pad.tsv", lambda y: f" {y} "), ("f.jsonl", float)]:
+        _write(tmp_path / name, [{"text": r["text"], "label": spell(r["label"])} for r in rows])
+        assert sentiment.load(str(tmp_path / name), test_fraction=0.25).fingerprint() == want, name
+    for bad in ["1_0", "inf", "١", "0x1", "1.5", "yes"]:
+        _write(tmp_path / "bad.csv", rows[:-1] + [{"text": "x", "label": bad}])
+        with pytest.raises(DpauditError, match="row 19 has a non-integer label"):
+            sentiment.load(str(tmp_path / "bad.csv"))
+    (tmp_path / "bool.jsonl").write_text("".join(json.dumps({"text": r["text"], "label": bool(r["label"])}) + "\n"
+                                                 for r in rows))
+    with pytest.raises(DpauditError, match="row 0 has a non-integer label False"):
+        sentiment.load(str(tmp_path / "bool.jsonl"))
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_a_header_naming_a_column_twice_is_refused(tmp_path, suffix):
+    """A spreadsheet export with two label columns: DictReader kept the last without a word."""
+    sep = "\t" if suffix == ".tsv" else ","
+    (tmp_path / f"d{suffix}").write_text(sep.join(["text", "label", "label"]) + "\n"
+                                         + "".join(sep.join([f"t{i}", str(i % 2), "1"]) + "\n" for i in range(20)))
+    with pytest.raises(DpauditError, match="names the column 'label' twice; rename or remove one"):
+        sentiment.load(str(tmp_path / f"d{suffix}"))
