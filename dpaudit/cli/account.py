@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from dpaudit import options
+from dpaudit import options, progress
 from dpaudit.errors import DpauditError
 from dpaudit.io import write_atomic
 from dpaudit.markup import probability
@@ -62,7 +62,9 @@ def account(sigma, sample_rate, steps, delta, card, target_epsilon, accountants,
             return accounting.compute(events, delta, n).epsilon
         title, symbol = f"ε at δ = {delta}:", "ε"
     values, skipped = {}, {}
-    for n in names:
+    bar = progress.bar(names, desc="accountants", unit=" accountant", disable=None)  # a tiny σ takes minutes in PRV
+    for n in bar:
+        bar.set_postfix_str(n)
         try:
             values[n] = answer(n)
         except accounting.NotApplicable as e:  # PRV/PLD at a tiny sigma (their grids need GBs); Opacus' without it
