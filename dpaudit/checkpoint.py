@@ -31,14 +31,21 @@ from dpaudit.io import check_contained, jsonable, read_json
 from dpaudit.options import SHIPPED_REPORT
 from dpaudit.run_folder import read_run_record
 
+# What a report audited, by file: weights, configs and the tokenizer's vocabulary wherever it is kept. A tokenizer
+# saved without tokenizer.json (an older transformers, a Llama 2 or T5 folder) is read from these: an edited
+# merges.txt or tokenizer.model tokenizes every text differently under an unchanged hash otherwise.
+HASHED_SUFFIXES = (".safetensors", ".json", ".model", ".spm", ".tiktoken")  # .model: SentencePiece (spiece, tokenizer)
+HASHED_NAMES = ("merges.txt", "vocab.txt")  # BPE merges (GPT-2, Qwen, RoBERTa), WordPiece vocabularies (BERT)
+
 
 def content_hash(root: Path, files, skip=lambda f: False) -> str:
-    """sha256 over the names (relative to ``root``) and bytes of the ``.safetensors`` and ``.json`` files among
-    ``files``, in sorted order, less those ``skip`` names; the first 16 hex digits. The one hash of what a report
-    audited: a checkpoint's (:meth:`Checkpoint.hash`) or a PMixED deployment's."""
+    """sha256 over the names (relative to ``root``) and bytes of the weights, JSON and tokenizer vocabulary files
+    (:data:`HASHED_SUFFIXES`, :data:`HASHED_NAMES`) among ``files``, in sorted order, less those ``skip`` names; the
+    first 16 hex digits. The one hash of what a report audited: a checkpoint's (:meth:`Checkpoint.hash`) or a
+    PMixED deployment's."""
     h = hashlib.sha256()
     for f in sorted(files):
-        if f.is_file() and f.suffix in (".safetensors", ".json") and not skip(f):
+        if f.is_file() and (f.suffix in HASHED_SUFFIXES or f.name in HASHED_NAMES) and not skip(f):
             h.update(os.fsencode(f.relative_to(root)))  # a name's bytes as on disk (UTF-8 or not)
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
