@@ -245,6 +245,12 @@ def load_tokenizer(path: Path):
         with native_stderr_held():  # a Rust panic's lines are dropped: the CLI says it in one
             tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - a damaged tokenizer folder is bad input
+        missing = _sentencepiece_missing(path)
+        if missing:  # transformers names tiktoken for a SentencePiece file it cannot convert
+            raise DpauditError(f"cannot load the tokenizer at {path}: it is a SentencePiece model ({missing}) without "
+                               "tokenizer.json, and the sentencepiece package is not installed; pip install "
+                               "sentencepiece, or save the tokenizer once with a recent transformers (it writes "
+                               "tokenizer.json)") from None
         raise DpauditError(f"cannot load the tokenizer at {path}: {first_line(e)}") from None
     if not tok("a text to tokenize", add_special_tokens=False).input_ids:  # transformers 5 builds an empty
         # tokenizer from config.json alone where no tokenizer file is saved: every text would be no tokens
@@ -254,6 +260,16 @@ def load_tokenizer(path: Path):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def _sentencepiece_missing(path: Path) -> str | None:
+    """The name of a SentencePiece file the tokenizer would need the sentencepiece package for (no tokenizer.json
+    beside it, the package not installed), or None."""
+    import importlib.util
+
+    if (Path(path) / "tokenizer.json").exists() or importlib.util.find_spec("sentencepiece") is not None:
+        return None
+    return next((f.name for f in sorted(Path(path).glob("*.model")) if f.is_file()), None)
 
 
 def load_dir(path: Path):

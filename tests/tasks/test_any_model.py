@@ -239,3 +239,21 @@ def test_a_failure_outside_the_per_sample_machinery_stays_an_internal_error():
         ours()
     except AttributeError as e:
         assert step_failure.where(e) is None and step_failure.explained(e, "the first training step") is None
+
+
+def test_a_sentencepiece_tokenizer_without_its_package_names_the_package(tmp_path):
+    """A Llama 2 or T5 folder as the hub long held them (tokenizer.model, no tokenizer.json): transformers' own
+    error named tiktoken. The line names sentencepiece and the two fixes."""
+    import importlib.util
+
+    if importlib.util.find_spec("sentencepiece") is not None:
+        pytest.skip("sentencepiece is installed here: such a folder loads")
+    from dpaudit.tasks.models import load_tokenizer, public_bpe_tokenizer
+
+    public_bpe_tokenizer(256).save_pretrained(tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer.model").write_bytes(b"\x0a\x05hello")
+    conf = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**conf, "tokenizer_class": "LlamaTokenizer"}))
+    with pytest.raises(DpauditError, match=r"SentencePiece model \(tokenizer.model\) .*pip install sentencepiece"):
+        load_tokenizer(tmp_path)
