@@ -69,6 +69,11 @@ def card_from_opacus(privacy_engine, data_loader, optimizer=None, *, delta: floa
     if not history:
         raise DpauditError("the PrivacyEngine's accountant recorded no steps; write the card after training, with "
                            "the engine that trained the model")
+    if any(not sigma for sigma, _, _ in history):  # Opacus trains at noise_multiplier = 0 without a word
+        raise DpauditError("the PrivacyEngine trained with noise_multiplier = 0 (no noise): the run has no DP claim; "
+                           "audit it as a non-private baseline (`dpaudit card --non-private --out "
+                           "privacy_card.json`, or dpaudit.claim.card.PrivacyCard(claim=Claim(epsilon=None, "
+                           "delta=0.0, accountant='none')))")
     sampler = sampler_of(data_loader)
     own = canaries_own_rate(data_loader)
     top = own["canaries"] if own else 0.0  # canaries at a higher rate: every record accounted at it

@@ -112,13 +112,17 @@ def _per_accountant(values: dict, as_json: bool, title: str, symbol: str) -> Non
         click.echo(f"  {n:8s} {symbol} = {v:.4f}")
 
 
+_MECHANISM = ("--epsilon", "--delta", "--sigma", "--sample-rate", "--steps")
+
+
 @click.command("card")
-@click.option("--epsilon", required=True, type=float, help="The claimed ε (what your accountant reported).")
-@click.option("--delta", required=True, type=float, help="The claimed δ.")
-@click.option("--sigma", required=True, type=float, help="Noise multiplier σ (noise std / clipping norm).")
-@click.option("--sample-rate", required=True, type=float,
-              help="Sampling rate q per step (Opacus: 1 / len(data_loader), not batch / dataset size).")
-@click.option("--steps", required=True, type=int, help="Number of noisy steps T.")
+@click.option("--epsilon", type=float, help="The claimed ε (what your accountant reported). Required, but with --non-private.")
+@click.option("--delta", type=float, help="The claimed δ. Required, but with --non-private.")
+@click.option("--sigma", type=float, help="Noise multiplier σ (noise std / clipping norm). Required, but with --non-private.")
+@click.option("--sample-rate", type=float,
+              help="Sampling rate q per step (Opacus: 1 / len(data_loader), not batch / dataset size). Required, "
+                   "but with --non-private.")
+@click.option("--steps", type=int, help="Number of noisy steps T. Required, but with --non-private.")
 @click.option("--sampler", type=click.Choice(options.SAMPLERS), default="poisson", show_default=True,
               help="How batches were really drawn: poisson (Opacus DPDataLoader), shuffle (fixed-size batches of a "
                    "shuffled epoch), with_replacement, other.")
@@ -139,22 +143,40 @@ def _per_accountant(values: dict, as_json: bool, title: str, symbol: str) -> Non
               help="A gradient_canaries*.json the probe wrote during this run (repeatable): the card names its run "
                    "identity, so evaluate and check use the record as this model's evidence (a record the card does "
                    "not name is shown, never counted as the run's own).")
+@click.option("--non-private", "non_private", is_flag=True,
+              help="A model trained without noise (a baseline): a card with no claim, so that `dpaudit evaluate` "
+                   "audits it beside the private ones; takes none of the five mechanism options above.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="privacy_card.json to write.")
 def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, unit, accountant, clipping_norm,
-             batch_size, dataset_size, method, intended_epsilon, probe_records, out):
+             batch_size, dataset_size, method, intended_epsilon, probe_records, non_private, out):
     """Write privacy_card.json for a model trained with a stack that is not Opacus (one DP-SGD phase; for
-    several phases use dpaudit.api.card_from_opacus or write the events list)."""
+    several phases use dpaudit.api.card_from_opacus or write the events list), or, with --non-private, the card
+    of a baseline trained without noise."""
     from dpaudit.accounting.events import SubsampledGaussian
     from dpaudit.claim import card as cardmod
 
+    given = dict(zip(_MECHANISM, (epsilon, delta, sigma, sample_rate, steps)))
+    if non_private:
+        extra = [f for f, v in [*given.items(), ("--intended-epsilon", intended_epsilon)] if v is not None]
+        if extra:
+            raise DpauditError(f"{extra[0]} describes a DP mechanism; --non-private writes a card with no claim "
+                               "(drop one or the other)")
+    else:
+        missing = [f for f, v in given.items() if v is None]
+        if missing:
+            raise DpauditError(f"{missing[0]} is required (the card's claim and mechanism: {', '.join(_MECHANISM)}); "
+                               "for a model trained without noise pass --non-private instead")
     if out.is_dir():
         raise DpauditError(f"{out} is a folder; name the file to write in it ({out / 'privacy_card.json'}: the name "
                            "dpaudit evaluate reads)")
     if not out.parent.is_dir():
         raise DpauditError(f"folder {out.parent} does not exist; create it first")
+    claim = (cardmod.Claim(epsilon=None, delta=0.0, unit=unit, neighbouring=neighbouring, accountant="none")
+             if non_private else
+             cardmod.Claim(epsilon=epsilon, delta=delta, unit=unit, neighbouring=neighbouring, accountant=accountant))
     c = cardmod.PrivacyCard(
-        claim=cardmod.Claim(epsilon=epsilon, delta=delta, unit=unit, neighbouring=neighbouring, accountant=accountant),
-        events=[SubsampledGaussian(sample_rate, sigma, steps, sampler)], clipping_norm=clipping_norm,
+        claim=claim, events=[] if non_private else [SubsampledGaussian(sample_rate, sigma, steps, sampler)],
+        clipping_norm=clipping_norm,
         expected_batch_size=batch_size, dataset_size=dataset_size, method=method,
         extra={"intended": {"epsilon": intended_epsilon, "source": "dpaudit card --intended-epsilon"}}
         if intended_epsilon is not None else {})
@@ -165,6 +187,9 @@ def card_cmd(epsilon, delta, sigma, sample_rate, steps, sampler, neighbouring, u
     c = cardmod.card_from_dict(c.to_dict(), "the card")  # every check a reader applies, before anything is written
     status = _claim_checked(c)
     write_atomic(out, lambda tmp: tmp.write_text(c.json_text()))
+    if non_private:
+        click.echo(f"{out}: no claim (a non-private baseline); `dpaudit evaluate` audits it as one")
+        return
     click.echo(f"{out}: claim ε = {epsilon:g} at δ = {probability(delta)}; {status}")
 
 

@@ -86,3 +86,13 @@ def test_a_delta_or_epsilon_no_gaussian_claim_has_is_refused_in_words(kw, needle
         card_from_opacus(engine, loader, opt, **kw)
     with pytest.raises(DpauditError, match="needs the Opacus PrivacyEngine that trained the model, got object"):
         card_from_opacus(object(), loader, opt, delta=1e-5)
+
+
+def test_an_engine_that_trained_without_noise_is_a_baseline_not_a_claim():
+    """Opacus trains at noise_multiplier = 0 without a word; the card refused it as a bad sigma with no way on.
+    The line names the non-private card that audits such a run."""
+    engine, model, opt, loader = _private(sigma=0.0)
+    _steps(model, opt, loader, 3)
+    for kw in ({}, {"epsilon": 8.0}):
+        with pytest.raises(DpauditError, match=r"noise_multiplier = 0 .*dpaudit card --non-private"):
+            card_from_opacus(engine, loader, opt, delta=1e-5, **kw)

@@ -190,6 +190,38 @@ def test_card_command(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_card_non_private_writes_a_baseline_that_evaluate_audits(tmp_path, capsys):
+    """A model trained without noise elsewhere had no card the CLI could write (every mechanism option was
+    required); --non-private writes one with no claim, and mechanism options beside it are refused."""
+    import json
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from dpaudit import api
+    from dpaudit.claim.card import load_card
+    from dpaudit.tasks.models import public_bpe_tokenizer
+
+    ck = tmp_path / "baseline"
+    tok = public_bpe_tokenizer(256)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=16, n_layer=1, n_head=2)).save_pretrained(ck)
+    tok.save_pretrained(ck)
+    api.new_canaries(m=16, seed=3).save(ck / "canaries.json")
+    assert main(["card", "--non-private", "--dataset-size", "500", "--out", str(ck / "privacy_card.json")]) == 0
+    assert "no claim" in capsys.readouterr().out
+    c = load_card(ck / "privacy_card.json")
+    assert not c.is_private and c.events == [] and c.dataset_size == 500
+    assert main(["evaluate", str(ck), "--out", str(tmp_path / "r"), "--quiet"]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["verdict"]["status"] == "no-claim"
+    for extra in (["--epsilon", "8"], ["--sigma", "1"], ["--intended-epsilon", "8"]):
+        assert main(["card", "--non-private", *extra, "--out", str(tmp_path / "x.json")]) == 2
+        err = capsys.readouterr().err
+        assert f"{extra[0]} describes a DP mechanism" in err and len(err.strip().splitlines()) == 1
+    assert main(["card", "--epsilon", "8", "--delta", "1e-5", "--out", str(tmp_path / "x.json")]) == 2
+    assert "--sigma is required" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
 def test_insert_canaries_into_a_dataset():
     from datasets import Dataset
 
