@@ -48,7 +48,10 @@ def read_json(path: Path, what: str, fix: str) -> dict:
         raise DpauditError(f"{what} {path} is {size:,} bytes, more than any dpaudit file ({MAX_JSON_BYTES:,}); it is "
                            "not one: restore the file")
     try:
-        return json.loads(path.read_text(), parse_constant=_no_constant)
+        return json.loads(path.read_text(), parse_constant=_no_constant, object_pairs_hook=unique_keys)
+    except DuplicateKey as e:
+        raise DpauditError(f"{what} {path} names the key {printable(str(e))!r} twice in one object (JSON readers "
+                           "disagree on which one counts); keep one") from None
     except (OSError, UnicodeDecodeError) as e:
         raise DpauditError(f"cannot read {what} {path}: {e}") from None
     except json.JSONDecodeError as e:
@@ -65,6 +68,30 @@ def read_json(path: Path, what: str, fix: str) -> dict:
 
 class _NonFinite(ValueError):
     pass
+
+
+class DuplicateKey(ValueError):
+    """A JSON object naming one key twice (the key is the message)."""
+
+
+def unique_keys(pairs: list) -> dict:
+    """json's ``object_pairs_hook`` that refuses a key named twice in one object: Python keeps the last value, other
+    readers the first, so a file holding both says two things (a card with two epsilons).
+
+    Args:
+        pairs: The object's (key, value) pairs in file order.
+
+    Returns:
+        The object as a dict.
+
+    Raises:
+        DuplicateKey: A key occurs twice.
+    """
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
 
 
 def _no_constant(name: str):

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
+from dpaudit.io import DuplicateKey, printable, regular_file, unique_keys
 
 MAX_FIELD = 10 * 2 ** 20  # characters of one CSV field (csv's default is 128 KiB; a long document fits)
 MAX_LINE = 2 * MAX_FIELD  # characters of one JSONL line (a record's fields and their JSON escapes)
@@ -48,8 +49,6 @@ def read_rows(path: Path, what: str, hint: str) -> list[dict]:
     Raises:
         DpauditError: A missing, unreadable or malformed file, in one line.
     """
-    from dpaudit.io import regular_file
-
     path = Path(path)
     regular_file(path, what, hint)
     if path.suffix not in SUFFIXES:
@@ -99,7 +98,10 @@ def _json_lines(path: Path, text: str) -> list[dict]:
             raise DpauditError(f"{path}: line {n} holds {len(line):,} characters, more than one record may "
                                f"({MAX_LINE:,}); split the document into records")
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=unique_keys)
+        except DuplicateKey as e:
+            raise DpauditError(f"{path}: line {n} names the key {printable(str(e))!r} twice (which one the record "
+                               "holds is a reader's guess); keep one") from None
         except (json.JSONDecodeError, RecursionError) as e:
             why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
             raise DpauditError(f"{path}: line {n} is not valid JSON ({why}); each line must be one object") from None
@@ -117,7 +119,10 @@ def _kind(value) -> str:
 def _json_array(path: Path, text: str) -> list[dict]:
     """The objects of a JSON array (Alpaca-style instruction data, pandas' ``to_json(orient="records")``)."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as e:
+        raise DpauditError(f"{path}: a record names the key {printable(str(e))!r} twice (which one it holds is a "
+                           "reader's guess); keep one") from None
     except (json.JSONDecodeError, RecursionError) as e:
         why = f"{e.msg}, line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "nested too deeply"
         raise DpauditError(f"{path} is not valid JSON ({why}); a .json data file is one array of objects, or one "

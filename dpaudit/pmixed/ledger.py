@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
+from dpaudit.io import DuplicateKey, printable, unique_keys
 
 LEDGER, LOCK = "ledger.json", "ledger.lock"
 
@@ -84,10 +85,15 @@ class Ledger:
             raise DpauditError(f"{self.folder}: no {LEDGER}; this is not a PMixED deployment (or its ledger was "
                                "deleted: the budget cannot be restored, retrain)")
         try:
-            s = json.loads(self.path.read_text())
-        except json.JSONDecodeError as e:
-            raise DpauditError(f"{self.path}: corrupt ledger ({e.msg}); refusing to answer") from None
-        if not (isinstance(s.get("queries"), int) and isinstance(s.get("spent"), int) and 0 <= s["spent"]):
+            s = json.loads(self.path.read_text(), object_pairs_hook=unique_keys)
+        except DuplicateKey as e:  # {"spent": 9, "spent": 0}: a reader keeping the last would reset the budget
+            raise DpauditError(f"{self.path}: corrupt ledger (the key {printable(str(e))!r} twice); refusing to "
+                               "answer") from None
+        except (json.JSONDecodeError, RecursionError, UnicodeDecodeError) as e:
+            why = e.msg if isinstance(e, json.JSONDecodeError) else "not JSON text"
+            raise DpauditError(f"{self.path}: corrupt ledger ({why}); refusing to answer") from None
+        if not (isinstance(s, dict) and all(isinstance(s.get(k), int) and not isinstance(s.get(k), bool)
+                                            for k in ("queries", "spent")) and 0 <= s["spent"]):
             raise DpauditError(f"{self.path}: ledger fields 'queries' and 'spent' must be integers; refusing to answer")
         if self.budget is not None and s["queries"] != self.budget:
             raise DpauditError(f"{self.path}: the ledger's budget T = {s['queries']} is not the deployment's T = "

@@ -321,3 +321,26 @@ def test_a_toml_file_saved_with_a_byte_order_mark_reads_as_without_it(tmp_path, 
     capsys.readouterr()
     assert main(["check", report, "--policy", str(plain)]) == 0
     assert main(["check", report, "--policy", str(bom)]) == 0, capsys.readouterr().err
+
+
+def test_a_dpaudit_file_naming_a_key_twice_is_refused_by_every_reader(tmp_path, capsys):
+    """A card with "epsilon": 8 and "epsilon": 1 in one object says 8 to a reader that keeps the first and 1 to
+    Python's json: the gate and a human would read different claims. Every dpaudit file (card, manifest, report,
+    run record) is read by dpaudit.io.read_json, which now refuses a key named twice, naming it."""
+    run = _run(tmp_path)
+    ck = run / "dp-eps8" / "checkpoint"
+    report = run / "dp-eps8" / "report" / "report.json"
+    cases = ((ck / "privacy_card.json", '"claim": {', '"claim": {"epsilon": 100, ', "epsilon",
+              ["account", "--card", str(ck / "privacy_card.json")]),
+             (report, '"verdict": {', '"verdict": {"status": "violated", ', "status", ["check", str(report)]),
+             (ck / "canaries.json", '"canaries": [', '"canaries": [], "canaries": [', "canaries",
+              ["evaluate", str(ck), "--out", str(tmp_path / "r")]))
+    for path, anchor, doubled, key, argv in cases:
+        text = path.read_text()
+        assert anchor in text, (path, anchor)
+        path.write_text(text.replace(anchor, doubled, 1))
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"names the key '{key}' twice" in err, (argv, err)
+        path.write_text(text)

@@ -196,6 +196,17 @@ def test_a_ledger_edited_to_a_larger_budget_is_refused(tmp_path):
     assert main(["pmixed", "budget", str(tmp_path)]) == 2
 
 
+@pytest.mark.parametrize("text, needle", [
+    ('{"queries": 5, "spent": 5, "spent": 0}', "the key 'spent' twice"),  # a last-wins reader: the budget reset
+    ('[]', "must be integers"), ('{"queries": true, "spent": 0}', "must be integers"),
+    ('{"queries": 5, "spent": false}', "must be integers")])
+def test_a_ledger_that_says_two_things_or_holds_flags_answers_nothing(tmp_path, text, needle):
+    led = Ledger.create(tmp_path, 5)
+    (tmp_path / "ledger.json").write_text(text)
+    with pytest.raises(DpauditError, match=needle):
+        led.reserve(1)
+
+
 def test_ledger_holds_across_processes(tmp_path):
     Ledger.create(tmp_path, 50)
     with get_context("spawn").Pool(4) as pool:

@@ -277,3 +277,16 @@ def test_a_header_naming_a_column_twice_is_refused(tmp_path, suffix):
                                          + "".join(sep.join([f"t{i}", str(i % 2), "1"]) + "\n" for i in range(20)))
     with pytest.raises(DpauditError, match="names the column 'label' twice; rename or remove one"):
         sentiment.load(str(tmp_path / f"d{suffix}"))
+
+
+def test_a_json_record_naming_a_key_twice_is_refused(tmp_path):
+    """{"text": ..., "label": 1, "label": 0}: Python keeps the last, other readers the first; a record that says two
+    things is refused, by line, in JSON Lines and in a JSON array alike."""
+    good = [{"text": f"film {i}", "label": i % 2} for i in range(19)]
+    body = "".join(json.dumps(r) + "\n" for r in good) + '{"text": "x", "label": 1, "label": 0}\n'
+    (tmp_path / "d.jsonl").write_text(body)
+    with pytest.raises(DpauditError, match="line 20 names the key 'label' twice"):
+        sentiment.load(str(tmp_path / "d.jsonl"))
+    (tmp_path / "a.json").write_text("[" + ", ".join(body.strip().splitlines()) + "]")
+    with pytest.raises(DpauditError, match="a record names the key 'label' twice"):
+        sentiment.load(str(tmp_path / "a.json"))
