@@ -221,5 +221,7 @@ def test_the_plan_is_the_noise_and_claim_its_committed_card_records(config, vari
             assert f"{sigma:.4g}" in p.noise, (p.name, p.noise, sigma)
         if card.get("method") == "group_privacy":
             assert f"record-level ε = {card['extra']['record_level']['epsilon']:.4g}" in p.noise, p.noise
-        assert math.isclose(p.claim, card["claim"]["epsilon"], rel_tol=1e-9), (p.name, p.claim, card["claim"])
+        # to the accountants' float reproducibility across CPUs: an AMD EPYC without AVX-512 gave the user-level and
+        # LMO claims 1e-8 apart from the committed cards (PRV's own error is 1e-2); target vs claim differ by 1e-4
+        assert math.isclose(p.claim, card["claim"]["epsilon"], rel_tol=1e-6), (p.name, p.claim, card["claim"])
         assert p.delta == card["claim"]["delta"]
