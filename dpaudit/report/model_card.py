@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from dpaudit.errors import DpauditError, first_line
-from dpaudit.io import refuse_link, write_atomic_all
+from dpaudit.io import printable, refuse_link, write_atomic_all
 from dpaudit.markup import md, md_tree, percent, probability
 from dpaudit.options import current_words
 from dpaudit.report.markdown import headline
@@ -151,7 +151,7 @@ def _with_tags(front: str, results: list | None = None) -> str:
     import yaml
 
     try:
-        meta = yaml.safe_load(front) if front.strip() else {}
+        meta = _load_unique(front) if front.strip() else {}
     except yaml.YAMLError as e:
         raise DpauditError(f"the card's front matter is not valid YAML ({first_line(e, 120)}); fix it first") from None
     meta = {} if meta is None else meta
@@ -176,6 +176,34 @@ def _with_tags(front: str, results: list | None = None) -> str:
     if text is None or yaml.safe_load(text) != want:
         text = yaml.safe_dump(want, sort_keys=False, allow_unicode=True, default_flow_style=False)
     return "---\n" + text + ("" if text.endswith("\n") else "\n") + "---\n"
+
+
+def _load_unique(front: str):
+    """The front matter as YAML (safe), a key named twice in one mapping refused: PyYAML and the Hub keep the last
+    (``license: mit`` then ``license: apache-2.0``), and rewriting the card would drop the first without a word."""
+    import yaml
+
+    class _Unique(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged by construct_mapping, not a key
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                twice = key in seen
+                seen.add(key)
+            except TypeError:  # a key that is a list or mapping: the constructor's own error says so
+                twice = False
+            if twice:
+                raise DpauditError(f"the card's front matter names the key {printable(str(key))[:80]!r} twice in one "
+                                   "mapping (the Hub reads the last, rewriting would drop the first); keep one")
+        return loader.construct_mapping(node, deep)
+
+    _Unique.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(front, Loader=_Unique)  # noqa: S506 - a SafeLoader subclass: no Python objects constructed
 
 
 def _model_index(old, results: list) -> list | None:

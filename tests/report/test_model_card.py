@@ -95,8 +95,12 @@ def test_the_report_shipped_with_the_model_re_checks_from_the_models_own_folder(
     (lambda d: (d / "README.md").write_text("---\n[a, b]\n---\nx\n"), "not a YAML mapping"),
     (lambda d: (d / "README.md").write_text("---\nmodel-index: 5\n---\nx\n"), "not a list of {name, results}"),
     (lambda d: (d / "README.md").write_text("---\nmodel-index:\n- results: 3\n---\nx\n"), "not a list of {name, results}"),
+    # the Hub keeps the last of two keys; rewriting the card dropped the user's first license and tags silently
+    (lambda d: (d / "README.md").write_text("---\nlicense: mit\ntags:\n- a\nlicense: apache-2.0\n---\nx\n"),
+     "names the key 'license' twice"),
+    (lambda d: (d / "README.md").write_text("---\nwidget:\n  text: a\n  text: b\n---\nx\n"), "names the key 'text' twice"),
 ], ids=["a folder", "one marker", "tags a number", "broken YAML", "unclosed front matter", "a list", "a flow list",
-        "model-index a number", "results a number"])
+        "model-index a number", "results a number", "a key twice", "a nested key twice"])
 def test_a_card_it_cannot_edit_safely_is_refused_in_one_line(setup, needle, tmp_path, capsys):
     setup(tmp_path)
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
