@@ -9,6 +9,7 @@ import math
 import click
 
 from dpaudit import options
+from dpaudit.io import DuplicateKey, printable, unique_keys
 from dpaudit.markup import probability
 
 _COMMON = [
@@ -85,7 +86,9 @@ def account_noise(noise_json, delta, steps, sample_rate, clipping_norm, draw, as
         raise DpauditError(f"--noise is {len(noise_json):,} characters; the law of Y is a small JSON object like "
                            "'{\"a3\": 1, \"u_low\": 1, \"u_high\": 2}'")
     try:
-        d = json.loads(noise_json)
+        d = json.loads(noise_json, object_pairs_hook=unique_keys)
+    except DuplicateKey as e:  # {"a1": 0.3, "a1": 0.9}: which weight the account is of would be the parser's choice
+        raise DpauditError(f"--noise names {printable(str(e))!r} twice; give each parameter once") from None
     except json.JSONDecodeError as e:
         raise DpauditError(f"--noise is not valid JSON ({e.msg}); pass an object like '{{\"a3\": 1, \"u_low\": 1, "
                            "\"u_high\": 2}'") from None

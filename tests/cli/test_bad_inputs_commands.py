@@ -73,6 +73,9 @@ CASES = [
     ("lmo account with noise nested 50,000 deep", lambda w: ["lmo", "account", "--noise", "[" * 50000 + "]" * 50000,
                                                              "--delta", "1e-10", "--steps", "10", "--sample-rate", "0.1"],
      "--noise"),
+    ("lmo account with a parameter named twice", lambda w: ["lmo", "account", "--noise", NOISE.replace(
+        '"a1": 0.3', '"a1": 0.3, "a1": 0.9'), "--delta", "1e-10", "--steps", "10", "--sample-rate", "0.1"],
+     "--noise names 'a1' twice"),
     ("pmixed search with 10^9 candidates", lambda w: ["pmixed", "search", w, "--out", w / "s", "--candidates",
                                                       "1000000000"], "--candidates"),
     ("pmixed search with seed -1", lambda w: ["pmixed", "search", w, "--out", w / "s", "--seed", "-1"], "--seed"),
