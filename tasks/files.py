@@ -142,10 +142,16 @@ def _parquet(path: Path) -> list[dict]:
         raise DpauditError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow, or dpaudit[train]); or save "
                            "the data as .jsonl or .csv") from None
     try:
-        return pq.read_table(path).to_pylist()
+        names = list(pq.read_schema(path).names)  # before the table: pyarrow's own read fails on such a file
+        twice = sorted({c for c in names if names.count(c) > 1})
+        rows = None if twice else pq.read_table(path).to_pylist()
     except Exception as e:  # noqa: BLE001 - a damaged or foreign file is bad input
         why = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
         raise DpauditError(f"{path} is not a readable Parquet file ({why}); save it again with to_parquet") from None
+    if twice:  # pyarrow writes such a file; which column a record holds would be a reader's guess
+        raise DpauditError(f"{path}: the Parquet file names the column {printable(twice[0])!r} twice; rename or remove "
+                           "one of them")
+    return rows
 
 
 MEMORY_PER_BYTE = 10  # Python's rows (str objects, dicts) of a text file take about this many times its size

@@ -290,3 +290,15 @@ def test_a_json_record_naming_a_key_twice_is_refused(tmp_path):
     (tmp_path / "a.json").write_text("[" + ", ".join(body.strip().splitlines()) + "]")
     with pytest.raises(DpauditError, match="a record names the key 'label' twice"):
         sentiment.load(str(tmp_path / "a.json"))
+
+
+def test_a_parquet_file_naming_a_column_twice_is_refused_by_name(tmp_path):
+    """pyarrow writes such a file; reading it failed inside pyarrow ("Multiple matches for FieldRef") and the line
+    told the user to save it again. It now names the column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table([pa.array([f"t{i}" for i in range(20)]), pa.array([i % 2 for i in range(20)]),
+                             pa.array([1] * 20)], names=["text", "label", "label"]), tmp_path / "d.parquet")
+    with pytest.raises(DpauditError, match="names the column 'label' twice; rename or remove one"):
+        sentiment.load(str(tmp_path / "d.parquet"))
