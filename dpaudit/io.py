@@ -89,9 +89,22 @@ def unique_keys(pairs: list) -> dict:
     """
     out = dict(pairs)
     if len(out) != len(pairs):
-        seen: set = set()
-        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        raise DuplicateKey(repeated([k for k, _ in pairs]))
     return out
+
+
+def repeated(names):
+    """The first of ``names`` (hashable, in order) that occurs a second time, or None: one reading of "named
+    twice" for JSON keys, CSV/TSV headers and Parquet columns, each of which a reader would take one of silently.
+
+    Args:
+        names: The keys or column names, in file order.
+
+    Returns:
+        The first name seen twice, or None.
+    """
+    seen: set = set()
+    return next((n for n in names if n in seen or seen.add(n)), None)
 
 
 def _no_constant(name: str):

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from dpaudit.errors import DpauditError
-from dpaudit.io import DuplicateKey, printable, regular_file, unique_keys
+from dpaudit.io import DuplicateKey, printable, regular_file, repeated, unique_keys
 
 MAX_FIELD = 10 * 2 ** 20  # characters of one CSV field (csv's default is 128 KiB; a long document fits)
 MAX_LINE = 2 * MAX_FIELD  # characters of one JSONL line (a record's fields and their JSON escapes)
@@ -77,9 +77,9 @@ def read_rows(path: Path, what: str, hint: str) -> list[dict]:
     csv.field_size_limit(MAX_FIELD)
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ",")
-        twice = sorted({c for c in reader.fieldnames or () if list(reader.fieldnames or ()).count(c) > 1})
-        if twice:  # DictReader would keep the last such column without a word
-            raise DpauditError(f"{path}: the header names the column {twice[0]!r} twice; rename or remove one of them")
+        twice = repeated(reader.fieldnames or ())
+        if twice is not None:  # DictReader would keep the last such column without a word
+            raise DpauditError(f"{path}: the header names the column {twice!r} twice; rename or remove one of them")
         return list(reader)
     except csv.Error as e:
         raise DpauditError(f"{path}: not readable as {path.suffix[1:].upper()} ({str(e)[:120]}); fields of at most "
@@ -142,14 +142,13 @@ def _parquet(path: Path) -> list[dict]:
         raise DpauditError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow, or dpaudit[train]); or save "
                            "the data as .jsonl or .csv") from None
     try:
-        names = list(pq.read_schema(path).names)  # before the table: pyarrow's own read fails on such a file
-        twice = sorted({c for c in names if names.count(c) > 1})
-        rows = None if twice else pq.read_table(path).to_pylist()
+        twice = repeated(pq.read_schema(path).names)  # before the table: pyarrow's own read fails on such a file
+        rows = None if twice is not None else pq.read_table(path).to_pylist()
     except Exception as e:  # noqa: BLE001 - a damaged or foreign file is bad input
         why = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
         raise DpauditError(f"{path} is not a readable Parquet file ({why}); save it again with to_parquet") from None
-    if twice:  # pyarrow writes such a file; which column a record holds would be a reader's guess
-        raise DpauditError(f"{path}: the Parquet file names the column {printable(twice[0])!r} twice; rename or remove "
+    if twice is not None:  # pyarrow writes such a file; which column a record holds would be a reader's guess
+        raise DpauditError(f"{path}: the Parquet file names the column {printable(twice)!r} twice; rename or remove "
                            "one of them")
     return rows
 

@@ -11,6 +11,7 @@ import click
 
 from dpaudit import checks
 from dpaudit.errors import DpauditError
+from dpaudit.io import repeated
 from dpaudit.markup import percent, probability
 
 
@@ -259,8 +260,8 @@ def _table_rows(path: Path) -> dict:
     if "score" not in names or "inserted" not in names:
         raise DpauditError(f"{path}: a {kind} needs the columns score and inserted (one row per canary)"
                            f"{_found(dict.fromkeys(names))}{_RENAME}")
-    twice = next((c for c in ("score", "inserted") if names.count(c) > 1), None)
-    if twice:
+    twice = repeated([c for c in names if c in ("score", "inserted")])
+    if twice is not None:
         raise DpauditError(f"{path}: the header names the column {twice} twice; keep one")
     i, j = names.index("score"), names.index("inserted")
     body = [r for r in rows[1:] if any(c.strip() for c in r)]
