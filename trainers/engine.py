@@ -20,6 +20,7 @@ the record- and user-level entry points share their planning, accounting and whi
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import asdict, astuple, dataclass, field
 
@@ -57,6 +58,7 @@ class TrainResult:
     resumed_at: list = field(default_factory=list)  # logical steps this run was resumed from (trainers/snapshot.py)
     release: bool = False  # a train.secure_rng run: un-noised statistics of the private data stay out of run.json
     sampling: dict | None = None  # canaries at their own rate: {records, canaries, accounted, canary_records, divisor}
+    precision_note: str | None = None  # train.autocast not applied as asked, and why (dpaudit.device.bf16_autocast)
 
     def summary(self) -> dict:
         d = asdict(self)
@@ -190,7 +192,8 @@ def card_rate(q: float, canary_rate: float | None) -> float:
     return q if canary_rate is None else max(q, float(canary_rate))
 
 
-def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=None, resumed=None) -> TrainResult:
+def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=None, resumed=None,
+            precision_note=None) -> TrainResult:
     """What happened; ``events`` (a custom noise) replace the Gaussian event, and epsilon is then the caller's.
     Over 8 parameters: what one training run did, gathered from train() and train_users(); internal."""
     gc = canaries.to_dict() if canaries is not None else None
@@ -199,7 +202,8 @@ def _result(cfg, steps, n, q, sigma, delta, losses, t0, canaries, stats, events=
     ran = dict(steps=steps, dataset_size=n, sample_rate=q, losses=losses, seconds=time.time() - t0,
                gradient_canaries=gc, gradient_canaries_more=more, resumed_at=resumed)
     if not cfg.private:
-        return TrainResult(private=False, noise_multiplier=None, delta=None, epsilon=None, **ran)
+        return TrainResult(private=False, noise_multiplier=None, delta=None, epsilon=None,
+                           precision_note=precision_note, **ran)
     if events is not None:  # a custom noise: the caller's epsilon
         return TrainResult(private=True, noise_multiplier=None, delta=delta, epsilon=None, events=list(events),
                            clipping=stats.summary(), release=cfg.secure_rng, **ran)
@@ -331,9 +335,12 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
                              identity=run_identity(cfg, tensors) if cfg.gradient_canaries else None)
         start, so_far, after, resumed = _resumable(
             snapshots, RunParts(model, opt, {}, {}, canaries, None, lambda t: [], stream), steps)
-        losses = loop.run(model, opt, stream, RecordStep(model, choices=choices, split_cap=cfg.max_physical_batch_size,
-                                                         autocast=cfg.autocast), steps, desc="train", start=start, losses=so_far, after_step=after)
-        return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None, resumed=resumed)
+        step = RecordStep(model, choices=choices, split_cap=cfg.max_physical_batch_size, autocast=cfg.autocast)
+        if step.precision_note:  # bf16 asked for on a CPU that only emulates it: float32, said and recorded
+            print(f"note: {step.precision_note}", file=sys.stderr)
+        losses = loop.run(model, opt, stream, step, steps, desc="train", start=start, losses=so_far, after_step=after)
+        return model, _result(cfg, steps, n, q, None, None, losses, t0, canaries, None, resumed=resumed,
+                              precision_note=step.precision_note)
     delta, steps = plan.delta, plan.steps
     flags = _canary_flags(records, canary_rate, cfg, event)
     q_card = card_rate(q, None if flags is None else canary_rate)  # what the card accounts

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from dpaudit import opacus_private as op
-from dpaudit.errors import DpauditError
+from dpaudit.device import bf16_autocast
 from dpaudit.tokens import model_device
 from dpaudit.trainers.data import UserBatches, parts
 from dpaudit.trainers.loss import batch_loss, forward, per_sample_loss, trim
@@ -29,10 +29,9 @@ class RecordStep:
         self.model, self.criterion, self.choices, self.split_cap = model, criterion, choices, split_cap
         self.placeholder = placeholder  # sharded training: a zero-loss record an empty local batch runs (FSDP)
         self.device = model_device(model)
-        self.autocast = autocast  # "bf16": a non-private run's forward under bf16 autocast (CPU with AMX, CUDA)
-        if autocast == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise DpauditError(f"train.autocast = 'bf16' needs a GPU with bfloat16 support; {self.device} has none: "
-                               "remove train.autocast (float32) for this device")
+        # "bf16": a non-private run's forward under bf16 autocast where the device computes it natively (a CPU
+        # with AVX512-BF16 or AMX, a CUDA GPU); float32 on a CPU without (dpaudit.device.bf16_autocast, noted)
+        self.autocast, self.precision_note = bf16_autocast(self.device, autocast)
 
     def __call__(self, batch) -> tuple[float, int]:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast == "bf16"):

@@ -99,7 +99,23 @@ def plan(cfg_path: Path, only: tuple[str, ...] = ()) -> tuple[list[VariantPlan],
 
             methods.preflight(cfg, v, data, manifest, n)
         out.append(_variant(cfg, v, n, users, manifest, model_params))
+        notes += _precision(v)
     return out, notes
+
+
+def _precision(v) -> list[str]:
+    """What the run will say of train.autocast on this machine (dpaudit.device.bf16_autocast): bf16 asked for on a
+    CPU that only emulates it trains in float32, and a GPU without bf16 is refused, here as in the run."""
+    from dpaudit import device
+
+    eng = v.trainer.engine
+    if eng.autocast != "bf16":
+        return []
+    try:
+        where = device.resolve(eng.device, f"{v.name}: train.device")
+    except DpauditError:  # CUDA named on a machine without: the plan is for the machine that will run it
+        return []
+    return [f"{v.name}: {why}" for why in [device.bf16_autocast(where, eng.autocast)[1]] if why]
 
 
 def _variant(cfg, v, n_records: int, users: int | None, manifest, model_params) -> VariantPlan:

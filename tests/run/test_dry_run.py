@@ -225,3 +225,17 @@ def test_the_plan_is_the_noise_and_claim_its_committed_card_records(config, vari
         # LMO claims 1e-8 apart from the committed cards (PRV's own error is 1e-2); target vs claim differ by 1e-4
         assert math.isclose(p.claim, card["claim"]["epsilon"], rel_tol=1e-6), (p.name, p.claim, card["claim"])
         assert p.delta == card["claim"]["delta"]
+
+
+def test_the_dry_run_says_a_cpu_without_bf16_trains_the_baseline_in_float32(monkeypatch):
+    """configs/demo.toml's baseline asks for bf16 autocast; on a CPU that only emulates bf16 the run trains in float32
+    (dpaudit.device.bf16_autocast), and the dry run says so before any training."""
+    from dpaudit import device
+
+    monkeypatch.setattr(device, "cpu_bf16_native", lambda: False)
+    _, notes = dry_run.plan(ROOT / "configs" / "demo.toml", ("non-private",))
+    assert any(n.startswith("non-private: train.autocast = 'bf16' not applied") and "float32 instead" in n
+               for n in notes), notes
+    monkeypatch.setattr(device, "cpu_bf16_native", lambda: True)
+    _, notes = dry_run.plan(ROOT / "configs" / "demo.toml", ("non-private",))
+    assert not any("autocast" in n for n in notes), notes
