@@ -155,6 +155,9 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         pr, engine, loader, opt = probed[5], probed[4], probed[3], probed[1]
         pr.save(out)
+        from safetensors.torch import save_model
+
+        save_model(probed[0], str(out / "model.safetensors"))  # the weights beside the record (the check ``weights``)
         card = api.card_from_opacus(engine, loader, opt, delta=1e-5)
         card.save(out / "privacy_card.json")
         checks = [e.as_dict() for e in evidence.mechanism_checks(scoring.whitebox(out), card)]

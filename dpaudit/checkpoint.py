@@ -92,7 +92,9 @@ class Checkpoint:
     @property
     def model_dir(self) -> Path:
         """model/ for dpaudit's layout, the folder itself for a plain Hugging Face output folder."""
-        return self.path / "model" if (self.path / "model").is_dir() else self.path
+        from dpaudit.probe.readback import model_dir
+
+        return model_dir(self.path)
 
     def load_model(self):
         """(model, tokenizer), LoRA adapters merged into the base."""

@@ -102,9 +102,10 @@ ACCOUNTING_STATUSES = ("verified", "under-claim", "unverifiable")
 # no-power: no bound was possible at all. The same words as the headline's, with the same meaning.
 EMPIRICAL_STATUSES = ("violated", "consistent", "underpowered", "no-power")
 PROBE_CHECKS = ("noise", "sampling", "clipping", "steps", "divisor", "coverage")  # dpaudit/audit/mechanism_checks.py
-# every check a report can carry: the probe's, and "records" (the card names probe runs whose records are missing,
-# dpaudit/probe/readback.py)
-MECHANISM_CHECKS = ("records", *PROBE_CHECKS)
+# every check a report can carry: the probe's, "records" (the card names probe runs whose records are missing,
+# dpaudit/probe/readback.py) and "weights" (the record's fingerprint of the weights it watched, compared with the
+# checkpoint's: dpaudit/probe/fingerprint.py)
+MECHANISM_CHECKS = ("records", "weights", *PROBE_CHECKS)
 CHECK_STATUSES = ("pass", "fail", "not tested")  # a mechanism check's outcome
 NOISE_STATUSES = ("no shortfall", "below the card")  # a white-box noise check (dpaudit/audit/noise_check.py)
 PLAN_STATUSES = ("as planned", "off-plan", "unplanned")  # the evaluation against the plan fixed before training

@@ -167,6 +167,8 @@ BUGS = {
     "wrong-rate-fsdp": ("FSDP: every rank's loader samples at twice the card's q (the divisor the card's)", "sampling"),
     "shuffle-larger-batch": ("fixed-size batches of 2 B, the card (and probe) stating fixed-size batches of B",
                              "sampling"),
+    "other-weights": ("another model's weights (a fresh one of the same shape) saved beside the run's record",
+                      "weights"),
 }
 # the optimizer-side bugs again in the loops whose adapter differs (``bug@loop``): the same DP optimizer, wrapped or
 # prepared otherwise
@@ -227,6 +229,18 @@ def synthetic(n: int, seed: int):
     x = torch.randint(0, VOCAB, (n, LENGTH), generator=g)
     y = (x[:, 0] >= VOCAB // 2).long()
     return x, y
+
+
+def save_weights(model, folder: Path, loop: Loop, bug: str | None) -> None:
+    """The trained weights beside the record, as a plain PyTorch user saves them (``safetensors.torch.save_model``
+    on the module make_private returned, Opacus' ``_module.`` names and all); bug ``other-weights``: a fresh model
+    of the same shape saved instead, the wrong file shipped beside the DP run's record (the check ``weights``)."""
+    from safetensors.torch import save_model
+
+    if bug == "other-weights":
+        torch.manual_seed(10_007)
+        model = build_model(loop, None)
+    save_model(model, str(folder / "model.safetensors"))
 
 
 def build_model(loop: Loop, bug: str | None):
@@ -369,6 +383,7 @@ def run(name: str, bug: str | None, seed: int, folder: Path, s: Settings | None 
         probe = api.attach_probe(optimizer, **probe_kw)
         _train(model, optimizer, criterion, loader, loop, s, bug, scheduler, outside, probe)
         probe.save(folder)
+        save_weights(model, folder, loop, bug)
     card = api.card_from_opacus(engine, dp_loader if hasattr(dp_loader, "sample_rate") or loop.shuffle
                                 else _Rated(q_card, N), dp_optimizer, delta=s.delta, method="conformance")
     card = stated_card(card, loop, bug, q_card, N, s, probe)
@@ -530,6 +545,9 @@ def _ddp_worker(rank, world, out, bug, seed, epochs, m):
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         probe.save(out)
+        from safetensors.torch import save_model
+
+        save_model(model, str(out / "model.safetensors"))  # rank 0's copy: every rank holds the same weights
         card = api.card_from_opacus(engine, loader, opt, delta=1e-5)
         if bug == "wrong-rate":  # the card the team wrote: the rate it meant, the steps that ran
             from dataclasses import replace
@@ -826,6 +844,7 @@ def _train_hf(model, optimizer, loader, loop: Loop, s: Settings, seed: int, fold
                         callbacks=callbacks)
     trainer._dp_loader = _DictLoader(loader, loop.accumulate)
     trainer.train()
+    trainer.save_model(str(folder))  # as a Trainer user saves: model.safetensors beside the callback's record
     return cb.probe
 
 

@@ -114,6 +114,7 @@ class ProbeCore:
             "noise_tensors": self.tensor_names,
             "coverage": self.coverage.record() if self.coverage is not None else {"model_given": False},
             "online": self.online.record(),
+            **({"weights": w} if (w := self._weights()) is not None else {}),
             "arrays": {**(self.meter.arrays(self.clipping_norm / self._meter_units)
                           if self.meter is not None else {}),
                        "clip_exact": np.asarray(self.clip_exact if self.n_clip else [], dtype=np.float64),
@@ -123,6 +124,11 @@ class ProbeCore:
                        "sum_ratio": np.asarray(self.sum_ratio, dtype=np.float64),
                        "clip_projections": clip, "clip_sampled": sampled},
         }
+
+    def _weights(self) -> dict | None:
+        """The fingerprint of the weights this probe's optimizer trained (dpaudit/probe/fingerprint.py), or why there
+        is none; None where the adapter holds no weights (the functional probe's loop keeps them)."""
+        return None
 
     _meter_units = 1.0  # the meter reads the noise in the sum's units (Opacus); the functional probe's in the update's
 

@@ -154,10 +154,28 @@ class Probe(ProbeCore):
             self.online = Online(noise_multiplier=sigma, tensors=len(dp_params), sample_rate=self.sample_rate,
                                  dataset_size=dataset_size, on_fail=on_fail, sampler=sampler)
             self.tensor_names = _tensor_names(model, dp_params, self.block)
+            self._watched = [(p, n) for p, n in zip(dp_params, self.tensor_names) if p is not self.block]
         if private:
             self._wrap_private()
         else:
             self._wrap_plain(expected_batch_size)
+
+    def _weights(self) -> dict | None:
+        from dpaudit.probe import fingerprint
+
+        if self.fsdp:
+            return fingerprint.not_taken("under FSDP each rank holds a shard of every parameter")
+        watched = getattr(self, "_watched", [])
+        if not watched:
+            return None
+        def reader(p):
+            def read(idx):
+                with torch.no_grad():
+                    return p.detach().reshape(-1)[torch.as_tensor(idx, device=p.device)].to(torch.float64).cpu().numpy()
+            return read
+
+        return fingerprint.take([(n, tuple(p.shape), str(p.dtype).removeprefix("torch."), reader(p))
+                                 for p, n in watched], self.run_id)
 
     # -- wiring ---------------------------------------------------------------------------------------------
 

@@ -95,6 +95,10 @@ def _read_whitebox(f: Path, audited=None, card=None) -> dict:
         d["noise_check"] = {"values": int(o["values"]), "steps": int(o["steps"]), "m": int(signs.size),
                             "sum_of_squares": float(o["sum_of_squares"]), "noise_multiplier": params["noise_multiplier"]}
     d["readings"] = probe_record.read(f.parent, d, d.get("steps_array"), signs)  # the probe's, for the checks
+    if d["readings"] is not None:  # tied to the weights beside it? (dpaudit/probe/fingerprint.py)
+        from dpaudit.probe import fingerprint
+
+        d["weights_check"] = fingerprint.compare((d.get("probe") or {}).get("weights"), model_dir(f.parent))
     d.pop("steps_array", None)
     return {**d, "scores": chosen, "sum_scores": scores, "statistic": stat, "statistic_params": params,
             "bound_to_card": bound}
@@ -159,9 +163,16 @@ def mechanism_checks(whitebox: list | None, card) -> list[MechanismEvidence]:
     if w["kind"] not in noise_check.KINDS:  # dense canaries overlap: their projections are not independent noise
         r = mc.Readings(**{**r.__dict__, "heldout_ss": None, "heldout_m": 0})
     view = card_view(card, float(r.probe.get("sample_rate", 0.0)))
+    tie = [mc.row("weights", *w["weights_check"], 0.0)] if w.get("weights_check") else []  # deterministic
     return [MechanismEvidence(w["name"], r.probe.get("mode"), r.probe.get("coordinates"), r.probe.get("optimizer"),
                               r.probe.get("world_size", 1), bool(w.get("bound_to_card")), mc.ALPHA,
-                              tuple(mc.run(r, view)))]
+                              tuple(mc.run(r, view) + tie))]
+
+
+def model_dir(folder: Path) -> Path:
+    """Where a checkpoint folder keeps its weights: model/ (dpaudit's layout), else the folder itself (a plain
+    Hugging Face output folder; dpaudit.checkpoint.Checkpoint.model_dir reads the same layout)."""
+    return folder / "model" if (folder / "model").is_dir() else folder
 
 
 def card_view(card, probe_rate: float):

@@ -54,7 +54,8 @@ _PROBE = {"schema_version": "int", "run_id": "str?", "mode": "str", "coordinates
           "world_size": "int+", "steps": "int", "sample_rate": "rate0", "sampler": "str", "clipping_norm": "num?",
           "noise_multiplier": "num?", "divisor": "num?", "divisor_from": "str", "clip_canaries": "int", "clip_multiple": "num",
           "clip_entry": "str?", "sum_tolerance": "num", "clip_exact_tolerance": "num", "noise_tensors": "list",
-          "coverage": "dict", "online": "dict", "arrays_file": "str", "arrays_sha256": "sha", "dataset_size": "int?"}
+          "coverage": "dict", "online": "dict", "arrays_file": "str", "arrays_sha256": "sha", "dataset_size": "int?",
+          "weights": "dict?"}
 _ONLINE = {"statistic": "str", "sample_rate": "rate0", "noise_multiplier": "num", "steps": "int", "values": "int",
            "sum_of_squares": "num", "llr": "list"}
 _PROBE_ONLINE = {"alpha": "num", "sigma": "num?", "steps": "int", "statistical": "list"}
@@ -100,6 +101,10 @@ def check_types(f, record: dict) -> None:
                 where = ".".join((*path, key))
                 raise DpauditError(f"{f}: '{where}' must be {_KINDS[kind]}, got {printable(repr(d[key]))[:60]}; the "
                                    "record is damaged or edited: restore the record written with the model")
+    if isinstance(record.get("probe"), dict) and record["probe"].get("weights") is not None:
+        from dpaudit.probe import fingerprint
+
+        fingerprint.check(f, record["probe"]["weights"])  # its own structure: tensors, coordinates, finite values
 
 
 NO_READING_IS_NAN = ("clip_exact",)  # the probe's arrays where NaN is a step without that reading, not a bad value

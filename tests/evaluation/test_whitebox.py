@@ -113,7 +113,8 @@ def test_engine_canaries_on_a_block_with_online_statistic(tiny_model_factory, tm
     assert wb["statistic"] == "likelihood_ratio" and wb["epsilon_lb"] <= 1.0
     (entry,) = r["mechanism_checks"]
     # coverage: dpaudit's engine steps only its DP optimizer and does not hand the probe the model
-    assert entry["coordinates"] == "block" and [c["status"] for c in entry["checks"]] == ["pass"] * 5 + ["not tested"]
+    assert entry["coordinates"] == "block" and [c["status"] for c in entry["checks"]] == ["pass"] * 5 + ["not tested", "pass"]
+    assert entry["checks"][-1]["check"] == "weights"  # the record is tied to the weights saved beside it
     assert "clip canaries of norm 4 C" in entry["checks"][2]["finding"]
     assert r["noise_checks"][0]["coordinates"] == "block"
     # block canaries are independent: the test past thresholding, its threshold from the card, its bound below ε

@@ -62,9 +62,12 @@ def _train(kind: str, folder, probe: bool = True):
 def test_bf16_trains_and_passes_every_check(kind, tmp_path):
     model, probe, card = _train(kind, tmp_path)
     probe.save(tmp_path)
+    from safetensors.torch import save_model
+
+    save_model(model, str(tmp_path / "model.safetensors"))  # bf16-model: stored as BF16, the fingerprint's float32
     checks = [e.as_dict() for e in evidence.mechanism_checks(scoring.whitebox(tmp_path), card)]
     statuses = {k["check"]: k["status"] for c in checks for k in c["checks"]}
-    assert set(statuses) >= {"noise", "sampling", "clipping", "steps", "divisor", "coverage"}
+    assert set(statuses) >= {"noise", "sampling", "clipping", "steps", "divisor", "coverage", "weights"}
     assert set(statuses.values()) == {"pass"}, statuses
     assert mechanism_rules.failures("run", {"mechanism_checks": checks}, None, False) == []
 

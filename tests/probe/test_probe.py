@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from opacus import PrivacyEngine
+from safetensors.torch import save_model
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -54,6 +55,7 @@ def _loop(tmp_path, *, mode="hooks", sigma=1.0, steps=30, bug=None, m=200, clip=
     if sigma > 0:
         api.card_from_opacus(engine, loader, opt, delta=1e-5).save(out / "privacy_card.json")
     probe.save(out)
+    save_model(model, str(out / "model.safetensors"))  # the weights beside the record, as a torch user saves them
     return out, probe
 
 
@@ -114,7 +116,7 @@ def test_without_noise_every_canary_comes_out_at_exactly_one_unit_of_c_over_b(tm
     assert r["arrays"]["records_per_step"].sum() > 0 and r["steps"] == 25
     assert np.all(r["arrays"]["sum_ratio"] <= 1 + 1e-4)
     assert sorted(p.name for p in folder.iterdir()) == ["gradient_canaries.json", "gradient_canaries.probe.npz",
-                                                         "gradient_canaries.steps.npy"]
+                                                         "gradient_canaries.steps.npy", "model.safetensors"]
 
 
 def test_clip_canaries_leave_an_optimizer_that_does_not_clip_at_four_c(tmp_path):
@@ -129,7 +131,7 @@ def test_an_honest_loop_passes_every_check(tmp_path, mode):
     folder, _ = _loop(tmp_path, mode=mode, steps=40)
     checks, entry = _checks(folder)
     assert {k: c["status"] for k, c in checks.items()} == {**dict.fromkeys(
-        ("noise", "sampling", "clipping", "steps", "divisor"), "pass"), "coverage": "not tested"}, checks
+        ("noise", "sampling", "clipping", "steps", "divisor", "weights"), "pass"), "coverage": "not tested"}, checks
     assert entry["coordinates"] == "block" and entry["mode"] == mode
     assert checks["noise"]["values"]["rms"] == pytest.approx(1.0, rel=0.1)  # the block sees the noise alone
     if mode == "ghost":
@@ -158,7 +160,7 @@ def test_online_record_keeps_o_m_state_and_audits_as_the_full_record(tmp_path):
     assert b["noise_check"]["values"] == a["noise_check"]["values"]
     assert b["noise_check"]["sum_of_squares"] == pytest.approx(a["noise_check"]["sum_of_squares"], rel=1e-9)
     ca, cb = (evidence.mechanism_checks(w, card)[0].checks for w in ([a], [b]))
-    assert [c.status for c in ca] == [c.status for c in cb] == ["pass"] * 5 + ["not tested"]
+    assert [c.status for c in ca] == [c.status for c in cb] == ["pass"] * 5 + ["not tested", "pass"]  # weights last
     assert cb[4].values["p"] == ca[4].values["p"]  # the divisor test reads the same per-step sums
 
 

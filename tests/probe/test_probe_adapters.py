@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from opacus import PrivacyEngine
+from safetensors.torch import save_model
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -16,7 +17,7 @@ from dpaudit import api
 from tests.probe.test_probe import _checks, _plant
 
 N, B, C = 400, 40, 0.5
-HONEST = {**dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor", "coverage"), "pass")}
+HONEST = {**dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor", "coverage", "weights"), "pass")}
 
 
 def _run(tmp_path, *, accelerate: bool, bug=None, steps=40, seed=0):
@@ -54,6 +55,7 @@ def _run(tmp_path, *, accelerate: bool, bug=None, steps=40, seed=0):
     out.mkdir()
     api.card_from_opacus(engine, loader, opt, delta=1e-5).save(out / "privacy_card.json")
     probe.save(out)
+    save_model(model, str(out / "model.safetensors"))  # the weights beside the record (accelerate's wrapper too)
     hooks.cleanup()
     return out, probe
 
@@ -105,6 +107,7 @@ def test_a_transformers_model_in_non_wrapping_mode_under_accelerate(tmp_path):
     out.mkdir()
     api.card_from_opacus(engine, loader, opt, delta=1e-5).save(out / "privacy_card.json")
     probe.save(out)
+    acc.unwrap_model(model).save_pretrained(out)  # as an Accelerate script saves a transformers model
     hooks.cleanup()
     checks, _ = _checks(out)
     assert {k: c["status"] for k, c in checks.items()} == HONEST, checks

@@ -35,7 +35,7 @@ def test_bench_probe_ddp_runs_and_an_honest_run_passes(monkeypatch, capsys, tmp_
                      "--seq", "16", "--canaries", "100", "--out", str(tmp_path)]) == 0
     row = json.loads(capsys.readouterr().out.splitlines()[-1][len("JSON "):])
     assert row["steps"] == 20 and row["world"] == 1 and row["backend"] == "gloo"
-    assert set(row["checks"]) == {"noise", "sampling", "clipping", "steps", "divisor", "coverage"}
+    assert set(row["checks"]) == {"noise", "sampling", "clipping", "steps", "divisor", "coverage", "weights"}
     assert set(row["checks"].values()) == {"pass"} and row["fail_lines"] == []
     assert (tmp_path / "privacy_card.json").is_file()
 

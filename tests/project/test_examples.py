@@ -112,7 +112,8 @@ def test_hugging_face_trainer_example_runs_with_the_probe_callback(tmp_path, cap
     (entry,) = report["mechanism_checks"]
     assert entry["optimizer"] == "DPOptimizer" and entry["coordinates"] == "block"
     statuses = {c["check"]: c["status"] for c in entry["checks"]}
-    assert statuses == dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor", "coverage"), "pass"), \
+    assert statuses == dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor", "coverage", "weights"),
+                                     "pass"), \
         entry["checks"]  # coverage: the callback hands the probe the Trainer's model
     assert (tmp_path / "hf" / "model" / "gradient_canaries.probe.npz").is_file()  # saved by the callback
 

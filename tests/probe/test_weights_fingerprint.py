@@ -1,0 +1,160 @@
+"""The probe's record is tied to the weights saved beside it (dpaudit/probe/fingerprint.py, the mechanism check
+``weights``): before this, a folder whose model was replaced (a non-private baseline saved beside the DP run's
+records, a model trained further without the probe) evaluated with the record's passing checks.
+
+Loops as users write them: Opacus on a Hugging Face GPT-2 saved with ``save_pretrained`` (tied embeddings, Opacus'
+``_module.`` names gone), in float32 and cast to bf16 or fp16; LoRA adapters saved by PEFT and merged; then the
+wrong weights, and damaged or hostile safetensors files, which are "not tested" with the reason, never a crash."""
+
+from __future__ import annotations
+
+import copy
+import json
+import struct
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from opacus import PrivacyEngine
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpaudit import api, safetensors_view
+from dpaudit.errors import DpauditError
+from dpaudit.evaluation import evidence, scoring
+from dpaudit.probe import fingerprint
+
+N, B = 96, 16
+
+
+def _train(tiny_model_factory, folder, lora: bool = False, seed: int = 0):
+    """An Opacus loop on a tiny GPT-2 (the README's one line to attach), its record and card saved in ``folder``;
+    returns the model the user holds after training (unwrapped from Opacus)."""
+    torch.manual_seed(seed)
+    model, _ = tiny_model_factory(seed)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn"], lora_dropout=0.0))
+    ids = torch.randint(0, 100, (N, 12))
+    engine = PrivacyEngine(accountant="prv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dp_model, opt, loader = engine.make_private(
+            module=model, optimizer=torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2),
+            data_loader=DataLoader(TensorDataset(ids), batch_size=B), noise_multiplier=1.0, max_grad_norm=1.0)
+    probe = api.attach_probe(opt, sample_rate=loader.sample_rate, m=50, seed=0, dataset_size=N)
+    pos = torch.arange(12)
+    for _ in range(2):
+        for (xb,) in loader:
+            if len(xb) == 0:
+                continue
+            opt.zero_grad()
+            out = dp_model(input_ids=xb, labels=xb, position_ids=pos.repeat(len(xb), 1))
+            out.loss.backward()
+            opt.step()
+    folder.mkdir(parents=True, exist_ok=True)
+    probe.save(folder)
+    api.card_from_opacus(engine, loader, opt, delta=1e-5, method="fingerprint").save(folder / "privacy_card.json")
+    return model, api.card_from_opacus(engine, loader, opt, delta=1e-5, method="fingerprint")
+
+
+def _weights(folder, card):
+    (entry,) = [e.as_dict() for e in evidence.mechanism_checks(scoring.whitebox(folder), card)]
+    (c,) = [c for c in entry["checks"] if c["check"] == "weights"]
+    return c
+
+
+def test_the_weights_the_probe_watched_pass_in_every_dtype_they_are_saved_in(tiny_model_factory, tmp_path):
+    model, card = _train(tiny_model_factory, tmp_path)
+    model.save_pretrained(tmp_path / "model")  # tied wte/lm_head saved once, under HF's names
+    got = _weights(tmp_path, card)
+    assert got["status"] == "pass", got
+    assert got["finding"].startswith(f"{len(list(model.parameters()))} of the {len(list(model.parameters()))}")
+    for dtype in (torch.bfloat16, torch.float16):  # a cast for serving: the same weights, rounded
+        copy.deepcopy(model).to(dtype).save_pretrained(tmp_path / "model")
+        assert _weights(tmp_path, card)["status"] == "pass", dtype
+
+
+def test_other_weights_fail_and_name_the_tensor(tiny_model_factory, tmp_path):
+    model, card = _train(tiny_model_factory, tmp_path / "run")
+    other, _ = _train(tiny_model_factory, tmp_path / "other", seed=1)  # another run of the same loop
+    other.save_pretrained(tmp_path / "run" / "model")
+    got = _weights(tmp_path / "run", card)
+    assert got["status"] == "fail" and "are not the weights the probe watched" in got["finding"], got
+    with torch.no_grad():  # trained further without the probe: a little moves every coordinate
+        for p in model.parameters():
+            p.add_(1e-3 * torch.randn_like(p))
+    model.save_pretrained(tmp_path / "run" / "model")
+    assert _weights(tmp_path / "run", card)["status"] == "fail"
+    from dpaudit.gate import mechanism_rules
+
+    (entry,) = [e.as_dict() for e in evidence.mechanism_checks(scoring.whitebox(tmp_path / "run"), card)]
+    (line,) = mechanism_rules.failures("run", {"mechanism_checks": [entry]}, None, False)
+    assert "mechanism check 'weights'" in line and "deterministic" in line
+
+
+def test_lora_adapters_pass_and_a_merged_model_is_not_tested(tiny_model_factory, tmp_path):
+    model, card = _train(tiny_model_factory, tmp_path, lora=True)
+    model.save_pretrained(tmp_path / "model")  # adapter_model.safetensors: PEFT's names, not Opacus' or the probe's
+    assert _weights(tmp_path, card)["status"] == "pass"
+    model.merge_and_unload().save_pretrained(tmp_path / "model")
+    (tmp_path / "model" / "adapter_model.safetensors").unlink()
+    got = _weights(tmp_path, card)
+    assert got["status"] == "not tested" and "merged LoRA adapter" in got["finding"], got
+
+
+def test_no_weights_or_unreadable_weights_are_not_tested(tiny_model_factory, tmp_path):
+    model, card = _train(tiny_model_factory, tmp_path)
+    got = _weights(tmp_path, card)
+    assert got["status"] == "not tested" and "no .safetensors file" in got["finding"]
+    model.save_pretrained(tmp_path / "model")
+    f = tmp_path / "model" / "model.safetensors"
+    good = f.read_bytes()
+    (n,) = struct.unpack("<Q", good[:8])
+    header = json.loads(good[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    big = {**header, name: {**header[name], "data_offsets": [0, 10 ** 12]}}
+    body = json.dumps(big).encode()
+    cases = {"truncated": good[:5], "huge header length": struct.pack("<Q", 2 ** 62) + good[8:],
+             "offsets past the end": struct.pack("<Q", len(body)) + body + good[8 + n:],
+             "not JSON": struct.pack("<Q", 4) + b"\xff\xfe{[" + good[12:]}
+    for what, data in cases.items():
+        f.write_bytes(data)
+        got = _weights(tmp_path, card)
+        assert got["status"] == "not tested" and "not a readable safetensors file" in got["finding"], (what, got)
+
+
+def test_the_typed_boundary_refuses_a_damaged_fingerprint(tiny_model_factory, tmp_path):
+    _, card = _train(tiny_model_factory, tmp_path)
+    f = tmp_path / "gradient_canaries.json"
+    record = json.loads(f.read_text())
+    w = record["probe"]["weights"]
+    assert w["per_tensor"] == fingerprint.PER_TENSOR and all(len(t["index"]) >= 1 for t in w["tensors"])
+    for bad in ({"schema_version": 1, "tensors": "x"}, {"schema_version": True, "tensors": w["tensors"]},
+                {**w, "tensors": [{**w["tensors"][0], "values": [True] * len(w["tensors"][0]["index"])}]},
+                {**w, "tensors": [{**w["tensors"][0], "index": [10 ** 9]}]},
+                {**w, "tensors": [{**w["tensors"][0], "values": ["1.0"] * len(w["tensors"][0]["index"])}]}):
+        f.write_text(json.dumps({**record, "probe": {**record["probe"], "weights": bad}}))
+        with pytest.raises(DpauditError, match="probe.weights"):
+            scoring.whitebox(tmp_path)
+
+
+def test_the_reader_gives_safetensors_own_values_in_every_float_dtype(tmp_path):
+    """The hand-written reader (no torch, no whole tensor) against the safetensors package's own load."""
+    from safetensors.torch import load_file, save_file
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {f"t_{str(d).removeprefix('torch.')}": torch.randn(7, 5, generator=g).to(d)
+               for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16)}
+    tensors["ints"] = torch.arange(6, dtype=torch.int32)
+    save_file(tensors, str(tmp_path / "w.safetensors"))
+    loaded = load_file(str(tmp_path / "w.safetensors"))
+    idx = np.array([0, 3, 17, 34])
+    for e in safetensors_view.entries(tmp_path / "w.safetensors"):
+        if e.name == "ints":
+            assert not e.is_float
+            continue
+        want = loaded[e.name].reshape(-1)[torch.as_tensor(idx)].to(torch.float64).numpy()
+        np.testing.assert_array_equal(e.values(idx), want)
+        assert e.shape == (7, 5)
