@@ -177,9 +177,12 @@ def judge(card, acct: ClaimAccounting, grounds: Grounds, plan_entry: dict | None
     v = _headline(card, acct, g.best, g.ceiling, g.record_best, g.curve)
     failed = mechanism_failures(g.mechanism, g.noise_checks)
     if failed and card.is_private and v.status != "violated":
+        weights_only = all(f.startswith("mechanism check 'weights'") for f in failed)  # the record is another model's
+        head = ("the weights are not the ones the probe watched, so its evidence does not describe this model"
+                if weights_only else "the code that ran is not the mechanism the card describes")
         v = replace(v, status="mechanism-mismatch", mechanism=tuple(failed), without_mechanism=v.status,
-                    reason=f"the code that ran is not the mechanism the card describes: {'; '.join(failed)} (the "
-                           f"claim rests on that card; without it: {v.status}, {v.reason})")
+                    reason=f"{head}: {'; '.join(failed)} (the claim rests on that card; without it: {v.status}, "
+                           f"{v.reason})")
     if plan_entry and plan_entry.get("status") == "off-plan":
         v = replace(v, off_plan=True, reason="EXPLORATORY, off the evaluation plan fixed before training ("
                                              + "; ".join(plan_entry["departures"]) + "): " + v.reason)

@@ -175,3 +175,19 @@ def test_whitebox_canaries_for_user_wise_dp_sgd(tiny_model_factory):
             assert noise_check.check(steps, res.noise_multiplier)["status"] == "no shortfall"
         else:
             assert r.epsilon_lb > 0.5 * r.ceiling
+
+
+def test_an_engine_checkpoint_whose_weights_were_replaced_is_a_mechanism_mismatch(tiny_model_factory, tmp_path):
+    """dpaudit's own run writes its record with a fingerprint of the weights it trained; a model saved over them
+    (another run's, here the untrained base) makes the verdict mechanism-mismatch, naming the weights, at evaluation
+    (dpaudit/probe/fingerprint.py)."""
+    ck, _ = _train(tiny_model_factory, sigma_scale=1.0, target_epsilon=1.0, tmp_path=tmp_path, name="swapped",
+                   gradient_canary_coordinates="block")
+    base, _ = tiny_model_factory()
+    base.save_pretrained(ck / "model")
+    r = evaluate(ck, EvalOptions(attacks=("loss",)))
+    (entry,) = r["mechanism_checks"]
+    weights = {c["check"]: c for c in entry["checks"]}["weights"]
+    assert weights["status"] == "fail" and [c["check"] for c in entry["checks"] if c["status"] == "fail"] == ["weights"]
+    assert r["verdict"]["status"] == "mechanism-mismatch"
+    assert r["verdict"]["reason"].startswith("the weights are not the ones the probe watched")
