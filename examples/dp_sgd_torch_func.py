@@ -136,7 +136,7 @@ def train(args):
         card = probe.bind(card)  # the card names the probe's run: its records are this run's (docs/security.md)
     card.save(model_dir / "privacy_card.json")
     if probe is not None:
-        probe.save(model_dir)
+        probe.save(model_dir, weights=params)  # the final weights (views of the model's): the record is tied to them
     return model, tok, card, manifest, model_dir
 
 

@@ -127,8 +127,21 @@ class ProbeCore:
 
     def _weights(self) -> dict | None:
         """The fingerprint of the weights this probe's optimizer trained (dpaudit/probe/fingerprint.py), or why there
-        is none; None where the adapter holds no weights (the functional probe's loop keeps them)."""
+        is none; None where the adapter has nothing to say of them."""
         return None
+
+    def _fingerprint(self, named: list) -> dict:
+        """The fingerprint of ``named`` ((name, torch tensor) pairs): a few values of each, read on its device."""
+        from dpaudit.probe import fingerprint
+
+        def reader(p):
+            def read(idx):
+                with torch.no_grad():
+                    return p.detach().reshape(-1)[torch.as_tensor(idx, device=p.device)].to(torch.float64).cpu().numpy()
+            return read
+
+        return fingerprint.take([(n, tuple(p.shape), str(p.dtype).removeprefix("torch."), reader(p)) for n, p in named],
+                                self.run_id)
 
     _meter_units = 1.0  # the meter reads the noise in the sum's units (Opacus); the functional probe's in the update's
 

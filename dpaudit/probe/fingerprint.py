@@ -12,8 +12,8 @@ its values at :data:`PER_TENSOR` coordinates drawn from the run identity (:func:
 * ``fail``: a recorded tensor has same-shaped tensors in the checkpoint and none of them holds its values: these are
   not the weights the probe watched;
 * ``not tested``: no recorded tensor is in the files (a merged LoRA adapter, a quantised save, weights not in
-  safetensors), or the probe could not fingerprint (FSDP shards the parameters; the functional probe holds no
-  weights).
+  safetensors), or the probe could not fingerprint (FSDP shards the parameters; a functional probe is given the
+  final weights only at ``save(folder, weights=...)``).
 
 Matching is by shape and values, not by name: Opacus' ``_module.``, PEFT's ``base_model.model.`` and a Trainer's
 names differ for the same tensor. A noisy DP step moves every coordinate, so two runs' weights agree at a

@@ -8,7 +8,7 @@
         update = [(s + sigma * C * noise) / B for s in clipped_sum]          # your mechanism, unchanged
         probe.observe(update)                               # 2. the update the optimizer applies
         ...apply update...
-    probe.save(model_dir)
+    probe.save(model_dir, weights=params)                   # the final weights: the record is tied to them
 
 Tensors or NumPy arrays, in a list, tuple or dict (the probe's order: the ``shapes`` it was made with). The
 canaries are Dirac (or sparse, dense) directions on these coordinates (``coordinates="model"``): each sampled
@@ -17,6 +17,9 @@ projections on them, the noise on a fixed sample of coordinates of every tensor 
 that went in), and the records counted by ``add_canaries``. The same core, checks and record as the Opacus
 adapter (dpaudit/probe/core.py): noise, sampling, clipping (the norm bound b C of each clipped sum), steps and
 divisor; clip canaries and coverage need an optimizer's clipping and the model, and are reported not tested.
+Given the final weights at save (``weights=``, the same container), the record fingerprints them, and the check
+``weights`` compares the checkpoint's safetensors files with them (dpaudit/probe/fingerprint.py); without, that
+check is not tested, saying how to give them.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ class FunctionalProbe(ProbeCore):
              enumerate(zip(self.keys or [None] * len(shapes), shapes))]
         self._init_readings()
         self._pending = None  # (records, clipped-sum ratio) between add_canaries and observe
+        self._final = None  # the final weights given to save (torch tensors, the probe's order)
 
     # -- the two calls -------------------------------------------------------------------------------------------
 
@@ -139,22 +143,48 @@ class FunctionalProbe(ProbeCore):
         self._close_step(rows, ratio, lambda k: tensors[k])
         self._online_after_step()
 
+    def save(self, folder, stem: str = "gradient_canaries", *, weights=None) -> list:
+        """Write the record beside a saved model (``folder``), as every probe does; ``weights``: the final weights
+        (the container and shapes of ``shapes``: tensors or arrays, a JAX array too), fingerprinted into the record
+        so that ``dpaudit evaluate`` can tell whether the weights saved beside it are these (the check ``weights``)."""
+        if weights is not None:
+            final = []
+            for i, x in enumerate(self._items(weights, "weights")):
+                t, _ = _as_tensor(x, writable=False)
+                if tuple(t.shape) != self.slots[i].shape or not t.is_floating_point():
+                    raise DpauditError(f"weights[{self.tensor_names[i]}] must be a float tensor of the probe's shape "
+                                       f"{self.slots[i].shape}, got {t.dtype} {tuple(t.shape)}")
+                final.append(t)
+            self._final = final
+        return super().save(folder, stem)
+
+    def _weights(self) -> dict | None:
+        from dpaudit.probe import fingerprint
+
+        if self._final is None:
+            return fingerprint.not_taken("the functional probe was not given the final weights; pass them when saving "
+                                         "(probe.save(folder, weights=params))")
+        return self._fingerprint(list(zip(self.tensor_names, self._final)))
+
     # -- containers ----------------------------------------------------------------------------------------------
 
-    def _tensors(self, value, what: str, *, writable: bool):
-        """(the container to return, its tensors as torch tensors in the probe's order, sharing memory where they
-        can). Shapes must be the probe's."""
+    def _items(self, value, what: str) -> list:
+        """The tensors or arrays of container ``value`` in the probe's order (a dict with its keys, or a list)."""
         if self.keys is not None:
             if not isinstance(value, dict) or set(value) != set(self.keys):
                 raise DpauditError(f"{what} must be a dict with the keys the probe was made with ({len(self.keys)} "
                                    f"tensors), got {type(value).__name__}")
-            items = [value[k] for k in self.keys]
-        else:
-            if not isinstance(value, (list, tuple)) or len(value) != len(self.slots):
-                got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
-                raise DpauditError(f"{what} must be a list of {len(self.slots)} tensors or arrays (the probe's "
-                                   f"shapes, in order), got {got}")
-            items = list(value)
+            return [value[k] for k in self.keys]
+        if not isinstance(value, (list, tuple)) or len(value) != len(self.slots):
+            got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
+            raise DpauditError(f"{what} must be a list of {len(self.slots)} tensors or arrays (the probe's "
+                               f"shapes, in order), got {got}")
+        return list(value)
+
+    def _tensors(self, value, what: str, *, writable: bool):
+        """(the container to return, its tensors as torch tensors in the probe's order, sharing memory where they
+        can). Shapes must be the probe's."""
+        items = self._items(value, what)
         tensors, back = [], []
         for i, (x, slot) in enumerate(zip(items, self.slots)):
             t, same = _as_tensor(x, writable)

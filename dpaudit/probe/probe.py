@@ -168,14 +168,7 @@ class Probe(ProbeCore):
         watched = getattr(self, "_watched", [])
         if not watched:
             return None
-        def reader(p):
-            def read(idx):
-                with torch.no_grad():
-                    return p.detach().reshape(-1)[torch.as_tensor(idx, device=p.device)].to(torch.float64).cpu().numpy()
-            return read
-
-        return fingerprint.take([(n, tuple(p.shape), str(p.dtype).removeprefix("torch."), reader(p))
-                                 for p, n in watched], self.run_id)
+        return self._fingerprint([(n, p) for p, n in watched])
 
     # -- wiring ---------------------------------------------------------------------------------------------
 

@@ -72,7 +72,8 @@ def test_an_honest_hand_written_step_passes_every_check(tmp_path, arrays):
     folder, probe = _run(tmp_path, arrays=arrays)
     checks, entry = _checks(folder)
     assert {k: c["status"] for k, c in checks.items()} == {**dict.fromkeys(
-        ("noise", "sampling", "clipping", "steps", "divisor"), "pass"), "coverage": "not tested"}, checks
+        ("noise", "sampling", "clipping", "steps", "divisor"), "pass"), "coverage": "not tested",
+        "weights": "not tested"}, checks  # this step keeps no weights: none given to save, none beside the record
     assert entry["mode"] == "functional" and entry["coordinates"] == "model"
     assert all(v["status"] == "ok" for k, v in probe.status().items() if k in ("noise", "sampling", "clipping"))
     # the meter reads the noise the step added, in units of C: sigma per coordinate

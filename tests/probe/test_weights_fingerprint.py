@@ -158,3 +158,59 @@ def test_the_reader_gives_safetensors_own_values_in_every_float_dtype(tmp_path):
         want = loaded[e.name].reshape(-1)[torch.as_tensor(idx)].to(torch.float64).numpy()
         np.testing.assert_array_equal(e.values(idx), want)
         assert e.shape == (7, 5)
+
+
+def _functional(tmp_path, weights: bool, arrays: bool = False):
+    """A hand-written DP-SGD step on a linear model with the functional probe's two calls (docs/probe.md "Any
+    loop"), its final weights given to save or not; torch tensors, or NumPy arrays (a JAX loop's shape)."""
+    from dpaudit.accounting import SubsampledGaussian
+    from dpaudit.claim.card import Claim, PrivacyCard
+
+    g = torch.Generator().manual_seed(0)
+    N, q, C, sigma = 200, 0.1, 1.0, 1.0
+    x, y = torch.randn(N, 64, generator=g), torch.randn(N, generator=g)
+    params = {"w": torch.zeros(64), "b": torch.zeros(())}
+    probe = api.functional_probe({k: v.shape for k, v in params.items()}, sample_rate=q, clipping_norm=C,
+                                 noise_multiplier=sigma, expected_batch_size=q * N, m=20, seed=0, dataset_size=N)
+    steps = 40
+    for _ in range(steps):
+        idx = torch.nonzero(torch.rand(N, generator=g) < q).flatten()
+        r = x[idx] @ params["w"] + params["b"] - y[idx]
+        grads = {"w": r[:, None] * x[idx], "b": r}
+        scale = torch.clamp(C / torch.sqrt((grads["w"] ** 2).sum(1) + grads["b"] ** 2 + 1e-12), max=1.0)
+        clipped = {"w": (scale[:, None] * grads["w"]).sum(0), "b": (scale * grads["b"]).sum()}
+        clipped = probe.add_canaries(clipped, records=len(idx))
+        update = {k: (v + sigma * C * torch.randn(v.shape, generator=g)) / (q * N) for k, v in clipped.items()}
+        probe.observe(update)
+        params = {k: params[k] - 0.1 * update[k] for k in params}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    given = {k: v.numpy() for k, v in params.items()} if arrays else params
+    probe.save(tmp_path, **({"weights": given} if weights else {}))
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in params.items()}, str(tmp_path / "model.safetensors"))
+    event = SubsampledGaussian(q, sigma, steps, "poisson")
+    return probe, PrivacyCard(claim=Claim(epsilon=50.0, delta=1e-5), events=[event], clipping_norm=C,
+                              expected_batch_size=q * N, dataset_size=N)
+
+
+@pytest.mark.parametrize("arrays", [False, True], ids=["tensors", "numpy"])
+def test_the_functional_probe_ties_its_record_to_the_final_weights_it_is_given(tmp_path, arrays):
+    _, card = _functional(tmp_path / "given", weights=True, arrays=arrays)
+    assert _weights(tmp_path / "given", card)["status"] == "pass"
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.ones(64), "b": torch.ones(())}, str(tmp_path / "given" / "model.safetensors"))
+    assert _weights(tmp_path / "given", card)["status"] == "fail"  # other weights beside its record
+    _, card = _functional(tmp_path / "not-given", weights=False)
+    got = _weights(tmp_path / "not-given", card)
+    assert got["status"] == "not tested" and "probe.save(folder, weights=params)" in got["finding"], got
+
+
+def test_the_functional_probe_refuses_weights_that_are_not_its_tensors(tmp_path):
+    probe, _ = _functional(tmp_path / "a", weights=True)
+    for bad, needle in (({"w": torch.zeros(5), "b": torch.zeros(())}, "must be a float tensor of the probe's shape"),
+                        ({"w": torch.zeros(64)}, "must be a dict with the keys"),
+                        ({"w": torch.zeros(64, dtype=torch.int64), "b": torch.zeros(())}, "must be a float tensor")):
+        with pytest.raises(DpauditError, match=needle):
+            probe.save(tmp_path / "b", weights=bad)

@@ -80,7 +80,8 @@ def test_torch_func_example_runs_with_the_functional_probe_and_its_cli_lines_gat
     (entry,) = report["mechanism_checks"]
     assert entry["mode"] == "functional" and entry["coordinates"] == "model", entry
     assert {c["check"]: c["status"] for c in entry["checks"]} == {
-        **dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor"), "pass"), "coverage": "not tested"}
+        **dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor", "weights"), "pass"),
+        "coverage": "not tested"}  # weights: the example hands its final weights to probe.save
     assert report["verdict"]["accounting"]["status"] == "verified"
     assert "whitebox_gradient" in report["attacks"]
     # the docstring's CLI lines, as written, on the folder the example wrote
