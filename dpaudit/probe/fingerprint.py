@@ -86,6 +86,7 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
     """(status, finding) of the ``weights`` check for fingerprint ``w`` against the safetensors files in
     ``model_dir``; None when the record carries no fingerprint field (a record written before fingerprints)."""
     from dpaudit import safetensors_view as sv
+    from dpaudit.io import printable
 
     if w is None:
         return None
@@ -97,10 +98,12 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
                 "with (weights saved as pickles are not read); save the model with safe_serialization")
     by_shape: dict[tuple, list] = {}
     for f in files:
+        if not f.is_file():  # a FIFO would block the read, a device never end it: never opened
+            return "not tested", f"{printable(f.name)} is not a readable safetensors file (not a regular file)"
         try:
             found = sv.entries(f)
         except sv.Unreadable as e:
-            return "not tested", f"{f.name} is not a readable safetensors file ({e})"
+            return "not tested", f"{printable(f.name)} is not a readable safetensors file ({e})"
         for e in found:
             if e.is_float:
                 by_shape.setdefault(e.shape, []).append(e)
@@ -113,7 +116,10 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
             continue
         want = np.asarray(t["values"], dtype=np.float64)
         idx = np.asarray(t["index"], dtype=np.int64)
-        gaps = [_gap(c.values(idx), want, c.dtype) for c in sorted(cands, key=lambda c: not _same(c.name, t["name"]))]
+        try:
+            gaps = [_gap(c.values(idx), want, c.dtype) for c in sorted(cands, key=lambda c: not _same(c.name, t["name"]))]
+        except (OSError, ValueError) as e:  # the file changed or shrank while it was read
+            return "not tested", f"the checkpoint's weights could not be read ({type(e).__name__}: {str(e)[:120]})"
         if min(gaps) <= 1:
             matched += 1
         else:

@@ -214,3 +214,18 @@ def test_the_functional_probe_refuses_weights_that_are_not_its_tensors(tmp_path)
                         ({"w": torch.zeros(64, dtype=torch.int64), "b": torch.zeros(())}, "must be a float tensor")):
         with pytest.raises(DpauditError, match=needle):
             probe.save(tmp_path / "b", weights=bad)
+
+
+def test_files_that_are_not_regular_are_never_opened(tiny_model_factory, tmp_path):
+    """A FIFO named model.safetensors would block a read and /dev/zero never end one: each is "not tested", at
+    once, never opened (dpaudit evaluate and check --checkpoint read these files)."""
+    import os
+
+    _, card = _train(tiny_model_factory, tmp_path)
+    (tmp_path / "model").mkdir()
+    f = tmp_path / "model" / "model.safetensors"
+    for make in (lambda: os.mkfifo(f), lambda: f.symlink_to("/dev/zero"), lambda: f.mkdir()):
+        make()
+        got = _weights(tmp_path, card)
+        assert got["status"] == "not tested" and "not a regular file" in got["finding"], got
+        f.rmdir() if f.is_dir() and not f.is_symlink() else f.unlink()
