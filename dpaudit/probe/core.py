@@ -174,7 +174,8 @@ class ProbeCore:
             raise DpauditError(f"the probe's record holds NaN or infinity at {bad}: the run's updates (or the values "
                                "the probe was given) were not finite, so the run diverged or the loop passed a "
                                "broken value; nothing was saved: fix the divergence (a lower learning rate, a "
-                               "finite loss) and train again")
+                               "finite loss; fp16 autocast with a GradScaler diverges under Opacus, bf16 does not: "
+                               "docs/pitfalls.md item 9) and train again")
         written = files(body, stem)
         with atomic_folder(folder) as tmp:
             for name, body in written.items():
