@@ -229,3 +229,15 @@ def test_files_that_are_not_regular_are_never_opened(tiny_model_factory, tmp_pat
         got = _weights(tmp_path, card)
         assert got["status"] == "not tested" and "not a regular file" in got["finding"], got
         f.rmdir() if f.is_dir() and not f.is_symlink() else f.unlink()
+
+
+def test_dpaudit_runs_own_checkpoint_is_tied_to_its_weights(run_dir):
+    """The session's end-to-end `dpaudit run` (tests/conftest.py): the DP variant's record, written by the engine's
+    probe, matches the weights the run saved (model/model.safetensors), at evaluation."""
+    report = json.loads((run_dir / "dp" / "report" / "report.json").read_text())
+    (entry,) = report["mechanism_checks"]
+    checks = {c["check"]: c for c in entry["checks"]}
+    assert checks["weights"]["status"] == "pass", checks["weights"]
+    record = json.loads((run_dir / "dp" / "checkpoint" / "gradient_canaries.json").read_text())
+    n = len(record["probe"]["weights"]["tensors"])
+    assert checks["weights"]["finding"].startswith(f"{n} of the {n} tensors the probe watched match")
