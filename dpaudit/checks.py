@@ -21,6 +21,11 @@ def finite(x) -> bool:
     return number(x) and math.isfinite(x)
 
 
+def counts(v) -> bool:
+    """A list of integers >= 0 (no bools): a shape, offsets, indices."""
+    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+
+
 def check_confidence(c, what: str) -> None:
     """A confidence level of an audit bound: in [0.5, 1); anything else is one line of bad input."""
     if not number(c) or not 0.5 <= c < 1:

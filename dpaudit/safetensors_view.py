@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dpaudit.checks import counts
+
 MAX_HEADER = 100 * 2 ** 20  # the safetensors package's own limit on the header
 FLOATS = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
 SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "U16": 2,
@@ -79,7 +81,7 @@ def entries(f: Path) -> list[Entry]:
         if not isinstance(t, dict):
             raise Unreadable(f"tensor {str(name)[:60]!r} is not described by an object")
         dtype, shape, offsets = t.get("dtype"), t.get("shape"), t.get("data_offsets")
-        if dtype not in SIZES or not _ints(shape) or not _ints(offsets) or len(offsets) != 2:
+        if dtype not in SIZES or not counts(shape) or not counts(offsets) or len(offsets) != 2:
             raise Unreadable(f"tensor {str(name)[:60]!r} has no valid dtype, shape and data_offsets")
         begin, end = offsets
         if not begin <= end <= data or end - begin != math.prod(shape) * SIZES[dtype]:
@@ -87,6 +89,3 @@ def entries(f: Path) -> list[Entry]:
         out.append(Entry(f, str(name), dtype, tuple(shape), 8 + n + begin))
     return out
 
-
-def _ints(v) -> bool:
-    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpaudit.checks import counts, finite
 from dpaudit.errors import DpauditError
 
 PER_TENSOR = 8  # coordinates per tensor: 8 values a run cannot share with another by chance
@@ -73,10 +74,10 @@ def check(f, w) -> None:
     if not isinstance(tensors, list) or not tensors or len(tensors) > MAX_TENSORS:
         raise bad(f"must list 1 to {MAX_TENSORS:,} tensors")
     for i, t in enumerate(tensors):
-        ok = isinstance(t, dict) and isinstance(t.get("name"), str) and _ints(t.get("shape"))
+        ok = isinstance(t, dict) and isinstance(t.get("name"), str) and counts(t.get("shape"))
         idx, vals = (t.get("index"), t.get("values")) if ok else (None, None)
-        ok = ok and _ints(idx) and 0 < len(idx) <= PER_TENSOR and isinstance(vals, list) and len(vals) == len(idx)
-        ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in vals)
+        ok = ok and counts(idx) and 0 < len(idx) <= PER_TENSOR and isinstance(vals, list) and len(vals) == len(idx)
+        ok = ok and all(finite(v) for v in vals)
         if not ok or max(idx) >= int(np.prod(t["shape"], dtype=object)):
             raise bad(f"tensor {i}: needs name, shape, and 1-{PER_TENSOR} indices inside the shape with one finite "
                       "value each")
@@ -169,6 +170,3 @@ def _label(t: dict) -> str:
 
     return f"{printable(t['name'])[:80]} {tuple(t['shape'])}"
 
-
-def _ints(v) -> bool:
-    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
