@@ -38,6 +38,7 @@ def run(bug: str | None, seed: int, folder: Path, *, steps: int = T, m: int = 20
     import jax.numpy as jnp
     import optax
     from jax_privacy import batch_selection, clipping, noise_addition
+    from safetensors.numpy import save_file
 
     from dpaudit import accounting, api
     from dpaudit.accounting import SubsampledGaussian
@@ -77,5 +78,6 @@ def run(bug: str | None, seed: int, folder: Path, *, steps: int = T, m: int = 20
     card = PrivacyCard(claim=Claim(epsilon=accounting.compute([event], 1e-5, "prv").epsilon, delta=1e-5),
                        events=[event], clipping_norm=C, expected_batch_size=B, dataset_size=N, method="jax-privacy")
     card.save(folder / "privacy_card.json")
-    probe.save(folder)
+    save_file({k: np.asarray(v) for k, v in params.items()}, str(folder / "model.safetensors"))  # the model
+    probe.save(folder, weights=params)  # its fingerprint: `dpaudit evaluate` checks the saved weights are these
     return probe, card, folder, params

@@ -46,8 +46,8 @@ def test_with_its_own_poisson_sampler_every_check_passes(tmp_path):
     checks, fails = _statuses(folder, card)
     assert not fails, fails
     assert {k: c["status"] for k, c in checks.items()} == dict.fromkeys(
-        ("noise", "sampling", "clipping", "steps", "divisor", "coverage"), "pass")
-    assert not probe.online.alarms
+        ("noise", "sampling", "clipping", "steps", "divisor", "coverage", "weights"), "pass")  # weights: the model
+    assert not probe.online.alarms  # its save_pretrained wrote is the one the probe watched
     # the gate end to end on what the run saved: the card binds the probe's records (its run id)
     assert card.extra["probe_runs"] and (folder / "gradient_canaries.json").exists()
 

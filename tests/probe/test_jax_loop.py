@@ -28,10 +28,25 @@ def test_an_honest_jax_privacy_loop_passes_every_check_the_probe_makes(tmp_path)
     probe, card, folder, params = JL.run(None, 0, tmp_path / "honest")
     checks, entry = _checks(folder)
     assert {k: c["status"] for k, c in checks.items()} == {**dict.fromkeys(
-        ("noise", "sampling", "clipping", "steps", "divisor"), "pass"), "coverage": "not tested"}, checks
+        ("noise", "sampling", "clipping", "steps", "divisor", "weights"), "pass"), "coverage": "not tested"}, checks
     assert entry["mode"] == "functional" and probe.steps == JL.T == card.events[0].steps
     assert checks["noise"]["values"].get("rms", 1.0) == pytest.approx(1.0, rel=0.15)  # sigma, in units of C
     assert all(bool(jnp.all(jnp.isfinite(v))) for v in params.values())  # it trained
+
+
+def test_other_weights_saved_beside_the_jax_record_are_named(tmp_path):
+    """The record's fingerprint binds the final JAX parameters: the same loop trained one step less saved in their
+    place fails the check ``weights`` (the class 'forged evidence', docs/security.md)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    _, _, folder, _ = JL.run(None, 0, tmp_path / "honest")
+    _, _, _, shorter = JL.run(None, 0, tmp_path / "shorter", steps=JL.T - 1)
+    save_file({k: np.asarray(v) for k, v in shorter.items()}, str(folder / "model.safetensors"))
+    checks, _ = _checks(folder)
+    assert checks["weights"]["status"] == "fail", checks["weights"]
+    assert {k: c["status"] for k, c in checks.items() if k != "weights"} == {**dict.fromkeys(
+        ("noise", "sampling", "clipping", "steps", "divisor"), "pass"), "coverage": "not tested"}
 
 
 @pytest.mark.parametrize("bug,check", [("half-noise", "noise"), ("no-clip", "clipping"), ("wrong-rate", "sampling")])
