@@ -15,8 +15,11 @@ its values at :data:`PER_TENSOR` coordinates drawn from the run identity (:func:
   safetensors), or the probe could not fingerprint (FSDP shards the parameters; a functional probe is given the
   final weights only at ``save(folder, weights=...)``).
 
-Matching is by shape and values, not by name: Opacus' ``_module.``, PEFT's ``base_model.model.`` and a Trainer's
-names differ for the same tensor. A noisy DP step moves every coordinate, so two runs' weights agree at a
+Matching is by shape and values, not by name: a probe attached to an optimizer knows no names (it records
+``param i``), and Opacus' ``_module.``, PEFT's ``base_model.model.`` and ``.default``, DDP's ``module.`` and a
+Trainer's names differ for the same tensor (where names correspond, that tensor is tried first). It is a
+consistency check, not a seal: a folder built to pass it (the watched tensors kept under spare names beside other
+weights) passes, as a record written by hand would; docs/security.md says what binds evidence. A noisy DP step moves every coordinate, so two runs' weights agree at a
 recorded coordinate only by chance, and a tensor fails only if *all* its coordinates match nowhere; coordinates
 training never moved cannot tell two models from one init apart, so an unmoved copy can pass (a miss, never a
 false alarm).
@@ -25,6 +28,7 @@ false alarm).
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -159,10 +163,11 @@ def _gap(got: np.ndarray, want: np.ndarray, dtype: str) -> float:
 def _same(stored: str, recorded: str) -> bool:
     """Whether two names plausibly name one tensor (tried first: Opacus', PEFT's and DDP's prefixes set aside)."""
     def norm(s: str) -> str:
-        for junk in ("_module.", "module.", "_orig_mod.", "base_model.model.", ".default"):
+        for junk in ("_module.", "module.", "_orig_mod.", "base_model.model.", ".default."):
             s = s.replace(junk, ".")
-        return s.strip(".")
-    return norm(stored).endswith(norm(recorded)) or norm(recorded).endswith(norm(stored))
+        return re.sub(r"\.+", ".", s).strip(".")
+    a, b = norm(stored), norm(recorded)
+    return a == b or a.endswith("." + b) or b.endswith("." + a)  # whole parts: h.10.x is not h.0.x
 
 
 def _label(t: dict) -> str:

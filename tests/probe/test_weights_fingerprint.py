@@ -94,6 +94,38 @@ def test_other_weights_fail_and_name_the_tensor(tiny_model_factory, tmp_path):
     assert "mechanism check 'weights'" in line and "deterministic" in line
 
 
+def test_names_correspond_across_opacus_peft_ddp_and_compile_on_whole_parts():
+    same = fingerprint._same
+    assert same("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight",
+                "_module.base_model.model.transformer.h.0.attn.c_attn.lora_A.default.weight")
+    assert same("transformer.wte.weight", "module._orig_mod.transformer.wte.weight")
+    assert same("model.layers.3.mlp.up_proj.weight", "layers.3.mlp.up_proj.weight")
+    assert not same("transformer.h.10.attn.c_attn.weight", "0.attn.c_attn.weight")
+    assert not same("transformer.h.10.attn.c_attn.weight", "transformer.h.0.attn.c_attn.weight")
+
+
+def test_a_tensor_of_a_dtype_newer_than_the_reader_is_skipped_not_the_file(tmp_path):
+    """safetensors keeps adding dtypes (F8_E8M0, F4, C64): a file holding one is still read for its floats, and a
+    tensor whose offsets leave the file still makes it unreadable whatever its dtype."""
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.arange(12, dtype=np.float32).reshape(3, 4), "u": np.zeros(4, dtype=np.uint8)},
+              str(tmp_path / "w.safetensors"))
+    data = (tmp_path / "w.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header["u"]["dtype"] = "F8_E8M0"
+    body = json.dumps(header).encode()
+    (tmp_path / "new.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + data[8 + n:])
+    (e,) = safetensors_view.entries(tmp_path / "new.safetensors")
+    assert e.name == "w" and e.values(np.array([0, 5, 11])).tolist() == [0.0, 5.0, 11.0]
+    header["u"]["data_offsets"] = [0, 10 ** 9]
+    body = json.dumps(header).encode()
+    (tmp_path / "bad.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + data[8 + n:])
+    with pytest.raises(safetensors_view.Unreadable, match="do not fit the file"):
+        safetensors_view.entries(tmp_path / "bad.safetensors")
+
+
 def test_lora_adapters_pass_and_a_merged_model_is_not_tested(tiny_model_factory, tmp_path):
     model, card = _train(tiny_model_factory, tmp_path, lora=True)
     model.save_pretrained(tmp_path / "model")  # adapter_model.safetensors: PEFT's names, not Opacus' or the probe's
