@@ -85,7 +85,11 @@ class NoiseScale:
     def update(self, chi2: np.ndarray, n: np.ndarray) -> None:
         """``chi2[g]`` = ||noise_g||^2 / (sigma C)^2 of this step on ``n[g]`` coordinates."""
         chi2, n = np.asarray(chi2, float)[:, None], np.asarray(n, float)[:, None]
-        self.starts.update(-n * np.log(RHOS)[None, :] - 0.5 * chi2 * (RHOS[None, :] ** -2 - 1.0))
+        with np.errstate(invalid="ignore"):
+            factor = -n * np.log(RHOS)[None, :] - 0.5 * chi2 * (RHOS[None, :] ** -2 - 1.0)
+        # a step whose update is NaN (a diverged run; the probe saves no record of it) is no evidence about the
+        # noise's scale: its factor is 1, which keeps every e-process a supermartingale
+        self.starts.update(np.where(np.isnan(chi2), 0.0, factor))
 
     def log_e(self) -> np.ndarray:
         """log E of each group (the mixture over the alternatives and the start steps)."""

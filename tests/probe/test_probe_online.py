@@ -6,6 +6,8 @@ check decides the headline verdict and shows in ``dpaudit compare``."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.stats import binom
@@ -37,6 +39,24 @@ def test_noise_e_process_keeps_its_rate_under_honest_noise_and_flags_half_noise_
     n = np.array([4096])
     e.update(rng.chisquare(n) / 4, n)  # half the noise: X = chi2 / 4
     assert e.log_e()[0] > np.log(1e6)
+
+
+def test_a_nan_step_is_no_evidence_and_leaves_the_e_process_finite():
+    """A diverged step (NaN update) multiplies the e-process by 1: no alarm from it, no NaN after it, and half the
+    noise afterwards is still found."""
+    rng = np.random.default_rng(1)
+    n = np.array([64, 64])
+    e = sequential.NoiseScale(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not even a RuntimeWarning
+        for _ in range(5):
+            e.update(rng.chisquare(n), n)
+        before = e.log_e().copy()
+        e.update(np.array([np.nan, rng.chisquare(64)]), n)
+        assert np.isfinite(e.log_e()).all() and e.log_e()[0] <= before[0] + 1e-9
+        for _ in range(3):
+            e.update(rng.chisquare(n) / 4, n)
+    assert (e.log_e() > np.log(1e3)).all()
 
 
 def test_batch_size_e_process_keeps_its_rate_and_flags_fixed_size_batches_within_a_few_steps():
