@@ -7,8 +7,9 @@ the record's passing checks. At save the probe records, for every tensor its DP 
 its values at :data:`PER_TENSOR` coordinates drawn from the run identity (:func:`take`). ``dpaudit evaluate`` and
 ``dpaudit check --checkpoint`` compare them with the checkpoint's safetensors files (:func:`compare`; no torch):
 
-* ``pass``: every recorded tensor found in the checkpoint matches a tensor of the same shape at its coordinates,
-  within the rounding of the dtype it is stored in (a model saved in bf16 or fp16 stays an honest pass);
+* ``pass``: every recorded tensor found in the checkpoint matches a tensor of the same shape at its coordinates
+  (a matrix: or of the transposed shape, read transposed), within the rounding of the dtype it is stored in (a model
+  saved in bf16 or fp16, or converted between Conv1D's and Linear's layouts, stays an honest pass);
 * ``fail``: a recorded tensor has same-shaped tensors in the checkpoint and none of them holds its values: these are
   not the weights the probe watched;
 * ``not tested``: no recorded tensor is in the files (a merged LoRA adapter, a quantised save, weights not in
@@ -115,15 +116,14 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
     tensors = w["tensors"]
     matched, absent, differ = 0, [], []
     for t in tensors:
-        cands = by_shape.get(tuple(t["shape"]), [])
+        cands = _candidates(t, by_shape)
         if not cands:
             absent.append(t)
             continue
         want = np.asarray(t["values"], dtype=np.float64)
-        idx = np.asarray(t["index"], dtype=np.int64)
         best = np.inf
         try:  # the tensor of the same name first (Opacus', PEFT's prefixes aside); the first match ends the search
-            for c in sorted(cands, key=lambda c: not _same(c.name, t["name"])):
+            for c, idx in sorted(cands, key=lambda ci: not _same(ci[0].name, t["name"])):
                 best = min(best, _gap(c.values(idx), want, c.dtype))
                 if best <= 1:
                     break
@@ -140,7 +140,9 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
                 f"checkpoint's weights (first: {_label(t)}, {gap:.3g} times the stored dtype's rounding away at its "
                 f"{len(t['index'])} recorded coordinates): these are not the weights the probe watched (a model saved "
                 "from another run, trained further after the record, or edited), so the record's checks are not "
-                "evidence about them; save the weights the probed run ended with beside its record")
+                "evidence about them; save the weights the probed run ended with beside its record"
+                + (f" ({matched} others match: if the model was converted, tensors fused, split or re-laid out, "
+                   "evaluate the folder the probed run saved)" if matched else ""))
     if not matched:
         return ("not tested", f"none of the {len(tensors)} tensors the probe watched is in the checkpoint's "
                 "safetensors files by shape (a merged LoRA adapter, a quantised save): the record cannot be tied "
@@ -148,6 +150,20 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
     rest = f"; {len(absent)} not in the files by shape" if absent else ""
     return ("pass", f"{matched} of the {len(tensors)} tensors the probe watched match the checkpoint's weights at "
             f"{k} recorded coordinates each (within the stored dtype's rounding){rest}")
+
+
+def _candidates(t: dict, by_shape: dict) -> list:
+    """(tensor, flat indices to read) for every float tensor of the checkpoint that may hold recorded tensor ``t``:
+    those of its shape at its coordinates, and for a matrix also those of the transposed shape read transposed
+    (GPT-2's Conv1D stores (in, out), a Linear (out, in): a layout conversion keeps the values, and a square matrix
+    read untransposed would otherwise fail an honest run)."""
+    shape, idx = tuple(t["shape"]), np.asarray(t["index"], dtype=np.int64)
+    out = [(c, idx) for c in by_shape.get(shape, [])]
+    if len(shape) == 2:
+        rows, cols = shape
+        flipped = (idx % cols) * rows + idx // cols  # element (i, j) of t is element (j, i) of its transpose
+        out += [(c, flipped) for c in by_shape.get((cols, rows), [])]
+    return out
 
 
 def _gap(got: np.ndarray, want: np.ndarray, dtype: str) -> float:
@@ -173,5 +189,7 @@ def _same(stored: str, recorded: str) -> bool:
 def _label(t: dict) -> str:
     from dpaudit.io import printable
 
-    return f"{printable(t['name'])[:80]} {tuple(t['shape'])}"
+    shape = str(tuple(t["shape"]))
+    name = printable(t["name"])[:80]
+    return name if name.endswith(shape) else f"{name} {shape}"  # an optimizer's probe names it "param i (shape)"
 

@@ -94,6 +94,37 @@ def test_other_weights_fail_and_name_the_tensor(tiny_model_factory, tmp_path):
     assert "mechanism check 'weights'" in line and "deterministic" in line
 
 
+def test_a_layout_conversion_keeps_the_pass_and_an_edited_tensor_fails_naming_the_rest(tiny_model_factory, tmp_path):
+    """GPT-2's Conv1D (in, out) converted to Linear's (out, in), square matrices included, passes; fused attention
+    split into q, k, v (each the shape of another matrix) leaves the fused tensor unread, not failed; one tensor
+    replaced fails, and the finding says the others match."""
+    from safetensors.torch import save_file
+
+    model, card = _train(tiny_model_factory, tmp_path)
+    (tmp_path / "model").mkdir()
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}  # this tiny GPT-2 is untied
+    f = tmp_path / "model" / "model.safetensors"
+    save_file({k: (v.t().contiguous() if v.ndim == 2 else v) for k, v in state.items()}, str(f))
+    got = _weights(tmp_path, card)
+    assert got["status"] == "pass" and "not in the files" not in got["finding"], got["finding"][:300]
+    split = {}
+    for k, v in state.items():
+        if k.endswith("attn.c_attn.weight"):
+            for part, x in zip("qkv", v.chunk(3, dim=1)):
+                split[k.replace("c_attn", f"{part}_proj")] = x.t().contiguous()
+        else:
+            split[k] = v
+    save_file(split, str(f))
+    got = _weights(tmp_path, card)
+    assert got["status"] == "pass" and "2 not in the files by shape" in got["finding"], got["finding"][:300]
+    edited = dict(state)
+    name = next(k for k in state if k.endswith("h.0.mlp.c_fc.weight"))
+    edited[name] = torch.zeros_like(state[name])
+    save_file(edited, str(f))
+    got = _weights(tmp_path, card)
+    assert got["status"] == "fail" and "others match" in got["finding"] and "(32, 128)" in got["finding"], got
+
+
 def test_names_correspond_across_opacus_peft_ddp_and_compile_on_whole_parts():
     same = fingerprint._same
     assert same("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight",
