@@ -75,6 +75,8 @@ def check(f, w) -> None:
         if not isinstance(w["not_recorded"], str):
             raise bad("not_recorded must be a string")
         return
+    if not isinstance(w.get("given", False), bool):
+        raise bad("given must be true or false")
     tensors = w.get("tensors")
     if not isinstance(tensors, list) or not tensors or len(tensors) > MAX_TENSORS:
         raise bad(f"must list 1 to {MAX_TENSORS:,} tensors")
@@ -140,7 +142,8 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
                 f"checkpoint's weights (first: {_label(t)}, {gap:.3g} times the stored dtype's rounding away at its "
                 f"{len(t['index'])} recorded coordinates): these are not the weights the probe watched (a model saved "
                 "from another run, trained further after the record, or edited), so the record's checks are not "
-                "evidence about them; save the weights the probed run ended with beside its record"
+                "evidence about them; save the weights the probed run ended with beside its record (a loop that "
+                "releases an average of its iterates, an EMA, gives it at save: probe.save(folder, weights=ema))"
                 + (f" ({matched} others match: if the model was converted, tensors fused, split or re-laid out, "
                    "evaluate the folder the probed run saved)" if matched else ""))
     if not matched:
@@ -148,6 +151,8 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
                 "safetensors files by shape (a merged LoRA adapter, a quantised save): the record cannot be tied "
                 "to these weights")
     rest = f"; {len(absent)} not in the files by shape" if absent else ""
+    if w.get("given"):
+        rest += "; the weights the loop gave at save (an average of its iterates), not its last iterate"
     return ("pass", f"{matched} of the {len(tensors)} tensors the probe watched match the checkpoint's weights at "
             f"{k} recorded coordinates each (within the stored dtype's rounding){rest}")
 

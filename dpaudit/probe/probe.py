@@ -160,6 +160,48 @@ class Probe(ProbeCore):
         else:
             self._wrap_plain(expected_batch_size)
 
+    def save(self, folder, stem: str = "gradient_canaries", *, weights=None) -> list:
+        """Write the record beside a saved model (``folder``): see :meth:`ProbeCore.save`. ``weights``: what the loop
+        releases in place of the optimizer's last iterate, an average of its iterates (an EMA, ``AveragedModel``:
+        post-processing, as private as the iterates), fingerprinted instead of the optimizer's own tensors so that the
+        check ``weights`` ties the record to the released model. A module or a ``{name: tensor}`` dict (its names
+        matched to those the probe knows from ``attach_probe(..., model=model)``; ``AveragedModel``'s ``module.``
+        set aside), or the tensors in the optimizer's parameter order."""
+        if weights is not None:
+            self._given = self._released(weights)
+        return super().save(folder, stem)
+
+    def _released(self, weights) -> list:
+        """The released tensors in the order of the watched ones (see :meth:`save`); one line naming a mismatch."""
+        from dpaudit.probe.fingerprint import _same
+
+        watched = getattr(self, "_watched", [])
+        if self.fsdp or not watched:
+            raise DpauditError("weights= needs a probe on a DP optimizer outside FSDP (it fingerprints whole tensors)")
+        if isinstance(weights, torch.nn.Module):
+            weights = dict(weights.named_parameters())
+        if isinstance(weights, dict):
+            if any(n.startswith("param ") for _, n in watched):
+                raise DpauditError("weights= as a module or dict needs the parameters' names: attach the probe with "
+                                   "attach_probe(optimizer, ..., model=model), or give the tensors in the optimizer's order")
+            given = []
+            for p, n in watched:
+                hits = [t for k, t in weights.items() if _same(str(k), n) and tuple(t.shape) == tuple(p.shape)]
+                if len(hits) != 1:
+                    raise DpauditError(f"weights= holds {len(hits)} tensors of the name and shape of {n[:80]} "
+                                       f"{tuple(p.shape)}; give the released model, whose names are the trained one's")
+                given.append(hits[0])
+        else:
+            given = list(weights)
+            if len(given) != len(watched):
+                raise DpauditError(f"weights= holds {len(given)} tensors; the DP optimizer trains {len(watched)} "
+                                   "(give them in its parameter order)")
+        for t, (p, n) in zip(given, watched):
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(p.shape) or not t.is_floating_point():
+                raise DpauditError(f"weights= for {n[:80]} must be a float tensor of shape {tuple(p.shape)}, got "
+                                   f"{type(t).__name__} {tuple(getattr(t, 'shape', ()))}")
+        return given
+
     def _weights(self) -> dict | None:
         from dpaudit.probe import fingerprint
 
@@ -168,6 +210,9 @@ class Probe(ProbeCore):
         watched = getattr(self, "_watched", [])
         if not watched:
             return None
+        given = getattr(self, "_given", None)
+        if given is not None:
+            return {**self._fingerprint([(n, t) for t, (_, n) in zip(given, watched)]), "given": True}
         return self._fingerprint([(n, p) for p, n in watched])
 
     # -- wiring ---------------------------------------------------------------------------------------------

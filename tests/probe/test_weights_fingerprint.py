@@ -125,6 +125,65 @@ def test_a_layout_conversion_keeps_the_pass_and_an_edited_tensor_fails_naming_th
     assert got["status"] == "fail" and "others match" in got["finding"] and "(32, 128)" in got["finding"], got
 
 
+def _train_ema(tiny_model_factory, folder, give, named: bool):
+    """An Opacus loop that keeps an EMA of its iterates (torch.optim.swa_utils, post-processing) and releases it;
+    ``give(probe, ema, model)`` saves the probe's record."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    torch.manual_seed(0)
+    model, _ = tiny_model_factory(0)
+    ids = torch.randint(0, 100, (N, 12))
+    engine = PrivacyEngine(accountant="prv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dp_model, opt, loader = engine.make_private(
+            module=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-2),
+            data_loader=DataLoader(TensorDataset(ids), batch_size=B), noise_multiplier=1.0, max_grad_norm=1.0)
+    probe = api.attach_probe(opt, sample_rate=loader.sample_rate, m=50, seed=0, dataset_size=N,
+                             **({"model": model} if named else {}))
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
+    pos = torch.arange(12)
+    for (xb,) in loader:
+        if len(xb) == 0:
+            continue
+        opt.zero_grad()
+        dp_model(input_ids=xb, labels=xb, position_ids=pos.repeat(len(xb), 1)).loss.backward()
+        opt.step()
+        ema.update_parameters(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    ema.module.save_pretrained(folder / "model")  # the released model: the average, not the last iterate
+    give(probe, ema, model)
+    return api.card_from_opacus(engine, loader, opt, delta=1e-5, method="fingerprint")
+
+
+def test_a_loop_that_releases_an_ema_of_its_iterates_gives_it_at_save(tiny_model_factory, tmp_path):
+    """An EMA of DP iterates is post-processing: a loop that releases it is honest. Not given at save, the check
+    fails and says how to give it; given (as the AveragedModel, by the names the probe knows, or as tensors in the
+    optimizer's order), it passes and says these are the given weights."""
+    card = _train_ema(tiny_model_factory, tmp_path / "last", lambda p, e, m: p.save(tmp_path / "last"), named=False)
+    got = _weights(tmp_path / "last", card)
+    assert got["status"] == "fail" and "weights=ema" in got["finding"], got["finding"][:300]
+    for how, named, give in (("module", True, lambda p, e, m: p.save(tmp_path / "module", weights=e)),
+                             ("tensors", False, lambda p, e, m: p.save(tmp_path / "tensors",
+                                                                       weights=list(e.module.parameters())))):
+        card = _train_ema(tiny_model_factory, tmp_path / how, give, named=named)
+        got = _weights(tmp_path / how, card)
+        assert got["status"] == "pass" and "gave at save" in got["finding"], (how, got["finding"][:300])
+
+
+def test_weights_given_at_save_that_do_not_fit_are_one_line(tiny_model_factory, tmp_path):
+    def bad(weights, named, match):
+        def give(probe, ema, model):
+            with pytest.raises(DpauditError, match=match):
+                probe.save(tmp_path / "x", weights=weights(ema))
+        _train_ema(tiny_model_factory, tmp_path / "x", give, named=named)
+
+    bad(lambda e: e, False, "attach_probe")  # names unknown to the probe
+    bad(lambda e: list(e.module.parameters())[:-1], False, "tensors; the DP optimizer trains")
+    bad(lambda e: [torch.zeros(3)] * len(list(e.module.parameters())), False, "must be a float tensor of shape")
+    bad(lambda e: {"lm_head.weight": torch.zeros(1)}, True, "holds 0 tensors of the name and shape")
+
+
 def test_names_correspond_across_opacus_peft_ddp_and_compile_on_whole_parts():
     same = fingerprint._same
     assert same("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight",
@@ -196,7 +255,7 @@ def test_the_typed_boundary_refuses_a_damaged_fingerprint(tiny_model_factory, tm
     assert w["per_tensor"] == fingerprint.PER_TENSOR and all(len(t["index"]) >= 1 for t in w["tensors"])
     for bad in ({"schema_version": 1, "tensors": "x"}, {"schema_version": True, "tensors": w["tensors"]},
                 {**w, "tensors": [{**w["tensors"][0], "values": [True] * len(w["tensors"][0]["index"])}]},
-                {**w, "tensors": [{**w["tensors"][0], "index": [10 ** 9]}]},
+                {**w, "tensors": [{**w["tensors"][0], "index": [10 ** 9]}]}, {**w, "given": "yes"},
                 {**w, "tensors": [{**w["tensors"][0], "values": ["1.0"] * len(w["tensors"][0]["index"])}]}):
         f.write_text(json.dumps({**record, "probe": {**record["probe"], "weights": bad}}))
         with pytest.raises(DpauditError, match="probe.weights"):
