@@ -13,8 +13,8 @@ its values at :data:`PER_TENSOR` coordinates drawn from the run identity (:func:
 * ``fail``: a recorded tensor has same-shaped tensors in the checkpoint and none of them holds its values: these are
   not the weights the probe watched;
 * ``not tested``: no recorded tensor is in the files (a merged LoRA adapter, a quantised save, weights not in
-  safetensors), or the probe could not fingerprint (FSDP shards the parameters; a functional probe is given the
-  final weights only at ``save(folder, weights=...)``).
+  safetensors), or the probe could not fingerprint (under FSDP, where rank 0 gave no full state dict, and for
+  a functional probe, the weights come only from ``save(folder, weights=...)``).
 
 Matching is by shape and values, not by name: a probe attached to an optimizer knows no names (it records
 ``param i``), and Opacus' ``_module.``, PEFT's ``base_model.model.`` and ``.default``, DDP's ``module.`` and a
@@ -152,7 +152,7 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
                 "to these weights")
     rest = f"; {len(absent)} not in the files by shape" if absent else ""
     if w.get("given"):
-        rest += "; the weights the loop gave at save (an average of its iterates), not its last iterate"
+        rest += "; against the weights the loop gave at save (probe.save(folder, weights=...)), not the optimizer's own"
     return ("pass", f"{matched} of the {len(tensors)} tensors the probe watched match the checkpoint's weights at "
             f"{k} recorded coordinates each (within the stored dtype's rounding){rest}")
 

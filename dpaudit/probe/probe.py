@@ -163,8 +163,9 @@ class Probe(ProbeCore):
     def save(self, folder, stem: str = "gradient_canaries", *, weights=None) -> list:
         """Write the record beside a saved model (``folder``): see :meth:`ProbeCore.save`. ``weights``: what the loop
         releases in place of the optimizer's last iterate, an average of its iterates (an EMA, ``AveragedModel``:
-        post-processing, as private as the iterates), fingerprinted instead of the optimizer's own tensors so that the
-        check ``weights`` ties the record to the released model. A module or a ``{name: tensor}`` dict (its names
+        post-processing, as private as the iterates), or under FSDP the full state dict rank 0 gathered to save the
+        model (each rank holds only shards), fingerprinted instead of the optimizer's own tensors so that the check
+        ``weights`` ties the record to the released model. A module or a ``{name: tensor}`` dict (its names
         matched to those the probe knows from ``attach_probe(..., model=model)``; ``AveragedModel``'s ``module.``
         set aside), or the tensors in the optimizer's parameter order."""
         if weights is not None:
@@ -176,8 +177,8 @@ class Probe(ProbeCore):
         from dpaudit.probe.fingerprint import _same
 
         watched = getattr(self, "_watched", [])
-        if self.fsdp or not watched:
-            raise DpauditError("weights= needs a probe on a DP optimizer outside FSDP (it fingerprints whole tensors)")
+        if not watched:
+            raise DpauditError("weights= needs a probe on a DP optimizer (a non-private probe watches no weights)")
         if isinstance(weights, torch.nn.Module):
             weights = dict(weights.named_parameters())
         if isinstance(weights, dict):
@@ -205,14 +206,17 @@ class Probe(ProbeCore):
     def _weights(self) -> dict | None:
         from dpaudit.probe import fingerprint
 
-        if self.fsdp:
-            return fingerprint.not_taken("under FSDP each rank holds a shard of every parameter")
         watched = getattr(self, "_watched", [])
         if not watched:
             return None
         given = getattr(self, "_given", None)
         if given is not None:
             return {**self._fingerprint([(n, t) for t, (_, n) in zip(given, watched)]), "given": True}
+        if self.fsdp:
+            return fingerprint.not_taken("under FSDP each rank holds a shard of every parameter; give rank 0's full "
+                                         "state dict, the one the model is saved from, at save: probe.save(folder, "
+                                         "weights=get_model_state_dict(model, options=StateDictOptions("
+                                         "full_state_dict=True, cpu_offload=True)))")
         return self._fingerprint([(n, p) for p, n in watched])
 
     # -- wiring ---------------------------------------------------------------------------------------------

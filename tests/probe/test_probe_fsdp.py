@@ -39,8 +39,16 @@ def _one_run(rank, out, steps, sigma):
             step(batch)
             dp_opt.step()
             done += 1
+    # the full state dict, gathered on every rank as a user saves an FSDP model; rank 0 saves it and gives it to
+    # the probe (the honest run), or gives nothing (the no-noise run: its weights check is "not tested")
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
-        probe.save(out)
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in full.items()}, f"{out}/model.safetensors")
+        probe.save(out, **({"weights": full} if sigma > 0 else {}))
         json.dump({"records": probe.records, "steps": probe.steps}, open(f"{out}/seen.json", "w"))
 
 
@@ -79,9 +87,12 @@ def test_an_honest_fsdp_run_passes_every_check_it_tests(runs):
     checks, entry = _checks(folder)
     assert entry["optimizer"] == "FSDPOptimizerFastGradientClipping" and entry["mode"] == "ghost"
     assert {k: c["status"] for k, c in checks.items()} == {
-        **dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor"), "pass"), "coverage": "not tested",
-        "weights": "not tested"}, checks  # FSDP shards the parameters: the probe cannot fingerprint them
-    assert "under FSDP" in checks["weights"]["finding"]
+        **dict.fromkeys(("noise", "sampling", "clipping", "steps", "divisor", "weights"), "pass"),
+        "coverage": "not tested"}, checks  # weights: rank 0's full state dict, given at save
+    assert "the loop gave at save" in checks["weights"]["finding"]
+    # not given: each rank holds shards, so the record says how to give them
+    w = json.loads((runs["no-noise"] / "gradient_canaries.json").read_text())["probe"]["weights"]
+    assert "under FSDP" in w["not_recorded"] and "full_state_dict=True" in w["not_recorded"]
     assert checks["noise"]["values"]["rms"] == pytest.approx(1.0, rel=0.1)  # the block: rank 0's noise, x W
     seen = json.loads((folder / "seen.json").read_text())
     assert seen["steps"] == 48 and sum(seen["records"]) > 0.5 * Q * N * 48  # both ranks' records counted

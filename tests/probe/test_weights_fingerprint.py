@@ -168,7 +168,7 @@ def test_a_loop_that_releases_an_ema_of_its_iterates_gives_it_at_save(tiny_model
                                                                        weights=list(e.module.parameters())))):
         card = _train_ema(tiny_model_factory, tmp_path / how, give, named=named)
         got = _weights(tmp_path / how, card)
-        assert got["status"] == "pass" and "gave at save" in got["finding"], (how, got["finding"][:300])
+        assert got["status"] == "pass" and "the loop gave at save" in got["finding"], (how, got["finding"][:300])
 
 
 def test_weights_given_at_save_that_do_not_fit_are_one_line(tiny_model_factory, tmp_path):
