@@ -382,6 +382,9 @@ def train(model: nn.Module, records: list[dict], cfg: EngineConfig, pad_id: int,
     losses = loop.run(module, dp_opt, stream, RecordStep(module, crit, choices, placeholder=placeholder), steps,
                       stats=stats, desc="DP train", start=start, losses=so_far, after_step=after)
     released = fsdp.release(sharded) if sharded is not None else mechanism.release(module)
+    if sharded is not None and canaries is not None and distributed.is_main():  # ranks hold shards: the record's
+        for c in canaries:  # fingerprint is taken from the model rank 0 gathered and writes (the check `weights`)
+            c.watch_released(released)
     result = _result(cfg, steps, n, q_card, sigma, delta, losses, t0, canaries, stats,
                      [event(q, steps)] if event is not None else None, resumed)
     if flags is not None:

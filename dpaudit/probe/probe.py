@@ -169,11 +169,16 @@ class Probe(ProbeCore):
         matched to those the probe knows from ``attach_probe(..., model=model)``; ``AveragedModel``'s ``module.``
         set aside), or the tensors in the optimizer's parameter order."""
         if weights is not None:
-            self._given = self._released(weights)
+            self.watch_released(weights)
         return super().save(folder, stem)
 
+    def watch_released(self, weights) -> None:
+        """Fingerprint ``weights`` (see :meth:`save`) instead of the optimizer's own tensors when the record is
+        written; one line naming a mismatch. dpaudit's FSDP trainer gives rank 0's gathered model this way."""
+        self._given = self._released(weights)
+
     def _released(self, weights) -> list:
-        """The released tensors in the order of the watched ones (see :meth:`save`); one line naming a mismatch."""
+        """The released tensors in the order of the watched ones (see :meth:`save`)."""
         from dpaudit.probe.fingerprint import _same
 
         watched = getattr(self, "_watched", [])

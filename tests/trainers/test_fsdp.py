@@ -233,6 +233,7 @@ target_epsilon = 4
     rep = json.loads((tmp_path / "two" / "dp" / "report" / "report.json").read_text())
     (entry,) = rep["mechanism_checks"]
     statuses = {c["check"]: c["status"] for c in entry["checks"]}
-    assert {k for k, v in statuses.items() if v != "pass"} <= {"coverage", "divisor", "weights"}, statuses  # sharded
+    assert {k for k, v in statuses.items() if v != "pass"} <= {"coverage", "divisor"}, statuses  # sharded
+    assert statuses["weights"] == "pass"  # rank 0's gathered model, the one the checkpoint holds
     assert "whitebox_gradient" in rep["attacks"]
     assert entry["optimizer"] == "FSDPOptimizerFastGradientClipping" and entry["coordinates"] == "block"
