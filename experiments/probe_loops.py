@@ -597,9 +597,17 @@ def _fsdp_worker(rank, world, out, bug, seed, epochs, m):
         opt.zero_grad()
         step(batch)
         opt.step()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    # the model as a user saves an FSDP run: the full state dict gathered on every rank, written by rank 0, and
+    # given to the probe so that its record is tied to it (the check `weights`)
+    full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
+        from safetensors.torch import save_file
+
         out.mkdir(parents=True, exist_ok=True)
-        probe.save(out)
+        save_file({k: v.contiguous() for k, v in full.items()}, str(out / "model.safetensors"))
+        probe.save(out, weights=full)
         event = SubsampledGaussian(q, sigma, probe.steps, "poisson")
         PrivacyCard(claim=Claim(epsilon=compute([event], 1e-5, "prv").epsilon, delta=1e-5), events=[event],
                     clipping_norm=C, expected_batch_size=q * n, dataset_size=n,
