@@ -97,6 +97,21 @@ def test_the_checkout_stays_light():
     assert total < 80e6, f"the tracked files weigh {total / 1e6:.1f} MB (limit 80 MB)"
 
 
+def test_committed_reports_name_no_path_of_the_machine_that_made_them():
+    """Reports speak of the project: their paths are relative to the repository (a clone elsewhere reads them as
+    they are). Checkpoint folders are left out: their files are the trainer's as written, covered by their hash
+    (PEFT's adapter_config.json names the base model's cache path)."""
+    import subprocess
+
+    out = subprocess.run(["git", "ls-files", "-z", "reports"], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("not a git checkout")
+    machine = re.compile(r"(?<![\w.])/(?:work|root|home|tmp|Users)/")
+    bad = [f for f in out.stdout.split("\0") if f and "/checkpoint/" not in f and f.endswith((".json", ".md"))
+           and machine.search((ROOT / f).read_text(errors="replace"))]
+    assert not bad, f"{len(bad)} committed reports name a machine path, e.g. {bad[:3]}"
+
+
 def test_the_three_installs_need_only_their_own_dependencies():
     """`pip install dpaudit` (the CI gate: check, compare, table, model-card) brings NumPy, click, tqdm, jsonschema
     and PyYAML (the model card's front matter); [audit]
