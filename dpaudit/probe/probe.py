@@ -192,12 +192,16 @@ class Probe(ProbeCore):
                                    "attach_probe(optimizer, ..., model=model), or give the tensors in the optimizer's order")
             given = []
             for p, n in watched:
-                hits = [t for k, t in weights.items() if _same(str(k), n) and tuple(t.shape) == tuple(p.shape)]
+                hits = [t for k, t in weights.items()
+                        if isinstance(t, torch.Tensor) and _same(str(k), n) and tuple(t.shape) == tuple(p.shape)]
                 if len(hits) != 1:
                     raise DpauditError(f"weights= holds {len(hits)} tensors of the name and shape of {n[:80]} "
                                        f"{tuple(p.shape)}; give the released model, whose names are the trained one's")
                 given.append(hits[0])
         else:
+            if isinstance(weights, (str, bytes, torch.Tensor)) or not hasattr(weights, "__iter__"):
+                raise DpauditError(f"weights= must be a module, a {{name: tensor}} dict or a list of tensors, got "
+                                   f"{type(weights).__name__}")
             given = list(weights)
             if len(given) != len(watched):
                 raise DpauditError(f"weights= holds {len(given)} tensors; the DP optimizer trains {len(watched)} "

@@ -182,6 +182,9 @@ def test_weights_given_at_save_that_do_not_fit_are_one_line(tiny_model_factory, 
     bad(lambda e: list(e.module.parameters())[:-1], False, "tensors; the DP optimizer trains")
     bad(lambda e: [torch.zeros(3)] * len(list(e.module.parameters())), False, "must be a float tensor of shape")
     bad(lambda e: {"lm_head.weight": torch.zeros(1)}, True, "holds 0 tensors of the name and shape")
+    bad(lambda e: {k: "x" for k, _ in e.module.named_parameters()}, True, "holds 0 tensors of the name and shape")
+    for junk in (5, "model.safetensors", torch.zeros(3), None.__class__):
+        bad(lambda e, j=junk: j, False, "weights= must be a module")
 
 
 def test_names_correspond_across_opacus_peft_ddp_and_compile_on_whole_parts():
