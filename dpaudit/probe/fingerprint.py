@@ -20,10 +20,10 @@ Matching is by shape and values, not by name: a probe attached to an optimizer k
 ``param i``), and Opacus' ``_module.``, PEFT's ``base_model.model.`` and ``.default``, DDP's ``module.`` and a
 Trainer's names differ for the same tensor (where names correspond, that tensor is tried first). It is a
 consistency check, not a seal: a folder built to pass it (the watched tensors kept under spare names beside other
-weights) passes, as a record written by hand would; docs/security.md says what binds evidence. A noisy DP step moves every coordinate, so two runs' weights agree at a
-recorded coordinate only by chance, and a tensor fails only if *all* its coordinates match nowhere; coordinates
-training never moved cannot tell two models from one init apart, so an unmoved copy can pass (a miss, never a
-false alarm).
+weights) passes, as a record written by hand would; docs/security.md says what binds evidence. A noisy DP step
+moves every coordinate, so two runs' weights agree at a recorded coordinate only by chance, and a tensor fails
+only if *all* its coordinates match nowhere; coordinates training never moved cannot tell two models from one init
+apart, so an unmoved copy can pass (a miss, never a false alarm).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
         want = np.asarray(t["values"], dtype=np.float64)
         best = np.inf
         try:  # the tensor of the same name first (Opacus', PEFT's prefixes aside); the first match ends the search
-            for c, idx in sorted(cands, key=lambda ci: not _same(ci[0].name, t["name"])):
+            for c, idx in sorted(cands, key=lambda ci: not names_match(ci[0].name, t["name"])):
                 best = min(best, _gap(c.values(idx), want, c.dtype))
                 if best <= 1:
                     break
@@ -181,7 +181,7 @@ def _gap(got: np.ndarray, want: np.ndarray, dtype: str) -> float:
     return float(gap.max()) if gap.size else 0.0
 
 
-def _same(stored: str, recorded: str) -> bool:
+def names_match(stored: str, recorded: str) -> bool:
     """Whether two names plausibly name one tensor (tried first: Opacus', PEFT's and DDP's prefixes set aside)."""
     def norm(s: str) -> str:
         for junk in ("_module.", "module.", "_orig_mod.", "base_model.model.", ".default."):

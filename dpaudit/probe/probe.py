@@ -179,7 +179,7 @@ class Probe(ProbeCore):
 
     def _released(self, weights) -> list:
         """The released tensors in the order of the watched ones (see :meth:`save`)."""
-        from dpaudit.probe.fingerprint import _same
+        from dpaudit.probe.fingerprint import names_match
 
         watched = getattr(self, "_watched", [])
         if not watched:
@@ -193,7 +193,7 @@ class Probe(ProbeCore):
             given = []
             for p, n in watched:
                 hits = [t for k, t in weights.items()
-                        if isinstance(t, torch.Tensor) and _same(str(k), n) and tuple(t.shape) == tuple(p.shape)]
+                        if isinstance(t, torch.Tensor) and names_match(str(k), n) and tuple(t.shape) == tuple(p.shape)]
                 if len(hits) != 1:
                     raise DpauditError(f"weights= holds {len(hits)} tensors of the name and shape of {n[:80]} "
                                        f"{tuple(p.shape)}; give the released model, whose names are the trained one's")

@@ -188,7 +188,7 @@ def test_weights_given_at_save_that_do_not_fit_are_one_line(tiny_model_factory, 
 
 
 def test_names_correspond_across_opacus_peft_ddp_and_compile_on_whole_parts():
-    same = fingerprint._same
+    same = fingerprint.names_match
     assert same("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight",
                 "_module.base_model.model.transformer.h.0.attn.c_attn.lora_A.default.weight")
     assert same("transformer.wte.weight", "module._orig_mod.transformer.wte.weight")
