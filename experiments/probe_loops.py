@@ -46,6 +46,7 @@ class Loop:
     clip_grad_norm: bool = False  # torch.nn.utils.clip_grad_norm_ on p.grad before step (a no-op for Opacus)
     model_kind: str = "tiny"  # tiny | gpt2-lora | gpt2-classifier
     trainer: bool = False  # a Hugging Face Trainer steps the DP optimizer (dp-transformers pattern)
+    load_best: bool = False  # the Trainer evaluates and saves every epoch and loads its best checkpoint at the end
     with_epsilon: bool = False  # make_private_with_epsilon instead of make_private(noise_multiplier=...)
     pass_model: bool = True  # attach_probe(..., model=model)
     ddp: bool = False  # DPDDP on 2 gloo ranks (run_distributed)
@@ -88,6 +89,8 @@ LOOPS = {
     "ddp": Loop("DPDDP + DistributedDPOptimizer on 2 gloo ranks (Opacus' distributed tutorial)", ddp=True),
     "ddp-noise-every-rank": Loop("DDP with every rank adding its own full noise (more than the card: conservative)",
                                  ddp=True),
+    "hf-trainer-load-best": Loop("HF Trainer with load_best_model_at_end (an earlier epoch's checkpoint released)",
+                                 trainer=True, model_kind="gpt2-classifier", optimizer="adam", load_best=True),
     "hf-trainer-accumulation": Loop("HF Trainer, gradient accumulation by skip signals (dp-transformers)",
                                     trainer=True, model_kind="gpt2-classifier", optimizer="adam", accumulate=2),
     "non-wrapping": Loop("Opacus 1.6 non-wrapping mode (make_private(wrap_model=False)), zero_grad last",
@@ -812,8 +815,10 @@ def _train_hf(model, optimizer, loader, loop: Loop, s: Settings, seed: int, fold
 
         def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
             if not len(inputs["x"]):  # an empty Poisson micro-batch
-                return logits_of(model, inputs["x"]).sum() * 0
-            return F.cross_entropy(logits_of(model, inputs["x"]), inputs["y"])
+                loss = logits_of(model, inputs["x"]).sum() * 0
+            else:
+                loss = F.cross_entropy(logits_of(model, inputs["x"]), inputs["y"])
+            return (loss, (loss,)) if return_outputs else loss  # the evaluation asks for outputs too
 
         def training_step(self, model, inputs, num_items_in_batch=None):
             self.optimizer.zero_grad()  # Opacus' zero_grad keeps a skipped step's clipped sum
@@ -841,15 +846,21 @@ def _train_hf(model, optimizer, loader, loop: Loop, s: Settings, seed: int, fold
             xb, yb = self.ds[i]
             return {"x": xb, "y": yb}
 
+    # load_best: evaluated and saved every epoch, the best checkpoint loaded into the model at the end (by the
+    # highest loss, so that it is an earlier epoch's: the released weights are not the last iterate)
+    best = dict(eval_strategy="epoch", save_strategy="epoch", save_only_model=True, load_best_model_at_end=True,
+                metric_for_best_model="eval_loss", greater_is_better=True, prediction_loss_only=True,
+                label_names=["y"]) if loop.load_best else dict(save_strategy="no")
     args = TrainingArguments(output_dir=str(folder / "trainer"), num_train_epochs=s.epochs, max_grad_norm=0.0,
-                             learning_rate=s.lr / 10, lr_scheduler_type="constant", report_to=[], save_strategy="no",
+                             learning_rate=s.lr / 10, lr_scheduler_type="constant", report_to=[],
                              logging_strategy="no", remove_unused_columns=False, disable_tqdm=True, use_cpu=True,
-                             seed=seed, gradient_accumulation_steps=loop.accumulate)
+                             seed=seed, gradient_accumulation_steps=loop.accumulate, **best)
     kw = {k: v for k, v in probe_kw.items() if k != "model"}
     cb = ProbeCallback(**kw, save_to=folder)
     callbacks = [cb] + ([SkipSignal()] if loop.accumulate > 1 else [])
+    evaluation = Rows(torch.utils.data.Subset(loader.dataset, range(64))) if loop.load_best else None
     trainer = DPTrainer(model=model, args=args, train_dataset=Rows(loader.dataset), optimizers=(optimizer, None),
-                        callbacks=callbacks)
+                        callbacks=callbacks, eval_dataset=evaluation)
     trainer._dp_loader = _DictLoader(loader, loop.accumulate)
     trainer.train()
     trainer.save_model(str(folder))  # as a Trainer user saves: model.safetensors beside the callback's record

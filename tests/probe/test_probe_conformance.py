@@ -67,8 +67,8 @@ def test_an_honest_loop_trains_to_the_end_and_passes_the_gate(loop, spread, tmp_
     # coverage is not tested
     lp = PL.LOOPS[loop]
     expected_not_tested = {"coverage"} if not lp.pass_model or lp.functional or lp.fsdp else set()
-    if lp.functional or lp.fsdp or lp.peer:  # no weights to fingerprint: the functional probe holds none, FSDP
-        expected_not_tested |= {"weights"}  # shards them, and the peers' runners save none beside the record
+    if lp.functional:  # the conformance's hand-written functional loops give the probe no weights at save (the
+        expected_not_tested |= {"weights"}  # JAX loop, the examples and tests/probe give them)
     assert {c for c, s in row["checks"].items() if s == "not tested"} <= expected_not_tested | {"divisor"}, row["checks"]
 
 
@@ -77,6 +77,20 @@ def test_a_planted_bug_is_named_by_the_gate(bug, spread, tmp_path):
     row = _row(spread, PL.loop_of(bug), bug, tmp_path)
     assert "crash" not in row, row.get("trace")
     assert row["named_fail_line"], (PL.BUGS[bug], row["fail_lines"], row["checks"])
+
+
+def test_a_trainer_that_loads_its_best_checkpoint_releases_an_earlier_epoch_and_passes(tmp_path):
+    """load_best_model_at_end: the Trainer loads an earlier epoch's checkpoint into the model before on_train_end,
+    so the callback's fingerprint and trainer.save_model both see the released weights, not the last iterate."""
+    import glob
+    import json
+
+    row = CONF.one(PL, "hf-trainer-load-best", None, 0, tmp_path, SMALL)
+    assert row["gate_exit"] == 0 and row["checks"]["weights"] == "pass", row
+    (state,) = [json.load(open(f)) for f in glob.glob(str(tmp_path / "*" / "trainer" / "checkpoint-*" /
+                                                               "trainer_state.json")) if f.endswith(
+        f"checkpoint-{row['steps']}/trainer_state.json")]
+    assert not state["best_model_checkpoint"].endswith(f"checkpoint-{row['steps']}"), state["best_model_checkpoint"]
 
 
 def test_on_fail_raise_stops_the_loop_at_the_step_that_fails(tmp_path):
