@@ -5,7 +5,9 @@ The format (huggingface/safetensors, "Format"): 8 bytes, a little-endian u64 N; 
 little-endian and C-ordered at ``8 + N + begin``. The safetensors package itself reads whole tensors (its NumPy
 side refuses bfloat16), and ``dpaudit check`` runs where torch is not installed: this reads the few values a
 weight fingerprint needs (dpaudit/probe/fingerprint.py) through a memory map, with every header field checked
-against the file's size first, so a damaged or hostile file is "unreadable", never a crash or a huge read.
+against the file's size first, so a damaged or hostile file is "unreadable", never a crash or a huge read. As the format
+requires (and the safetensors package enforces at load), the tensors' byte ranges must tile the data with no hole
+and no overlap: a header that points a million names at the same bytes is refused, not compared a million times.
 """
 
 from __future__ import annotations
@@ -43,18 +45,24 @@ class Entry:
     def is_float(self) -> bool:
         return self.dtype in FLOATS
 
-    def values(self, flat_index: np.ndarray) -> np.ndarray:
-        """The tensor's values at C-order flat indices ``flat_index``, as float64 (bfloat16 widened exactly)."""
+    def values(self, flat_index: np.ndarray, data: np.ndarray | None = None) -> np.ndarray:
+        """The tensor's values at C-order flat indices ``flat_index``, as float64 (bfloat16 widened exactly);
+        ``data``: the file's bytes already mapped (:func:`mapped`), so that many reads open the file once."""
         if not self.is_float:
             raise Unreadable(f"{self.name}: dtype {self.dtype} is not a float")
         size = SIZES[self.dtype]
-        data = np.memmap(self.file, dtype=np.uint8, mode="r")
+        if data is None:
+            data = mapped(self.file)
         where = self.start + np.asarray(flat_index, dtype=np.int64)[:, None] * size + np.arange(size)
         raw = np.ascontiguousarray(data[where]).reshape(-1)
-        del data
         if self.dtype == "BF16":
             return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
         return raw.view(FLOATS[self.dtype]).astype(np.float64)
+
+
+def mapped(f: Path) -> np.ndarray:
+    """File ``f``'s bytes, memory-mapped read-only (nothing is read until indexed)."""
+    return np.memmap(f, dtype=np.uint8, mode="r")
 
 
 def entries(f: Path) -> list[Entry]:
@@ -74,7 +82,7 @@ def entries(f: Path) -> list[Entry]:
     if not isinstance(header, dict):
         raise Unreadable("its header is not a JSON object")
     data = size - 8 - n
-    out = []
+    out, spans = [], []
     for name, t in header.items():
         if name == "__metadata__":
             continue
@@ -86,10 +94,19 @@ def entries(f: Path) -> list[Entry]:
         begin, end = offsets
         if not begin <= end <= data:
             raise Unreadable(f"tensor {str(name)[:60]!r}: its data_offsets do not fit the file")
+        spans.append((begin, end))
         if dtype not in SIZES:  # a dtype newer than this reader (F8_E8M0, F4, C64, ...): never a float it reads
             continue
         if end - begin != math.prod(shape) * SIZES[dtype]:
             raise Unreadable(f"tensor {str(name)[:60]!r}: its data_offsets do not match its shape")
         out.append(Entry(f, str(name), dtype, tuple(shape), 8 + n + begin))
+    at = 0
+    for begin, end in sorted(spans):  # the format: the tensors' bytes tile the data, no hole, no overlap
+        if begin != at:
+            raise Unreadable(f"its tensors' data_offsets {'overlap' if begin < at else 'leave a hole'} at byte {at:,} "
+                             "(the format requires them to cover the data exactly)")
+        at = end
+    if at != data:
+        raise Unreadable(f"its tensors' data_offsets cover {at:,} of its {data:,} data bytes")
     return out
 

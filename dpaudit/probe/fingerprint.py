@@ -39,6 +39,8 @@ from dpaudit.errors import DpauditError
 
 PER_TENSOR = 8  # coordinates per tensor: 8 values a run cannot share with another by chance
 MAX_TENSORS = 100_000  # tensors in one record: a model with more is fingerprinted on its first ones
+MAX_READS = 500_000  # comparisons of a recorded tensor with a stored one (about 20 us each): an honest model needs
+NAME_SCAN = 10_000  # about one per tensor; stored tensors of one shape searched for the recorded name
 RTOL = {"F64": 1e-12, "F32": 2 ** -22, "F16": 2 ** -10, "BF16": 2 ** -7}  # one unit of the stored dtype's rounding
 ATOL = {"F64": 0.0, "F32": 2.0 ** -149, "F16": 2.0 ** -24, "BF16": 2.0 ** -133}  # its smallest subnormal
 
@@ -115,18 +117,37 @@ def compare(w: dict | None, model_dir: Path) -> tuple[str, str] | None:
         for e in found:
             if e.is_float:
                 by_shape.setdefault(e.shape, []).append(e)
+    for same in by_shape.values():  # the model's own order where names carry it (h.2 before h.10), as the optimizer's
+        same.sort(key=_natural)
     tensors = w["tensors"]
-    matched, absent, differ = 0, [], []
+    matched, absent, differ, reads, maps = 0, [], [], 0, {}
+    rank: dict[tuple, int] = {}  # the j-th recorded tensor of a shape tries the j-th stored one first
     for t in tensors:
+        j = rank[tuple(t["shape"])] = rank.get(tuple(t["shape"]), -1) + 1
         cands = _candidates(t, by_shape)
         if not cands:
             absent.append(t)
             continue
         want = np.asarray(t["values"], dtype=np.float64)
         best = np.inf
-        try:  # the tensor of the same name first (Opacus', PEFT's prefixes aside); the first match ends the search
-            for c, idx in sorted(cands, key=lambda ci: not names_match(ci[0].name, t["name"])):
-                best = min(best, _gap(c.values(idx), want, c.dtype))
+        # the tensor of the same name first (Opacus', PEFT's prefixes aside; looked for among the first NAME_SCAN),
+        # then the one in the same place among its shape (a probe attached to an optimizer knows no names: its order
+        # is the model's, as the file's is); the first match ends the search: an honest model costs about one read
+        # per tensor, a hostile header naming one shape a million times at most MAX_READS in all
+        named = [i for i in range(min(len(cands), NAME_SCAN)) if names_match(cands[i][0].name, t["name"])]
+        order = [*named, *((i + j) % len(cands) for i in range(len(cands)))]
+        try:
+            for i in order:
+                c, idx = cands[i]
+                reads += 1
+                if reads > MAX_READS:
+                    return ("not tested", f"the checkpoint's files hold more tensors of the recorded shapes than "
+                            f"{MAX_READS:,} comparisons reach (thousands of one shape, the probe given no names): the "
+                            "record cannot be tied to these weights; attach the probe with the model's names "
+                            "(attach_probe(optimizer, ..., model=model))")
+                if c.file not in maps:
+                    maps[c.file] = sv.mapped(c.file)
+                best = min(best, _gap(c.values(idx, maps[c.file]), want, c.dtype))
                 if best <= 1:
                     break
         except (OSError, ValueError) as e:  # the file changed or shrank while it was read
@@ -169,6 +190,11 @@ def _candidates(t: dict, by_shape: dict) -> list:
         flipped = (idx % cols) * rows + idx // cols  # element (i, j) of t is element (j, i) of its transpose
         out += [(c, flipped) for c in by_shape.get((cols, rows), [])]
     return out
+
+
+def _natural(e) -> list:
+    """A stored tensor's name as a sort key with its numbers read as numbers (h.2 before h.10)."""
+    return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"([0-9]+)", e.name))]
 
 
 def _gap(got: np.ndarray, want: np.ndarray, dtype: str) -> float:

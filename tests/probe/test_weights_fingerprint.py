@@ -219,6 +219,58 @@ def test_a_tensor_of_a_dtype_newer_than_the_reader_is_skipped_not_the_file(tmp_p
         safetensors_view.entries(tmp_path / "bad.safetensors")
 
 
+def _raw(path, header: dict, data: bytes) -> None:
+    body = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(body)) + body + data)
+
+
+def test_tensors_must_tile_the_data_as_the_format_requires(tmp_path):
+    """The format (and the safetensors package at load) requires the byte ranges to cover the data with no hole or
+    overlap: a header pointing many names at the same bytes is unreadable, not compared once per name."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    data = np.arange(8, dtype=np.float32).tobytes()
+    ok = {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+          "b": {"dtype": "F32", "shape": [4], "data_offsets": [16, 32]},
+          "empty": {"dtype": "F32", "shape": [0], "data_offsets": [32, 32]}}
+    _raw(tmp_path / "ok.safetensors", ok, data)
+    assert sorted(load_file(str(tmp_path / "ok.safetensors"))) == ["a", "b", "empty"]  # the package reads it too
+    assert [e.name for e in safetensors_view.entries(tmp_path / "ok.safetensors")] == ["a", "b", "empty"]
+    aliased = {**ok, **{f"alias{i}": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]} for i in range(3)}}
+    hole = {"a": ok["a"], "b": {**ok["b"], "dtype": "F16", "shape": [4], "data_offsets": [16, 24]}}
+    for what, header, match in (("aliased", aliased, "overlap at byte 16"), ("hole", hole, "cover 24 of its 32")):
+        _raw(tmp_path / f"{what}.safetensors", header, data)
+        with pytest.raises(safetensors_view.Unreadable, match=match):
+            safetensors_view.entries(tmp_path / f"{what}.safetensors")
+        with pytest.raises(SafetensorError):  # the package itself refuses the same files
+            load_file(str(tmp_path / f"{what}.safetensors"))
+
+
+def test_a_header_of_thousands_of_one_shape_costs_a_bounded_number_of_reads(tiny_model_factory, tmp_path,
+                                                                           monkeypatch):
+    """A hostile (or giant, unnamed) model with thousands of tensors of a recorded shape: the comparisons stop at
+    MAX_READS with "not tested", never a gate that runs for hours; an honest model reads about once per tensor."""
+    model, card = _train(tiny_model_factory, tmp_path)
+    model.save_pretrained(tmp_path / "model")
+    reads = []
+    real = safetensors_view.Entry.values
+    monkeypatch.setattr(safetensors_view.Entry, "values", lambda self, *a: reads.append(1) or real(self, *a))
+    assert _weights(tmp_path, card)["status"] == "pass"
+    watched = len(json.loads((tmp_path / "gradient_canaries.json").read_text())["probe"]["weights"]["tensors"])
+    assert len(reads) <= 4 * watched, (len(reads), watched)
+    shape = json.loads((tmp_path / "gradient_canaries.json").read_text())["probe"]["weights"]["tensors"][-1]["shape"]
+    n = int(np.prod(shape))
+    many = {f"t{i}": {"dtype": "F32", "shape": shape, "data_offsets": [4 * n * i, 4 * n * (i + 1)]} for i in range(300)}
+    (tmp_path / "model" / "model.safetensors").unlink()
+    _raw(tmp_path / "model" / "model.safetensors", many, np.full(300 * n, 7.0, dtype=np.float32).tobytes())
+    monkeypatch.setattr(fingerprint, "MAX_READS", 100)
+    reads.clear()
+    got = _weights(tmp_path, card)
+    assert got["status"] == "not tested" and "more tensors of the recorded shapes than 100" in got["finding"], got
+    assert len(reads) == 100
+
+
 def test_lora_adapters_pass_and_a_merged_model_is_not_tested(tiny_model_factory, tmp_path):
     model, card = _train(tiny_model_factory, tmp_path, lora=True)
     model.save_pretrained(tmp_path / "model")  # adapter_model.safetensors: PEFT's names, not Opacus' or the probe's
