@@ -49,16 +49,19 @@ def _tokens(text: str):
         yield from (t.children or [])
 
 
-def _assert_inert(text: str, baseline: str) -> None:
+def _assert_inert(text: str, baseline: str, card: bool = True) -> None:
     """``text`` (rendered with a hostile field) holds nothing the baseline rendering does not: no HTML, no link or
-    image to e.vil, no line of the hostile string's own, no extra dpaudit marker, no table with another width."""
+    image to e.vil, no line of the hostile string's own, no extra dpaudit marker, no table with another width.
+    ``card``: also none of the model card's markers as text, even inside a code span (the card is updated by
+    finding them); a page that never becomes a card shows decoded model text and paths as they are, in code spans,
+    where a marker is inert."""
     html = sorted(t.content for t in _tokens(text) if t.type in ("html_inline", "html_block"))
     assert html == sorted(t.content for t in _tokens(baseline) if t.type in ("html_inline", "html_block")), \
         "raw HTML reached the markdown"  # only dpaudit's own markers, as many as without the hostile field
     links = [t.attrs.get("href") or t.attrs.get("src") for t in _tokens(text) if t.type in ("link_open", "image")]
     assert not [h for h in links if h and "e.vil" in str(h)], links
     assert not [ln for ln in text.splitlines() if ln.startswith(("FAKE", "**Verdict**: `consistent`"))]
-    for marker in ("<!-- dpaudit:begin -->", "<!-- dpaudit:end -->", "<script"):
+    for marker in ("<!-- dpaudit:begin -->", "<!-- dpaudit:end -->", "<script") if card else ():
         assert text.count(marker) == baseline.count(marker), marker
     assert text.count("\n") == baseline.count("\n") or "```" in baseline  # fenced JSON may wrap differently
     widths = {len(_cells(ln)) for ln in text.splitlines() if ln.startswith("|")}
@@ -215,3 +218,58 @@ def test_the_reproducibility_block_shows_the_command_as_it_was_typed():
     assert any("## Fake heading" in t.content for t in blocks)
     assert not [t for t in PARSER.parse(text) if t.type == "heading_open" and t.map and
                 "Fake" in text.splitlines()[t.map[0]]]
+
+
+PMIXED = ROOT / "reports" / "pmixed" / "pmixed-eps8" / "report" / "report.json"
+SEARCH = ROOT / "reports" / "pmixed" / "worst_case" / "search.json"
+
+
+def _every_leaf_inert(doc: dict, render, minimum: int) -> None:  # pages that never become a model card
+    """Each string of ``doc`` hostile in turn, ``render`` inert against its rendering of ``doc`` as it was."""
+    base = render(doc)
+    rendered = 0
+    for path, _ in _leaves(doc):
+        try:
+            text = render(_set(doc, path, HOSTILE))
+        except (KeyError, TypeError, ValueError, AttributeError, DpauditError):
+            continue  # a field the renderer computes with: refused, not rendered
+        rendered += 1
+        _assert_inert(text, base, card=False)
+    assert rendered >= minimum, rendered
+
+
+def test_every_string_of_a_pmixed_report_is_inert_in_its_report_md():
+    from dpaudit.pmixed.report import render
+
+    _every_leaf_inert(json.loads(PMIXED.read_text()), render, 30)
+
+
+def test_every_string_of_a_pmixed_search_is_inert_in_search_md():
+    from dpaudit.pmixed.search import render
+
+    _every_leaf_inert(json.loads(SEARCH.read_text()), render, 15)
+
+
+def test_the_ci_job_summary_is_inert_to_a_reports_text_and_its_file_name(report, tmp_path):
+    """``check --summary`` and ``compare --summary`` write into the page a CI job shows: a failure reason, a
+    headline and a report's own path come from files a pull request may carry."""
+    from dpaudit.gate.job_summary import gate_markdown
+
+    base = gate_markdown(Path("r/report.json"), ["a rule fails"], ["dp: consistent"], "checked: the numbers")
+    text = gate_markdown(Path("r" + HOSTILE.replace("\n", " ") + "/report.json"), [HOSTILE], [HOSTILE], HOSTILE)
+    _assert_inert(text, base, card=False)
+
+
+def test_every_markdown_file_the_package_writes_is_rendered_by_a_tested_renderer():
+    """A new markdown output must come through dpaudit.markup and into this file's tests: every module that writes a
+    ``.md`` file by name, or appends to a CI job's summary page, is one whose renderer the tests above feed hostile
+    input (REPORT.md of an evaluation and of a comparison, PMixED's REPORT.md and SEARCH.md; the summary of `check`
+    and of `compare`). The model card (a README.md the user names) is rendered by dpaudit.report.model_card, above."""
+    import re
+
+    tested = {"dpaudit/report/write.py": "render_markdown, write_comparison", "dpaudit/pmixed/report.py": "render",
+              "dpaudit/pmixed/search.py": "render", "dpaudit/cli/main.py": "job_summary.gate_markdown",
+              "dpaudit/cli/reports.py": "compare"}
+    writers = {f.relative_to(ROOT).as_posix() for f in sorted((ROOT / "dpaudit").rglob("*.py"))
+               if re.search(r"""\.md["']\)\s*\.write_(text|bytes)\(|job_summary\.append\(""", f.read_text())}
+    assert writers == set(tested), sorted(writers ^ set(tested))
