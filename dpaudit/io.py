@@ -232,20 +232,29 @@ def write_atomic_all(files: list, mode: int | None = None) -> None:
 
 
 def open_append(path: Path, what: str):
-    """``path`` opened for appending (a log, a lock), created when missing, never through a link (``O_NOFOLLOW``:
-    a link planted under its name is a one-line DpauditError)."""
+    """``path`` opened for appending (a log, a lock, a CI job's summary page), created when missing, never through a
+    link (``O_NOFOLLOW``: a link planted under its name is a one-line DpauditError) and only as a regular file (a
+    FIFO is opened without waiting for a reader, then refused: it would block the command for ever)."""
     import errno
+    import fcntl
     import os
+    import stat
 
     path = Path(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as e:
         fix = {errno.ELOOP: "it is a symlink: remove it, then retry",
                errno.ENOENT: "its folder does not exist: create it or pass another path",
                errno.ENOTDIR: "its folder does not exist: create it or pass another path",
+               errno.ENXIO: "it is a pipe (FIFO): pass a regular file's path",
                errno.EISDIR: "it is a folder: pass a file's path"}.get(e.errno, "fix it or pass another path")
         raise DpauditError(f"cannot open {what} {printable(path)} ({e.strerror}); {fix}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DpauditError(f"cannot open {what} {printable(path)}: it is not a regular file (a pipe, a device or a "
+                           "socket); pass a regular file's path")
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return os.fdopen(fd, "a")
 
 

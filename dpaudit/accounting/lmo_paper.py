@@ -88,7 +88,8 @@ def laplace_rdp(u: float, alpha: float) -> float:
 def step_curve(noise: LmoNoise, C: float, orders=ORDERS) -> dict[int, float]:
     """:func:`scalar_rdp` at every integer order 2..max(orders), computed for all orders at once."""
     a = np.arange(2, max(orders) + 1, dtype=float)
-    up, down = noise.log_mgf_v((a - 1) * C), noise.log_mgf_v(-a * C)
+    with np.errstate(over="ignore"):  # C near the float's limit: an order's argument overflows to inf (M_Y diverges)
+        up, down = noise.log_mgf_v((a - 1) * C), noise.log_mgf_v(-a * C)
     with np.errstate(invalid="ignore"):
         val = np.logaddexp(np.log(a / (2 * a - 1)) + up, np.log((a - 1) / (2 * a - 1)) + down)
     rdp = np.where(np.isfinite(up), np.maximum(0.0, val / (a - 1)), math.inf)

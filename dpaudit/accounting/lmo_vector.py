@@ -248,7 +248,7 @@ def check_range(noise: LmoNoise, C: float) -> None:
     scale = C * noise.mean()
     if not LOSS_RANGE[0] <= scale <= LOSS_RANGE[1]:
         raise NotApplicable(f"the LMO vector accountant handles clipping_norm x E[Y] (one coordinate's loss scale per "
-                            f"step) in [{LOSS_RANGE[0]:g}, {LOSS_RANGE[1]:g}]; this card's is {scale:g}")
+                            f"step) in [{LOSS_RANGE[0]:g}, {LOSS_RANGE[1]:g}]; here it is {scale:g}")
 
 
 LOWER_SPREADS = (1, 4, 16, 64)  # the pairs of the lower value: C spread over m coordinates

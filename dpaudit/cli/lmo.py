@@ -57,6 +57,7 @@ def search(epsilon, delta, steps, sample_rate, clipping_norm, draw, as_json, obj
     if not (math.isfinite(epsilon) and 0 < epsilon <= 1000):
         raise DpauditError(f"--epsilon must be a finite number in (0, 1000], got {epsilon}")
     validate_mechanism(1.0, sample_rate, steps)
+    _check_clipping_norm(clipping_norm)
     from dpaudit import progress
 
     progress.set_quiet(quiet or as_json)
@@ -80,8 +81,7 @@ def account_noise(noise_json, delta, steps, sample_rate, clipping_norm, draw, as
 
     validate_delta(delta)
     validate_mechanism(1.0, sample_rate, steps)
-    if not (math.isfinite(clipping_norm) and clipping_norm > 0):
-        raise DpauditError(f"--clipping-norm must be a finite number > 0, got {clipping_norm}")
+    _check_clipping_norm(clipping_norm)
     if len(noise_json) > 10_000:
         raise DpauditError(f"--noise is {len(noise_json):,} characters; the law of Y is a small JSON object like "
                            "'{\"a3\": 1, \"u_low\": 1, \"u_high\": 2}'")
@@ -104,13 +104,27 @@ def account_noise(noise_json, delta, steps, sample_rate, clipping_norm, draw, as
     _print(nz, claim, clipping_norm, draw, sample_rate, steps, delta, as_json, {})
 
 
+def _check_clipping_norm(C: float) -> None:
+    """Before any work (the search's grid takes seconds): a finite C > 0, not below the smallest normal float (its
+    squares and products underflow to 0)."""
+    from dpaudit.errors import DpauditError
+
+    if not (math.isfinite(C) and C >= 1e-300):
+        raise DpauditError(f"--clipping-norm must be a finite number >= 1e-300, got {C}")
+
+
 def _print(nz, claim, C, draw, q, T, delta, as_json, extra):
     """The two accountings of one LMO-DP noise side by side (the paper's claim, dpaudit's vector accounting), as
     text or JSON. Over 8 parameters: the mechanism and its claim as `dpaudit lmo account` resolved them, printed
     together; internal to the command."""
     from dpaudit.accounting import lmo_vector
+    from dpaudit.accounting.events import NotApplicable
 
-    vec, detail = lmo_vector.epsilon_for(nz, C, draw, q, T, delta)
+    try:  # outside the range its numerics hold (C x E[Y] in [1e-6, 10], ...) it declines, as for a card
+        lmo_vector.check_range(nz, C)
+        vec, detail = lmo_vector.epsilon_for(nz, C, draw, q, T, delta)
+    except NotApplicable as e:
+        vec, detail = None, f"not applicable: {e}"
     out = {"noise": nz.to_dict(), "paper_epsilon": claim.epsilon, "paper_order": claim.order,
            "paper_floor": claim.floor, "paper_near_floor": claim.near_floor, "reaccounted_epsilon": vec,
            "reaccounted_detail": detail, "draw": draw, "mean_abs_noise": nz.mean_abs_noise(),
@@ -129,4 +143,5 @@ def _print(nz, claim, C, draw, q, T, delta, as_json, extra):
     floor = " — within 10% of the order grid's floor: the number mostly reflects the grid" if claim.near_floor else ""
     click.echo(f"paper's claim:      ε = {claim.epsilon:.4f} at δ = {probability(delta)} (order {claim.order}; floor "
                f"{claim.floor:.4f}){floor}")
-    click.echo(f"dpaudit re-account: ε ≤ {vec:.4f} at δ = {probability(delta)} ({detail})")
+    click.echo(f"dpaudit re-account: ε ≤ {vec:.4f} at δ = {probability(delta)} ({detail})" if vec is not None
+               else f"dpaudit re-account: {detail}")

@@ -261,6 +261,33 @@ def test_a_pipe_given_for_a_policy_or_data_file_is_named_as_a_pipe(tmp_path, cap
         read_rows(data, "data", "")
 
 
+@pytest.mark.parametrize("command", ["check", "compare"])
+@pytest.mark.parametrize("kind", ["fifo", "fifo with a reader", "device"])
+def test_a_summary_page_that_is_not_a_regular_file_is_refused_without_waiting(command, kind, tmp_path, capsys):
+    """`--summary FIFO` blocked the command for ever, waiting for a reader (a hostile round by argument,
+    2026-12-06): now a pipe, with or without a reader, and a device are refused in one line, exit 2."""
+    import threading
+
+    run = _run(tmp_path)
+    report = str(run / "dp-eps8" / "report" / "report.json")
+    target = Path("/dev/null") if kind == "device" else tmp_path / "summary.md"
+    reader = None
+    if kind != "device":
+        os.mkfifo(target)
+    if kind == "fifo with a reader":
+        reader = threading.Thread(target=lambda: open(target, "rb").read(), daemon=True)
+        reader.start()
+    capsys.readouterr()
+    argv = [command, report, *([report] if command == "compare" else []), "--summary", str(target)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ("pipe" in err or "not a regular file" in err), err
+    if reader is not None:
+        with open(target, "wb"):  # let the reader go, whether or not the refused command opened the pipe
+            pass
+        reader.join(timeout=5)
+
+
 def test_a_users_own_report_files_are_never_replaced(tmp_path, capsys):
     """`evaluate --out DIR` replaces the files it writes (report.json, REPORT.md, the plots) and keeps the rest:
     in a folder that is not a dpaudit report's (no report.json of dpaudit's), a user's REPORT.md or roc.png was
