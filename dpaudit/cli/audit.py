@@ -485,7 +485,7 @@ def many_run_cmd(tp, fn, fp, tn, delta, confidence, as_json):
 @click.option("--attack", default="loss", show_default=True, help="Black-box attack scoring the target.")
 @click.option("--delta", default=0.0, show_default=True, type=float, help="δ of the hypothesis tested.")
 @click.option("--confidence", default=0.95, show_default=True, type=float, help="Confidence of the bound.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the tuning/audit split.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Seed of the tuning/audit split.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def checkpoints_cmd(checkpoints, canary_id, attack, delta, confidence, seed, as_json):
     """Many-run audit over CHECKPOINTS trained with and without one target canary: threshold chosen on

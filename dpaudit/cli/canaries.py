@@ -23,7 +23,7 @@ def canaries():
 @click.option("--repetitions", default=1, show_default=True, type=int,
               help="Copies of each inserted canary in the training data (more copies: easier to detect, but the "
                    "audit is then one of group privacy and its bound is divided by this).")
-@click.option("--seed", type=int, default=None, help="Seed of the secrets and coins (default: a fresh random one, "
+@click.option("--seed", type=click.IntRange(0), default=None, help="Seed of the secrets and coins (default: a fresh random one, "
               "recorded in the manifest).")
 @click.option("--template", default="My account number is {secret}.", show_default=True,
               help="Canary text; must contain {secret} once (for rare-token and bigram, after a space).")

@@ -20,7 +20,7 @@ COMMON = [
                  help="Member + non-member guesses as a fraction of the audit units, fixed before any score."),
     click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 1.0, max_open=True),
                  help="Confidence of the lower bound."),
-    click.option("--seed", default=0, show_default=True, type=int,
+    click.option("--seed", default=0, show_default=True, type=click.IntRange(0),
                  help="Seed of dpaudit's own draws (fresh identifiers, pair coins); fix it before looking."),
     click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1), help="Texts per forward pass."),
     click.option("--device", "device_name", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),

@@ -374,3 +374,24 @@ def test_a_dpaudit_file_naming_a_key_twice_is_refused_by_every_reader(tmp_path, 
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"names the key '{key}' twice" in err, (argv, err)
         path.write_text(text)
+
+
+def test_every_seed_option_refuses_a_negative_seed_before_any_work():
+    """`audit split --seed -1` reached NumPy's generator and ended in an internal error (exit 3; a hostile round by
+    argument, 2026-12-06): every command's --seed is now a non-negative integer range, refused by the parser in
+    one line. The command tree is walked, so a new command's --seed is held to it too."""
+    import click
+
+    from dpaudit.cli.main import cli
+
+    def walk(c, path=()):
+        if isinstance(c, click.Group):
+            for name, sub in c.commands.items():
+                yield from walk(sub, (*path, name))
+        else:
+            yield path, c
+
+    seeds = [(path, p) for path, c in walk(cli) for p in c.params if p.name == "seed"]
+    assert len(seeds) >= 8, seeds
+    for path, p in seeds:
+        assert isinstance(p.type, click.IntRange) and p.type.min == 0, (" ".join(path), p.type)
