@@ -24,6 +24,15 @@ accepting it is a defect (the report modes try it without counting it).
 * ``policy`` (``check REPORT --policy P``): every leaf of configs/policy.toml x every value.
 * ``account`` (``account --card``): every leaf of the checkpoint's privacy_card.json x every value.
 * ``scores`` (``audit scores`` under each strategy): both score-file shapes, every leaf x every value.
+* ``args``: every option of every command that runs on the run's own files (the light commands, ``check``,
+  ``compare``, ``table``, ``model-card``, ``evaluate``, ``run --dry-run``, ``audit split``) given, in turn, hostile
+  values of its type: numbers (NaN, -1, 0, 1e308, 1e-320, not a number), paths (a folder, a device, nothing, a
+  JSON object, a symlink loop, a FIFO), strings (empty, 5,000 characters, a terminal escape and a line break, a
+  list of blanks). A defect also: a command still running after 150 s (a FIFO that blocks it).
+* ``weights``: the checkpoint's model.safetensors replaced by damaged and hostile files (truncated, a header length
+  past the file, not UTF-8, an array, 100,000 brackets deep, bool or huge shapes, NaN offsets, a key named twice,
+  aliased or holed offsets, 20,000 names over one tensor's bytes, NaN weights, a tensor named with markup), then
+  ``check --checkpoint`` and ``evaluate``; a defect also: a command past 60 s.
 
 Writes README.md (the table, the command, the date and the machine) and results.json (every case, one line each:
 mode, file, entry, value, exit code, defect and, for a defect, the end of its stderr) into --out; exits 1 when any
@@ -40,6 +49,8 @@ import json
 import platform
 import random
 import shutil
+import signal
+import struct
 import sys
 import tempfile
 import time
@@ -104,13 +115,30 @@ def values(v, few=False):
     return out
 
 
-def call(argv) -> tuple:
+class _Hang(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise _Hang()
+
+
+def call(argv, limit: int = 0) -> tuple:
+    """(exit code, stderr, stdout) of ``dpaudit ARGV`` in-process; ``limit`` > 0: code "hang" past that many s."""
     err, out = io.StringIO(), io.StringIO()
+    if limit:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(limit)
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         try:
             code = main([str(a) for a in argv])
         except SystemExit as e:
             code = e.code
+        except _Hang:
+            code = "hang"
+        finally:
+            if limit:
+                signal.alarm(0)
     return code, err.getvalue(), out.getvalue()
 
 
@@ -118,6 +146,8 @@ def defect(code, err, value: str = "") -> str | None:
     """``value``: the hostile value's name; ``true`` put where an input holds a number must be refused (Python's
     bool is an int: a check that forgets it reads true as 1)."""
     lines = [ln for ln in err.strip().splitlines() if ln.strip() and not ln.startswith("warning")]
+    if code == "hang":
+        return "still running at its time limit"
     if code not in (0, 1, 2):
         return f"exit {code}"
     if code == 2 and len(lines) != 1:
@@ -294,11 +324,142 @@ def input_cases(mode: str, run: Path, variant: str, work: Path, sample: int, rng
     return out
 
 
+NUMBERS = ("nan", "-1", "0", "1e308", "1e-320", "x")
+STRINGS = ("", "x" * 5000, "\x1b[31mred\nline2", "a,,  ,b")
+
+
+def _paths(w: Path) -> list:
+    """Hostile paths: a folder, a device, nothing, a JSON object, a symlink loop, a FIFO."""
+    import os
+
+    w.mkdir(parents=True, exist_ok=True)
+    (w / "folder").mkdir(exist_ok=True)
+    (w / "obj.json").write_text("{}")
+    for name, make in (("loop", lambda p: os.symlink(p, p)), ("fifo", os.mkfifo)):
+        if not (w / name).is_symlink() and not (w / name).exists():
+            make(w / name)
+    return [w / "folder", "/dev/null", w / "nothing", w / "obj.json", w / "loop", w / "fifo"]
+
+
+def args_cases(run: Path, variant: str, work: Path) -> list[dict]:
+    """Every option of every command that runs on the run's files, each hostile value of its type in turn."""
+    import click
+
+    from dpaudit.cli.main import cli
+
+    ckpt, rep = run / variant / "checkpoint", run / variant / "report" / "report.json"
+    plain = work / "plain"  # a model with a card and no planted canaries: what `audit split` audits
+    shutil.copytree(ckpt / "model", plain)
+    shutil.copy(ckpt / "privacy_card.json", plain)
+    rows = {k: [json.dumps({"text": f"{k} record {i} says hello"}) for i in range(40)] for k in ("in", "out")}
+    for k, lines in rows.items():
+        (work / f"{k}.jsonl").write_text("\n".join(lines) + "\n")
+    rr = random.Random(0)
+    (work / "scores.json").write_text(json.dumps({"inserted": [rr.gauss(1, 1) for _ in range(60)],
+                                                  "held_out": [rr.gauss(0, 1) for _ in range(60)]}))
+    noise = '{"a1": 0.3, "a2": 0.2, "a3": 0.5, "gamma_k": 2, "gamma_theta": 0.5, "exp_rate": 5, "u_low": 0.5, "u_high": 1.5}'
+    mech = ["--sample-rate", "0.01", "--sigma", "1", "--steps", "100", "--delta", "1e-5"]
+    base = {  # OUT: a fresh folder of the case's own
+        ("account",): mech,
+        ("card",): ["--epsilon", "1", *mech, "--clipping-norm", "1", "--batch-size", "10", "--dataset-size", "1000",
+                    "--out", "OUT/card.json"],
+        ("canaries", "new"): ["--m", "10", "--out", "OUT/canaries.json"],
+        ("audit", "one-run"): ["--canaries", "100", "--guesses", "50", "--correct", "40"],
+        ("audit", "plan"): [*mech, "--canaries", "100,1000"],
+        ("audit", "many-run"): ["--tp", "10", "--fn", "5", "--fp", "3", "--tn", "12"],
+        ("audit", "scores"): [work / "scores.json"],
+        ("audit", "strategy"): ["--mechanism", "gaussian:1", "--canaries", "100", "--sims", "3"],
+        ("audit", "split"): [plain, "--members", work / "in.jsonl", "--non-members", work / "out.jsonl", "--fair-coin",
+                             "--out", "OUT/split", "--quiet"],
+        ("lmo", "account"): ["--noise", noise, "--delta", "1e-5", "--steps", "10", "--sample-rate", "0.01"],
+        ("lmo", "search"): ["--epsilon", "1", "--delta", "1e-5", "--steps", "10", "--sample-rate", "0.01", "--quiet"],
+        ("check",): [rep, "--summary", "OUT/summary.md"],
+        ("compare",): [rep, rep],
+        ("table",): [run, "--columns", "variant,accuracy,claimed,best,verdict"],
+        ("model-card",): [rep, "--to", "OUT/README.md"],
+        ("evaluate",): [ckpt, "--out", "OUT/ev", "--quiet"],
+        ("run",): [ROOT / "configs" / "tiny.toml", "--dry-run", "--out", "OUT/run"],
+    }
+    paths = _paths(work / "p")
+    out, n = [], 0
+    for path, argv in base.items():
+        cmd = cli
+        for part in path:
+            cmd = cmd.commands[part]
+        for p in cmd.params:
+            if isinstance(p, click.Argument) or p.is_flag:
+                continue
+            kind = type(p.type).__name__
+            hostile = (NUMBERS if kind in ("IntParamType", "FloatParamType", "IntRange", "FloatRange")
+                       else paths if kind == "Path" else STRINGS if kind == "StringParamType" else ())
+            opt = max(p.opts, key=len)
+            for v in hostile:
+                n += 1
+                own = work / f"o{n}"
+                own.mkdir()
+                args = [str(a).replace("OUT", str(own)) for a in argv]
+                if opt in args:
+                    args[args.index(opt) + 1] = str(v)
+                else:
+                    args += [opt, str(v)]
+                code, err, _ = call([*path, *args], limit=150)
+                out.append({"mode": "args", "file": " ".join(path), "path": opt, "value": repr(str(v))[:60],
+                            "code": code, "defect": defect(code, err), "stderr": err[-300:]})
+    return out
+
+
+def weights_cases(run: Path, variant: str, work: Path) -> list[dict]:
+    """The checkpoint's weights replaced by damaged and hostile safetensors files; check --checkpoint and evaluate."""
+    import numpy as np
+
+    ckpt, rep = run / variant / "checkpoint", run / variant / "report" / "report.json"
+    good = (ckpt / "model" / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", good[:8])
+    hdr, data = json.loads(good[8:8 + n]), good[8 + n:]
+    first = next(k for k in hdr if k != "__metadata__")
+
+    def pack(h=None, raw=None, body=data):
+        b = raw if raw is not None else json.dumps(h).encode()
+        return struct.pack("<Q", len(b)) + b + body
+
+    def at(**change):
+        return pack({**hdr, first: {**hdr[first], **change}})
+
+    text = json.dumps(hdr)
+    offsets = json.dumps(hdr[first]["data_offsets"])
+    cases = {
+        "empty": b"", "truncated": good[:len(good) // 2], "header length past the file": struct.pack("<Q", 2 ** 64 - 1),
+        "not UTF-8": pack(raw=b'{"\xff\xfe": 1}'), "an array": pack(raw=b"[]"),
+        "100,000 brackets deep": pack(raw=b"[" * 100000 + b"]" * 100000), "a bool shape": at(shape=[True]),
+        "a shape of 2^70 x 0": at(shape=[2 ** 70, 0]), "NaN offsets": pack(raw=text.replace(offsets, "[NaN, 2]").encode()),
+        "1e999 offsets": pack(raw=text.replace(offsets, "[1e999, 2]").encode()),
+        "a dtype that is an object": at(dtype={"a": 1}), "offsets reversed": at(data_offsets=hdr[first]["data_offsets"][::-1]),
+        "a key named twice": pack(raw=(text[:-1] + ", " + json.dumps(first) + ": "
+                                       + json.dumps({**hdr[first], "dtype": "F16"}) + "}").encode()),
+        "an alias over another tensor's bytes": pack({**hdr, "alias": hdr[first]}),
+        "20,000 names over one tensor's bytes": pack({f"t{i}": {"dtype": "F32", "shape": [64], "data_offsets": [0, 256]}
+                                                     for i in range(20000)}, body=bytes(256)),
+        "NaN weights": pack(hdr, body=np.full(len(data) // 4, np.nan, dtype="<f4").tobytes()),
+        "a tensor named with markup": pack({(INJECT if k == first else k): v for k, v in hdr.items()}),
+    }
+    out = []
+    for name, body in cases.items():
+        folder = work / f"w{len(out)}"
+        shutil.copytree(ckpt, folder)
+        (folder / "model" / "model.safetensors").write_bytes(body)
+        for argv in (["check", rep, "--checkpoint", folder], ["evaluate", folder, "--out", work / f"e{len(out)}", "--quiet"]):
+            code, err, _ = call(argv, limit=60)
+            out.append({"mode": "weights", "file": argv[0], "path": "model/model.safetensors", "value": name,
+                        "code": code, "defect": defect(code, err), "stderr": err[-300:]})
+    return out
+
+
 def main_(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="a `dpaudit run` folder whose variant has probe records")
     ap.add_argument("--variant", default=None, help="the DP variant to edit (default: the first with a claim)")
-    ap.add_argument("--modes", default="check,card,table,compare,checkck,evaluate,config,policy,account,scores", help="comma-separated, in order")
+    ap.add_argument("--modes", default="check,card,table,compare,checkck,evaluate,config,policy,account,scores,args,weights",
+                    help="comma-separated, in order")
     ap.add_argument("--sample", type=int, default=250, help="cases of checkck; leaves per file of evaluate (/6)")
     ap.add_argument("--seed", type=int, default=0, help="the sample's seed")
     ap.add_argument("--out", type=Path, required=True, help="folder for README.md and results.json")
@@ -312,6 +473,12 @@ def main_(argv=None) -> int:
             t = time.time()
             if mode == "evaluate":
                 results += checkpoint_cases(a.run, variant, Path(tmp) / "w", max(1, a.sample // 6), rng)
+            elif mode == "args":
+                (Path(tmp) / "a").mkdir()
+                results += args_cases(a.run, variant, Path(tmp) / "a")
+            elif mode == "weights":
+                (Path(tmp) / "s").mkdir()
+                results += weights_cases(a.run, variant, Path(tmp) / "s")
             elif mode in ("config", "policy", "account", "scores"):
                 results += input_cases(mode, a.run, variant, Path(tmp) / "w", a.sample, rng)
             else:
@@ -344,7 +511,8 @@ def main_(argv=None) -> int:
         "`evaluate`: the checkpoint's JSON files; `config`: the committed configs " + ", ".join(CONFIGS)
         + " (`run --dry-run`); `policy`: configs/policy.toml (`check --policy`); `account`: the checkpoint's "
         "privacy_card.json (`account --card`); `scores`: a score file of each shape (`audit scores`, every "
-        "strategy).", "",
+        "strategy); `args`: every option of the commands that run on the run's files (`file` names the command); "
+        "`weights`: the checkpoint's model.safetensors (`check --checkpoint`, `evaluate`).", "",
     ]
     lines += [f"- {r['mode']} {r.get('file', 'report.json')} `{r['path']}` = {r['value']}: {r['defect']}"
               for r in defects] or ["No defect."]
