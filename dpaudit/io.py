@@ -305,20 +305,26 @@ def check_out(out, protected=(), what: str = "--out", outputs: tuple = ()) -> Pa
             raise DpauditError(f"{what} {out} is inside the checkpoint {p} (it would change what is audited); write "
                                "the report elsewhere")
     present = [n for n in outputs if (out / n).exists() or (out / n).is_symlink()]
-    if present and out.is_dir() and not _dpaudit_report(out / "report.json"):
+    kind = _dpaudit_report(out / "report.json") if present and out.is_dir() else None
+    if present and kind is None:
         raise DpauditError(f"{what} {out} holds {present[0]} but no report.json of dpaudit's: the file is not "
                            "dpaudit's to replace; pass a new folder, or one dpaudit wrote a report into")
+    if present and kind != "evaluation":  # a `dpaudit run` folder: its comparison is not one evaluation's to replace
+        raise DpauditError(f"{what} {out} holds a dpaudit {kind} report (a `dpaudit run` folder, whose variants' "
+                           "reports it compares): an evaluation would replace it; pass a new folder")
     return out
 
 
-def _dpaudit_report(path: Path) -> bool:
-    """Whether ``path`` is a report.json dpaudit wrote (an evaluation or comparison report of a known schema)."""
+def _dpaudit_report(path: Path) -> str | None:
+    """The kind of report (``evaluation``, ``comparison``) when ``path`` is a report.json dpaudit wrote (of a known
+    schema); None otherwise."""
     try:
         d = read_json(path, "report", "")
     except DpauditError:
-        return False
-    return isinstance(d, dict) and d.get("kind") in ("evaluation", "comparison") and \
-        isinstance(d.get("schema_version"), int)
+        return None
+    ok = isinstance(d, dict) and d.get("kind") in ("evaluation", "comparison") and \
+        isinstance(d.get("schema_version"), int) and not isinstance(d.get("schema_version"), bool)
+    return d["kind"] if ok else None
 
 
 @contextmanager

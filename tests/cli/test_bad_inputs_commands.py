@@ -320,6 +320,15 @@ def test_a_users_own_report_files_are_never_replaced(tmp_path, capsys):
     assert api.write_report(report, tmp_path / "fresh") == (tmp_path / "fresh" / "REPORT.md").absolute()
     assert check_out(run / "dp-eps8" / "report", outputs=REPORT_FILES)  # dpaudit's own report folder
     assert check_out(tmp_path / "notes-only", outputs=REPORT_FILES)  # new, or holding none of the names
+    # a `dpaudit run` folder holds its comparison (report.json of kind "comparison"): an evaluation's --out there
+    # replaced the run's REPORT.md and report.json with one checkpoint's (found 2026-12-06); refused, and the run kept
+    before = (run / "report.json").read_bytes()
+    assert main(["evaluate", str(run / "dp-eps8" / "checkpoint"), "--out", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds a dpaudit comparison report" in err, err
+    assert (run / "report.json").read_bytes() == before
+    with pytest.raises(DpauditError, match="comparison report"):
+        api.write_report(report, run)
 
 
 def test_a_folder_given_where_a_file_is_written_names_the_file_to_write(tmp_path, capsys):
