@@ -277,12 +277,13 @@ def number(x):
 REPORT_FILES = ("report.json", "REPORT.md", "roc.png", "scores.png", "exposure.png", "clipping.png")
 
 
-def check_out(out, protected=(), what: str = "--out", outputs: tuple = ()) -> Path:
+def check_out(out, protected=(), what: str = "--out", outputs: tuple = (), search: bool = False) -> Path:
     """``out`` as an absolute folder path, refused before any work when it cannot take a report: an existing file
     (or a file on its way), a folder inside (or equal to) one of ``protected`` (the checkpoint being audited:
     writing there would change its hash), a place that cannot be written, or a folder that holds one of
     ``outputs`` (the names the command writes, replacing their namesakes) without being a dpaudit report's
-    folder (its report.json dpaudit's own): a user's REPORT.md or report.json is never overwritten."""
+    folder (its report.json dpaudit's own): a user's REPORT.md or report.json is never overwritten. ``search``:
+    the outputs are a PMixED search's (search.json, SEARCH.md), replaced only where search.json is dpaudit's."""
     import os
 
     out = Path(out).expanduser().absolute()
@@ -305,6 +306,11 @@ def check_out(out, protected=(), what: str = "--out", outputs: tuple = ()) -> Pa
             raise DpauditError(f"{what} {out} is inside the checkpoint {p} (it would change what is audited); write "
                                "the report elsewhere")
     present = [n for n in outputs if (out / n).exists() or (out / n).is_symlink()]
+    if search:
+        if present and not _dpaudit_search(out / "search.json"):
+            raise DpauditError(f"{what} {out} holds {present[0]} but no search.json of dpaudit's: the file is not "
+                               "dpaudit's to replace; pass a new folder, or one a pmixed search wrote into")
+        return out
     kind = _dpaudit_report(out / "report.json") if present and out.is_dir() else None
     if present and kind is None:
         raise DpauditError(f"{what} {out} holds {present[0]} but no report.json of dpaudit's: the file is not "
@@ -313,6 +319,16 @@ def check_out(out, protected=(), what: str = "--out", outputs: tuple = ()) -> Pa
         raise DpauditError(f"{what} {out} holds a dpaudit {kind} report (a `dpaudit run` folder, whose variants' "
                            "reports it compares): an evaluation would replace it; pass a new folder")
     return out
+
+
+def _dpaudit_search(path: Path) -> bool:
+    """Whether ``path`` is a search.json ``dpaudit pmixed search`` wrote."""
+    try:
+        d = read_json(path, "search", "")
+    except DpauditError:
+        return False
+    return isinstance(d, dict) and isinstance(d.get("worst"), dict) and \
+        str(d.get("command", "")).startswith("dpaudit pmixed search ")
 
 
 def _dpaudit_report(path: Path) -> str | None:

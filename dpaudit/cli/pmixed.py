@@ -82,11 +82,11 @@ def search(deployment, out, per_partition, held_out, exact_top, starts, rounds, 
     heuristic, so its worst is a lower value on the worst query, not a certificate. The ledger is not spent:
     this is the deployer's view (distributions), never an answer."""
     from dpaudit.claim.card import load_card
-    from dpaudit.io import REPORT_FILES, check_out
+    from dpaudit.io import check_out
     from dpaudit.pmixed import search as S
     from dpaudit.pmixed.deployment import Deployment
 
-    given, out = out, check_out(out, protected=(deployment,), outputs=REPORT_FILES)
+    given, out = out, check_out(out, protected=(deployment,), outputs=S.OUTPUTS, search=True)
     dep = Deployment.load(deployment, device=device)
     card = load_card(Path(deployment) / "privacy_card.json")
     texts = S.deployment_texts(dep, deployment, per_partition, held_out, seed)

@@ -379,6 +379,9 @@ def render(r: dict) -> str:
     return "\n".join(L)
 
 
+OUTPUTS = ("search.json", "SEARCH.md")  # what a search writes into its --out, replacing their namesakes
+
+
 def write(r: dict, out, deployment) -> None:
     """search.json and SEARCH.md into ``out``, all at once (a failed write leaves nothing half-written)."""
     import json

@@ -484,6 +484,16 @@ def test_search_finds_at_least_the_evaluations_worst_and_every_value_is_exact(de
     # the deployment is read, never spent, and the output refuses the deployment's own folder
     assert dep.ledger.state() == Deployment.load(path).ledger.state()
     assert main(["pmixed", "search", str(path), "--out", str(path / "x")]) == 2
+    # a search is redone in its own folder; a user's own SEARCH.md beside no search.json of dpaudit's is never
+    # replaced (before 2026-12-06 the folder check looked for an evaluation's files, not the search's)
+    args = ["--per-partition", "1", "--held-out", "1", "--starts", "1", "--rounds", "1", "--candidates", "2",
+            "--baseline", "1"]
+    assert main(["pmixed", "search", str(path), "--out", str(out), *args]) == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "SEARCH.md").write_text("# my notes\n")
+    assert main(["pmixed", "search", str(path), "--out", str(mine), *args]) == 2
+    assert (mine / "SEARCH.md").read_text() == "# my notes\n" and not (mine / "search.json").exists()
 
 
 @pytest.mark.parametrize("name", ["../elsewhere", "/tmp", "link"])
