@@ -24,7 +24,7 @@ accepting it is a defect (the report modes try it without counting it).
 * ``policy`` (``check REPORT --policy P``): every leaf of configs/policy.toml x every value.
 * ``account`` (``account --card``): every leaf of the checkpoint's privacy_card.json x every value.
 * ``scores`` (``audit scores`` under each strategy): both score-file shapes, every leaf x every value.
-* ``args``: every option of every command that runs on the run's own files (the light commands, ``check``,
+* ``args``: every argument and option of every command that runs on the run's own files (the light commands, ``check``,
   ``compare``, ``table``, ``model-card``, ``evaluate``, ``run --dry-run``, ``audit split``) given, in turn, hostile
   values of its type: numbers (NaN, -1, 0, 1e308, 1e-320, not a number), paths (a folder, a device, nothing, a
   JSON object, a symlink loop, a FIFO), strings (empty, 5,000 characters, a terminal escape and a line break, a
@@ -386,25 +386,32 @@ def args_cases(run: Path, variant: str, work: Path) -> list[dict]:
         cmd = cli
         for part in path:
             cmd = cmd.commands[part]
+        positional = 0  # the base lists give a command's arguments first, in their order
         for p in cmd.params:
-            if isinstance(p, click.Argument) or p.is_flag:
+            if isinstance(p, click.Option) and p.is_flag:
                 continue
             kind = type(p.type).__name__
             hostile = (NUMBERS if kind in ("IntParamType", "FloatParamType", "IntRange", "FloatRange")
                        else paths if kind == "Path" else STRINGS if kind == "StringParamType" else ())
-            opt = max(p.opts, key=len)
+            is_arg = isinstance(p, click.Argument)
+            opt = p.name.upper() if is_arg else max(p.opts, key=len)
+            at = positional
+            positional += is_arg
             for v in hostile:
                 n += 1
                 own = work / f"o{n}"
                 own.mkdir()
                 args = [str(a).replace("OUT", str(own)) for a in argv]
-                if opt in args:
+                if is_arg:
+                    args[at] = str(v)
+                elif opt in args:
                     args[args.index(opt) + 1] = str(v)
                 else:
                     args += [opt, str(v)]
                 code, err, _ = call([*path, *args], limit=150)
-                out.append({"mode": "args", "file": " ".join(path), "path": opt, "value": repr(str(v))[:60],
-                            "code": code, "defect": defect(code, err), "stderr": err[-300:]})
+                shown = str(v).replace(str(work), "WORK")  # the committed results name no path of the machine
+                out.append({"mode": "args", "file": " ".join(path), "path": opt, "value": repr(shown)[:60],
+                            "code": code, "defect": defect(code, err), "stderr": err[-300:].replace(str(work), "WORK")})
     return out
 
 
@@ -450,7 +457,7 @@ def weights_cases(run: Path, variant: str, work: Path) -> list[dict]:
         for argv in (["check", rep, "--checkpoint", folder], ["evaluate", folder, "--out", work / f"e{len(out)}", "--quiet"]):
             code, err, _ = call(argv, limit=60)
             out.append({"mode": "weights", "file": argv[0], "path": "model/model.safetensors", "value": name,
-                        "code": code, "defect": defect(code, err), "stderr": err[-300:]})
+                        "code": code, "defect": defect(code, err), "stderr": err[-300:].replace(str(work), "WORK")})
     return out
 
 
