@@ -231,6 +231,30 @@ def write_atomic_all(files: list, mode: int | None = None) -> None:
         os.replace(tmp, path)
 
 
+def check_append_target(path: Path, what: str) -> Path:
+    """Before any work, the refusals :func:`open_append` would give at the end, without creating the file: a link,
+    a folder, a pipe or device, a missing or read-only folder (one line, naming the fix)."""
+    import os
+
+    path = Path(path)
+    shown = printable(path)
+    if path.is_symlink():
+        raise DpauditError(f"cannot open {what} {shown}: it is a symlink: remove it, then retry")
+    if path.exists():
+        if path.is_dir():
+            raise DpauditError(f"cannot open {what} {shown}: it is a folder: pass a file's path")
+        if not path.is_file():
+            raise DpauditError(f"cannot open {what} {shown}: it is not a regular file (a pipe, a device or a socket); "
+                               "pass a regular file's path")
+        if not os.access(path, os.W_OK):
+            raise DpauditError(f"cannot open {what} {shown}: it is not writable; pass a file you can write")
+    elif not path.parent.is_dir():
+        raise DpauditError(f"cannot open {what} {shown}: its folder does not exist: create it or pass another path")
+    elif not os.access(path.parent, os.W_OK | os.X_OK):
+        raise DpauditError(f"cannot open {what} {shown}: its folder is not writable; pass another path")
+    return path
+
+
 def open_append(path: Path, what: str):
     """``path`` opened for appending (a log, a lock, a CI job's summary page), created when missing, never through a
     link (``O_NOFOLLOW``: a link planted under its name is a one-line DpauditError) and only as a regular file (a

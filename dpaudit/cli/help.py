@@ -50,7 +50,13 @@ def summary_option(what: str):
     as markdown (GitHub Actions: ``--summary "$GITHUB_STEP_SUMMARY"``)."""
     from pathlib import Path
 
+    def before_any_work(ctx, param, value):
+        from dpaudit.io import check_append_target
+
+        return None if value is None else check_append_target(value, "job summary")
+
     return click.option("--summary", "summary_md", type=click.Path(path_type=Path), default=None, metavar="FILE",
+                        callback=before_any_work,
                         help=f"Also append {what} as markdown to FILE: in GitHub Actions, --summary "
                              "\"$GITHUB_STEP_SUMMARY\" puts it on the job's page.")
 

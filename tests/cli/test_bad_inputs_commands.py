@@ -265,7 +265,8 @@ def test_a_pipe_given_for_a_policy_or_data_file_is_named_as_a_pipe(tmp_path, cap
 @pytest.mark.parametrize("kind", ["fifo", "fifo with a reader", "device"])
 def test_a_summary_page_that_is_not_a_regular_file_is_refused_without_waiting(command, kind, tmp_path, capsys):
     """`--summary FIFO` blocked the command for ever, waiting for a reader (a hostile round by argument,
-    2026-12-06): now a pipe, with or without a reader, and a device are refused in one line, exit 2."""
+    2026-12-06): now a pipe, with or without a reader, and a device are refused in one line, exit 2, before any
+    work (the option's own check; open_append refuses them again when it appends)."""
     run = _run(tmp_path)
     report = str(run / "dp-eps8" / "report" / "report.json")
     target = Path("/dev/null") if kind == "device" else tmp_path / "summary.md"
@@ -275,14 +276,15 @@ def test_a_summary_page_that_is_not_a_regular_file_is_refused_without_waiting(co
     try:
         capsys.readouterr()
         argv = [command, report, *([report] if command == "compare" else []), "--summary", str(target)]
+        if command == "check":  # refused before any work: the missing checkpoint is never reached
+            argv += ["--checkpoint", str(tmp_path / "missing")]
         assert main(argv) == 2
     finally:
         if reader is not None:
             os.close(reader)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ("pipe" in err or "not a regular file" in err), err
-    if kind == "fifo with a reader":
-        assert "not a regular file" in err, err  # opened (a reader was there), then refused
+    assert "missing" not in err, err
 
 
 def test_a_users_own_report_files_are_never_replaced(tmp_path, capsys):
@@ -401,3 +403,24 @@ def test_every_seed_option_refuses_a_negative_seed_before_any_work():
     assert len(seeds) >= 8, seeds
     for path, p in seeds:
         assert isinstance(p.type, click.IntRange) and p.type.min == 0, (" ".join(path), p.type)
+
+
+def test_append_never_waits_on_a_pipe(tmp_path):
+    """dpaudit.io.open_append (the job summary, PMixED's transcript and lock) opens without blocking and keeps
+    regular files only: a FIFO that appears after the option was checked is still refused, reader or not."""
+    from dpaudit.errors import DpauditError
+    from dpaudit.io import open_append
+
+    fifo = tmp_path / "p"
+    os.mkfifo(fifo)
+    with pytest.raises(DpauditError, match="it is a pipe"):
+        open_append(fifo, "job summary")
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(DpauditError, match="not a regular file"):
+            open_append(fifo, "job summary")
+    finally:
+        os.close(reader)
+    with open_append(tmp_path / "s.md", "job summary") as f:
+        f.write("x\n")
+    assert (tmp_path / "s.md").read_text() == "x\n"
