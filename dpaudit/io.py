@@ -301,13 +301,13 @@ def number(x):
 REPORT_FILES = ("report.json", "REPORT.md", "roc.png", "scores.png", "exposure.png", "clipping.png")
 
 
-def check_out(out, protected=(), what: str = "--out", outputs: tuple = (), search: bool = False) -> Path:
+def check_out(out, protected=(), what: str = "--out", outputs: tuple = (), owner: str = "report.json") -> Path:
     """``out`` as an absolute folder path, refused before any work when it cannot take a report: an existing file
     (or a file on its way), a folder inside (or equal to) one of ``protected`` (the checkpoint being audited:
     writing there would change its hash), a place that cannot be written, or a folder that holds one of
-    ``outputs`` (the names the command writes, replacing their namesakes) without being a dpaudit report's
-    folder (its report.json dpaudit's own): a user's REPORT.md or report.json is never overwritten. ``search``:
-    the outputs are a PMixED search's (search.json, SEARCH.md), replaced only where search.json is dpaudit's."""
+    ``outputs`` (the names the command writes, replacing their namesakes) without being a folder of the same kind
+    written by dpaudit: its ``owner`` file (report.json of an evaluation; search.json of a PMixED search) is
+    dpaudit's own. A user's REPORT.md or SEARCH.md, and a `dpaudit run` folder's comparison, are never replaced."""
     import os
 
     out = Path(out).expanduser().absolute()
@@ -330,40 +330,34 @@ def check_out(out, protected=(), what: str = "--out", outputs: tuple = (), searc
             raise DpauditError(f"{what} {out} is inside the checkpoint {p} (it would change what is audited); write "
                                "the report elsewhere")
     present = [n for n in outputs if (out / n).exists() or (out / n).is_symlink()]
-    if search:
-        if present and not _dpaudit_search(out / "search.json"):
-            raise DpauditError(f"{what} {out} holds {present[0]} but no search.json of dpaudit's: the file is not "
-                               "dpaudit's to replace; pass a new folder, or one a pmixed search wrote into")
+    if not present:
         return out
-    kind = _dpaudit_report(out / "report.json") if present and out.is_dir() else None
-    if present and kind is None:
-        raise DpauditError(f"{what} {out} holds {present[0]} but no report.json of dpaudit's: the file is not "
-                           "dpaudit's to replace; pass a new folder, or one dpaudit wrote a report into")
-    if present and kind != "evaluation":  # a `dpaudit run` folder: its comparison is not one evaluation's to replace
+    kind, want = _dpaudit_kind(out / owner), OWNER_KIND[owner]
+    if kind is None:
+        raise DpauditError(f"{what} {out} holds {present[0]} but no {owner} of dpaudit's: the file is not "
+                           "dpaudit's to replace; pass a new folder, or one dpaudit wrote the same kind of output into")
+    if kind != want:  # a `dpaudit run` folder: its comparison is not one evaluation's to replace
         raise DpauditError(f"{what} {out} holds a dpaudit {kind} report (a `dpaudit run` folder, whose variants' "
-                           "reports it compares): an evaluation would replace it; pass a new folder")
+                           f"reports it compares): the {want} would replace it; pass a new folder")
     return out
 
 
-def _dpaudit_search(path: Path) -> bool:
-    """Whether ``path`` is a search.json ``dpaudit pmixed search`` wrote."""
-    try:
-        d = read_json(path, "search", "")
-    except DpauditError:
-        return False
-    return isinstance(d, dict) and isinstance(d.get("worst"), dict) and \
-        str(d.get("command", "")).startswith("dpaudit pmixed search ")
+OWNER_KIND = {"report.json": "evaluation", "search.json": "search"}  # the file that says whose a folder is
 
 
-def _dpaudit_report(path: Path) -> str | None:
-    """The kind of report (``evaluation``, ``comparison``) when ``path`` is a report.json dpaudit wrote (of a known
-    schema); None otherwise."""
+def _dpaudit_kind(path: Path) -> str | None:
+    """What dpaudit wrote ``path`` as: ``evaluation`` or ``comparison`` (a report.json of a known schema), ``search``
+    (a search.json of ``dpaudit pmixed search``); None when it is not dpaudit's."""
     try:
-        d = read_json(path, "report", "")
+        d = read_json(path, path.stem, "")
     except DpauditError:
         return None
-    ok = isinstance(d, dict) and d.get("kind") in ("evaluation", "comparison") and \
-        isinstance(d.get("schema_version"), int) and not isinstance(d.get("schema_version"), bool)
+    if not isinstance(d, dict):
+        return None
+    if isinstance(d.get("worst"), dict) and str(d.get("command", "")).startswith("dpaudit pmixed search "):
+        return "search"
+    ok = d.get("kind") in ("evaluation", "comparison") and isinstance(d.get("schema_version"), int) \
+        and not isinstance(d.get("schema_version"), bool)
     return d["kind"] if ok else None
 
 

@@ -86,7 +86,7 @@ def search(deployment, out, per_partition, held_out, exact_top, starts, rounds, 
     from dpaudit.pmixed import search as S
     from dpaudit.pmixed.deployment import Deployment
 
-    given, out = out, check_out(out, protected=(deployment,), outputs=S.OUTPUTS, search=True)
+    given, out = out, check_out(out, protected=(deployment,), outputs=S.OUTPUTS, owner="search.json")
     dep = Deployment.load(deployment, device=device)
     card = load_card(Path(deployment) / "privacy_card.json")
     texts = S.deployment_texts(dep, deployment, per_partition, held_out, seed)

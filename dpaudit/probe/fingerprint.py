@@ -39,8 +39,8 @@ from dpaudit.errors import DpauditError
 
 PER_TENSOR = 8  # coordinates per tensor: 8 values a run cannot share with another by chance
 MAX_TENSORS = 100_000  # tensors in one record: a model with more is fingerprinted on its first ones
-MAX_READS = 500_000  # comparisons of a recorded tensor with a stored one (about 20 us each): an honest model needs
-NAME_SCAN = 10_000  # about one per tensor; stored tensors of one shape searched for the recorded name
+MAX_READS = 500_000  # comparisons of a recorded tensor with a stored one (~20 us each; an honest model: ~1 a tensor)
+NAME_SCAN = 10_000  # stored tensors of one shape searched for the recorded tensor's name
 RTOL = {"F64": 1e-12, "F32": 2 ** -22, "F16": 2 ** -10, "BF16": 2 ** -7}  # one unit of the stored dtype's rounding
 ATOL = {"F64": 0.0, "F32": 2.0 ** -149, "F16": 2.0 ** -24, "BF16": 2.0 ** -133}  # its smallest subnormal
 
